@@ -1,0 +1,192 @@
+"""Gather every reading a node's checks declared in one remote script (one round trip).
+
+Each reading's output is framed with lengths, not delimiters, so no file content can be
+mistaken for a frame: ``@@<nonce> <index> <rc> <total_out> <out_len> <err_len> <path_len>``
+then ``path``, ``out`` and ``err`` bytes. A reading whose frame never arrives (node
+deadline reached) becomes :class:`Unavailable` and its checks report ERROR.
+"""
+from __future__ import annotations
+
+import secrets
+import time
+from typing import Iterable
+
+from .readings import (
+    Command, CommandReading, Docker, DockerReading, Exists, File, FileReading, Glob, Unavailable,
+)
+from .shell import join, quote, with_timeout
+from .transport import TransportError
+
+MISSING, DIRECTORY = "M", "D"
+
+_PRELUDE = r"""
+t=$(mktemp -d) || exit 97
+trap 'rm -rf "$t"' EXIT
+emit() {
+  head -c {cap} "$t/o" > "$t/oc"; head -c {cap} "$t/e" > "$t/ec"
+  printf '@@{nonce} %s %s %s %s %s %s\n' "$1" "$2" "$(wc -c < "$t/o")" "$(wc -c < "$t/oc")" \
+    "$(wc -c < "$t/ec")" "$(printf %s "$3" | wc -c)"
+  printf %s "$3"; cat "$t/oc" "$t/ec"
+}
+none() { : > "$t/o"; : > "$t/e"; emit "$1" "$2" "$3"; }
+readf() { if [ -d "$2" ]; then none "$1" D "$2"; elif [ -e "$2" ]; then cat -- "$2" > "$t/o" 2> "$t/e"; emit "$1" $? "$2"; else none "$1" M "$2"; fi; }
+"""
+
+
+def _script_for(index: int, spec, command_timeout_s: float) -> str:
+    if isinstance(spec, File):
+        return f"readf {index} {quote(spec.path)}"
+    if isinstance(spec, Exists):
+        return f"if [ -e {quote(spec.path)} ]; then none {index} 0 ''; else none {index} M ''; fi"
+    if isinstance(spec, Glob):
+        # The pattern is assigned quoted and expanded unquoted with IFS empty: the shell only globs it.
+        return (f"p={quote(spec.pattern)}; IFS=; for f in $p; do IFS=' '; "
+                f"[ -e \"$f\" ] || [ -L \"$f\" ] && readf {index} \"$f\"; done; IFS=' '; none {index} END ''")
+    if isinstance(spec, Command):
+        timeout = spec.timeout_s or command_timeout_s
+        return (f"{with_timeout(join(spec.argv), timeout)} > \"$t/o\" 2> \"$t/e\" < /dev/null; "
+                f"emit {index} $? ''")
+    raise TypeError(f"cannot gather {spec!r} in a shell script")
+
+
+def build_script(specs: list, nonce: str, command_timeout_s: float, cap_bytes: int) -> str:
+    prelude = _PRELUDE.replace("{nonce}", nonce).replace("{cap}", str(cap_bytes))
+    body = "\n".join(_script_for(i, spec, command_timeout_s) for i, spec in enumerate(specs))
+    return prelude + body + "\n"
+
+
+def parse_frames(data: bytes, nonce: str) -> dict:
+    """index -> list of (rc, path, out, err, truncated); tolerant of a cut-off tail."""
+    frames: dict = {}
+    marker = f"@@{nonce} ".encode()
+    pos = 0
+    while True:
+        start = data.find(marker, pos)
+        if start < 0:
+            break
+        eol = data.find(b"\n", start)
+        if eol < 0:
+            break
+        fields = data[start + len(marker):eol].decode("ascii", "replace").split()
+        try:
+            index, rc = int(fields[0]), fields[1]
+            total_out, out_len, err_len, path_len = (int(x) for x in fields[2:6])
+        except (IndexError, ValueError):
+            pos = eol + 1
+            continue
+        body = eol + 1
+        end = body + path_len + out_len + err_len
+        if end > len(data):
+            break  # the script was killed mid-frame
+        path = data[body:body + path_len].decode("utf-8", "replace")
+        out = data[body + path_len:body + path_len + out_len].decode("utf-8", "replace")
+        err = data[body + path_len + out_len:end].decode("utf-8", "replace")
+        frames.setdefault(index, []).append((rc, path, out, err, total_out > out_len))
+        pos = end
+    return frames
+
+
+def _file_reading(path, rc, out, err, truncated) -> FileReading:
+    if rc == MISSING:
+        return FileReading(path, None)
+    if rc == DIRECTORY:
+        return FileReading(path, None, error="is a directory")
+    if rc != "0":
+        return FileReading(path, None, error=(err.strip().split(": ")[-1] or f"read failed ({rc})"))
+    return FileReading(path, out, truncated=truncated)
+
+
+def _reading(spec, frames: list, why_missing: str):
+    if isinstance(spec, Glob):
+        if not frames or frames[-1][0] != "END":
+            return Unavailable(f"glob {spec.pattern} not finished: {why_missing}")
+        return {path: _file_reading(path, rc, out, err, tr) for rc, path, out, err, tr in frames[:-1]}
+    if not frames:
+        return Unavailable(f"{_describe(spec)} not read: {why_missing}")
+    rc, path, out, err, truncated = frames[0]
+    if isinstance(spec, File):
+        return _file_reading(spec.path, rc, out, err, truncated)
+    if isinstance(spec, Exists):
+        return rc != MISSING
+    code = int(rc)
+    return CommandReading(command=join(spec.argv), rc=code, stdout=out, stderr=err,
+                          timed_out=code in (124, 137), truncated=truncated)
+
+
+def _describe(spec) -> str:
+    if isinstance(spec, Command):
+        return f"`{join(spec.argv)}`"
+    return getattr(spec, "path", None) or getattr(spec, "pattern", repr(spec))
+
+
+def gather_shell(transport, specs: list, *, command_timeout_s: float, deadline_s: float,
+                 cap_bytes: int = 4 << 20) -> dict:
+    """spec -> reading for every File/Exists/Glob/Command spec, in one remote ``sh -s``."""
+    if not specs:
+        return {}
+    nonce = secrets.token_hex(8)
+    script = build_script(specs, nonce, command_timeout_s, cap_bytes)
+    result = transport.run_bytes("sh -s", timeout_s=deadline_s, stdin=script.encode())
+    frames = parse_frames(result.stdout, nonce)
+    if result.timed_out:
+        why = f"node deadline of {deadline_s:g}s reached (raise ssh.node_deadline_s if the node is just slow)"
+    elif result.rc not in (0, None):
+        why = f"gather script exited {result.rc}: {result.stderr.decode("utf-8", "replace").strip()[-300:] or 'no message'}"
+    else:
+        why = "no output for it"
+    return {spec: _reading(spec, frames.get(i, []), why) for i, spec in enumerate(specs)}
+
+
+def gather_docker(transport, spec: Docker) -> object:
+    """Containers (all, never filtered by name) and the engine's recent events, via the SDK."""
+    import docker.errors
+
+    try:
+        client = transport.docker()
+        api = client.api
+        now = _engine_now(api)
+        containers = api.containers(all=True)
+        events = list(api.events(since=now - spec.events_since_s, until=now, decode=True))
+        inspect = None
+        if spec.container:
+            try:
+                inspect = api.inspect_container(spec.container)
+            except docker.errors.NotFound:
+                inspect = None
+        client.close()
+        return DockerReading(containers=containers, events=events, inspect=inspect, now=now)
+    except TransportError as exc:
+        return Unavailable(str(exc))
+    except Exception as exc:  # docker SDK raises many types; all mean "could not read the engine"
+        return Unavailable(f"Docker engine on {transport.node} not readable: {_short(exc)}")
+
+
+def _engine_now(api) -> float:
+    """The engine's clock, so the events window is right even when clocks are skewed."""
+    from datetime import datetime
+
+    stamp = api.info().get("SystemTime", "")
+    try:
+        head, _, frac = stamp.partition(".")
+        digits = "".join(c for c in frac if c.isdigit())[:6]
+        tz = frac[len("".join(c for c in frac if c.isdigit())):] or "Z"
+        return datetime.fromisoformat(f"{head}.{digits or '0'}{tz.replace('Z', '+00:00')}").timestamp()
+    except ValueError:
+        return time.time()
+
+
+def _short(exc: Exception) -> str:
+    text = str(exc).strip().splitlines()
+    return (text[0] if text else type(exc).__name__)[:300]
+
+
+def gather(transport, specs: Iterable, *, command_timeout_s: float, deadline_s: float) -> dict:
+    """All of a node's readings: the shell ones in one script, Docker ones through the SDK."""
+    specs = list(dict.fromkeys(specs))  # de-duplicate, keep order
+    shell_specs = [s for s in specs if not isinstance(s, Docker)]
+    results = gather_shell(transport, shell_specs, command_timeout_s=command_timeout_s,
+                           deadline_s=deadline_s)
+    for spec in specs:
+        if isinstance(spec, Docker):
+            results[spec] = gather_docker(transport, spec)
+    return results

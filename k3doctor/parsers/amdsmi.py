@@ -1,0 +1,218 @@
+"""``amd-smi fabric`` and ``amd-smi static`` (VRAM size), human and ``--json`` forms.
+
+Wide EP needs one PPOD/VPOD across all 16 GPUs and a fabric that is ACTIVE (reference §6, §7);
+the KV budget depends on the HBM size per GPU (§12).  The JSON root is either a bare list
+(ROCm <= 6.4) or ``{"gpu_data": [...]}``, and entries are either ``{"gpu", "fabric": {...}}``
+or flat (§28).  The human form is amd-smi's indented ``KEY: value`` layout; no real fabric
+capture exists, so it is parsed by key, not position (§27 item 1).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from k3doctor.parsers import ParseError
+from k3doctor.parsers._common import embedded_json, is_na, require_text, to_float, to_int, to_u32
+
+_KEY_LINE = re.compile(r"^(\s*)([A-Z][A-Z0-9_]*)\s*:\s*(.*?)\s*$")
+
+# Key names of the C++ host CLI variant (§27 item 1) mapped onto the Python CLI's.
+_FABRIC_KEY_ALIASES = {
+    "physical_pod_id": "ppod_id",
+    "virtual_pod_id": "vpod_id",
+    "accelerator_state": "accel_state",
+}
+_FABRIC_KEYS = {"accelerator_id", "fabric_type", "ppod_id", "vpod_id", "accel_state", *_FABRIC_KEY_ALIASES}
+
+
+@dataclass(frozen=True)
+class FabricInfo:
+    """One GPU's fabric configuration as amd-smi reports it.
+
+    ``available`` is False when amd-smi printed ``fabric_info: "N/A"`` (library call failed);
+    all fabric fields are then None.  ``ppod_id`` is None when unset (all-9s CLI sentinel or
+    all-zero driver default, §6/§7); ``ppod_id_raw`` keeps what was printed so a check can say
+    "not configured".  ``bandwidth_mbps``/``latency_ns``/``version`` of 0 or None are
+    unpopulated by this firmware, not a finding (§7).
+    """
+
+    gpu: int
+    bdf: Optional[str]
+    available: bool
+    fabric_bdf: Optional[str] = None
+    accelerator_id: Optional[int] = None
+    fabric_type: Optional[str] = None
+    ppod_id: Optional[str] = None
+    ppod_id_raw: Optional[str] = None
+    ppod_size: Optional[int] = None
+    vpod_id: Optional[int] = None
+    vpod_size: Optional[int] = None
+    local_accelerators: Optional[list] = None
+    accel_state: Optional[str] = None
+    addr_mode: Optional[str] = None
+    version: Optional[str] = None
+    bandwidth_mbps: Optional[float] = None
+    latency_ns: Optional[float] = None
+
+
+def _human_blocks(text: str) -> list:
+    """Nest amd-smi's indented human layout into ``(kind, index, dict)`` per top-level block.
+
+    ``GPU: 0`` (or ``AI_NIC: 0``) at column 0 opens a block; ``KEY:`` with no value opens a
+    section; keys are lower-cased so the result has the same shape as ``--json``.  Lines
+    that are not ``KEY: value`` (prompts, ``[output truncated]``, list rows) are skipped.
+    """
+    blocks = []
+    stack: list = []  # (indent of the section header, dict)
+    for line in text.splitlines():
+        match = _KEY_LINE.match(line)
+        if not match:
+            continue
+        indent, key, value = len(match.group(1)), match.group(2), match.group(3)
+        if indent == 0:
+            body: dict = {}
+            blocks.append((key, value, body))
+            stack = [(0, body)]
+            continue
+        if not stack:
+            continue
+        while len(stack) > 1 and stack[-1][0] >= indent:
+            stack.pop()
+        if value:
+            stack[-1][1][key.lower()] = value
+        else:
+            section: dict = {}
+            stack[-1][1][key.lower()] = section
+            stack.append((indent, section))
+    return blocks
+
+
+def _gpu_entries(text: str, what: str) -> list:
+    """Per-GPU dicts ``{"gpu": n, ...}`` from either output form (human wins if it has GPU blocks)."""
+    require_text(text, what)
+    human = [(index, body) for kind, index, body in _human_blocks(text) if kind == "GPU"]
+    if human:
+        return [{**body, "gpu": to_int(index, f"{what}: GPU index")} for index, body in human]
+    root = embedded_json(text, what)
+    if isinstance(root, dict):
+        root = root["gpu_data"] if "gpu_data" in root else [root]
+    if not isinstance(root, list) or not root:
+        raise ParseError(f"{what}: no GPU entries in JSON")
+    for entry in root:
+        if not isinstance(entry, dict) or to_int(entry.get("gpu"), f"{what}: gpu") is None:
+            raise ParseError(f"{what}: JSON entry without a GPU index: {entry!r:.80}")
+    return root
+
+
+def _quantity(value: Any, unit: str, what: str) -> Optional[float]:
+    """Number from ``{"value", "unit"}`` (JSON) or ``"<n> <unit>"`` (human), checking the unit."""
+    if isinstance(value, dict):
+        number, got = value.get("value"), value.get("unit")
+    elif isinstance(value, str) and len(value.split()) == 2:
+        number, got = value.split()
+    else:
+        number, got = value, None
+    if is_na(number):
+        return None
+    if got is not None and got != unit:
+        raise ParseError(f"{what}: expected unit {unit}, got {got!r}")
+    number = to_float(number, what)
+    return None if number == 4294967295 else number
+
+
+def _accelerator_list(value: Any, what: str) -> Optional[list]:
+    """``"3, 2, 1, 0"`` or a JSON list -> ints; ``N/A`` -> None; unset UINT32_MAX slots dropped."""
+    if is_na(value):
+        return None
+    items = value if isinstance(value, list) else str(value).split(",")
+    ids = [to_u32(item, what) for item in items if not is_na(item)]
+    return [i for i in ids if i is not None]
+
+
+def _ppod(raw: Any) -> Optional[str]:
+    """Lower-case UUID, or None for N/A and the all-9s / all-zero "not configured" sentinels."""
+    if is_na(raw):
+        return None
+    digits = set(str(raw).replace("-", "").strip().lower())
+    return None if digits in ({"9"}, {"0"}) else str(raw).strip().lower()
+
+
+def _text(value: Any, normalise) -> Optional[str]:
+    return None if is_na(value) else normalise(str(value).strip())
+
+
+def _fabric_info(entry: dict, what: str) -> FabricInfo:
+    gpu = to_int(entry["gpu"], f"{what}: gpu")
+    node = entry.get("fabric", entry)
+    if is_na(node):
+        return FabricInfo(gpu=gpu, bdf=_text(entry.get("bdf"), str), available=False)
+    if not isinstance(node, dict):
+        raise ParseError(f"{what}: GPU {gpu}: unexpected fabric value {node!r:.80}")
+    bdf = _text(node.get("bdf", entry.get("bdf")), str)
+    info = node.get("fabric_info", node if _FABRIC_KEYS & node.keys() else None)
+    if info is None:
+        raise ParseError(f"{what}: GPU {gpu}: no fabric_info")
+    if is_na(info):
+        return FabricInfo(gpu=gpu, bdf=bdf, available=False)
+    if not isinstance(info, dict):
+        raise ParseError(f"{what}: GPU {gpu}: unexpected fabric_info {info!r:.80}")
+    info = {_FABRIC_KEY_ALIASES.get(key, key): value for key, value in info.items()}
+    where = f"{what}: GPU {gpu}"
+    return FabricInfo(
+        gpu=gpu,
+        bdf=bdf,
+        available=True,
+        fabric_bdf=_text(info.get("bdf"), str),
+        accelerator_id=to_u32(info.get("accelerator_id"), f"{where} accelerator_id"),
+        fabric_type=_text(info.get("fabric_type"), str.upper),
+        ppod_id=_ppod(info.get("ppod_id")),
+        ppod_id_raw=_text(info.get("ppod_id"), str),
+        ppod_size=to_u32(info.get("ppod_size"), f"{where} ppod_size"),
+        vpod_id=to_u32(info.get("vpod_id"), f"{where} vpod_id"),
+        vpod_size=to_u32(info.get("vpod_size"), f"{where} vpod_size"),
+        local_accelerators=_accelerator_list(info.get("local_accelerators"), f"{where} local_accelerators"),
+        accel_state=_text(info.get("accel_state"), str.lower),
+        addr_mode=_text(info.get("addr_mode"), str.lower),
+        version=None if str(info.get("version")) == "4294967295" else _text(info.get("version"), str),
+        bandwidth_mbps=_quantity(info.get("bandwidth"), "Mb/s", f"{where} bandwidth"),
+        latency_ns=_quantity(info.get("latency"), "ns", f"{where} latency"),
+    )
+
+
+def parse_fabric(text: str) -> list:
+    """``amd-smi fabric`` (human or ``--json``) -> ``list[FabricInfo]``, one per GPU, in output order."""
+    return [_fabric_info(entry, "amd-smi fabric") for entry in _gpu_entries(text, "amd-smi fabric")]
+
+
+def _mib(size: Any, what: str) -> Optional[int]:
+    """amd-smi's "MB" is MiB (196592 MB = 206141652992 B, corpus INDEX); GB -> x1024."""
+    if isinstance(size, dict):
+        number, unit = size.get("value"), size.get("unit")
+    elif isinstance(size, str) and len(size.split()) == 2:
+        number, unit = size.split()
+    else:
+        number, unit = size, None
+    number = to_int(number, what)
+    if number is None:
+        return None
+    if unit in (None, "MB"):
+        return number
+    if unit == "GB":
+        return number * 1024
+    raise ParseError(f"{what}: unknown unit {unit!r}")
+
+
+def parse_static_vram(text: str) -> dict:
+    """``amd-smi static`` (human or ``--json``) -> ``{gpu: VRAM MiB or None}``.
+
+    None means the output had no (or an ``N/A``) VRAM section, e.g. ``static`` run without
+    ``--vram`` or a truncated capture — HBM size unknown, never 0 (§12: BLOCK if unknown).
+    """
+    result = {}
+    for entry in _gpu_entries(text, "amd-smi static"):
+        gpu = to_int(entry["gpu"], "amd-smi static: gpu")
+        vram = entry.get("vram")
+        size = vram.get("size") if isinstance(vram, dict) else None
+        result[gpu] = _mib(size, f"amd-smi static: GPU {gpu} VRAM size")
+    return result

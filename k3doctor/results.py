@@ -1,0 +1,115 @@
+"""Verdicts and results: the one vocabulary every layer (checks, runner, reports) speaks."""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Optional
+
+
+class Status(enum.Enum):
+    """Outcome of one check on one node (or GPU, or the cluster).
+
+    ERROR means "could not evaluate" (unreachable, auth refused, timeout, unparseable
+    output): it is never shown as PASS and makes the run inconclusive.
+    """
+
+    PASS = "PASS"
+    SKIP = "SKIP"
+    WARN = "WARN"
+    ERROR = "ERROR"
+    FAIL = "FAIL"
+
+    @property
+    def severity(self) -> int:
+        """Order used to pick the worst result of a table cell."""
+        return _SEVERITY[self]
+
+
+_SEVERITY = {Status.PASS: 0, Status.SKIP: 1, Status.WARN: 2, Status.ERROR: 3, Status.FAIL: 4}
+
+
+@dataclass
+class Verdict:
+    """What a judge returns: the runner adds check and node."""
+
+    status: Status
+    message: str
+    gpu: Optional[int] = None
+    evidence: dict = field(default_factory=dict)
+    remediation: Optional[str] = None
+    node: Optional[str] = None  # set by cluster-scope judges that name an odd node
+
+
+def passed(message: str, **kw) -> Verdict:
+    return Verdict(Status.PASS, message, **kw)
+
+
+def warn(message: str, **kw) -> Verdict:
+    return Verdict(Status.WARN, message, **kw)
+
+
+def fail(message: str, **kw) -> Verdict:
+    return Verdict(Status.FAIL, message, **kw)
+
+
+def skip(message: str, **kw) -> Verdict:
+    return Verdict(Status.SKIP, message, **kw)
+
+
+def error(message: str, **kw) -> Verdict:
+    return Verdict(Status.ERROR, message, **kw)
+
+
+@dataclass
+class Result:
+    """One row of a report: a verdict placed on a check and a node."""
+
+    check: str
+    node: Optional[str]
+    status: Status
+    message: str
+    gpu: Optional[int] = None
+    evidence: dict = field(default_factory=dict)
+    remediation: Optional[str] = None
+
+    def to_dict(self) -> dict:
+        return {
+            "check": self.check,
+            "node": self.node,
+            "gpu": self.gpu,
+            "status": self.status.value,
+            "message": self.message,
+            "evidence": self.evidence,
+            "remediation": self.remediation,
+        }
+
+
+class LaunchVerdict(enum.Enum):
+    """Launch verdict of a whole run, with its process exit code."""
+
+    READY = ("READY TO LAUNCH", 0)
+    DO_NOT_LAUNCH = ("DO NOT LAUNCH", 1)
+    INCONCLUSIVE = ("INCONCLUSIVE", 2)
+
+    @property
+    def text(self) -> str:
+        return self.value[0]
+
+    @property
+    def exit_code(self) -> int:
+        return self.value[1]
+
+
+def overall(results) -> LaunchVerdict:
+    """FAIL anywhere beats ERROR: a known fault is more useful than an unknown."""
+    statuses = {r.status for r in results}
+    if Status.FAIL in statuses:
+        return LaunchVerdict.DO_NOT_LAUNCH
+    if Status.ERROR in statuses or not results:
+        return LaunchVerdict.INCONCLUSIVE
+    return LaunchVerdict.READY
+
+
+def worst(statuses) -> Optional[Status]:
+    statuses = list(statuses)
+    return max(statuses, key=lambda s: s.severity) if statuses else None

@@ -1,0 +1,294 @@
+"""How k3doctor reaches a node: one connection per node, reused by every check.
+
+``SSHTransport`` (paramiko) verifies host keys against known_hosts unless the user opts
+out, honours ``~/.ssh/config`` (User, Port, IdentityFile, ProxyJump) and runs every
+command under a node-side ``timeout`` so a command that outlives its deadline is killed on
+the node, not orphaned. ``LocalTransport`` runs the same commands on this machine.
+Both hand out a Docker SDK client that talks to the node's own engine.
+"""
+from __future__ import annotations
+
+import os
+import select
+import socket
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from typing import Optional
+
+import paramiko
+
+from .readings import CommandReading
+from .shell import with_timeout
+
+KILL_GRACE_S = 2.0  # node-side SIGKILL follows SIGTERM after this
+CLIENT_GRACE_S = 5.0  # client gives the node this long to report its own kill
+
+
+class TransportError(Exception):
+    """The node could not be reached or refused us; the message says what to do."""
+
+
+@dataclass
+class SSHTarget:
+    """Where and how to log in, after merging the inventory with ~/.ssh/config."""
+
+    node: str
+    host: str
+    port: int = 22
+    user: Optional[str] = None
+    identity_file: Optional[str] = None
+    password: Optional[str] = None  # from an environment variable named in the inventory
+    proxy_jump: Optional[str] = None
+    known_hosts: Optional[str] = None
+    accept_unknown_hosts: bool = False
+    connect_timeout_s: float = 10.0
+
+    def __repr__(self):  # never show the password
+        return f"SSHTarget({self.user}@{self.host}:{self.port})"
+
+
+def resolve_ssh_target(node: str, host: str, *, port=None, user=None, identity_file=None,
+                       password=None, known_hosts=None, accept_unknown_hosts=False,
+                       connect_timeout_s=10.0, ssh_config_path="~/.ssh/config") -> SSHTarget:
+    """Inventory values win; ~/.ssh/config fills what the inventory leaves open."""
+    cfg = {}
+    path = os.path.expanduser(ssh_config_path) if ssh_config_path else None
+    if path and os.path.exists(path):
+        cfg = paramiko.SSHConfig.from_path(path).lookup(host)
+    identities = cfg.get("identityfile") or []
+    return SSHTarget(
+        node=node,
+        host=cfg.get("hostname", host),
+        port=int(port or cfg.get("port") or 22),
+        user=user or cfg.get("user") or "root",
+        identity_file=os.path.expanduser(identity_file) if identity_file else (
+            os.path.expanduser(identities[0]) if identities else None),
+        password=password,
+        proxy_jump=cfg.get("proxyjump"),
+        known_hosts=os.path.expanduser(known_hosts) if known_hosts else None,
+        accept_unknown_hosts=accept_unknown_hosts,
+        connect_timeout_s=connect_timeout_s,
+    )
+
+
+class Transport:
+    """Common surface: ``run`` a shell command with a deadline, get a Docker client, close."""
+
+    node: str
+
+    def __init__(self, node: str, *, sudo: bool = False, max_output_bytes: int = 16 << 20):
+        self.node = node
+        self.sudo = sudo
+        self.max_output_bytes = max_output_bytes
+        self.round_trips = 0
+        self._lock = threading.Lock()
+
+    def connect(self) -> None:
+        """Open the connection now, so failures surface once, before any check runs."""
+
+    def run(self, command: str, *, timeout_s: float, stdin: Optional[bytes] = None) -> CommandReading:
+        """Run a shell command on the node; it is killed there (with its children) at timeout_s."""
+        result = self.run_bytes(command, timeout_s=timeout_s, stdin=stdin)
+        result.stdout = result.stdout.decode("utf-8", "replace")
+        result.stderr = result.stderr.decode("utf-8", "replace")
+        return result
+
+    def run_bytes(self, command: str, *, timeout_s: float, stdin: Optional[bytes] = None) -> CommandReading:
+        """``run`` with stdout/stderr left as bytes (the gatherer's frames are byte-counted)."""
+        wrapped = with_timeout(command, timeout_s, KILL_GRACE_S)
+        if self.sudo:
+            wrapped = "sudo -n " + wrapped
+        with self._lock:
+            self.round_trips += 1
+        started = time.monotonic()
+        rc, out, err, truncated, client_timeout = self._execute(
+            wrapped, stdin, timeout_s + KILL_GRACE_S + CLIENT_GRACE_S)
+        if self.sudo and rc == 1 and b"password is required" in err:
+            raise TransportError(
+                f"sudo on {self.node} wants a password; allow k3doctor's commands with NOPASSWD "
+                "or set `sudo: false` for this node")
+        return CommandReading(
+            command=command, rc=rc, stdout=out, stderr=err,
+            timed_out=client_timeout or rc in (124, 137),
+            truncated=truncated, duration_s=round(time.monotonic() - started, 3))
+
+    def _execute(self, command, stdin, deadline_s):
+        raise NotImplementedError
+
+    def docker(self):
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+
+class _Capped:
+    """Byte sink that keeps at most ``limit`` bytes and remembers whether it dropped any."""
+
+    def __init__(self, limit: int):
+        self.limit, self.parts, self.size, self.truncated = limit, [], 0, False
+
+    def add(self, data: bytes):
+        room = self.limit - self.size
+        if len(data) > room:
+            self.truncated = True
+            data = data[:max(room, 0)]
+        self.parts.append(data)
+        self.size += len(data)
+
+    def value(self) -> bytes:
+        return b"".join(self.parts)
+
+
+class LocalTransport(Transport):
+    """This machine, through ``sh -c``: useful for ``k3doctor check`` on the node you are on."""
+
+    def _execute(self, command, stdin, deadline_s):
+        proc = subprocess.Popen(["sh", "-c", command], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, start_new_session=True)
+        try:
+            out, err = proc.communicate(stdin, timeout=deadline_s)
+            timed_out = False
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            out, err = proc.communicate()
+            timed_out = True
+        cap = self.max_output_bytes
+        return proc.returncode, out[:cap], err[:cap], len(out) > cap or len(err) > cap, timed_out
+
+    def docker(self):
+        import docker
+
+        return docker.from_env(timeout=30)
+
+
+class SSHTransport(Transport):
+    """paramiko connection, opened once; every ``run`` is one exec channel on it."""
+
+    def __init__(self, target: SSHTarget, **kw):
+        super().__init__(target.node, **kw)
+        self.target = target
+        self._client: Optional[paramiko.SSHClient] = None
+        self._jump: Optional[paramiko.SSHClient] = None
+
+    def connect(self) -> None:
+        if self._client is None:
+            sock = None
+            if self.target.proxy_jump:
+                self._jump, sock = self._open_jump(self.target.proxy_jump)
+            self._client = self._login(self.target, sock)
+
+    def _open_jump(self, spec: str):
+        """One ProxyJump hop (``user@host:port``), verified like any other host."""
+        user, _, hostport = spec.rpartition("@")
+        host, _, port = hostport.partition(":")
+        hop = resolve_ssh_target(f"{self.node} (jump host)", host, port=port or None, user=user or None,
+                                 known_hosts=self.target.known_hosts,
+                                 accept_unknown_hosts=self.target.accept_unknown_hosts,
+                                 connect_timeout_s=self.target.connect_timeout_s)
+        jump = self._login(hop, None)
+        channel = jump.get_transport().open_channel(
+            "direct-tcpip", (self.target.host, self.target.port), ("127.0.0.1", 0),
+            timeout=self.target.connect_timeout_s)
+        return jump, channel
+
+    @staticmethod
+    def _login(t: SSHTarget, sock) -> paramiko.SSHClient:
+        client = paramiko.SSHClient()
+        if t.known_hosts and os.path.exists(t.known_hosts):
+            client.load_host_keys(t.known_hosts)
+        elif not t.known_hosts:
+            client.load_system_host_keys()
+        client.set_missing_host_key_policy(
+            paramiko.AutoAddPolicy() if t.accept_unknown_hosts else paramiko.RejectPolicy())
+        where = f"{t.user}@{t.host}:{t.port}"
+        try:
+            client.connect(
+                t.host, port=t.port, username=t.user, key_filename=t.identity_file, password=t.password,
+                timeout=t.connect_timeout_s, banner_timeout=t.connect_timeout_s,
+                auth_timeout=t.connect_timeout_s, channel_timeout=t.connect_timeout_s,
+                allow_agent=t.identity_file is None, look_for_keys=t.identity_file is None, sock=sock)
+        except paramiko.BadHostKeyException:
+            client.close()
+            raise TransportError(
+                f"host key of {t.host}:{t.port} does NOT match known_hosts ({t.known_hosts or '~/.ssh/known_hosts'})"
+                " - refusing to connect; if the node was reinstalled, verify its key and replace the entry "
+                f"(ssh-keygen -R '[{t.host}]:{t.port}')") from None
+        except paramiko.AuthenticationException:
+            client.close()
+            raise TransportError(
+                f"authentication refused for {where} (identity file {t.identity_file or 'agent/default keys'});"
+                " check the key is in the node's authorized_keys or give password_env") from None
+        except paramiko.SSHException as exc:
+            client.close()
+            if "not found in known_hosts" in str(exc):
+                raise TransportError(
+                    f"host key of {t.host}:{t.port} is unknown (not in {t.known_hosts or '~/.ssh/known_hosts'});"
+                    " add it (ssh-keyscan -p PORT HOST >> known_hosts) after verifying it, or pass"
+                    " --accept-unknown-hosts") from None
+            raise TransportError(f"SSH to {where} failed: {exc}") from None
+        except (socket.timeout, TimeoutError):
+            client.close()
+            raise TransportError(f"connecting to {where} timed out after {t.connect_timeout_s:g}s") from None
+        except (paramiko.ssh_exception.NoValidConnectionsError, ConnectionRefusedError):
+            client.close()
+            raise TransportError(f"connection refused by {t.host}:{t.port} (no sshd listening?)") from None
+        except socket.gaierror as exc:
+            client.close()
+            raise TransportError(f"cannot resolve host {t.host!r}: {exc.strerror}") from None
+        except OSError as exc:
+            client.close()
+            raise TransportError(f"cannot reach {where}: {exc.strerror or exc}") from None
+        return client
+
+    def _channel(self):
+        self.connect()
+        try:
+            return self._client.get_transport().open_session(timeout=self.target.connect_timeout_s)
+        except (paramiko.SSHException, OSError, AttributeError) as exc:
+            raise TransportError(f"SSH session to {self.node} lost: {exc}") from None
+
+    def _execute(self, command, stdin, deadline_s):
+        chan = self._channel()
+        out, err = _Capped(self.max_output_bytes), _Capped(self.max_output_bytes)
+        timed_out = False
+        try:
+            chan.exec_command(command)
+            if stdin:
+                chan.sendall(stdin)
+            chan.shutdown_write()
+            end = time.monotonic() + deadline_s
+            while True:
+                while chan.recv_ready():
+                    out.add(chan.recv(65536))
+                while chan.recv_stderr_ready():
+                    err.add(chan.recv_stderr(65536))
+                if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
+                    break
+                left = end - time.monotonic()
+                if left <= 0:
+                    timed_out = True
+                    break
+                select.select([chan], [], [], min(left, 0.2))
+            rc = chan.recv_exit_status() if not timed_out else None
+        except (paramiko.SSHException, OSError) as exc:
+            raise TransportError(f"SSH session to {self.node} broke: {exc}") from None
+        finally:
+            chan.close()
+        return rc, out.value(), err.value(), out.truncated or err.truncated, timed_out
+
+    def docker(self):
+        from .dockerssh import docker_over_ssh
+
+        self.connect()
+        prefix = "sudo -n " if self.sudo else ""
+        return docker_over_ssh(self._channel, prefix + "docker system dial-stdio")
+
+    def close(self) -> None:
+        for client in (self._client, self._jump):
+            if client is not None:
+                client.close()
+        self._client = self._jump = None
+
