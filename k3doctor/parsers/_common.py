@@ -3,13 +3,13 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Optional
+from typing import Any
 
 from k3doctor.parsers import ParseError
 
 UINT32_MAX = 4294967295  # amdgpu/amd-smi "not populated" sentinel (reference §6, §7)
 
-_JSON_START = re.compile(r"^[\[{]", re.M)
+_JSON_START = re.compile(r"^[\[{]", re.MULTILINE)
 
 
 def require_text(text: Any, what: str) -> str:
@@ -26,7 +26,7 @@ def is_na(value: Any) -> bool:
     return value is None or (isinstance(value, str) and value.strip().upper() in ("", "N/A"))
 
 
-def to_int(value: Any, what: str) -> Optional[int]:
+def to_int(value: Any, what: str) -> int | None:
     """Integer from an int or a decimal/hex string; ``N/A`` -> None; anything else -> ParseError."""
     if is_na(value):
         return None
@@ -40,13 +40,13 @@ def to_int(value: Any, what: str) -> Optional[int]:
         raise ParseError(f"{what}: expected an integer, got {value!r}") from None
 
 
-def to_u32(value: Any, what: str) -> Optional[int]:
+def to_u32(value: Any, what: str) -> int | None:
     """Like :func:`to_int` but UINT32_MAX ("driver never set it", §6) also becomes None."""
     number = to_int(value, what)
     return None if number == UINT32_MAX else number
 
 
-def to_float(value: Any, what: str) -> Optional[float]:
+def to_float(value: Any, what: str) -> float | None:
     if is_na(value):
         return None
     try:

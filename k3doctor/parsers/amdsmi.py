@@ -10,10 +10,18 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 from k3doctor.parsers import ParseError
-from k3doctor.parsers._common import embedded_json, is_na, require_text, to_float, to_int, to_u32
+from k3doctor.parsers._common import (
+    UINT32_MAX,
+    embedded_json,
+    is_na,
+    require_text,
+    to_float,
+    to_int,
+    to_u32,
+)
 
 _KEY_LINE = re.compile(r"^(\s*)([A-Z][A-Z0-9_]*)\s*:\s*(.*?)\s*$")
 
@@ -38,22 +46,22 @@ class FabricInfo:
     """
 
     gpu: int
-    bdf: Optional[str]
+    bdf: str | None
     available: bool
-    fabric_bdf: Optional[str] = None
-    accelerator_id: Optional[int] = None
-    fabric_type: Optional[str] = None
-    ppod_id: Optional[str] = None
-    ppod_id_raw: Optional[str] = None
-    ppod_size: Optional[int] = None
-    vpod_id: Optional[int] = None
-    vpod_size: Optional[int] = None
-    local_accelerators: Optional[list] = None
-    accel_state: Optional[str] = None
-    addr_mode: Optional[str] = None
-    version: Optional[str] = None
-    bandwidth_mbps: Optional[float] = None
-    latency_ns: Optional[float] = None
+    fabric_bdf: str | None = None
+    accelerator_id: int | None = None
+    fabric_type: str | None = None
+    ppod_id: str | None = None
+    ppod_id_raw: str | None = None
+    ppod_size: int | None = None
+    vpod_id: int | None = None
+    vpod_size: int | None = None
+    local_accelerators: list | None = None
+    accel_state: str | None = None
+    addr_mode: str | None = None
+    version: str | None = None
+    bandwidth_mbps: float | None = None
+    latency_ns: float | None = None
 
 
 def _human_blocks(text: str) -> list:
@@ -96,7 +104,7 @@ def _gpu_entries(text: str, what: str) -> list:
         return [{**body, "gpu": to_int(index, f"{what}: GPU index")} for index, body in human]
     root = embedded_json(text, what)
     if isinstance(root, dict):
-        root = root["gpu_data"] if "gpu_data" in root else [root]
+        root = root.get("gpu_data", [root])
     if not isinstance(root, list) or not root:
         raise ParseError(f"{what}: no GPU entries in JSON")
     for entry in root:
@@ -105,23 +113,25 @@ def _gpu_entries(text: str, what: str) -> list:
     return root
 
 
-def _quantity(value: Any, unit: str, what: str) -> Optional[float]:
-    """Number from ``{"value", "unit"}`` (JSON) or ``"<n> <unit>"`` (human), checking the unit."""
+def _value_unit(value: Any) -> tuple:
+    """``{"value", "unit"}`` (JSON) or ``"<n> <unit>"`` (human) -> (number, unit or None)."""
     if isinstance(value, dict):
-        number, got = value.get("value"), value.get("unit")
-    elif isinstance(value, str) and len(value.split()) == 2:
-        number, got = value.split()
-    else:
-        number, got = value, None
-    if is_na(number):
-        return None
+        return value.get("value"), value.get("unit")
+    if isinstance(value, str) and len(value.split()) == 2:
+        return tuple(value.split())
+    return value, None
+
+
+def _quantity(value: Any, unit: str, what: str) -> float | None:
+    """A bandwidth/latency reading in ``unit``; UINT32_MAX (driver's unset value, §6) -> None."""
+    number, got = _value_unit(value)
     if got is not None and got != unit:
         raise ParseError(f"{what}: expected unit {unit}, got {got!r}")
     number = to_float(number, what)
-    return None if number == 4294967295 else number
+    return None if number == UINT32_MAX else number
 
 
-def _accelerator_list(value: Any, what: str) -> Optional[list]:
+def _accelerator_list(value: Any, what: str) -> list | None:
     """``"3, 2, 1, 0"`` or a JSON list -> ints; ``N/A`` -> None; unset UINT32_MAX slots dropped."""
     if is_na(value):
         return None
@@ -130,7 +140,7 @@ def _accelerator_list(value: Any, what: str) -> Optional[list]:
     return [i for i in ids if i is not None]
 
 
-def _ppod(raw: Any) -> Optional[str]:
+def _ppod(raw: Any) -> str | None:
     """Lower-case UUID, or None for N/A and the all-9s / all-zero "not configured" sentinels."""
     if is_na(raw):
         return None
@@ -138,18 +148,24 @@ def _ppod(raw: Any) -> Optional[str]:
     return None if digits in ({"9"}, {"0"}) else str(raw).strip().lower()
 
 
-def _text(value: Any, normalise) -> Optional[str]:
+def _text(value: Any, normalise=str) -> str | None:
     return None if is_na(value) else normalise(str(value).strip())
+
+
+def _version(value: Any) -> str | None:
+    """As printed (firmware says "0.1"); UINT32_MAX means not reported (§7, §28)."""
+    text = _text(value)
+    return None if text == str(UINT32_MAX) else text
 
 
 def _fabric_info(entry: dict, what: str) -> FabricInfo:
     gpu = to_int(entry["gpu"], f"{what}: gpu")
     node = entry.get("fabric", entry)
     if is_na(node):
-        return FabricInfo(gpu=gpu, bdf=_text(entry.get("bdf"), str), available=False)
+        return FabricInfo(gpu=gpu, bdf=_text(entry.get("bdf")), available=False)
     if not isinstance(node, dict):
         raise ParseError(f"{what}: GPU {gpu}: unexpected fabric value {node!r:.80}")
-    bdf = _text(node.get("bdf", entry.get("bdf")), str)
+    bdf = _text(node.get("bdf", entry.get("bdf")))
     info = node.get("fabric_info", node if _FABRIC_KEYS & node.keys() else None)
     if info is None:
         raise ParseError(f"{what}: GPU {gpu}: no fabric_info")
@@ -163,18 +179,18 @@ def _fabric_info(entry: dict, what: str) -> FabricInfo:
         gpu=gpu,
         bdf=bdf,
         available=True,
-        fabric_bdf=_text(info.get("bdf"), str),
+        fabric_bdf=_text(info.get("bdf")),
         accelerator_id=to_u32(info.get("accelerator_id"), f"{where} accelerator_id"),
         fabric_type=_text(info.get("fabric_type"), str.upper),
         ppod_id=_ppod(info.get("ppod_id")),
-        ppod_id_raw=_text(info.get("ppod_id"), str),
+        ppod_id_raw=_text(info.get("ppod_id")),
         ppod_size=to_u32(info.get("ppod_size"), f"{where} ppod_size"),
         vpod_id=to_u32(info.get("vpod_id"), f"{where} vpod_id"),
         vpod_size=to_u32(info.get("vpod_size"), f"{where} vpod_size"),
         local_accelerators=_accelerator_list(info.get("local_accelerators"), f"{where} local_accelerators"),
         accel_state=_text(info.get("accel_state"), str.lower),
         addr_mode=_text(info.get("addr_mode"), str.lower),
-        version=None if str(info.get("version")) == "4294967295" else _text(info.get("version"), str),
+        version=_version(info.get("version")),
         bandwidth_mbps=_quantity(info.get("bandwidth"), "Mb/s", f"{where} bandwidth"),
         latency_ns=_quantity(info.get("latency"), "ns", f"{where} latency"),
     )
@@ -185,14 +201,9 @@ def parse_fabric(text: str) -> list:
     return [_fabric_info(entry, "amd-smi fabric") for entry in _gpu_entries(text, "amd-smi fabric")]
 
 
-def _mib(size: Any, what: str) -> Optional[int]:
+def _mib(size: Any, what: str) -> int | None:
     """amd-smi's "MB" is MiB (196592 MB = 206141652992 B, corpus INDEX); GB -> x1024."""
-    if isinstance(size, dict):
-        number, unit = size.get("value"), size.get("unit")
-    elif isinstance(size, str) and len(size.split()) == 2:
-        number, unit = size.split()
-    else:
-        number, unit = size, None
+    number, unit = _value_unit(size)
     number = to_int(number, what)
     if number is None:
         return None
