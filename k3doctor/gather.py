@@ -131,7 +131,8 @@ def gather_shell(transport, specs: list, *, command_timeout_s: float, deadline_s
     if result.timed_out:
         why = f"node deadline of {deadline_s:g}s reached (raise ssh.node_deadline_s if the node is just slow)"
     elif result.rc not in (0, None):
-        why = f"gather script exited {result.rc}: {result.stderr.decode("utf-8", "replace").strip()[-300:] or 'no message'}"
+        message = result.stderr.decode("utf-8", "replace").strip()[-300:] or "no message"
+        why = f"gather script exited {result.rc}: {message}"
     else:
         why = "no output for it"
     return {spec: _reading(spec, frames.get(i, []), why) for i, spec in enumerate(specs)}

@@ -1,0 +1,159 @@
+"""Command line: ``k3doctor check | list | explain | demo``.
+
+Exit codes: 0 ready to launch (warnings allowed), 1 a check failed, 2 inconclusive
+(a check could not be evaluated: unreachable node, timeout, unparseable output),
+3 usage or inventory error.
+"""
+from __future__ import annotations
+
+import sys
+
+import click
+
+from . import __version__
+from .inventory import InventoryError, load_inventory, localhost_inventory
+from .registry import REGISTRY, load_checks
+from .report import render_json, render_junit, render_table
+from .results import overall
+from .runner import RunOptions, run_checks, select_checks
+
+EXIT_USAGE = 3
+
+
+def _names(value: str) -> tuple:
+    return tuple(n.strip() for n in (value or "").split(",") if n.strip())
+
+
+def _progress():
+    if not sys.stderr.isatty():
+        return None
+    return lambda msg: click.echo(f"k3doctor: {msg}", err=True)
+
+
+def _load_plugins():
+    for problem in load_checks():
+        click.echo(f"k3doctor: warning: {problem}", err=True)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="k3doctor")
+def cli():
+    """Pre-launch doctor for gfx1250 (MI455) Kimi-K3 wide-EP clusters.
+
+    Runs a registry of checks over SSH on every node and says, before a 25-minute cold
+    start, whether the rack is ready to launch - naming the node and GPU at fault.
+    """
+
+
+@cli.command("check")
+@click.option("--nodes", "inventory", metavar="INVENTORY.yaml",
+              help="Inventory of nodes to check (default: this machine, no SSH).")
+@click.option("--only", default="", metavar="NAMES", help="Comma-separated checks to run (see `k3doctor list`).")
+@click.option("--skip", default="", metavar="NAMES", help="Comma-separated checks to leave out.")
+@click.option("--tier", type=click.Choice(["fast", "deep"]), default="fast", show_default=True,
+              help="fast: passive reads only; deep: also the active cross-node probes.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "junit"]), default="table",
+              show_default=True)
+@click.option("--parallel", type=click.IntRange(1, 1024), default=64, show_default=True,
+              help="Nodes handled at once.")
+@click.option("--timeout", type=click.FloatRange(0.1), default=None, metavar="S",
+              help="Per-command timeout in seconds (default: inventory ssh.command_timeout_s).")
+@click.option("--connect-timeout", type=click.FloatRange(0.1), default=None, metavar="S",
+              help="SSH connect timeout (default: inventory ssh.connect_timeout_s).")
+@click.option("--node-deadline", type=click.FloatRange(0.1), default=None, metavar="S",
+              help="Deadline for all of one node's reads (default: inventory ssh.node_deadline_s).")
+@click.option("--accept-unknown-hosts", is_flag=True,
+              help="Accept host keys missing from known_hosts (never accepts a changed key).")
+@click.option("--fix", is_flag=True, help="Allow checks to repair what they can name exactly. "
+              "Without it k3doctor never changes a node.")
+@click.option("--baseline", "baseline_path", type=click.Path(dir_okay=False), default=None,
+              help="Baseline file from `k3doctor baseline record`, for drift checks.")
+@click.option("-o", "--output", type=click.File("w"), default="-", help="Write the report here.")
+@click.option("-v", "--verbose", is_flag=True, help="Show evidence and passing results.")
+def check_cmd(inventory, only, skip, tier, fmt, parallel, timeout, connect_timeout, node_deadline,
+              accept_unknown_hosts, fix, baseline_path, output, verbose):
+    """Run the checks and report READY TO LAUNCH / DO NOT LAUNCH / INCONCLUSIVE."""
+    _load_plugins()
+    try:
+        inv = load_inventory(inventory, REGISTRY) if inventory else localhost_inventory()
+    except InventoryError as exc:
+        click.echo(f"k3doctor: invalid inventory:\n{exc}", err=True)
+        sys.exit(EXIT_USAGE)
+    try:
+        checks = select_checks(REGISTRY, only=_names(only), skip=_names(skip), tier=tier)
+    except KeyError as exc:
+        raise click.UsageError(f"unknown check(s): {exc.args[0]} (see `k3doctor list`)") from None
+    baseline = _read_baseline(baseline_path) if baseline_path else None
+    opts = RunOptions(parallel=parallel, command_timeout_s=timeout, connect_timeout_s=connect_timeout,
+                      node_deadline_s=node_deadline, accept_unknown_hosts=accept_unknown_hosts, fix=fix,
+                      baseline=baseline, progress=_progress())
+    report = run_checks(inv, checks, opts)
+    if fmt == "json":
+        text = render_json(report)
+    elif fmt == "junit":
+        text = render_junit(report, checks)
+    else:
+        text = render_table(report, checks, verbose=verbose)
+    click.echo(text, file=output)
+    sys.exit(overall(report.results).exit_code)
+
+
+def _read_baseline(path: str) -> dict:
+    import yaml
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = yaml.safe_load(fh)
+    except (OSError, yaml.YAMLError) as exc:
+        raise click.UsageError(f"cannot read baseline {path}: {exc}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("nodes"), dict):
+        raise click.UsageError(f"{path} is not a k3doctor baseline (no `nodes:` mapping)")
+    return data["nodes"]
+
+
+@cli.command("list")
+def list_cmd():
+    """List the registered checks."""
+    from tabulate import tabulate
+
+    _load_plugins()
+    rows = [(c.name, c.scope, c.tier, c.interaction, ",".join(c.remediations) or "-", c.title)
+            for c in REGISTRY.ordered()]
+    click.echo(tabulate(rows, headers=["check", "scope", "tier", "interaction", "remediation", "what"]))
+
+
+@cli.command("explain")
+@click.argument("code")
+def explain_cmd(code):
+    """Print what to do about a remediation CODE shown in a report."""
+    _load_plugins()
+    rem = REGISTRY.remediations.get(code) or REGISTRY.remediations.get(code.upper())
+    if rem is None:
+        known = ", ".join(sorted(REGISTRY.remediations))
+        raise click.UsageError(f"no remediation code {code!r}; known codes: {known}")
+    users = [c.name for c in REGISTRY.checks.values() if rem.code in c.remediations]
+    click.echo(f"{rem.code}: {rem.title}\n")
+    click.echo(rem.text)
+    if users:
+        click.echo(f"\nRaised by: {', '.join(users)}")
+
+
+def main(argv=None):
+    """Entry point: click's usage errors exit 3 (not click's 2, which means inconclusive here)."""
+    try:
+        cli.main(args=argv, prog_name="k3doctor", standalone_mode=False)
+    except click.UsageError as exc:
+        hint = f" (try `{exc.ctx.command_path} --help`)" if exc.ctx else ""
+        click.echo(f"k3doctor: {exc.format_message()}{hint}", err=True)
+        sys.exit(EXIT_USAGE)
+    except click.ClickException as exc:
+        click.echo(f"k3doctor: {exc.format_message()}", err=True)
+        sys.exit(EXIT_USAGE)
+    except click.Abort:
+        click.echo("k3doctor: aborted", err=True)
+        sys.exit(130)
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

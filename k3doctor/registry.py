@@ -1,0 +1,143 @@
+"""The check registry: checks are small declarative units registered with ``@check``.
+
+A check names what it reads (a mapping of names to reading specs, or a function of the
+node's settings returning one) and a pure ``judge`` from those readings to verdicts.
+Active probes (deep tier) instead provide ``probe(ctx)``, which orchestrates through the
+transports. Built-in checks live in ``k3doctor.checks``; third-party packages add theirs
+through the ``k3doctor.checks`` entry-point group (pluggy-style discovery, no pluggy).
+"""
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from dataclasses import dataclass, field
+from typing import Callable, Optional, Union
+
+SCOPES = ("node", "gpu", "cluster", "node-pair")
+TIERS = ("fast", "deep")
+INTERACTIONS = ("passive", "active", "disruptive")
+ENTRY_POINT_GROUP = "k3doctor.checks"
+
+
+@dataclass(frozen=True)
+class Remediation:
+    code: str
+    title: str
+    text: str
+
+
+@dataclass
+class Check:
+    name: str
+    title: str
+    scope: str
+    reads: Union[dict, Callable, None] = None
+    judge: Optional[Callable] = None
+    probe: Optional[Callable] = None
+    tier: str = "fast"
+    interaction: str = "passive"
+    after: tuple = ()
+    timeout_s: Optional[float] = None
+    remediations: tuple = ()
+    params: dict = field(default_factory=dict)  # tunables with defaults; inventory `checks:` overrides
+    doc: str = ""
+
+    def readings_for(self, settings) -> dict:
+        """The check's reading specs for one node, given that node's settings."""
+        if self.reads is None:
+            return {}
+        return dict(self.reads(settings) if callable(self.reads) else self.reads)
+
+
+class RegistryError(Exception):
+    pass
+
+
+class Registry:
+    def __init__(self):
+        self.checks: dict = {}
+        self.remediations: dict = {}
+
+    def add(self, chk: Check) -> Check:
+        if chk.name in self.checks:
+            raise RegistryError(f"check {chk.name!r} registered twice")
+        for what, value, allowed in (("scope", chk.scope, SCOPES), ("tier", chk.tier, TIERS),
+                                     ("interaction", chk.interaction, INTERACTIONS)):
+            if value not in allowed:
+                raise RegistryError(f"check {chk.name!r}: {what} {value!r} not one of {', '.join(allowed)}")
+        if (chk.judge is None) == (chk.probe is None):
+            raise RegistryError(f"check {chk.name!r} needs exactly one of judge= or probe=")
+        self.checks[chk.name] = chk
+        return chk
+
+    def add_remediation(self, code: str, title: str, text: str) -> str:
+        self.remediations[code] = Remediation(code, title, text.strip())
+        return code
+
+    def ordered(self, names=None) -> list:
+        """Checks in registration order, with ``after=`` respected (stable topological order)."""
+        wanted = [c for c in self.checks.values() if names is None or c.name in names]
+        placed, out = set(), []
+
+        def place(chk, stack=()):
+            if chk.name in placed:
+                return
+            if chk.name in stack:
+                raise RegistryError(f"check ordering cycle: {' -> '.join(stack + (chk.name,))}")
+            for dep in chk.after:
+                if dep in self.checks and self.checks[dep] in wanted:
+                    place(self.checks[dep], stack + (chk.name,))
+            placed.add(chk.name)
+            out.append(chk)
+
+        for chk in wanted:
+            place(chk)
+        return out
+
+
+REGISTRY = Registry()
+
+
+def check(name: str, *, title: str, scope: str = "node", reads=None, tier: str = "fast",
+          interaction: str = "passive", after=(), timeout_s=None, remediation=(), params=None,
+          registry: Registry = None):
+    """Register the decorated function as a check's judge (passive) or probe (active)."""
+    def decorate(fn):
+        kind = "probe" if interaction != "passive" else "judge"
+        registry_ = registry or REGISTRY
+        registry_.add(Check(
+            name=name, title=title, scope=scope, reads=reads, tier=tier, interaction=interaction,
+            after=tuple(after), timeout_s=timeout_s,
+            remediations=(remediation,) if isinstance(remediation, str) else tuple(remediation),
+            params=dict(params or {}), doc=(fn.__doc__ or "").strip(), **{kind: fn}))
+        return fn
+    return decorate
+
+
+def remediation(code: str, title: str, text: str, registry: Registry = None) -> str:
+    """Register the text ``k3doctor explain CODE`` prints; returns the code for use in verdicts."""
+    return (registry or REGISTRY).add_remediation(code, title, text)
+
+
+_loaded = False
+
+
+def load_checks() -> tuple:
+    """Import the built-in checks and every entry-point plugin; returns plugin load errors."""
+    global _loaded
+    errors = []
+    if _loaded:
+        return ()
+    _loaded = True
+    import k3doctor.checks as builtin
+
+    for mod in pkgutil.iter_modules(builtin.__path__, builtin.__name__ + "."):
+        importlib.import_module(mod.name)
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            ep.load()
+        except Exception as exc:  # a broken plugin must not take the built-in checks down
+            errors.append(f"plugin {ep.name} ({ep.value}) failed to load: {exc}")
+    return tuple(errors)

@@ -1,0 +1,183 @@
+"""Run checks over the nodes: connect in parallel, gather once per node, judge, then probe.
+
+Phase 1 (passive, every tier): per node, in a bounded thread pool, one connection and one
+gather of every reading the selected checks declared; node and GPU judges run as soon as
+a node's readings are in. Phase 2: cluster judges over all nodes' readings. Phase 3:
+active probes (deep tier), in ``after=`` order, only for nodes whose prerequisite checks
+passed. A node that cannot be reached gets one ERROR per check and never stops the others.
+"""
+from __future__ import annotations
+
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from .gather import gather
+from .inventory import Inventory, Node
+from .parsers import ParseError
+from .readings import Readings, ReadingUnavailable
+from .results import Result, Status, Verdict, error
+from .transport import LocalTransport, SSHTransport, Transport, TransportError, resolve_ssh_target
+
+
+@dataclass
+class RunOptions:
+    parallel: int = 64
+    connect_timeout_s: Optional[float] = None  # None: the inventory's ssh settings
+    command_timeout_s: Optional[float] = None
+    node_deadline_s: Optional[float] = None
+    accept_unknown_hosts: bool = False
+    fix: bool = False
+    baseline: Optional[dict] = None
+    progress: Optional[Callable[[str], None]] = None
+
+
+@dataclass
+class RunReport:
+    results: list
+    nodes: list
+    duration_s: float
+    round_trips: dict = field(default_factory=dict)
+    unreachable: dict = field(default_factory=dict)
+    readings: dict = field(default_factory=dict)  # node -> {spec: reading}
+
+
+@dataclass
+class Context:
+    """What a judge or probe may know besides its readings: settings, params, baseline."""
+
+    check: object
+    settings: object
+    node: Optional[str] = None
+    nodes: dict = field(default_factory=dict)  # cluster/probe scope: node name -> Node
+    baseline: Optional[dict] = None
+    transports: dict = field(default_factory=dict)  # probes only
+    blocked: dict = field(default_factory=dict)  # probes only: node -> why it may not take part
+    fix: bool = False
+    deadline_s: float = 60.0
+
+    def param(self, name: str):
+        return self.settings.param(self.check, name)
+
+
+def make_transport(node: Node, inv: Inventory, opts: RunOptions) -> Transport:
+    if node.transport == "local":
+        return LocalTransport(node.name, sudo=node.sudo)
+    password = os.environ.get(node.password_env) if node.password_env else None
+    target = resolve_ssh_target(
+        node.name, node.host, port=node.port, user=node.user, identity_file=node.identity_file,
+        password=password, known_hosts=inv.ssh.known_hosts,
+        accept_unknown_hosts=opts.accept_unknown_hosts or inv.ssh.accept_unknown_hosts,
+        connect_timeout_s=opts.connect_timeout_s or inv.ssh.connect_timeout_s,
+        ssh_config_path=inv.ssh.ssh_config)
+    return SSHTransport(target, sudo=node.sudo)
+
+
+def _as_list(verdicts) -> list:
+    if verdicts is None:
+        return []
+    if isinstance(verdicts, Verdict):
+        return [verdicts]
+    return list(verdicts)
+
+
+def judge_safely(fn, *args) -> list:
+    """Run a judge or probe; whatever goes wrong becomes ERROR verdicts, never a traceback."""
+    try:
+        verdicts = _as_list(fn(*args))
+        return verdicts or [error("check returned no verdict (bug in the check)")]
+    except ReadingUnavailable as exc:
+        return [error(f"could not read: {exc}")]
+    except ParseError as exc:
+        return [error(f"unparseable output: {exc}")]
+    except TransportError as exc:
+        return [error(str(exc))]
+    except Exception as exc:  # a bug in one check must not hide the others' results
+        return [error(f"internal error in check: {type(exc).__name__}: {exc}")]
+
+
+def _to_results(chk, node: Optional[str], verdicts) -> list:
+    return [Result(check=chk.name, node=v.node or node, status=v.status, message=v.message, gpu=v.gpu,
+                   evidence=v.evidence, remediation=v.remediation or (
+                       chk.remediations[0] if chk.remediations and v.status in (Status.FAIL, Status.WARN)
+                       else None))
+            for v in verdicts]
+
+
+def run_checks(inv: Inventory, checks: list, opts: RunOptions = None) -> RunReport:
+    opts = opts or RunOptions()
+    say = opts.progress or (lambda msg: None)
+    started = time.monotonic()
+    passive = [c for c in checks if c.interaction == "passive"]
+    local = [c for c in passive if c.scope in ("node", "gpu")]
+    cluster = [c for c in passive if c.scope == "cluster"]
+    active = [c for c in checks if c.interaction != "passive"]
+    command_timeout = opts.command_timeout_s or inv.ssh.command_timeout_s
+    deadline = opts.node_deadline_s or inv.ssh.node_deadline_s
+
+    transports, readings, unreachable, results_by_node = {}, {}, {}, {}
+
+    def visit(node: Node):
+        transport = make_transport(node, inv, opts)
+        transports[node.name] = transport
+        specs_by_check = {c.name: c.readings_for(node.settings) for c in passive}
+        try:
+            transport.connect()
+            got = gather(transport, [s for specs in specs_by_check.values() for s in specs.values()],
+                         command_timeout_s=command_timeout, deadline_s=deadline)
+        except TransportError as exc:
+            unreachable[node.name] = str(exc)
+            results_by_node[node.name] = [
+                Result(c.name, node.name, Status.ERROR, f"node not checked: {exc}") for c in checks]
+            say(f"{node.name}: unreachable ({exc})")
+            return
+        readings[node.name] = got
+        out = []
+        for chk in local:
+            r = Readings({name: got[spec] for name, spec in specs_by_check[chk.name].items()})
+            ctx = Context(chk, node.settings, node=node.name,
+                          baseline=(opts.baseline or {}).get(node.name))
+            out += _to_results(chk, node.name, judge_safely(chk.judge, r, ctx))
+        results_by_node[node.name] = out
+        say(f"{node.name}: {len(got)} readings in {transport.round_trips} round trip(s)")
+
+    workers = max(1, min(opts.parallel, len(inv.nodes)))
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="k3doctor-node") as pool:
+        list(pool.map(visit, inv.nodes))
+
+    results = [r for node in inv.nodes for r in results_by_node.get(node.name, [])]
+    nodes = {n.name: n for n in inv.nodes}
+    reachable = [n for n in inv.nodes if n.name in readings]
+    for chk in cluster:
+        per_node = {n.name: Readings({name: readings[n.name][spec]
+                                      for name, spec in chk.readings_for(n.settings).items()})
+                    for n in reachable}
+        ctx = Context(chk, inv.cluster, nodes={n.name: n for n in reachable}, baseline=opts.baseline)
+        results += _to_results(chk, None, judge_safely(chk.judge, per_node, ctx)) if reachable else []
+    for chk in active:
+        blocked = dict(unreachable)
+        for r in results:
+            if r.check in chk.after and r.node and r.status in (Status.FAIL, Status.ERROR):
+                blocked.setdefault(r.node, f"{r.check} is {r.status.value}")
+        ctx = Context(chk, inv.cluster, nodes=nodes, baseline=opts.baseline, transports=transports,
+                      blocked=blocked, fix=opts.fix, deadline_s=chk.timeout_s or deadline)
+        say(f"probe {chk.name}: starting")
+        results += _to_results(chk, None, judge_safely(chk.probe, ctx))
+    for transport in transports.values():
+        transport.close()
+    return RunReport(results=results, nodes=[n.name for n in inv.nodes],
+                     duration_s=round(time.monotonic() - started, 3),
+                     round_trips={name: t.round_trips for name, t in transports.items()},
+                     unreachable=unreachable, readings=readings)
+
+
+def select_checks(registry, *, only=(), skip=(), tier="fast") -> list:
+    """The checks a run should do: named ones, else every check of the tier (deep includes fast)."""
+    unknown = [n for n in (*only, *skip) if n not in registry.checks]
+    if unknown:
+        raise KeyError(", ".join(unknown))
+    names = set(only) if only else {c.name for c in registry.checks.values()
+                                    if tier == "deep" or c.tier == "fast"}
+    return registry.ordered(names - set(skip))
