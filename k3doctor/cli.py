@@ -68,10 +68,14 @@ def cli():
               "Without it k3doctor never changes a node.")
 @click.option("--baseline", "baseline_path", type=click.Path(dir_okay=False), default=None,
               help="Baseline file from `k3doctor baseline record`, for drift checks.")
+@click.option("--set", "overrides", multiple=True, metavar="CHECK.PARAM=VALUE",
+              help="Override a check parameter for this run (repeatable), e.g. rack-free.window_min=10.")
+@click.option("--pairs", default=None, metavar="PLAN",
+              help="Node pairs for the fabric probe: quick, all, or a,b;c,d (= --set ualoe-fabric.pairs=PLAN).")
 @click.option("-o", "--output", type=click.File("w"), default="-", help="Write the report here.")
 @click.option("-v", "--verbose", is_flag=True, help="Show evidence and passing results.")
 def check_cmd(inventory, only, skip, tier, fmt, parallel, timeout, connect_timeout, node_deadline,
-              accept_unknown_hosts, fix, baseline_path, output, verbose):
+              accept_unknown_hosts, fix, baseline_path, overrides, pairs, output, verbose):
     """Run the checks and report READY TO LAUNCH / DO NOT LAUNCH / INCONCLUSIVE."""
     _load_plugins()
     try:
@@ -79,6 +83,9 @@ def check_cmd(inventory, only, skip, tier, fmt, parallel, timeout, connect_timeo
     except InventoryError as exc:
         click.echo(f"k3doctor: invalid inventory:\n{exc}", err=True)
         sys.exit(EXIT_USAGE)
+    if pairs:
+        overrides += (f"ualoe-fabric.pairs={pairs}",)
+    apply_overrides(inv, overrides)
     try:
         checks = select_checks(REGISTRY, only=_names(only), skip=_names(skip), tier=tier)
     except KeyError as exc:
@@ -98,6 +105,26 @@ def check_cmd(inventory, only, skip, tier, fmt, parallel, timeout, connect_timeo
     sys.exit(overall(report.results).exit_code)
 
 
+def apply_overrides(inv, overrides) -> None:
+    """``--set check.param=value``: typed like the parameter's default, applied to every node."""
+    import yaml
+
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        name, dot, param = key.rpartition(".")
+        chk = REGISTRY.checks.get(name)
+        if not (sep and dot) or chk is None or param not in chk.params:
+            raise click.UsageError(f"--set {item!r}: expected CHECK.PARAM=VALUE with a parameter from "
+                                   "`k3doctor list -v`")
+        default = chk.params[param]
+        value = raw if isinstance(default, str) or default is None else yaml.safe_load(raw)
+        if isinstance(default, (int, float)) and not isinstance(default, bool) and \
+                not isinstance(value, (int, float)):
+            raise click.UsageError(f"--set {item!r}: {param} takes a number")
+        for settings in [inv.cluster] + [n.settings for n in inv.nodes]:
+            settings.checks.setdefault(name, {})[param] = value
+
+
 def _read_baseline(path: str) -> dict:
     import yaml
 
@@ -112,7 +139,8 @@ def _read_baseline(path: str) -> dict:
 
 
 @cli.command("list")
-def list_cmd():
+@click.option("-v", "--verbose", is_flag=True, help="Also show each check's parameters and defaults.")
+def list_cmd(verbose):
     """List the registered checks."""
     from tabulate import tabulate
 
@@ -120,6 +148,10 @@ def list_cmd():
     rows = [(c.name, c.scope, c.tier, c.interaction, ",".join(c.remediations) or "-", c.title)
             for c in REGISTRY.ordered()]
     click.echo(tabulate(rows, headers=["check", "scope", "tier", "interaction", "remediation", "what"]))
+    if verbose:
+        for c in REGISTRY.ordered():
+            for param, default in c.params.items():
+                click.echo(f"  {c.name}.{param} = {default!r}")
 
 
 @cli.command("explain")
