@@ -77,12 +77,7 @@ def cli():
 def check_cmd(inventory, only, skip, tier, fmt, parallel, timeout, connect_timeout, node_deadline,
               accept_unknown_hosts, fix, baseline_path, overrides, pairs, output, verbose):
     """Run the checks and report READY TO LAUNCH / DO NOT LAUNCH / INCONCLUSIVE."""
-    _load_plugins()
-    try:
-        inv = load_inventory(inventory, REGISTRY) if inventory else localhost_inventory()
-    except InventoryError as exc:
-        click.echo(f"k3doctor: invalid inventory:\n{exc}", err=True)
-        sys.exit(EXIT_USAGE)
+    inv = _inventory(inventory)
     if pairs:
         overrides += (f"ualoe-fabric.pairs={pairs}",)
     apply_overrides(inv, overrides)
@@ -103,6 +98,16 @@ def check_cmd(inventory, only, skip, tier, fmt, parallel, timeout, connect_timeo
         text = render_table(report, checks, verbose=verbose)
     click.echo(text, file=output)
     sys.exit(overall(report.results).exit_code)
+
+
+def _inventory(path):
+    """Plugins loaded, then the inventory (validated against their parameters) or exit 3."""
+    _load_plugins()
+    try:
+        return load_inventory(path, REGISTRY) if path else localhost_inventory()
+    except InventoryError as exc:
+        click.echo(f"k3doctor: invalid inventory:\n{exc}", err=True)
+        sys.exit(EXIT_USAGE)
 
 
 def apply_overrides(inv, overrides) -> None:
@@ -136,6 +141,36 @@ def _read_baseline(path: str) -> dict:
     if not isinstance(data, dict) or not isinstance(data.get("nodes"), dict):
         raise click.UsageError(f"{path} is not a k3doctor baseline (no `nodes:` mapping)")
     return data["nodes"]
+
+
+@cli.group("baseline")
+def baseline_group():
+    """Record a rack's healthy per-node readings, for drift checks (`check --baseline`)."""
+
+
+@baseline_group.command("record")
+@click.option("--nodes", "inventory", metavar="INVENTORY.yaml", help="Inventory (default: this machine).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), required=True,
+              help="Baseline YAML file to write.")
+@click.option("--accept-unknown-hosts", is_flag=True, help="Accept host keys missing from known_hosts.")
+def baseline_record_cmd(inventory, output, accept_unknown_hosts):
+    """Snapshot what the checks that keep baselines read on every node (the rack should be healthy)."""
+    import time
+
+    import yaml
+
+    inv = _inventory(inventory)
+    checks = [c for c in REGISTRY.ordered() if c.record is not None]
+    report = run_checks(inv, checks, RunOptions(record=True, accept_unknown_hosts=accept_unknown_hosts,
+                                                progress=_progress()))
+    doc = {"schema": "k3doctor.baseline/1", "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+           "inventory": inv.path, "nodes": report.records}
+    with open(output, "w", encoding="utf-8") as fh:
+        yaml.safe_dump(doc, fh, sort_keys=False)
+    for node, why in report.unreachable.items():
+        click.echo(f"k3doctor: {node} not recorded: {why}", err=True)
+    click.echo(f"baseline of {len(report.records)} node(s), {len(checks)} check(s) written to {output}")
+    sys.exit(2 if report.unreachable else 0)
 
 
 @cli.command("list")

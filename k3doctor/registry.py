@@ -40,6 +40,8 @@ class Check:
     timeout_s: Optional[float] = None
     remediations: tuple = ()
     params: dict = field(default_factory=dict)  # tunables with defaults; inventory `checks:` overrides
+    record: Optional[Callable] = None  # (readings, ctx) -> plain data kept by `k3doctor baseline record`
+    fixer: Optional[Callable] = None  # (transport, verdicts, ctx) -> verdicts; runs only with --fix
     doc: str = ""
 
     def readings_for(self, settings) -> dict:
@@ -100,8 +102,14 @@ REGISTRY = Registry()
 
 def check(name: str, *, title: str, scope: str = "node", reads=None, tier: str = "fast",
           interaction: str = "passive", after=(), timeout_s=None, remediation=(), params=None,
-          registry: Registry = None):
-    """Register the decorated function as a check's judge (passive) or probe (active)."""
+          record=None, fixer=None, registry: Registry = None):
+    """Register the decorated function as a check's judge (passive) or probe (active).
+
+    ``record`` (optional) turns the check's readings into the node's baseline entry;
+    ``ctx.baseline`` then holds that entry for drift judgement. ``fixer`` (optional)
+    repairs exactly what the verdicts' evidence names, and runs only when the user
+    passed ``--fix``.
+    """
     def decorate(fn):
         kind = "probe" if interaction != "passive" else "judge"
         registry_ = registry or REGISTRY
@@ -109,7 +117,8 @@ def check(name: str, *, title: str, scope: str = "node", reads=None, tier: str =
             name=name, title=title, scope=scope, reads=reads, tier=tier, interaction=interaction,
             after=tuple(after), timeout_s=timeout_s,
             remediations=(remediation,) if isinstance(remediation, str) else tuple(remediation),
-            params=dict(params or {}), doc=(fn.__doc__ or "").strip(), **{kind: fn}))
+            params=dict(params or {}), record=record, fixer=fixer, doc=(fn.__doc__ or "").strip(),
+            **{kind: fn}))
         return fn
     return decorate
 

@@ -30,7 +30,8 @@ class RunOptions:
     node_deadline_s: Optional[float] = None
     accept_unknown_hosts: bool = False
     fix: bool = False
-    baseline: Optional[dict] = None
+    baseline: Optional[dict] = None  # node -> check -> recorded data
+    record: bool = False  # collect baseline records instead of only judging
     progress: Optional[Callable[[str], None]] = None
 
 
@@ -42,6 +43,7 @@ class RunReport:
     round_trips: dict = field(default_factory=dict)
     unreachable: dict = field(default_factory=dict)
     readings: dict = field(default_factory=dict)  # node -> {spec: reading}
+    records: dict = field(default_factory=dict)  # node -> check -> baseline data (record mode)
 
 
 @dataclass
@@ -52,7 +54,7 @@ class Context:
     settings: object
     node: Optional[str] = None
     nodes: dict = field(default_factory=dict)  # cluster/probe scope: node name -> Node
-    baseline: Optional[dict] = None
+    baseline: object = None  # this check's baseline entry (cluster scope: node -> entry)
     transports: dict = field(default_factory=dict)  # probes only
     blocked: dict = field(default_factory=dict)  # probes only: node -> why it may not take part
     fix: bool = False
@@ -111,13 +113,13 @@ def run_checks(inv: Inventory, checks: list, opts: RunOptions = None) -> RunRepo
     say = opts.progress or (lambda msg: None)
     started = time.monotonic()
     passive = [c for c in checks if c.interaction == "passive"]
-    local = [c for c in passive if c.scope in ("node", "gpu")]
     cluster = [c for c in passive if c.scope == "cluster"]
     active = [c for c in checks if c.interaction != "passive"]
     command_timeout = opts.command_timeout_s or inv.ssh.command_timeout_s
     deadline = opts.node_deadline_s or inv.ssh.node_deadline_s
 
-    transports, readings, unreachable, results_by_node = {}, {}, {}, {}
+    transports, readings, unreachable, results_by_node, records = {}, {}, {}, {}, {}
+    baseline = opts.baseline or {}
 
     def visit(node: Node):
         transport = make_transport(node, inv, opts)
@@ -135,11 +137,18 @@ def run_checks(inv: Inventory, checks: list, opts: RunOptions = None) -> RunRepo
             return
         readings[node.name] = got
         out = []
-        for chk in local:
+        for chk in passive:
             r = Readings({name: got[spec] for name, spec in specs_by_check[chk.name].items()})
             ctx = Context(chk, node.settings, node=node.name,
-                          baseline=(opts.baseline or {}).get(node.name))
-            out += _to_results(chk, node.name, judge_safely(chk.judge, r, ctx))
+                          baseline=baseline.get(node.name, {}).get(chk.name), fix=opts.fix)
+            if opts.record and chk.record:
+                records.setdefault(node.name, {})[chk.name] = _record_safely(chk, r, ctx)
+            if chk.scope not in ("node", "gpu"):
+                continue
+            verdicts = judge_safely(chk.judge, r, ctx)
+            if opts.fix and chk.fixer and any(v.status in (Status.FAIL, Status.WARN) for v in verdicts):
+                verdicts += judge_safely(chk.fixer, transport, verdicts, ctx)
+            out += _to_results(chk, node.name, verdicts)
         results_by_node[node.name] = out
         say(f"{node.name}: {len(got)} readings in {transport.round_trips} round trip(s)")
 
@@ -154,14 +163,16 @@ def run_checks(inv: Inventory, checks: list, opts: RunOptions = None) -> RunRepo
         per_node = {n.name: Readings({name: readings[n.name][spec]
                                       for name, spec in chk.readings_for(n.settings).items()})
                     for n in reachable}
-        ctx = Context(chk, inv.cluster, nodes={n.name: n for n in reachable}, baseline=opts.baseline)
+        ctx = Context(chk, inv.cluster, nodes={n.name: n for n in reachable},
+                      baseline={n: entry.get(chk.name) for n, entry in baseline.items()})
         results += _to_results(chk, None, judge_safely(chk.judge, per_node, ctx)) if reachable else []
     for chk in active:
         blocked = dict(unreachable)
         for r in results:
             if r.check in chk.after and r.node and r.status in (Status.FAIL, Status.ERROR):
                 blocked.setdefault(r.node, f"{r.check} is {r.status.value}")
-        ctx = Context(chk, inv.cluster, nodes=nodes, baseline=opts.baseline, transports=transports,
+        ctx = Context(chk, inv.cluster, nodes=nodes, transports=transports,
+                      baseline={n: entry.get(chk.name) for n, entry in baseline.items()},
                       blocked=blocked, fix=opts.fix, deadline_s=chk.timeout_s or deadline)
         say(f"probe {chk.name}: starting")
         results += _to_results(chk, None, judge_safely(chk.probe, ctx))
@@ -170,7 +181,15 @@ def run_checks(inv: Inventory, checks: list, opts: RunOptions = None) -> RunRepo
     return RunReport(results=results, nodes=[n.name for n in inv.nodes],
                      duration_s=round(time.monotonic() - started, 3),
                      round_trips={name: t.round_trips for name, t in transports.items()},
-                     unreachable=unreachable, readings=readings)
+                     unreachable=unreachable, readings=readings, records=records)
+
+
+def _record_safely(chk, r, ctx):
+    """A baseline entry, or the reason it could not be taken (kept in the file, shown on use)."""
+    try:
+        return chk.record(r, ctx)
+    except (ReadingUnavailable, ParseError) as exc:
+        return {"unrecorded": str(exc)}
 
 
 def select_checks(registry, *, only=(), skip=(), tier="fast") -> list:
