@@ -14,14 +14,16 @@ from k3doctor.parsers._common import require_text
 
 # Both the PyTorch >= 2.x layout ("[rank0]:[E1206 ...] [Rank 0] Watchdog ... NumelIn=..") and the
 # legacy one ("[E ProcessGroupNCCL.cpp:737] [Rank 1] Watchdog ...", no NumelIn/NumelOut).
+# "[Rank 0]", "[PG 1 Rank 0]", "[PG 0 (default_pg) Rank 1]", "[PG ID 0 PG GUID 0(default_pg) Rank 1]"
+_RANK_TAG = r"\[(?:PG (?:ID )?(?P<pg>\d+)[^\]]*? )?Rank (?P<rank>\d+)\]"
 _WATCHDOG = re.compile(
-    r"\[(?:PG (?P<pg>\d+) )?Rank (?P<rank>\d+)\] Watchdog caught collective operation timeout: "
+    _RANK_TAG + r" Watchdog caught collective operation timeout: "
     r"WorkNCCL\(SeqNum=(?P<seq>\d+), OpType=(?P<op>\w+)"
     r"(?:, NumelIn=(?P<numel_in>\d+), NumelOut=(?P<numel_out>\d+))?"
     r", Timeout\(ms\)=(?P<timeout>\d+)\) ran for (?P<ran>\d+) milliseconds"
 )
 _PROGRESS = re.compile(
-    r"\[(?:PG (?P<pg>\d+) )?Rank (?P<rank>\d+)\].*?last enqueued (?:NCCL )?work: (?P<enqueued>-?\d+), "
+    _RANK_TAG + r".*?last enqueued (?:NCCL )?work: (?P<enqueued>-?\d+), "
     r"last completed (?:NCCL )?work: (?P<completed>-?\d+)"
 )
 _NCCL_VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+)")

@@ -1,0 +1,136 @@
+import pytest
+
+from k3doctor.parsers import ParseError
+from k3doctor.parsers.dmesg import BLOCK, INFO, accid_to_location, find_signatures, parse_line, parse_log
+from tests.corpus import load
+
+# Constructed from reference §8 (importer-side fabric signatures, `amdgpu <BDF>:` prefix), §6
+# (UALink activation/failure wording) and §10 (wedged-GPU lines and host-noise lines), in the
+# four log flavours the doctor may read.  No real capture of these exists in the corpus.
+FABRIC_LINES = """\
+[ 8812.004211] amdgpu 0001:01:00.0: amdgpu: IMPORT: NPA-RSP timeout from remote AccId:51
+[ 8812.004300] amdgpu 0001:01:00.0: amdgpu: LSDMA PIO error status bits 0x8000
+[ 8812.004301] amdgpu 0001:01:00.0: amdgpu: LSDMA PIO failed to copy memory!
+[ 8812.104400] amdgpu 0001:01:00.0: amdgpu: HELLO: Send failed to remote AccId:17
+[ 8812.204500] amdgpu 0001:01:00.0: amdgpu: IMPORT: connection setup failed with remote AccId:17
+[ 8812.304600] amdgpu 0001:01:00.0: amdgpu: IMPORT: XA import failed for handle:1f00:0a3c
+"""
+UALINK_LINES = """\
+Oct 09 10:00:01 ct13 kernel: amdgpu 0002:01:00.0: amdgpu: UALINK: activating accelerator accel_id=49 (accel_state=3)
+Oct 09 10:00:09 ct13 kernel: amdgpu 0002:01:00.0: amdgpu: UALINK: accelerator accel_id=49 is now ACTIVE
+Oct 09 10:00:09 ct13 kernel: amdgpu 0003:01:00.0: amdgpu: Failed to init UALink sw r=-110
+"""
+WEDGED_AND_NOISE = """\
+[Fri Oct  9 10:12:00 2026] mce: [Hardware Error]: CPU 0/48: Machine Check: 0 Bank 62: a0002000003d0800
+[Fri Oct  9 10:12:00 2026] mana 7870:00:00.0 enP30832s1: Failed to query link config: -71
+[Fri Oct  9 10:14:31 2026] amdgpu 0001:01:00.0: amdgpu: MES(0, 0) failed to respond to msg=REMOVE_QUEUE
+[Fri Oct  9 10:14:32 2026] amdgpu 0001:01:00.0: amdgpu: MES ring buffer is full.
+[Fri Oct  9 10:14:40 2026] [drm] Fence fallback timer expired on ring sdma0
+[Fri Oct  9 10:15:00 2026] {1}[Hardware Error]: event severity: fatal
+"""
+
+
+def _names(findings):
+    return [f.signature for f in findings]
+
+
+def test_pagefault_noretry_corpus():
+    findings = find_signatures(load("dmesg-amdgpu-pagefault-noretry.txt"))
+    assert _names(findings) == ["no_retry_page_fault", "no_retry_page_fault"]
+    first, second = findings
+    assert first.bdf == "0000:c6:00.0" and first.severity == BLOCK
+    assert first.timestamp == "4778.915423"
+    assert first.line.startswith("[ 4778.915423] amdgpu 0000:c6:00.0:")
+    assert first.details == {
+        "hub": "gfxhub0", "vmid": "3", "pasid": "32769", "process": "pt_main_thread", "pid": "12924",
+        "address": "0x0000ae8570611000", "ih_client": "UTCL2", "fault_status": "0x00301031",
+        "faulty_client": "TCP", "permission_faults": "0x3",
+    }
+    assert second.details["address"] == "0x0000ae8570612000"
+    assert second.details["fault_status"] == "0x00000000"
+    assert second.details["faulty_client"] == "CB"
+
+
+def test_ring_timeout_gpu_reset_corpus():
+    findings = find_signatures(load("dmesg-amdgpu-ring-timeout-gpu-reset.txt"))
+    assert _names(findings) == ["ring_timeout", "gpu_reset", "mes_remove_queue_failed"]
+    timeout = findings[0]
+    assert timeout.bdf == "0000:c5:00.0"
+    assert timeout.details == {"ring": "gfx_0.0.0", "process": "code", "pid": "1048641"}
+    assert all(f.bdf == "0000:c5:00.0" for f in findings)
+
+
+def test_iso_decoded_ras_fixture():
+    text = load("dmesg-iso-amdgpu-ras-nodescraper-fixture.txt")
+    findings = find_signatures(text)
+    assert _names(findings) == ["ras_poison_consumed", "ras_bad_page_threshold"]  # APEI "recoverable" is not
+    assert findings[0].bdf == "0000:01:00.0"
+    assert findings[1].bdf == "0000:02:00.0"
+    assert findings[1].details == {"bad_pages": "150", "threshold": "128"}
+    assert findings[1].timestamp == "2026-01-07T10:02:01,345678-06:00"
+    lines = parse_log(text)
+    assert len(lines) == 71
+    assert all(line.level in ("info", "warn", "err") for line in lines)
+    assert sum(1 for line in lines if line.level == "err" and "amdgpu" in line.text) == 16
+
+
+def test_fabric_signatures_with_accid():
+    findings = find_signatures(FABRIC_LINES)
+    assert _names(findings) == [
+        "npa_rsp_timeout", "lsdma_pio_error", "lsdma_pio_copy_failed",
+        "hello_send_failed", "import_setup_failed", "xa_import_failed",
+    ]
+    assert all(f.bdf == "0001:01:00.0" and f.severity == BLOCK for f in findings)
+    assert [f.accid for f in findings] == [51, None, None, 17, 17, None]
+    assert findings[1].details == {"status": "0x8000"}
+    assert findings[5].details == {"handle": "1f00:0a3c"}
+    assert accid_to_location(findings[0].accid) == (13, 3)  # §8: AccId 51 = CT13, 4th accelerator
+
+
+def test_ualink_lines_journalctl():
+    activating, active, failed = find_signatures(UALINK_LINES)
+    assert (activating.signature, activating.accid, activating.details) == (
+        "ualink_activating", 49, {"accel_state": "3"})
+    assert (active.signature, active.accid, active.severity) == ("ualink_active", 49, INFO)
+    assert (failed.signature, failed.bdf, failed.details) == ("ualink_sw_init_failed", "0003:01:00.0", {"r": "-110"})
+    assert activating.timestamp == "Oct 09 10:00:01"
+
+
+def test_wedged_signatures_and_host_noise():
+    findings = find_signatures(WEDGED_AND_NOISE)
+    assert _names(findings) == [
+        "mes_remove_queue_failed", "mes_ring_full", "fence_fallback_timer_expired", "fatal_hw_error",
+    ]
+    assert findings[2].details == {"ring": "sdma0"} and findings[2].bdf is None
+    assert findings[0].timestamp == "Fri Oct  9 10:14:31 2026"
+
+
+def test_host_noise_alone_has_no_findings():
+    mce_and_mana = "".join(WEDGED_AND_NOISE.splitlines(keepends=True)[:2])
+    assert find_signatures(mce_and_mana) == []
+
+
+@pytest.mark.parametrize("line, expected", [
+    ("[ 4778.915423] amdgpu: x", ("4778.915423", None, "amdgpu: x")),
+    ("[Sat Jan  7 14:25:56 2023] text", ("Sat Jan  7 14:25:56 2023", None, "text")),
+    ("kern  :err   : 2026-01-07T10:02:00,123456-06:00 msg", ("2026-01-07T10:02:00,123456-06:00", "err", "msg")),
+    ("kern  :warn  : [   12.000001] msg", ("12.000001", "warn", "msg")),
+    ("Jan  7 14:25:56 host kernel: msg", ("Jan  7 14:25:56", None, "msg")),
+    ("2026-10-09T10:00:00+0000 ct1 kernel: msg", ("2026-10-09T10:00:00+0000", None, "msg")),
+    ("continuation without prefix", (None, None, "continuation without prefix")),
+])
+def test_parse_line_flavours(line, expected):
+    parsed = parse_line(line)
+    assert (parsed.timestamp, parsed.level, parsed.text) == expected
+    assert parsed.raw == line
+
+
+@pytest.mark.parametrize("text", ["", "  \n", "dmesg: read kernel buffer failed: Operation not permitted\n"])
+def test_not_a_kernel_log_raises(text):
+    with pytest.raises(ParseError):
+        find_signatures(text)
+
+
+@pytest.mark.parametrize("accid, location", [(0, (1, 0)), (3, (1, 3)), (4, (2, 0)), (51, (13, 3)), (63, (16, 3))])
+def test_accid_to_location(accid, location):
+    assert accid_to_location(accid) == location
