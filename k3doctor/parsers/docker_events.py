@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from k3doctor.parsers import ParseError
-from k3doctor.parsers._common import to_int
+from k3doctor.parsers._common import to_float, to_int
 
 _TEXT_EVENT = re.compile(r"^(?P<ts>\S+) (?P<type>\S+) (?P<action>.+?) (?P<id>\S+)(?: \((?P<attrs>.*)\))?$")
 _ATTR_SPLIT = re.compile(r", (?=[\w./-]+=)")  # event attributes: "k=v, k=v"
@@ -59,16 +59,17 @@ def event_from_dict(d: dict) -> Event:
     if not isinstance(d, dict):
         raise ParseError(f"docker event: expected an object, got {type(d).__name__}")
     actor = d.get("Actor") or {}
-    attributes = {str(k): str(v) for k, v in (actor.get("Attributes") or {}).items()}
+    raw_attributes = actor.get("Attributes") or {} if isinstance(actor, dict) else None
+    if not isinstance(raw_attributes, dict):
+        raise ParseError(f"docker event: malformed Actor in {d!r:.120}")
+    attributes = {str(k): str(v) for k, v in raw_attributes.items()}
     action = d.get("Action") or d.get("status")
     event_id = actor.get("ID") or d.get("id")
     if not action or not event_id:
         raise ParseError(f"docker event: no action/id in {d!r:.120}")
-    if "timeNano" in d:
-        when = int(d["timeNano"]) / 1e9
-    elif "time" in d:
-        when = float(d["time"])
-    else:
+    nanos = to_int(d.get("timeNano"), "docker event timeNano")
+    when = nanos / 1e9 if nanos is not None else to_float(d.get("time"), "docker event time")
+    if when is None:
         raise ParseError(f"docker event: no time in {d!r:.120}")
     return Event(
         time=when,
@@ -136,7 +137,7 @@ def parse_events_text(text: str) -> list:
 
 def _ps_created(value: str) -> float | None:
     """``"2026-08-04 18:35:29 +0900 JST"`` -> epoch seconds; the zone name is ignored."""
-    match = _PS_CREATED.match(value or "")
+    match = _PS_CREATED.match(value)
     if not match:
         return None
     return datetime.strptime(" ".join(match.groups()), "%Y-%m-%d %H:%M:%S %z").timestamp()
@@ -146,15 +147,15 @@ def parse_ps_jsonl(text: str) -> list:
     """``docker ps [-a] --format json`` (one object per line) -> ``list[Container]``."""
     containers = []
     for row in _json_lines(text, "docker ps"):
-        if not isinstance(row, dict) or not row.get("Names") or "Status" not in row:
+        if not isinstance(row, dict) or not isinstance(row.get("Names"), str) or not isinstance(row.get("Status"), str):
             raise ParseError(f"docker ps: row without Names/Status: {row!r:.120}")
-        labels = [item.partition("=") for item in _LABEL_SPLIT.split(row.get("Labels") or "") if item]
+        labels = [item.partition("=") for item in _LABEL_SPLIT.split(str(row.get("Labels") or "")) if item]
         containers.append(Container(
             name=row["Names"],
             state=row.get("State") or None,
             status=row["Status"],
-            image=row.get("Image", ""),
-            created=_ps_created(row.get("CreatedAt", "")),
+            image=str(row.get("Image", "")),
+            created=_ps_created(str(row.get("CreatedAt", ""))),
             id=row.get("ID"),
             labels={k: v for k, _, v in labels},
         ))
