@@ -9,10 +9,18 @@ from __future__ import annotations
 
 import secrets
 import time
-from typing import Iterable
+from collections.abc import Iterable
 
 from .readings import (
-    Command, CommandReading, Docker, DockerReading, Exists, File, FileReading, Glob, Unavailable,
+    Command,
+    CommandReading,
+    Docker,
+    DockerReading,
+    Exists,
+    File,
+    FileReading,
+    Glob,
+    Unavailable,
 )
 from .shell import join, quote, with_timeout
 from .transport import TransportError
@@ -29,7 +37,11 @@ emit() {
   printf %s "$3"; cat "$t/oc" "$t/ec"
 }
 none() { : > "$t/o"; : > "$t/e"; emit "$1" "$2" "$3"; }
-readf() { if [ -d "$2" ]; then none "$1" D "$2"; elif [ -e "$2" ]; then cat -- "$2" > "$t/o" 2> "$t/e"; emit "$1" $? "$2"; else none "$1" M "$2"; fi; }
+readf() {
+  if [ -d "$2" ]; then none "$1" D "$2"
+  elif [ -e "$2" ]; then cat -- "$2" > "$t/o" 2> "$t/e"; emit "$1" $? "$2"
+  else none "$1" M "$2"; fi
+}
 """
 
 

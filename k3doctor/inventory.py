@@ -8,7 +8,6 @@ from __future__ import annotations
 import difflib
 import os
 from dataclasses import dataclass, field
-from typing import Optional
 
 import yaml
 
@@ -31,7 +30,7 @@ class InventoryError(Exception):
 
 @dataclass
 class SSHSettings:
-    known_hosts: Optional[str] = None  # None: ~/.ssh/known_hosts (+ system)
+    known_hosts: str | None = None  # None: ~/.ssh/known_hosts (+ system)
     accept_unknown_hosts: bool = False
     ssh_config: str = "~/.ssh/config"
     connect_timeout_s: float = 10.0
@@ -45,9 +44,9 @@ class Settings:
 
     cluster: str = "k3"
     container: str = "k3ep16"
-    image: Optional[str] = None
-    stepping: Optional[str] = None
-    hbm_gib_per_gpu: Optional[int] = None
+    image: str | None = None
+    stepping: str | None = None
+    hbm_gib_per_gpu: int | None = None
     gpus_per_node: int = 4
     tools: dict = field(default_factory=lambda: dict(DEFAULT_TOOLS))
     checks: dict = field(default_factory=dict)  # check name -> {param: value}
@@ -60,13 +59,13 @@ class Settings:
 @dataclass
 class Node:
     name: str
-    host: Optional[str]
+    host: str | None
     settings: Settings
-    port: Optional[int] = None
-    user: Optional[str] = None
-    identity_file: Optional[str] = None
-    password_env: Optional[str] = None
-    data_ip: Optional[str] = None
+    port: int | None = None
+    user: str | None = None
+    identity_file: str | None = None
+    password_env: str | None = None
+    data_ip: str | None = None
     sudo: bool = False
     transport: str = "ssh"
     line: int = 0

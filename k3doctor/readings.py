@@ -8,7 +8,6 @@ the results by the names they declared and never do I/O themselves.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
 
 
 @dataclass(frozen=True)
@@ -37,13 +36,13 @@ class Command:
     """Run argv on the node (each word shell-quoted by the gatherer) under its own timeout."""
 
     argv: tuple
-    timeout_s: Optional[float] = None
+    timeout_s: float | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "argv", tuple(str(a) for a in self.argv))
 
 
-def sh(script: str, timeout_s: Optional[float] = None) -> Command:
+def sh(script: str, timeout_s: float | None = None) -> Command:
     """A check-authored shell snippet; put inventory values in it only via ``shell.quote``."""
     return Command(("sh", "-c", script), timeout_s)
 
@@ -53,7 +52,7 @@ class Docker:
     """The node's Docker engine, read with the Docker SDK: all containers and recent events."""
 
     events_since_s: int = 1800
-    container: Optional[str] = None  # also inspect this container (our own), if it exists
+    container: str | None = None  # also inspect this container (our own), if it exists
 
 
 class ReadingUnavailable(Exception):
@@ -63,8 +62,8 @@ class ReadingUnavailable(Exception):
 @dataclass
 class FileReading:
     path: str
-    content: Optional[str]  # None: the path does not exist
-    error: Optional[str] = None  # set when it exists but could not be read (EINVAL, EACCES)
+    content: str | None  # None: the path does not exist
+    error: str | None = None  # set when it exists but could not be read (EINVAL, EACCES)
     truncated: bool = False
 
     @property
@@ -83,12 +82,12 @@ class FileReading:
 @dataclass
 class CommandReading:
     command: str
-    rc: Optional[int]
+    rc: int | None
     stdout: str
     stderr: str
     timed_out: bool = False
     truncated: bool = False
-    duration_s: Optional[float] = None
+    duration_s: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -111,7 +110,7 @@ class CommandReading:
 class DockerReading:
     containers: list = field(default_factory=list)  # docker SDK container attrs (dicts)
     events: list = field(default_factory=list)  # docker SDK event dicts
-    inspect: Optional[dict] = None  # attrs of the named container, when asked and present
+    inspect: dict | None = None  # attrs of the named container, when asked and present
     now: float = 0.0  # engine-side "now" the events window was taken against
 
 

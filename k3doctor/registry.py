@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Union
 
 SCOPES = ("node", "gpu", "cluster", "node-pair")
 TIERS = ("fast", "deep")
@@ -31,17 +31,17 @@ class Check:
     name: str
     title: str
     scope: str
-    reads: Union[dict, Callable, None] = None
-    judge: Optional[Callable] = None
-    probe: Optional[Callable] = None
+    reads: dict | Callable | None = None
+    judge: Callable | None = None
+    probe: Callable | None = None
     tier: str = "fast"
     interaction: str = "passive"
     after: tuple = ()
-    timeout_s: Optional[float] = None
+    timeout_s: float | None = None
     remediations: tuple = ()
     params: dict = field(default_factory=dict)  # tunables with defaults; inventory `checks:` overrides
-    record: Optional[Callable] = None  # (readings, ctx) -> plain data kept by `k3doctor baseline record`
-    fixer: Optional[Callable] = None  # (transport, verdicts, ctx) -> verdicts; runs only with --fix
+    record: Callable | None = None  # (readings, ctx) -> plain data kept by `k3doctor baseline record`
+    fixer: Callable | None = None  # (transport, verdicts, ctx) -> verdicts; runs only with --fix
     doc: str = ""
 
     def readings_for(self, settings) -> dict:

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Optional
 
 
 class Status(enum.Enum):
@@ -34,10 +33,10 @@ class Verdict:
 
     status: Status
     message: str
-    gpu: Optional[int] = None
+    gpu: int | None = None
     evidence: dict = field(default_factory=dict)
-    remediation: Optional[str] = None
-    node: Optional[str] = None  # set by cluster-scope judges that name an odd node
+    remediation: str | None = None
+    node: str | None = None  # set by cluster-scope judges that name an odd node
 
 
 def passed(message: str, **kw) -> Verdict:
@@ -65,12 +64,12 @@ class Result:
     """One row of a report: a verdict placed on a check and a node."""
 
     check: str
-    node: Optional[str]
+    node: str | None
     status: Status
     message: str
-    gpu: Optional[int] = None
+    gpu: int | None = None
     evidence: dict = field(default_factory=dict)
-    remediation: Optional[str] = None
+    remediation: str | None = None
 
     def to_dict(self) -> dict:
         return {
@@ -110,6 +109,6 @@ def overall(results) -> LaunchVerdict:
     return LaunchVerdict.READY
 
 
-def worst(statuses) -> Optional[Status]:
+def worst(statuses) -> Status | None:
     statuses = list(statuses)
     return max(statuses, key=lambda s: s.severity) if statuses else None

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable, Optional
 
 from .gather import gather
 from .inventory import Inventory, Node
@@ -25,14 +25,14 @@ from .transport import LocalTransport, SSHTransport, Transport, TransportError, 
 @dataclass
 class RunOptions:
     parallel: int = 64
-    connect_timeout_s: Optional[float] = None  # None: the inventory's ssh settings
-    command_timeout_s: Optional[float] = None
-    node_deadline_s: Optional[float] = None
+    connect_timeout_s: float | None = None  # None: the inventory's ssh settings
+    command_timeout_s: float | None = None
+    node_deadline_s: float | None = None
     accept_unknown_hosts: bool = False
     fix: bool = False
-    baseline: Optional[dict] = None  # node -> check -> recorded data
+    baseline: dict | None = None  # node -> check -> recorded data
     record: bool = False  # collect baseline records instead of only judging
-    progress: Optional[Callable[[str], None]] = None
+    progress: Callable[[str], None] | None = None
 
 
 @dataclass
@@ -52,7 +52,7 @@ class Context:
 
     check: object
     settings: object
-    node: Optional[str] = None
+    node: str | None = None
     nodes: dict = field(default_factory=dict)  # cluster/probe scope: node name -> Node
     baseline: object = None  # this check's baseline entry (cluster scope: node -> entry)
     transports: dict = field(default_factory=dict)  # probes only
@@ -100,7 +100,7 @@ def judge_safely(fn, *args) -> list:
         return [error(f"internal error in check: {type(exc).__name__}: {exc}")]
 
 
-def _to_results(chk, node: Optional[str], verdicts) -> list:
+def _to_results(chk, node: str | None, verdicts) -> list:
     return [Result(check=chk.name, node=v.node or node, status=v.status, message=v.message, gpu=v.gpu,
                    evidence=v.evidence, remediation=v.remediation or (
                        chk.remediations[0] if chk.remediations and v.status in (Status.FAIL, Status.WARN)

@@ -15,7 +15,6 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass
-from typing import Optional
 
 import paramiko
 
@@ -37,11 +36,11 @@ class SSHTarget:
     node: str
     host: str
     port: int = 22
-    user: Optional[str] = None
-    identity_file: Optional[str] = None
-    password: Optional[str] = None  # from an environment variable named in the inventory
-    proxy_jump: Optional[str] = None
-    known_hosts: Optional[str] = None
+    user: str | None = None
+    identity_file: str | None = None
+    password: str | None = None  # from an environment variable named in the inventory
+    proxy_jump: str | None = None
+    known_hosts: str | None = None
     accept_unknown_hosts: bool = False
     connect_timeout_s: float = 10.0
 
@@ -88,14 +87,14 @@ class Transport:
     def connect(self) -> None:
         """Open the connection now, so failures surface once, before any check runs."""
 
-    def run(self, command: str, *, timeout_s: float, stdin: Optional[bytes] = None) -> CommandReading:
+    def run(self, command: str, *, timeout_s: float, stdin: bytes | None = None) -> CommandReading:
         """Run a shell command on the node; it is killed there (with its children) at timeout_s."""
         result = self.run_bytes(command, timeout_s=timeout_s, stdin=stdin)
         result.stdout = result.stdout.decode("utf-8", "replace")
         result.stderr = result.stderr.decode("utf-8", "replace")
         return result
 
-    def run_bytes(self, command: str, *, timeout_s: float, stdin: Optional[bytes] = None) -> CommandReading:
+    def run_bytes(self, command: str, *, timeout_s: float, stdin: bytes | None = None) -> CommandReading:
         """``run`` with stdout/stderr left as bytes (the gatherer's frames are byte-counted)."""
         wrapped = with_timeout(command, timeout_s, KILL_GRACE_S)
         if self.sudo:
@@ -170,8 +169,8 @@ class SSHTransport(Transport):
     def __init__(self, target: SSHTarget, **kw):
         super().__init__(target.node, **kw)
         self.target = target
-        self._client: Optional[paramiko.SSHClient] = None
-        self._jump: Optional[paramiko.SSHClient] = None
+        self._client: paramiko.SSHClient | None = None
+        self._jump: paramiko.SSHClient | None = None
 
     def connect(self) -> None:
         if self._client is None:
@@ -229,7 +228,7 @@ class SSHTransport(Transport):
                     " add it (ssh-keyscan -p PORT HOST >> known_hosts) after verifying it, or pass"
                     " --accept-unknown-hosts") from None
             raise TransportError(f"SSH to {where} failed: {exc}") from None
-        except (socket.timeout, TimeoutError):
+        except TimeoutError:
             client.close()
             raise TransportError(f"connecting to {where} timed out after {t.connect_timeout_s:g}s") from None
         except (paramiko.ssh_exception.NoValidConnectionsError, ConnectionRefusedError):

@@ -1,0 +1,99 @@
+"""The one-round-trip gatherer, run for real through the local transport (a real sh)."""
+import os
+
+import psutil
+
+from k3doctor.gather import build_script, gather, parse_frames
+from k3doctor.readings import Command, Exists, File, FileReading, Glob, ReadingUnavailable, Unavailable
+from k3doctor.transport import LocalTransport
+
+
+def run(specs, **kw):
+    transport = LocalTransport("here")
+    got = gather(transport, specs, command_timeout_s=kw.get("command_timeout_s", 10),
+                 deadline_s=kw.get("deadline_s", 20))
+    return got, transport
+
+
+def test_all_kinds_in_one_round_trip(tmp_path):
+    (tmp_path / "a").write_text("active\n")
+    (tmp_path / "b").write_bytes(b"\x00\xff@@ not a frame\n")
+    (tmp_path / "d").mkdir()
+    specs = [File(str(tmp_path / "a")), File(str(tmp_path / "missing")), Exists(str(tmp_path / "a")),
+             Exists(str(tmp_path / "nope")), Glob(str(tmp_path / "*")), Command(("echo", "hi")),
+             File(str(tmp_path / "d"))]
+    got, transport = run(specs)
+    assert transport.round_trips == 1
+    assert got[specs[0]].text() == "active"
+    assert got[specs[1]].content is None and not got[specs[1]].exists
+    assert got[specs[2]] is True and got[specs[3]] is False
+    listing = got[specs[4]]
+    assert sorted(os.path.basename(p) for p in listing) == ["a", "b", "d"]
+    assert listing[str(tmp_path / "b")].content.startswith("\x00")
+    assert listing[str(tmp_path / "d")].error == "is a directory"
+    assert got[specs[5]].output() == "hi\n"
+    assert got[specs[6]].error == "is a directory"
+
+
+def test_duplicate_specs_are_read_once():
+    spec = Command(("echo", "once"))
+    got, _ = run([spec, Command(("echo", "once"))])
+    assert list(got) == [spec]
+
+
+def test_inventory_values_cannot_escape_their_shell_word(tmp_path):
+    marker = tmp_path / "pwned"
+    evil = f"x'; touch {marker}; echo '"
+    got, _ = run([File(evil), Command(("echo", f"$(touch {marker})")), Glob(f"{tmp_path}/*; touch {marker}")])
+    assert not marker.exists()
+    assert got[Command(("echo", f"$(touch {marker})"))].stdout == f"$(touch {marker})\n"
+
+
+def test_command_timeout_kills_the_command_and_its_children():
+    spec = Command(("sh", "-c", "sleep 300 & sleep 301; echo never"), timeout_s=1)
+    got, _ = run([spec, Command(("echo", "after"))])
+    assert got[spec].timed_out
+    assert "never" not in got[spec].stdout
+    assert got[Command(("echo", "after"))].output() == "after\n"  # later readings still happen
+    leftovers = [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] in (["sleep", "300"],
+                                                                                        ["sleep", "301"])]
+    assert leftovers == []
+
+
+def test_node_deadline_turns_unread_specs_into_unavailable():
+    slow = Command(("sleep", "30"), timeout_s=30)
+    late = File("/etc/hostname")
+    got, _ = run([slow, late], deadline_s=1)
+    for spec in (slow, late):
+        assert isinstance(got[spec], Unavailable)
+        assert "node deadline of 1s" in got[spec].reason
+
+
+def test_failed_commands_explain_themselves():
+    got, _ = run([Command(("sh", "-c", "echo boom >&2; exit 3")), Command(("no-such-tool-k3",))])
+    failed, missing = got.values()
+    try:
+        failed.output()
+    except ReadingUnavailable as exc:
+        assert "exited 3: boom" in str(exc)
+    else:
+        raise AssertionError("non-zero exit must not read as output")
+    assert missing.rc == 127
+
+
+def test_frames_survive_a_cut_off_stream():
+    nonce = "abc"
+    data = b"noise\n@@abc 0 0 5 5 0 0\nhello@@abc 1 0 90 90 0 0\nonly-half"
+    frames = parse_frames(data, nonce)
+    assert frames == {0: [("0", "", "hello", "", False)]}
+
+
+def test_truncated_output_is_flagged(tmp_path):
+    big = tmp_path / "big"
+    big.write_bytes(b"x" * 5000)
+    transport = LocalTransport("here")
+    script = build_script([File(str(big))], "n0nce", 5, cap_bytes=1000)
+    result = transport.run_bytes("sh -s", timeout_s=10, stdin=script.encode())
+    ((rc, path, out, err, truncated),) = parse_frames(result.stdout, "n0nce")[0]
+    assert (rc, len(out), truncated) == ("0", 1000, True)
+    assert isinstance(FileReading(path, out, truncated=truncated).text(), str)

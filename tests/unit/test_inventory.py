@@ -1,0 +1,92 @@
+"""Inventory validation: every error names file, line and key; good files load with defaults."""
+import pytest
+
+from k3doctor.inventory import InventoryError, load_inventory, parse_inventory
+from k3doctor.registry import Registry, check
+
+GOOD = """\
+cluster:
+  name: heliosm-c
+  stepping: B0
+  hbm_gib_per_gpu: 432
+  tools: {amd_smi: /usr/bin/amd-smi}
+ssh: {connect_timeout_s: 5, known_hosts: /etc/k3/known_hosts}
+defaults: {user: root, port: 2222, identity_file: ~/.ssh/k3}
+nodes:
+  - {name: ct13, host: 10.210.11.14}
+  - name: ct14
+    host: 10.210.11.25
+    data_ip: 10.210.11.125
+    stepping: A0
+    port: 22
+  - {name: here, transport: local}
+"""
+
+
+def problems(text, registry=None):
+    with pytest.raises(InventoryError) as info:
+        parse_inventory(text, "inv.yaml", registry)
+    return info.value.problems
+
+
+def test_good_inventory_merges_cluster_defaults_and_node_overrides():
+    inv = parse_inventory(GOOD, "inv.yaml")
+    ct13, ct14, here = inv.nodes
+    assert (ct13.port, ct13.user, ct13.identity_file) == (2222, "root", "~/.ssh/k3")
+    assert ct13.settings.stepping == "B0" and ct14.settings.stepping == "A0"
+    assert ct14.port == 22 and ct14.address == "10.210.11.125"
+    assert ct13.address == "10.210.11.14"  # §4: the SSH address is the data-plane address
+    assert ct13.settings.tools["amd_smi"] == "/usr/bin/amd-smi"
+    assert ct13.settings.tools["rocm_smi"] == "/opt/rocm/bin/rocm-smi"  # documented default kept
+    assert ct13.settings.cluster == ct14.settings.cluster == "heliosm-c"
+    assert here.transport == "local" and here.host is None
+    assert inv.ssh.connect_timeout_s == 5 and inv.ssh.command_timeout_s == 30.0
+
+
+def test_errors_name_line_and_key_and_suggest_a_fix():
+    bad = "cluster:\n  stepping: C0\n  contaner: x\ndefaults: {port: abc}\nnodes:\n  - {name: a, host: h}\n"
+    got = problems(bad)
+    assert "inv.yaml:2: cluster.stepping: expected A0 or B0" in got[0]
+    assert got[1] == "inv.yaml:3: cluster.contaner: unknown key (did you mean 'container'?)"
+    assert got[2].startswith("inv.yaml:4: defaults.port: expected an integer between 1 and 65535, got 'abc'")
+
+
+def test_duplicate_and_missing_names_and_hosts():
+    got = problems("nodes:\n  - {name: a, host: h}\n  - {name: a}\n  - {host: q}\n")
+    assert any(p.startswith("inv.yaml:4: nodes[2].name: missing") for p in got)
+    assert any("inv.yaml:3: nodes: a: duplicate node name (first at line 2)" == p for p in got)
+    assert any(p.startswith("inv.yaml:3: nodes: a.host: missing") for p in got)
+
+
+def test_yaml_syntax_error_has_line_and_column():
+    (only,) = problems("nodes: [a, b\n")
+    assert only.startswith("inv.yaml:2:1: YAML syntax error")
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("", "inventory is empty"),
+    ("cluster: {name: x}\n", "nodes: missing"),
+    ("nodes: []\n", "expected a non-empty list"),
+    ("- a\n- b\n", "expected a mapping"),
+])
+def test_structurally_wrong_files(text, needle):
+    assert needle in "\n".join(problems(text))
+
+
+def test_check_parameters_are_validated_against_the_registry():
+    reg = Registry()
+    check("rack-free", title="t", params={"window_min": 30}, registry=reg)(lambda r, c: None)
+    text = ("cluster:\n  checks:\n    rack-free: {window_min: soon}\n    rackfree: {}\nnodes:\n"
+            "  - {name: a, host: h, checks: {rack-free: {window_min: 5}}}\n")
+    got = problems(text, reg)
+    assert "inv.yaml:3: cluster.checks.rack-free.window_min: expected a number like the default 30" in got[0]
+    assert "inv.yaml:4: cluster.checks.rackfree: no such check (did you mean 'rack-free'?)" == got[1]
+    inv = parse_inventory(text.replace("soon", "10").replace("    rackfree: {}\n", ""), "inv.yaml", reg)
+    chk = reg.checks["rack-free"]
+    assert inv.cluster.param(chk, "window_min") == 10
+    assert inv.nodes[0].settings.param(chk, "window_min") == 5
+
+
+def test_unreadable_file_is_an_inventory_error(tmp_path):
+    with pytest.raises(InventoryError, match="cannot read inventory"):
+        load_inventory(str(tmp_path / "missing.yaml"))
