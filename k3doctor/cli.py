@@ -173,6 +173,40 @@ def baseline_record_cmd(inventory, output, accept_unknown_hosts):
     sys.exit(2 if report.unreachable else 0)
 
 
+@cli.command("demo")
+@click.option("--scenario", default="demo", show_default=True,
+              help="Fault scenario of the simulated rack (healthy shows READY TO LAUNCH).")
+@click.option("--list-scenarios", is_flag=True, help="List the rig's scenarios and exit.")
+@click.option("-v", "--verbose", is_flag=True, help="Show evidence and passing results.")
+def demo_cmd(scenario, list_scenarios, verbose):
+    """Stand up a simulated 4-node rack (real sshd + dockerd, faked GPUs), check it, tear it down.
+
+    Needs root (mount namespaces, sshd, dockerd) and the packages scripts/install.sh installs.
+    """
+    import tempfile
+    from pathlib import Path
+
+    from .rig import Rig, missing_requirements, scenario_names
+
+    if list_scenarios:
+        click.echo("\n".join(scenario_names()))
+        return
+    if scenario not in scenario_names():
+        raise click.UsageError(f"no scenario {scenario!r}; try --list-scenarios")
+    missing = missing_requirements()
+    if missing:
+        raise click.UsageError("the simulated rack needs " + "; ".join(missing) + " (run scripts/install.sh)")
+    _load_plugins()
+    with tempfile.TemporaryDirectory(prefix="k3doctor-demo-") as tmp:
+        click.echo(f"k3doctor demo: starting a simulated 4-node rack (scenario {scenario})...", err=True)
+        with Rig(Path(tmp), scenario=scenario) as rig:
+            inv = load_inventory(str(rig.inventory_path), REGISTRY)
+            checks = select_checks(REGISTRY)
+            report = run_checks(inv, checks, RunOptions(progress=_progress()))
+            click.echo(render_table(report, checks, verbose=verbose))
+    sys.exit(overall(report.results).exit_code)
+
+
 @cli.command("list")
 @click.option("-v", "--verbose", is_flag=True, help="Also show each check's parameters and defaults.")
 def list_cmd(verbose):

@@ -39,7 +39,7 @@ emit() {
 none() { : > "$t/o"; : > "$t/e"; emit "$1" "$2" "$3"; }
 readf() {
   if [ -d "$2" ]; then none "$1" D "$2"
-  elif [ -e "$2" ]; then cat -- "$2" > "$t/o" 2> "$t/e"; emit "$1" $? "$2"
+  elif [ -e "$2" ]; then timeout -k 1 {read_timeout} cat -- "$2" > "$t/o" 2> "$t/e"; emit "$1" $? "$2"
   else none "$1" M "$2"; fi
 }
 """
@@ -62,7 +62,8 @@ def _script_for(index: int, spec, command_timeout_s: float) -> str:
 
 
 def build_script(specs: list, nonce: str, command_timeout_s: float, cap_bytes: int) -> str:
-    prelude = _PRELUDE.replace("{nonce}", nonce).replace("{cap}", str(cap_bytes))
+    prelude = (_PRELUDE.replace("{nonce}", nonce).replace("{cap}", str(cap_bytes))
+               .replace("{read_timeout}", f"{command_timeout_s:g}"))
     body = "\n".join(_script_for(i, spec, command_timeout_s) for i, spec in enumerate(specs))
     return prelude + body + "\n"
 
@@ -103,6 +104,8 @@ def _file_reading(path, rc, out, err, truncated) -> FileReading:
         return FileReading(path, None)
     if rc == DIRECTORY:
         return FileReading(path, None, error="is a directory")
+    if rc in ("124", "137"):
+        return FileReading(path, None, error="read timed out (the file blocked) and was killed")
     if rc != "0":
         return FileReading(path, None, error=(err.strip().split(": ")[-1] or f"read failed ({rc})"))
     return FileReading(path, out, truncated=truncated)

@@ -97,3 +97,12 @@ def test_truncated_output_is_flagged(tmp_path):
     ((rc, path, out, err, truncated),) = parse_frames(result.stdout, "n0nce")[0]
     assert (rc, len(out), truncated) == ("0", 1000, True)
     assert isinstance(FileReading(path, out, truncated=truncated).text(), str)
+
+
+def test_a_file_read_that_blocks_is_killed_at_the_command_timeout(tmp_path):
+    fifo = tmp_path / "wedged"
+    os.mkfifo(fifo)  # reading a FIFO with no writer blocks, like a sysfs file of a wedged GPU
+    got, _ = run([File(str(fifo)), File("/etc/hostname")], command_timeout_s=1)
+    assert got[File(str(fifo))].error.startswith("read timed out")
+    assert got[File("/etc/hostname")].text()
+    assert not [p for p in psutil.process_iter(["cmdline"]) if str(fifo) in (p.info["cmdline"] or [])]

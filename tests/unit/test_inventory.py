@@ -90,3 +90,14 @@ def test_check_parameters_are_validated_against_the_registry():
 def test_unreadable_file_is_an_inventory_error(tmp_path):
     with pytest.raises(InventoryError, match="cannot read inventory"):
         load_inventory(str(tmp_path / "missing.yaml"))
+
+
+def test_the_shipped_example_inventory_is_valid():
+    from pathlib import Path
+
+    from k3doctor.registry import REGISTRY, load_checks
+
+    load_checks()
+    inv = load_inventory(str(Path(__file__).resolve().parents[2] / "inventory.yaml"), REGISTRY)
+    assert [n.name for n in inv.nodes] == ["ct13", "ct14", "ct16", "ct17"]
+    assert {n.settings.container for n in inv.nodes} == {"k3ep16"}
