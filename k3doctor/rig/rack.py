@@ -1,0 +1,480 @@
+"""The simulated rack: real sshd + dockerd per node, fake hardware from per-node fixture trees.
+
+Each node is an OpenSSH ``sshd`` running in its own mount namespace (``unshare -m``) on its own
+loopback address, port 2222.  Inside that namespace the node's tree is bind-mounted over
+``/sys/class``, ``/sys/module``, ``/proc/sys/kernel/random/boot_id``, ``/opt``, ``/root`` and
+``/usr/bin/dmesg``; ``/dev`` and ``/run`` are fresh tmpfs, ``/dev/shm`` a 128 GiB tmpfs, and the
+node's own ``dockerd`` socket is bind-mounted at ``/run/docker.sock``.  Nothing is mounted in the
+host's namespace: when a node's processes die, its mounts are gone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shlex
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import tarfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Callable
+
+import docker
+import psutil
+import yaml
+
+from . import scenario as scenarios
+from .fixtures import BIND_PATHS, DEFAULT_TRAYS, GPUS_PER_NODE, NodeState, clear_tree, node_name, write_tree
+
+SSH_PORT = 2222
+UNREACHABLE_HOST = "127.0.0.15"  # in known_hosts, nothing listening: for connection-failure tests
+IMAGE = "rocm/fw-bringup:gfx1250-atom-20260918-ep8"
+CONTAINER = "k3ep16"
+# Our container, as close to the validated `docker run` (reference §13) as a host without GPUs allows:
+# no --device /dev/kfd,/dev/dri (the host has none) and no /mnt/k3:/models bind.
+CONTAINER_RUN: dict[str, Any] = dict(
+    entrypoint=["sleep"],
+    command=["infinity"],
+    network_mode="host",
+    ipc_mode="host",
+    pid_mode="host",
+    shm_size="128g",
+    cap_add=["SYS_PTRACE", "SYS_ADMIN"],
+    security_opt=["seccomp=unconfined"],
+    group_add=["39", "105"],
+)
+KFD_DEVICE = os.makedev(510, 0)  # /dev/kfd gets a dynamic major on real hosts
+DRM_MAJOR = 226
+START_TIMEOUT_S = 60
+# Host paths the namespace hides or replaces: a workdir below them would be invisible to the node.
+SHADOWED = ("/sys", "/proc", "/dev", "/run", "/var/run", "/opt", "/root", "/usr/bin/dmesg")
+BINARIES = ("unshare", "mount", "mknod", "sshd", "ssh-keygen", "dockerd", "containerd", "runc", "busybox")
+SBIN_PATH = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
+
+
+def missing_requirements() -> list[str]:
+    """What this host lacks to run the rig (empty list: it can run)."""
+    missing = [] if os.geteuid() == 0 else ["root (mount namespaces, sshd and dockerd need it)"]
+    missing += [f"{b} (not on PATH)" for b in BINARIES if shutil.which(b, path=SBIN_PATH) is None]
+    busybox = shutil.which("busybox", path=SBIN_PATH)
+    if busybox and _elf_interpreter(Path(busybox)):
+        missing.append(f"a static busybox ({busybox} is dynamically linked: install busybox-static)")
+    return missing
+
+
+def _elf_interpreter(path: Path) -> bool:
+    """True when an ELF64 binary names a program interpreter (i.e. is dynamically linked)."""
+    data = path.read_bytes()[:65536]
+    phoff = int.from_bytes(data[32:40], "little")
+    phentsize = int.from_bytes(data[54:56], "little")
+    phnum = int.from_bytes(data[56:58], "little")
+    headers = (data[phoff + i * phentsize : phoff + i * phentsize + 4] for i in range(phnum))
+    return any(int.from_bytes(h, "little") == 3 for h in headers)  # PT_INTERP
+
+
+@dataclasses.dataclass
+class RigNode:
+    index: int  # 1-based
+    name: str
+    host: str
+    port: int
+    dir: Path  # the node's part of the rig workdir
+    state: NodeState
+    ns_pid: int | None = None  # sshd, the first process of the node's mount namespace
+
+    @property
+    def tree(self) -> Path:
+        return self.dir / "tree"
+
+    @property
+    def docker_socket(self) -> Path:
+        return self.dir / "docker.sock"
+
+    @property
+    def root(self) -> Path:
+        """The node's ``/`` as the host sees it (for its /dev and /dev/shm, which are not in the tree)."""
+        return Path(f"/proc/{self.ns_pid}/root")
+
+
+class Rig:
+    """A simulated 4 x 4-GPU rack.  See the module docstring; use as a context manager or start()/stop()."""
+
+    def __init__(self, workdir: Path, nodes: int = 4, scenario: str | Path = "healthy"):
+        if not 1 <= nodes <= len(DEFAULT_TRAYS):
+            raise ValueError(f"the rig simulates 1..{len(DEFAULT_TRAYS)} nodes, not {nodes}")
+        self.workdir = Path(workdir).resolve()
+        self.trays = DEFAULT_TRAYS[:nodes]
+        self.scenario = scenario
+        self.unreachable_host = UNREACHABLE_HOST
+        self.identity_file = self.workdir / "id_ed25519"
+        self.known_hosts = self.workdir / "known_hosts"
+        self.inventory_path = self.workdir / "inventory.yaml"
+        self.nodes = [
+            RigNode(
+                index=i,
+                name=node_name(tray),
+                host=f"127.0.0.{10 + i}",
+                port=SSH_PORT,
+                dir=self.workdir / node_name(tray),
+                state=NodeState(tray=tray, rack_trays=self.trays),
+            )
+            for i, tray in enumerate(self.trays, start=1)
+        ]
+        self._procs: list[subprocess.Popen] = []
+        self._namespaces: dict[str, str] = {}  # node name -> /proc/PID/ns/mnt link text
+        self._clients: dict[str, docker.DockerClient] = {}
+
+    # ------------------------------------------------------------------------------------------- lifecycle
+
+    def __enter__(self) -> Rig:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        missing = missing_requirements()
+        if missing:
+            raise RuntimeError("the simulated rack needs: " + "; ".join(missing))
+        for shadowed in SHADOWED:
+            if self.workdir == Path(shadowed) or Path(shadowed) in self.workdir.parents:
+                raise ValueError(f"workdir {self.workdir} is under {shadowed}, which the nodes' namespaces replace")
+        if len(str(self.nodes[0].docker_socket)) > 100:
+            raise ValueError(f"workdir {self.workdir} is too long for unix socket paths below it")
+        if self._procs:
+            raise RuntimeError("rig already started")
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        states = scenarios.node_states(scenarios.load(self.scenario), self.trays)
+        for node, state in zip(self.nodes, states):
+            node.dir.mkdir()
+            write_tree(node.tree, state)
+            node.state = state
+        self._write_ssh_files()
+        self._write_inventory()
+        image_tar = self._write_image_tar()
+        dockerds = [self._spawn_dockerd(node) for node in self.nodes]
+        self._each(lambda node: self._wait_dockerd(node, dockerds[node.index - 1]))
+        # The namespaces are created before any container exists, so no container mount leaks into them.
+        sshds = [self._spawn_sshd(node) for node in self.nodes]
+        self._each(lambda node: self._clients[node.name].api.import_image_from_file(
+            str(image_tar), repository=IMAGE.split(":")[0], tag=IMAGE.split(":")[1]))
+        self._each(lambda node: self._wait_sshd(node, sshds[node.index - 1]))
+        self._each(self._sync_live)
+
+    def apply(self, scenario: str | Path) -> None:
+        """Reset every node to healthy, then apply ``scenario``; live, sshd and dockerd keep running."""
+        states = scenarios.node_states(scenarios.load(scenario), self.trays)
+        self.scenario = scenario
+
+        def apply_node(node: RigNode) -> None:
+            node.state = states[node.index - 1]
+            clear_tree(node.tree)
+            write_tree(node.tree, node.state)
+            self._sync_live(node)
+
+        self._each(apply_node)
+
+    def stop(self) -> None:
+        """Stop everything the rig started and remove the workdir; safe to call more than once."""
+        self._each(self._remove_containers_quietly)
+        for client in self._clients.values():
+            client.close()
+        self._clients.clear()
+        for proc in self._procs:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in self._procs:
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self._procs.clear()
+        # Session processes of the nodes (incl. hung fakes), then containerd / shims (and what runs under
+        # them) that name the workdir -- never this process's ancestors (e.g. a shell running the CLI).
+        _kill(lambda p: _mount_namespace(p.pid) in self._namespaces.values())
+        ancestors = {p.pid for p in psutil.Process().parents()}
+        _kill(lambda p: p.pid not in ancestors and any(str(self.workdir) in arg for arg in p.cmdline()))
+        self._namespaces.clear()
+        for node in self.nodes:
+            node.ns_pid = None
+        if self.workdir.exists():
+            self._unmount_leftovers()
+            shutil.rmtree(self.workdir)
+
+    # ---------------------------------------------------------------------------------------------- helpers
+
+    def pids_matching(self, text: str) -> list[int]:
+        """PIDs of processes (other than this one) whose command line contains ``text``."""
+        found = []
+        for proc in psutil.process_iter(["pid", "cmdline"]):
+            if proc.info["pid"] != os.getpid() and text in " ".join(proc.info["cmdline"] or ()):
+                found.append(proc.info["pid"])
+        return found
+
+    def _each(self, fn: Callable[[RigNode], object]) -> None:
+        with ThreadPoolExecutor(max_workers=len(self.nodes)) as pool:
+            for future in [pool.submit(fn, node) for node in self.nodes]:
+                future.result()
+
+    def _run(self, *argv: str | Path) -> None:
+        subprocess.run([str(a) for a in argv], check=True, capture_output=True)
+
+    # -------------------------------------------------------------------------------------------------- ssh
+
+    def _write_ssh_files(self) -> None:
+        self._run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "k3rig", "-f", self.identity_file)
+        (self.workdir / "authorized_keys").write_text(self.identity_file.with_suffix(".pub").read_text())
+        lines = []
+        for name, host in [(n.name, n.host) for n in self.nodes] + [("unreachable", UNREACHABLE_HOST)]:
+            key = self.workdir / "host_keys" / name
+            key.parent.mkdir(exist_ok=True)
+            self._run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", name, "-f", key)
+            pub = key.with_suffix(".pub").read_text().split()
+            lines.append(f"[{host}]:{SSH_PORT} {pub[0]} {pub[1]}\n")
+        self.known_hosts.write_text("".join(lines))
+        for node in self.nodes:
+            (node.dir / "sshd_config").write_text(
+                f"ListenAddress {node.host}:{node.port}\n"
+                f"HostKey {self.workdir / 'host_keys' / node.name}\n"
+                f"PidFile {node.dir / 'sshd.pid'}\n"
+                f"AuthorizedKeysFile {self.workdir / 'authorized_keys'}\n"
+                "PermitRootLogin prohibit-password\n"
+                "PasswordAuthentication no\n"
+                "KbdInteractiveAuthentication no\n"
+                "UsePAM no\n"
+                "StrictModes no\n"
+                "UseDNS no\n"
+                "PrintMotd no\n"
+                "PrintLastLog no\n"
+                "Subsystem sftp internal-sftp\n"
+            )
+
+    def _namespace_script(self, node: RigNode) -> str:
+        """Shell run by ``unshare -m``: build the node's view of the filesystem, then exec sshd."""
+        steps: list[tuple[str, list[str | Path]]] = [("hostname", ["hostname", node.name])]
+        steps += [(f"bind {rel}", ["mount", "--bind", node.tree / rel, f"/{rel}"]) for rel in BIND_PATHS]
+        steps.append(("tmpfs /dev", ["mount", "-t", "tmpfs", "-o", "mode=0755,nosuid,size=65536k", "k3rig-dev", "/dev"]))
+        for dev, mode, major, minor in [
+            ("null", "0666", 1, 3), ("zero", "0666", 1, 5), ("full", "0666", 1, 7),
+            ("random", "0666", 1, 8), ("urandom", "0666", 1, 9), ("tty", "0666", 5, 0),
+        ]:
+            steps.append((f"mknod /dev/{dev}", ["mknod", "-m", mode, f"/dev/{dev}", "c", str(major), str(minor)]))
+        steps.append(("mkdir /dev/pts /dev/shm /dev/dri", ["mkdir", "-m", "0755", "/dev/pts", "/dev/shm", "/dev/dri"]))
+        steps.append(("devpts /dev/pts", ["mount", "-t", "devpts", "-o", "newinstance,ptmxmode=0666,mode=0620,gid=5",
+                                          "devpts", "/dev/pts"]))
+        for link, target in [("ptmx", "pts/ptmx"), ("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
+                             ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")]:
+            steps.append((f"symlink /dev/{link}", ["ln", "-s", target, f"/dev/{link}"]))
+        steps.append(("tmpfs /dev/shm", ["mount", "-t", "tmpfs", "-o", "mode=1777,nosuid,nodev,size=128g",
+                                         "k3rig-shm", "/dev/shm"]))
+        steps.append(("tmpfs /run", ["mount", "-t", "tmpfs", "-o", "mode=0755,nosuid,nodev", "k3rig-run", "/run"]))
+        steps.append(("mkdir /run/sshd", ["mkdir", "-m", "0755", "/run/sshd"]))
+        sock_targets = ["/run/docker.sock"] + ([] if os.path.islink("/var/run") else ["/var/run/docker.sock"])
+        for target in sock_targets:
+            steps.append((f"create {target}", ["touch", target]))
+            steps.append((f"bind {target}", ["mount", "--bind", node.docker_socket, target]))
+        lines = ["fail() { echo \"k3rig: node namespace setup failed at step: $1\" >&2; exit 1; }"]
+        lines += [f"{shlex.join(str(a) for a in argv)} || fail {shlex.quote(desc)}" for desc, argv in steps]
+        sshd = shutil.which("sshd", path=SBIN_PATH)
+        lines.append(shlex.join(["exec", str(sshd), "-D", "-E", str(node.dir / "sshd.log"),
+                                 "-f", str(node.dir / "sshd_config")]))
+        return "\n".join(lines) + "\n"
+
+    def _spawn_sshd(self, node: RigNode) -> subprocess.Popen:
+        with open(node.dir / "namespace.log", "wb") as log:
+            proc = subprocess.Popen(
+                ["unshare", "-m", "-u", "--propagation", "private", "--", "/bin/sh", "-c", self._namespace_script(node)],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            )
+        self._procs.append(proc)
+        node.ns_pid = proc.pid
+        return proc
+
+    def _wait_sshd(self, node: RigNode, proc: subprocess.Popen) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            if proc.poll() is not None:
+                logs = [(node.dir / f).read_text(errors="replace") for f in ("namespace.log", "sshd.log")
+                        if (node.dir / f).exists()]
+                raise RuntimeError(f"{node.name}: sshd exited with {proc.returncode}:\n" + "\n".join(logs))
+            try:
+                socket.create_connection((node.host, node.port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{node.name}: sshd not accepting on {node.host}:{node.port}") from None
+                time.sleep(0.05)
+        self._namespaces[node.name] = os.readlink(f"/proc/{proc.pid}/ns/mnt")
+
+    # ----------------------------------------------------------------------------------------------- docker
+
+    def _write_image_tar(self) -> Path:
+        """A one-binary root filesystem (static busybox as sh and sleep) for ``docker import``."""
+        path = self.workdir / "image.tar"
+        with tarfile.open(path, "w") as tar:
+            tar.add(shutil.which("busybox", path=SBIN_PATH), arcname="bin/busybox")
+            for applet in ("sh", "sleep"):
+                link = tarfile.TarInfo(f"bin/{applet}")
+                link.type, link.linkname = tarfile.SYMTYPE, "busybox"
+                tar.addfile(link)
+        return path
+
+    def _spawn_dockerd(self, node: RigNode) -> subprocess.Popen:
+        d = node.dir / "docker"
+        d.mkdir()
+        (d / "daemon.json").write_text("{}\n")  # not the host's /etc/docker/daemon.json
+        argv = [
+            "dockerd", "--config-file", d / "daemon.json", "--data-root", d / "data", "--exec-root", d / "exec",
+            "-H", f"unix://{node.docker_socket}", "--pidfile", d / "dockerd.pid",
+            "--bridge=none", "--iptables=false", "--ip-forward=false", "--ip-masq=false",
+            # A host containerd (if one runs) is shared: keep each engine in its own containerd namespace.
+            "--containerd-namespace", f"k3rig-{node.name}", "--containerd-plugins-namespace", f"k3rig-{node.name}-p",
+            "--shutdown-timeout", "2",
+        ]
+        with open(d / "dockerd.log", "wb") as log:
+            proc = subprocess.Popen([str(a) for a in argv], stdin=subprocess.DEVNULL, stdout=log,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+        self._procs.append(proc)
+        return proc
+
+    def _wait_dockerd(self, node: RigNode, proc: subprocess.Popen) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            if proc.poll() is not None:
+                log = (node.dir / "docker" / "dockerd.log").read_text(errors="replace")
+                raise RuntimeError(f"{node.name}: dockerd exited with {proc.returncode}:\n{log[-4000:]}")
+            if node.docker_socket.exists():
+                client = docker.DockerClient(base_url=f"unix://{node.docker_socket}", timeout=60)
+                try:
+                    client.ping()
+                    self._clients[node.name] = client
+                    return
+                except docker.errors.DockerException:
+                    client.close()
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{node.name}: dockerd did not answer on {node.docker_socket}")
+            time.sleep(0.1)
+
+    def _remove_containers(self, node: RigNode, keep: str | None = None) -> None:
+        client = self._clients.get(node.name)
+        if client is None:
+            return
+        for container in client.containers.list(all=True):
+            if container.name != keep:
+                container.remove(force=True)
+
+    def _remove_containers_quietly(self, node: RigNode) -> None:
+        """For stop(): an engine that is already gone leaves its containers to the process sweep."""
+        try:
+            self._remove_containers(node)
+        except Exception:  # noqa: BLE001 -- any failure here only means "nothing to remove through the API"
+            pass
+
+    def _sync_live(self, node: RigNode) -> None:
+        """Bring the parts of a node that are not in its tree (/dev, /dev/shm, containers) to node.state."""
+        state = node.state
+        dev = node.root / "dev"
+        _mknod(dev / "kfd", KFD_DEVICE, state.dev_kfd)
+        for c in range(GPUS_PER_NODE):  # DRM nodes exist where the tree has the sysfs device
+            for name, minor in ((f"card{c}", c), (f"renderD{128 + c}", 128 + c)):
+                present = (node.tree / "sys/class/drm" / name).is_dir()
+                _mknod(dev / "dri" / name, os.makedev(DRM_MAJOR, minor), present)
+        for stale in (dev / "shm").iterdir():
+            stale.unlink()
+        for name in state.shm:
+            (dev / "shm" / name).write_bytes(b"\0" * 4096)
+
+        client = self._clients[node.name]
+        self._remove_containers(node, keep=CONTAINER)
+        ours = client.containers.list(all=True, filters={"name": f"^{CONTAINER}$"})
+        if not ours:
+            client.containers.run(IMAGE, name=CONTAINER, detach=True, **CONTAINER_RUN)
+        elif ours[0].status != "running":
+            ours[0].start()
+        for spec in state.containers:
+            image = spec.get("image", IMAGE)
+            if not client.images.list(name=image):
+                client.images.get(IMAGE).tag(image)
+            create = client.containers.run if spec["state"] == "running" else client.containers.create
+            kwargs = {"detach": True} if spec["state"] == "running" else {}
+            create(image, ["sleep", "infinity"], name=spec["name"], network_mode="none", **kwargs)
+
+    def _unmount_leftovers(self) -> None:
+        """Container mounts a crashed dockerd left below the workdir (none after a clean stop)."""
+        with open("/proc/self/mountinfo") as f:
+            points = [line.split()[4] for line in f]
+        for point in sorted((p for p in points if p.startswith(f"{self.workdir}/")), reverse=True):
+            subprocess.run(["umount", "-l", point], check=False)
+
+    # ------------------------------------------------------------------------------------------- inventory
+
+    def _write_inventory(self) -> None:
+        inventory = {
+            "cluster": {
+                "name": "rig",
+                "container": CONTAINER,
+                "image": IMAGE,
+                "stepping": "B0",
+                "hbm_gib_per_gpu": 432,
+                "gpus_per_node": GPUS_PER_NODE,
+                "tools": {
+                    "amd_smi": "/opt/rocm/bin/amd-smi",
+                    "rocm_smi": "/opt/rocm/bin/rocm-smi",
+                    "ubench_dir": "/root/ubench/build",
+                },
+            },
+            "ssh": {"known_hosts": str(self.known_hosts), "connect_timeout_s": 5, "command_timeout_s": 10},
+            "defaults": {"user": "root", "port": SSH_PORT, "identity_file": str(self.identity_file), "sudo": False},
+            "nodes": [{"name": n.name, "host": n.host, "data_ip": n.host} for n in self.nodes],
+        }
+        self.inventory_path.write_text(yaml.safe_dump(inventory, sort_keys=False))
+
+
+def _mknod(path: Path, device: int, present: bool) -> None:
+    if path.exists():
+        path.unlink()
+    if present:
+        os.mknod(path, stat.S_IFCHR | 0o666, device)
+        os.chmod(path, 0o666)
+
+
+def _mount_namespace(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/mnt")
+    except OSError:
+        return None
+
+
+def _kill(select: Callable[[psutil.Process], bool]) -> None:
+    """SIGKILL every selected process (and its descendants) until none is left."""
+    for _ in range(50):
+        victims = []
+        for proc in psutil.process_iter():
+            try:
+                if proc.pid != os.getpid() and select(proc):
+                    victims += [proc] + proc.children(recursive=True)
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+        if not victims:
+            return
+        for proc in victims:
+            try:
+                proc.send_signal(signal.SIGKILL)
+            except psutil.NoSuchProcess:
+                pass
+        psutil.wait_procs(victims, timeout=2)
+    raise RuntimeError("processes of the rig survive SIGKILL")

@@ -1,0 +1,85 @@
+"""Scenario files: YAML overlays on the healthy rack.
+
+Schema (every key optional)::
+
+    description: one line saying what is wrong
+    nodes:
+      2:                        # 1-based node index
+        <NodeState field>: value  # e.g. vpod_id: 3, hbm_gib: 288, dev_kfd: false, tools: {amd-smi: hang}
+        cards:                  # per-card UALink overrides (card index -> CARD_FIELDS)
+          1: {accel_state: unconfigured}
+
+Dict fields (``cards``, ``tools``, ``files``) are merged into the healthy values,
+everything else replaces them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .fixtures import CARD_FIELDS, GPUS_PER_NODE, NodeState
+
+SCENARIO_DIR = Path(__file__).with_name("scenarios")
+FIXED_FIELDS = ("tray", "rack_trays")
+MERGED_FIELDS = ("cards", "tools", "files")
+CONTAINER_STATES = ("running", "created")
+
+
+def scenario_names() -> list[str]:
+    return sorted(p.stem for p in SCENARIO_DIR.glob("*.yaml"))
+
+
+def load(scenario: str | Path) -> dict[str, Any]:
+    """A scenario by name (``k3doctor/rig/scenarios/<name>.yaml``) or by path."""
+    path = Path(scenario)
+    if path.suffix not in (".yaml", ".yml"):
+        path = SCENARIO_DIR / f"{scenario}.yaml"
+    if not path.is_file():
+        raise FileNotFoundError(f"no scenario {scenario!r} (known: {', '.join(scenario_names())})")
+    data = yaml.safe_load(path.read_text()) or {}
+    unknown = set(data) - {"description", "nodes"}
+    if unknown:
+        raise ValueError(f"{path}: unknown top-level keys {sorted(unknown)}")
+    data.setdefault("nodes", {})
+    data["path"] = path
+    return data
+
+
+def node_states(scenario: dict[str, Any], trays: tuple[int, ...]) -> list[NodeState]:
+    """The healthy state of every node with the scenario's overlays applied."""
+    states = [NodeState(tray=t, rack_trays=trays) for t in trays]
+    fields = {f.name for f in dataclasses.fields(NodeState)} - set(FIXED_FIELDS)
+    for index, overlay in (scenario["nodes"] or {}).items():
+        where = f"{scenario['path']}: node {index}"
+        if not isinstance(index, int) or not 1 <= index <= len(states):
+            raise ValueError(f"{where}: nodes are numbered 1..{len(states)}")
+        unknown = set(overlay) - fields
+        if unknown:
+            raise ValueError(f"{where}: unknown keys {sorted(unknown)}; allowed: {sorted(fields)}")
+        state = states[index - 1]
+        for key, value in overlay.items():
+            if key in MERGED_FIELDS:
+                getattr(state, key).update(value)
+            else:
+                setattr(state, key, value)
+        _validate(state, where)
+    return states
+
+
+def _validate(state: NodeState, where: str) -> None:
+    for card, values in state.cards.items():
+        if not isinstance(card, int) or not 0 <= card < GPUS_PER_NODE:
+            raise ValueError(f"{where}: cards are numbered 0..{GPUS_PER_NODE - 1}, not {card!r}")
+        unknown = set(values) - set(CARD_FIELDS)
+        if unknown:
+            raise ValueError(f"{where}: card {card}: unknown keys {sorted(unknown)}; allowed: {CARD_FIELDS}")
+    for p in state.gpu_processes:
+        if set(p) != {"pid", "name", "card", "vram_bytes"}:
+            raise ValueError(f"{where}: gpu_processes entries need exactly pid, name, card, vram_bytes: {p}")
+    for c in state.containers:
+        if c.get("state") not in CONTAINER_STATES or not c.get("name") or set(c) - {"name", "state", "image"}:
+            raise ValueError(f"{where}: containers entries are {{name, state: running|created, [image]}}: {c}")
