@@ -72,10 +72,12 @@ def cli():
               help="Override a check parameter for this run (repeatable), e.g. rack-free.window_min=10.")
 @click.option("--pairs", default=None, metavar="PLAN",
               help="Node pairs for the fabric probe: quick, all, or a,b;c,d (= --set ualoe-fabric.pairs=PLAN).")
+@click.option("--save-readings", type=click.Path(dir_okay=False, writable=True), default=None,
+              help="Also save every raw reading to this JSON file (re-judge it later with `k3doctor judge`).")
 @click.option("-o", "--output", type=click.File("w"), default="-", help="Write the report here.")
 @click.option("-v", "--verbose", is_flag=True, help="Show evidence and passing results.")
 def check_cmd(inventory, only, skip, tier, fmt, parallel, timeout, connect_timeout, node_deadline,
-              accept_unknown_hosts, fix, baseline_path, overrides, pairs, output, verbose):
+              accept_unknown_hosts, fix, baseline_path, overrides, pairs, save_readings, output, verbose):
     """Run the checks and report READY TO LAUNCH / DO NOT LAUNCH / INCONCLUSIVE."""
     inv = _inventory(inventory)
     if pairs:
@@ -90,6 +92,22 @@ def check_cmd(inventory, only, skip, tier, fmt, parallel, timeout, connect_timeo
                       node_deadline_s=node_deadline, accept_unknown_hosts=accept_unknown_hosts, fix=fix,
                       baseline=baseline, progress=_progress())
     report = run_checks(inv, checks, opts)
+    if save_readings:
+        from . import snapshot
+
+        with open(save_readings, "w", encoding="utf-8") as fh:
+            fh.write(snapshot.dump(report, _inventory_text(inventory)))
+    _emit(report, checks, fmt, output, verbose)
+
+
+def _inventory_text(path) -> str:
+    if not path:
+        return ""
+    with open(path, encoding="utf-8") as fh:
+        return fh.read()
+
+
+def _emit(report, checks, fmt, output, verbose):
     if fmt == "json":
         text = render_json(report)
     elif fmt == "junit":
@@ -98,6 +116,43 @@ def check_cmd(inventory, only, skip, tier, fmt, parallel, timeout, connect_timeo
         text = render_table(report, checks, verbose=verbose)
     click.echo(text, file=output)
     sys.exit(overall(report.results).exit_code)
+
+
+@cli.command("judge")
+@click.argument("readings_file", type=click.Path(exists=True, dir_okay=False))
+@click.option("--only", default="", metavar="NAMES", help="Comma-separated checks to judge.")
+@click.option("--skip", default="", metavar="NAMES", help="Comma-separated checks to leave out.")
+@click.option("--set", "overrides", multiple=True, metavar="CHECK.PARAM=VALUE", help="Override a parameter.")
+@click.option("--baseline", "baseline_path", type=click.Path(dir_okay=False), default=None,
+              help="Baseline file for drift checks.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "junit"]), default="table",
+              show_default=True)
+@click.option("-o", "--output", type=click.File("w"), default="-", help="Write the report here.")
+@click.option("-v", "--verbose", is_flag=True, help="Show evidence and passing results.")
+def judge_cmd(readings_file, only, skip, overrides, baseline_path, fmt, output, verbose):
+    """Judge readings saved by `check --save-readings` again, offline (no node is contacted)."""
+    from . import snapshot
+    from .inventory import parse_inventory
+
+    _load_plugins()
+    try:
+        with open(readings_file, encoding="utf-8") as fh:
+            inv_text, saved, unreachable = snapshot.load(fh.read())
+        inv = parse_inventory(inv_text, f"{readings_file} (saved inventory)", REGISTRY) if inv_text \
+            else localhost_inventory()
+    except (snapshot.SnapshotError, InventoryError) as exc:
+        click.echo(f"k3doctor: {exc}", err=True)
+        sys.exit(EXIT_USAGE)
+    if not inv_text:  # saved from a localhost run: the node name is whatever was saved
+        inv.nodes[0].name = next(iter(saved), inv.nodes[0].name)
+    apply_overrides(inv, overrides)
+    try:
+        checks = select_checks(REGISTRY, only=_names(only), skip=_names(skip))
+    except KeyError as exc:
+        raise click.UsageError(f"unknown check(s): {exc.args[0]} (see `k3doctor list`)") from None
+    baseline = _read_baseline(baseline_path) if baseline_path else None
+    report = run_checks(inv, checks, RunOptions(replay=(saved, unreachable), baseline=baseline))
+    _emit(report, checks, fmt, output, verbose)
 
 
 def _inventory(path):

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from .gather import gather
 from .inventory import Inventory, Node
 from .parsers import ParseError
-from .readings import Readings, ReadingUnavailable
+from .readings import Readings, ReadingUnavailable, Unavailable
 from .results import Result, Status, Verdict, error
 from .transport import LocalTransport, SSHTransport, Transport, TransportError, resolve_ssh_target
 
@@ -32,6 +32,7 @@ class RunOptions:
     fix: bool = False
     baseline: dict | None = None  # node -> check -> recorded data
     record: bool = False  # collect baseline records instead of only judging
+    replay: tuple | None = None  # ({node: {spec: reading}}, {node: why}) from a saved snapshot
     progress: Callable[[str], None] | None = None
 
 
@@ -122,13 +123,15 @@ def run_checks(inv: Inventory, checks: list, opts: RunOptions = None) -> RunRepo
     baseline = opts.baseline or {}
 
     def visit(node: Node):
-        transport = make_transport(node, inv, opts)
-        transports[node.name] = transport
         specs_by_check = {c.name: c.readings_for(node.settings) for c in passive}
+        wanted = [s for specs in specs_by_check.values() for s in specs.values()]
         try:
-            transport.connect()
-            got = gather(transport, [s for specs in specs_by_check.values() for s in specs.values()],
-                         command_timeout_s=command_timeout, deadline_s=deadline)
+            if opts.replay:
+                transport, got = None, _replayed(node.name, wanted, *opts.replay)
+            else:
+                transport = transports[node.name] = make_transport(node, inv, opts)
+                transport.connect()
+                got = gather(transport, wanted, command_timeout_s=command_timeout, deadline_s=deadline)
         except TransportError as exc:
             unreachable[node.name] = str(exc)
             results_by_node[node.name] = [
@@ -150,7 +153,7 @@ def run_checks(inv: Inventory, checks: list, opts: RunOptions = None) -> RunRepo
                 verdicts += judge_safely(chk.fixer, transport, verdicts, ctx)
             out += _to_results(chk, node.name, verdicts)
         results_by_node[node.name] = out
-        say(f"{node.name}: {len(got)} readings in {transport.round_trips} round trip(s)")
+        say(f"{node.name}: {len(got)} readings" + (f" in {transport.round_trips} round trip(s)" if transport else ""))
 
     workers = max(1, min(opts.parallel, len(inv.nodes)))
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="k3doctor-node") as pool:
@@ -167,6 +170,9 @@ def run_checks(inv: Inventory, checks: list, opts: RunOptions = None) -> RunRepo
                       baseline={n: entry.get(chk.name) for n, entry in baseline.items()})
         results += _to_results(chk, None, judge_safely(chk.judge, per_node, ctx)) if reachable else []
     for chk in active:
+        if opts.replay:
+            results.append(Result(chk.name, None, Status.SKIP, "active probe: cannot be replayed from saved readings"))
+            continue
         blocked = dict(unreachable)
         for r in results:
             if r.check in chk.after and r.node and r.status in (Status.FAIL, Status.ERROR):
@@ -182,6 +188,15 @@ def run_checks(inv: Inventory, checks: list, opts: RunOptions = None) -> RunRepo
                      duration_s=round(time.monotonic() - started, 3),
                      round_trips={name: t.round_trips for name, t in transports.items()},
                      unreachable=unreachable, readings=readings, records=records)
+
+
+def _replayed(node: str, wanted: list, saved: dict, unreachable: dict) -> dict:
+    """A node's saved readings; specs the snapshot lacks (newer checks) read as unavailable."""
+    if node in unreachable or node not in saved:
+        raise TransportError(unreachable.get(node, "node not in the saved readings"))
+    got = saved[node]
+    return {spec: got.get(spec, Unavailable("not in the saved readings (taken by an older k3doctor?)"))
+            for spec in wanted}
 
 
 def _record_safely(chk, r, ctx):

@@ -1,0 +1,72 @@
+"""Save a run's raw readings and judge them again offline (``check --save-readings``, ``judge``).
+
+On-call use: capture a rack's state once, then re-judge it with newer checks or other
+parameters without touching the nodes again; attach the file to a bug report.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+
+from . import readings as rd
+
+SCHEMA = "k3doctor.readings/1"
+_SPECS = {cls.__name__: cls for cls in (rd.File, rd.Exists, rd.Glob, rd.Command, rd.Docker)}
+_READINGS = {cls.__name__: cls for cls in (rd.FileReading, rd.CommandReading, rd.DockerReading, rd.Unavailable)}
+
+
+class SnapshotError(Exception):
+    pass
+
+
+def _encode_spec(spec) -> dict:
+    return {"kind": type(spec).__name__, **dataclasses.asdict(spec)}
+
+
+def _decode_spec(data: dict):
+    fields = dict(data)
+    cls = _SPECS[fields.pop("kind")]
+    if cls is rd.Command:
+        fields["argv"] = tuple(fields["argv"])
+    return cls(**fields)
+
+
+def _encode_reading(value):
+    if isinstance(value, bool):
+        return {"kind": "Exists", "value": value}
+    if isinstance(value, dict):  # a glob: path -> FileReading
+        return {"kind": "Glob", "value": {p: dataclasses.asdict(v) for p, v in value.items()}}
+    return {"kind": type(value).__name__, **dataclasses.asdict(value)}
+
+
+def _decode_reading(data: dict):
+    fields = dict(data)
+    kind = fields.pop("kind")
+    if kind == "Exists":
+        return fields["value"]
+    if kind == "Glob":
+        return {p: rd.FileReading(**v) for p, v in fields["value"].items()}
+    return _READINGS[kind](**fields)
+
+
+def dump(report, inventory_text: str) -> str:
+    """JSON of every node's readings plus the inventory they were taken with."""
+    nodes = {node: [{"spec": _encode_spec(s), "reading": _encode_reading(v)} for s, v in got.items()]
+             for node, got in report.readings.items()}
+    return json.dumps({"schema": SCHEMA, "inventory": inventory_text, "unreachable": report.unreachable,
+                       "nodes": nodes}, default=str)
+
+
+def load(text: str) -> tuple:
+    """(inventory text, {node: {spec: reading}}, {node: why unreachable})."""
+    try:
+        doc = json.loads(text)
+        if doc.get("schema") != SCHEMA:
+            raise SnapshotError(f"not a k3doctor readings file (schema {doc.get('schema')!r}, want {SCHEMA})")
+        nodes = {node: {_decode_spec(e["spec"]): _decode_reading(e["reading"]) for e in entries}
+                 for node, entries in doc["nodes"].items()}
+        return doc["inventory"], nodes, doc.get("unreachable", {})
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        if isinstance(exc, SnapshotError):
+            raise
+        raise SnapshotError(f"damaged readings file: {type(exc).__name__}: {exc}") from None
