@@ -1,48 +1,404 @@
-"""UALink sysfs state per GPU (reference §6)."""
+"""UALink sysfs state per GPU (reference §6, §28, §27 items 3 and 13), and its drift from a baseline.
+
+Every card's ``ualink/`` directory is read with three globs (newer flat layout plus the two
+older-layout subdirectories), so all cards cost three specs however many files they hold.
+Card number -> GPU index comes from the path; accel ids only from each card's ``accel_id``
+file (never card index = accel_id mod 4, §6).
+"""
 from __future__ import annotations
 
 import re
+from collections import Counter
+from dataclasses import dataclass
 
-from k3doctor.readings import Glob
+from k3doctor.parsers import ParseError
+from k3doctor.parsers._common import UINT32_MAX, to_int
+from k3doctor.readings import File, Glob, ReadingUnavailable, sh
 from k3doctor.registry import check, remediation
-from k3doctor.results import fail, passed, warn
+from k3doctor.results import error, fail, passed, warn
 
-CARD_GLOB = "/sys/class/drm/card*/device/ualink/accel_state"
-_CARD = re.compile(r"/card(\d+)/")
+UALINK_DIR = "/sys/class/drm/card*/device/ualink"
+UALINK_READS = {
+    "ualink": Glob(f"{UALINK_DIR}/*"),
+    "ualink_stations": Glob(f"{UALINK_DIR}/stations/lane_en_bitmap"),  # older layout (§6)
+    "ualink_setup": Glob(f"{UALINK_DIR}/setup/local_accels"),  # older layout (§6)
+}
+OLD_LAYOUT = {"stations/lane_en_bitmap": "station_lane_en_bitmap", "setup/local_accels": "local_accels"}
+BITMAP = "station_lane_en_bitmap"
+BOOT_ID = "/proc/sys/kernel/random/boot_id"
+# amdgpu_init() prints this once per module load; its dmesg stamp vs /proc/uptime = seconds since load.
+LOAD_LINE = "amdgpu kernel modesetting enabled"
+DRIVER_LOAD = sh(f"cat /proc/uptime; dmesg 2>/dev/null | grep -F '{LOAD_LINE}' | tail -n 1")
+HALF_NIBBLES = {"3": "port 1 down, port 0 up", "c": "port 0 down, port 1 up"}  # CVS monitor reading (§28)
+RECORDED_FIELDS = ("accel_id", "local_accels", BITMAP, "link_type")
+SUMMARY = ("accel_state", *RECORDED_FIELDS)
+
+_PATH = re.compile(r"^/sys/class/drm/card(\d+)/device/ualink/(.+)$")
+_STAMP = re.compile(r"^\[\s*(\d+(?:\.\d+)?)\]")
 
 NOT_ACTIVE = remediation("UALINK-NOT-ACTIVE", "a GPU's UALink accelerator is not active", """
 Every GPU's ualink/accel_state must read `active` before anything multi-node (§6);
-`ready` is tolerated (ROCr and RCCL accept it). Right after `modprobe amdgpu` a card reads
-`unconfigured` for tens of seconds while inb-node-agent configures it: wait ~60 s and
-re-check. Still `unconfigured` after that (especially with ppod_id all-zero and accel_id
-4294967295): waiting will not fix it - confirm `lsmod | grep ^ifoe`, then
-`rmmod amdgpu && modprobe amdgpu ...` (§5 parameters). `error`/`invalid`: reload the driver;
-if it persists, reset the tray (§11). Note `active` is necessary, not sufficient: run the
-deep-tier fabric probe before a multi-node launch (§8).
+`ready` is tolerated (ROCr and RCCL accept it, §27 item 13). Right after `modprobe amdgpu` a
+card reads `unconfigured` for tens of seconds while inb-node-agent configures it: wait ~60 s
+and re-check. Still `unconfigured` after that: waiting will not fix it - confirm
+`lsmod | grep ^ifoe`, then `rmmod amdgpu && modprobe amdgpu ...` (§5 parameters).
+`error`/`invalid`: reload the driver; if it persists, reset the tray (§11). Note `active` is
+necessary, not sufficient: run the deep-tier fabric probe before a multi-node launch (§8).
+""")
+
+STUCK = remediation("UALINK-STUCK-UNCONFIGURED", "a GPU is stuck unconfigured; waiting will not fix it", """
+The card shows the stuck signature of §6: accel_state `unconfigured` past the grace period
+with ppod_id all-zero, accel_id 4294967295 and link_type `invalid` (seen lasting 12+ hours).
+inb-node-agent never configured it and it will not recover by waiting. Confirm the ifoe stack
+is loaded (`lsmod | grep ^ifoe`; load it with `modprobe ifoe` if missing - it must be loaded
+before amdgpu initialises, §5), then `rmmod amdgpu` and `modprobe amdgpu gpu_recovery=0
+halt_if_hws_hang=1` (or perf_setup menu D). With ifoe loaded first all four cards normally
+flip to `active` in under 15 s. Re-run k3doctor afterwards.
+""")
+
+CARD_INVALID = remediation("UALINK-CARD-INVALID", "a GPU's UALink identity is unset or invalid", """
+An active card must have a real accel_id (not 4294967295, the driver's "unset" value) and a
+link_type of UALoE or UALink (not `invalid`) - RCCL only uses the fabric for those types (§6).
+A card that reads active but lacks either was not configured consistently: reload the driver
+(`rmmod amdgpu && modprobe amdgpu ...`, ifoe first, §5); if it persists, reset the tray (§11).
+""")
+
+LANES = remediation("UALINK-LANES", "a GPU's UALink lane bitmap is zero, half-enabled or differs", """
+station_lane_en_bitmap has one hex nibble per station (§28): `f` fully enabled, `0` disabled
+(allowed), `3`/`c` only half of the station's lanes (one port down) - CVS preflight fails those.
+The bitmap must be non-zero and identical on all cards of a node; a card that differs from its
+peers (or from its own baseline) has a partially trained link (§6), which hangs collectives
+rather than erroring. Reload amdgpu to retrain (`rmmod amdgpu && modprobe amdgpu ...`, ifoe
+first, §5); if the same station stays down, check the cable/port for that station and reset the
+tray (§11). Confirm with the deep-tier fabric probe (ubench 07_ualoe, §8).
+""")
+
+LOCAL_ACCELS = remediation("UALINK-LOCAL-ACCELS", "a node's cards disagree on their local accelerators", """
+Every card of a node must list the same local_accels (e.g. `3 2 1 0`), and that list must hold
+each card's own accel_id (§6). A disagreement means the node's cards were configured from
+different states of the fabric manager: reload amdgpu (ifoe first, §5) so inb-node-agent
+configures all four together, then re-check.
+""")
+
+DRIFT = remediation("UALINK-DRIFT", "a GPU's UALink readings differ from the node's healthy baseline", """
+There is no single correct lane bitmap (§27 item 3): the check is the node's own healthy record
+(`k3doctor baseline record`). A card whose bitmap, local accels, accel id or link type changed
+since then (typically after a reboot, §10) has a link that trained differently: reload amdgpu
+to retrain (ifoe first, §5), and run the deep-tier fabric probe (§8). If the new reading is the
+intended state (re-cabling, re-partitioning), record a new baseline on the healthy rack.
 """)
 
 
-def card_index(path: str) -> int:
-    return int(_CARD.search(path).group(1))
+@dataclass
+class Card:
+    """One card's ualink files by (newer-layout) name."""
+
+    index: int
+    files: dict
+
+    def get(self, name: str):
+        """Stripped text, or None when the file does not exist; unreadable -> ReadingUnavailable."""
+        reading = self.files.get(name)
+        return None if reading is None or not reading.exists else reading.text()
+
+    def state_or_none(self):
+        """Lower-case accel_state, None when absent or unreadable (never raises)."""
+        reading = self.files.get("accel_state")
+        return reading.content.strip().lower() if reading is not None and reading.content is not None else None
+
+    def accel_id(self):
+        """The card's global accel id; None when unset (4294967295) or absent."""
+        raw = self.get("accel_id")
+        value = None if raw is None else to_int(raw, f"card{self.index} accel_id")
+        return None if value == UINT32_MAX else value
+
+    def local_accels(self):
+        raw = self.get("local_accels")
+        return None if raw is None else [to_int(x, f"card{self.index} local_accels") for x in raw.split()]
+
+    def evidence(self) -> dict:
+        out = {}
+        for name, reading in sorted(self.files.items()):
+            if reading.exists:
+                out[f"card{self.index}/ualink/{name}"] = reading.error or (reading.content or "").strip()
+        return out
 
 
-@check("ualink-state", title="every GPU's UALink accel_state is active", scope="gpu",
-       remediation=NOT_ACTIVE, reads={"states": Glob(CARD_GLOB)})
-def ualink_state(r, ctx):
-    """§6: accept `active`, tolerate `ready`, anything else keeps the fabric from forming."""
-    states = r["states"]
-    if not states:
-        return fail(f"no GPU exposes {CARD_GLOB} (amdgpu not loaded, or no UALink driver)",
-                    evidence={"glob": CARD_GLOB})
-    verdicts = []
-    for path, reading in sorted(states.items(), key=lambda kv: card_index(kv[0])):
-        gpu, state = card_index(path), reading.text().lower()
-        evidence = {path: state}
-        if state == "active":
-            verdicts.append(passed("accel_state active", gpu=gpu, evidence=evidence))
-        elif state == "ready":
-            verdicts.append(warn("accel_state is 'ready' (tolerated; this firmware normally reports active)",
-                                 gpu=gpu, evidence=evidence))
+def ualink_cards(r) -> dict:
+    """card number -> :class:`Card`, from the three ualink globs (both sysfs layouts merged)."""
+    cards: dict = {}
+    for key in UALINK_READS:
+        for path, reading in r[key].items():
+            match = _PATH.match(path)
+            if not match or reading.error == "is a directory":
+                continue
+            card, name = int(match.group(1)), match.group(2)
+            cards.setdefault(card, Card(card, {})).files[OLD_LAYOUT.get(name, name)] = reading
+    return dict(sorted(cards.items()))
+
+
+def bitmap_value(text: str, what: str) -> int:
+    """Hex lane bitmap, with or without 0x (amd-smi prints 0x, sysfs bare nibbles, §27 item 3)."""
+    digits = text.strip().lower().removeprefix("0x")
+    if not digits or not re.fullmatch(r"[0-9a-f]+", digits):
+        raise ParseError(f"{what}: not a hex lane bitmap: {text!r}")
+    return int(digits, 16)
+
+
+def half_stations(text: str) -> list:
+    """(station, nibble) for half-enabled stations; station 0 is the rightmost nibble (§28)."""
+    digits = text.strip().lower().removeprefix("0x")
+    return [(i, nib) for i, nib in enumerate(reversed(digits)) if nib in HALF_NIBBLES]
+
+
+def majority(values: dict):
+    """(most common value, keys holding another value); value None on a tie for first place."""
+    counts = Counter(values.values()).most_common()
+    if not counts:
+        return None, []
+    if len(counts) > 1 and counts[0][1] == counts[1][1]:
+        return None, sorted(values)
+    top = counts[0][0]
+    return top, sorted(k for k, v in values.items() if v != top)
+
+
+def groups(values: dict, name=str) -> str:
+    """``'a' on card0, card1; 'b' on card2`` - every distinct value with who holds it."""
+    by_value: dict = {}
+    for key, value in sorted(values.items()):
+        by_value.setdefault(value, []).append(name(key))
+    return "; ".join(f"{value} on {', '.join(keys)}" for value, keys in by_value.items())
+
+
+def seconds_since_load(reading):
+    """(seconds since amdgpu was loaded, how that was found); None when it cannot be told.
+
+    sysfs has no module load time, so this compares amdgpu's init line in dmesg with
+    /proc/uptime. A wrapped ring buffer or restricted dmesg leaves it unknown.
+    """
+    if reading is None or not reading.stdout.strip():
+        return None, "amdgpu load time unknown (/proc/uptime and dmesg not readable)"
+    lines = reading.stdout.strip().splitlines()
+    try:
+        uptime = float(lines[0].split()[0])
+    except (ValueError, IndexError):
+        return None, f"amdgpu load time unknown (/proc/uptime read {lines[0][:60]!r})"
+    stamp = _STAMP.match(lines[-1]) if len(lines) > 1 else None
+    if stamp is None:
+        return None, f"amdgpu load time unknown (no timestamped '{LOAD_LINE}' line in dmesg)"
+    since = max(0.0, uptime - float(stamp.group(1)))
+    return since, f"amdgpu loaded {since:.0f}s ago"
+
+
+def _unconfigured(card: Card, ctx, load) -> object:
+    """§6: normal for ~60 s after load; past that, the stuck signature gets its own remedy."""
+    grace = ctx.param("unconfigured_grace_s")
+    since, how = load
+    evidence = {**card.evidence(), "driver_load": how}
+    if since is not None and since <= grace:
+        return warn(f"card{card.index} accel_state 'unconfigured', {how} (within the {grace:g}s grace: "
+                    "inb-node-agent is still configuring it; re-check in a minute)",
+                    gpu=card.index, evidence=evidence, remediation=NOT_ACTIVE)
+    beyond = f"{how}, beyond the {grace:g}s grace" if since is not None else \
+        f"{how}: treated as beyond the {grace:g}s grace"
+    ppod = (card.get("ppod_id") or "").replace("-", "")
+    stuck = (ppod != "" and set(ppod) == {"0"} and card.accel_id() is None
+             and (card.get("link_type") or "").lower() == "invalid")
+    if stuck:
+        return fail(f"card{card.index} stuck unconfigured ({beyond}): ppod_id all-zero, accel_id "
+                    f"{UINT32_MAX}, link_type invalid - waiting will not fix it; reload amdgpu with ifoe loaded",
+                    gpu=card.index, evidence=evidence, remediation=STUCK)
+    return fail(f"card{card.index} accel_state 'unconfigured' ({beyond})", gpu=card.index,
+                evidence=evidence, remediation=NOT_ACTIVE)
+
+
+def _card_verdicts(card: Card, ctx, load) -> list:
+    """State, accel_id and link_type of one card; identity is only judged on accepted states."""
+    state = (card.get("accel_state") or "").lower()
+    accepted = [s.lower() for s in ctx.param("accepted_states")]
+    tolerated = [s.lower() for s in ctx.param("tolerated_states")]
+    ev = card.evidence()
+    if not state:
+        return [fail(f"card{card.index} has a ualink directory but no accel_state", gpu=card.index,
+                     evidence=ev, remediation=NOT_ACTIVE)]
+    if state == "unconfigured":
+        return [_unconfigured(card, ctx, load)]
+    if state not in accepted + tolerated:
+        return [fail(f"card{card.index} accel_state is '{state}' (need {' or '.join(accepted)})",
+                     gpu=card.index, evidence=ev, remediation=NOT_ACTIVE)]
+    out = []
+    if state in tolerated:
+        out.append(warn(f"card{card.index} accel_state is '{state}' (tolerated; this firmware normally "
+                        f"reports {accepted[0]})", gpu=card.index, evidence=ev, remediation=NOT_ACTIVE))
+    if card.accel_id() is None:
+        out.append(fail(f"card{card.index} accel_id is {card.get('accel_id') or 'missing'} (unset) "
+                        f"although accel_state is {state}", gpu=card.index, evidence=ev,
+                        remediation=CARD_INVALID))
+    link = card.get("link_type") or "missing"
+    if link.lower() not in [t.lower() for t in ctx.param("link_types")]:
+        out.append(fail(f"card{card.index} link_type is '{link}' (need {' or '.join(ctx.param('link_types'))})",
+                        gpu=card.index, evidence=ev, remediation=CARD_INVALID))
+    return out
+
+
+def _bitmap_verdicts(cards: dict, ctx) -> list:
+    """§6/§28: non-zero, no half-enabled station, identical across the node's cards."""
+    texts = {n: c.get(BITMAP) for n, c in cards.items()}
+    missing = [n for n, t in texts.items() if t is None]
+    out = [fail(f"card{n} has no lane bitmap (neither ualink/{BITMAP} nor ualink/stations/lane_en_bitmap)",
+                gpu=n, evidence=cards[n].evidence(), remediation=LANES) for n in missing]
+    values = {n: bitmap_value(t, f"card{n} {BITMAP}") for n, t in texts.items() if t is not None}
+    half_status = fail if ctx.param("half_station") == "fail" else warn
+    for n, value in values.items():
+        ev = {f"card{n}/ualink/{BITMAP}": texts[n]}
+        if value == 0:
+            out.append(fail(f"card{n} {BITMAP} is {texts[n]}: no lane enabled", gpu=n, evidence=ev,
+                            remediation=LANES))
+        for station, nib in half_stations(texts[n]):
+            out.append(half_status(f"card{n} {BITMAP} {texts[n]}: station {station} reads '{nib}' "
+                                   f"(half enabled: {HALF_NIBBLES[nib]})", gpu=n, evidence=ev, remediation=LANES))
+    top, odd = majority(values)
+    shown = {n: texts[n] for n in values}
+    for n in odd:
+        ev = {f"card{k}/ualink/{BITMAP}": shown[k] for k in shown}
+        if top is None:
+            message = f"card{n} {BITMAP} {texts[n]}: the node's cards split with no majority ({groups(shown, _c)})"
         else:
-            verdicts.append(fail(f"accel_state is '{state}' (need active)", gpu=gpu, evidence=evidence))
+            peers = [k for k in values if values[k] == top]
+            diff = _differing_stations(texts[n], shown[peers[0]])
+            message = (f"card{n} {BITMAP} {texts[n]} differs from {', '.join(map(_c, peers))} "
+                       f"({shown[peers[0]]}){diff}")
+        out.append(fail(message, gpu=n, evidence=ev, remediation=LANES))
+    return out
+
+
+def _differing_stations(mine: str, peer: str) -> str:
+    a, b = (t.strip().lower().removeprefix("0x") for t in (mine, peer))
+    width = max(len(a), len(b))
+    a, b = a.zfill(width)[::-1], b.zfill(width)[::-1]
+    stations = [f"{i} ({b[i]}->{a[i]})" for i in range(width) if a[i] != b[i]]
+    return f"; station(s) {', '.join(stations)}" if stations else ""
+
+
+def _c(n) -> str:
+    return f"card{n}"
+
+
+def _local_accels_verdicts(cards: dict) -> list:
+    """§6: every card lists the same local accels, and that list holds each card's own id."""
+    lists = {n: c.local_accels() for n, c in cards.items()}
+    out = [fail(f"card{n} has no local_accels (neither ualink/local_accels nor ualink/setup/local_accels)",
+                gpu=n, evidence=cards[n].evidence(), remediation=LOCAL_ACCELS)
+           for n, v in lists.items() if v is None]
+    sets = {n: " ".join(map(str, sorted(v, reverse=True))) for n, v in lists.items() if v is not None}
+    top, odd = majority(sets)
+    for n in odd:
+        where = f"the node's cards split with no majority ({groups(sets, _c)})" if top is None else \
+            f"the other cards list {top}"
+        out.append(fail(f"card{n} local_accels {cards[n].get('local_accels')}: {where}", gpu=n,
+                        evidence={f"card{k}/ualink/local_accels": cards[k].get("local_accels") for k in sets},
+                        remediation=LOCAL_ACCELS))
+    for n, card in cards.items():
+        own = card.accel_id()
+        if own is not None and lists[n] is not None and own not in lists[n]:
+            out.append(fail(f"card{n} accel_id {own} is not in its own local_accels ({card.get('local_accels')})",
+                            gpu=n, evidence=card.evidence(), remediation=LOCAL_ACCELS))
+    return out
+
+
+def card_record(card: Card) -> dict:
+    """The per-card readings kept in a baseline (§6: diff against the node's own healthy record)."""
+    return {"accel_id": card.accel_id(), "local_accels": card.local_accels(), BITMAP: card.get(BITMAP),
+            "link_type": card.get("link_type")}
+
+
+def record(r, ctx) -> dict:
+    """Baseline entry: boot id and each card's identity, local accels, lane bitmap, link type."""
+    boot = r.get("boot_id")
+    return {"boot_id": boot.text() if boot is not None and boot.exists else None,
+            "cards": {n: card_record(c) for n, c in ualink_cards(r).items()}}
+
+
+def _same(field: str, old, new) -> bool:
+    if field == BITMAP and old is not None and new is not None:
+        return bitmap_value(str(old), "baseline bitmap") == bitmap_value(str(new), f"current {BITMAP}")
+    if field == "local_accels" and old is not None and new is not None:
+        return sorted(old) == sorted(new)
+    return old == new
+
+
+def _show(value) -> str:
+    if value is None:
+        return "unset"
+    return " ".join(map(str, value)) if isinstance(value, list) else str(value)
+
+
+def drift_verdicts(cards: dict, baseline, boot_id) -> list:
+    """FAIL per card whose recorded reading changed (old -> new); a reboot alone is only noted."""
+    if not isinstance(baseline, dict) or not isinstance(baseline.get("cards"), dict):
+        why = baseline.get("unrecorded") if isinstance(baseline, dict) else None
+        return [warn(f"baseline for this node holds no UALink record ({why or 'unexpected format'}); "
+                     "re-record it on the healthy rack", evidence={"baseline": baseline}, remediation=DRIFT)]
+    old_boot = baseline.get("boot_id")
+    rebooted = f" (node rebooted since the baseline: boot_id {old_boot} -> {boot_id})" \
+        if old_boot and boot_id and old_boot != boot_id else ""
+    recorded = {int(k): v for k, v in baseline["cards"].items()}
+    out = []
+    for n in sorted(set(recorded) | set(cards)):
+        if n not in cards:
+            out.append(fail(f"card{n} is in the baseline but has no ualink directory now{rebooted}", gpu=n,
+                            evidence={"baseline": recorded[n]}, remediation=DRIFT))
+            continue
+        if n not in recorded:
+            out.append(fail(f"card{n} has a ualink directory but is not in the baseline{rebooted}", gpu=n,
+                            evidence=cards[n].evidence(), remediation=DRIFT))
+            continue
+        now = card_record(cards[n])
+        changes = [f"card{n} {f}: {_show(recorded[n].get(f))} -> {_show(now[f])}"
+                   for f in RECORDED_FIELDS if not _same(f, recorded[n].get(f), now[f])]
+        if changes:
+            out.append(fail("; ".join(changes) + rebooted, gpu=n, remediation=DRIFT,
+                            evidence={"baseline": recorded[n], "now": now, "boot_id": boot_id}))
+    if not out:
+        out.append(passed(f"UALink readings of {len(cards)} card(s) match the baseline{rebooted}",
+                          evidence={"boot_id": boot_id, "baseline_boot_id": old_boot}))
+    return out
+
+
+def _reads(settings) -> dict:
+    return {**UALINK_READS, "driver_load": DRIVER_LOAD, "boot_id": File(BOOT_ID)}
+
+
+@check("ualink-state", title="every GPU's UALink state, identity, lanes and local accels are sane", scope="gpu",
+       remediation=(NOT_ACTIVE, STUCK, CARD_INVALID, LANES, LOCAL_ACCELS, DRIFT), reads=_reads, record=record,
+       params={"accepted_states": ["active"], "tolerated_states": ["ready"], "unconfigured_grace_s": 60,
+               "link_types": ["UALoE", "UALink"], "half_station": "fail"})
+def ualink_state(r, ctx):
+    """§6/§28: a card that is not active, unset, half-trained or odd-one-out keeps the fabric from forming
+    (or hangs it); with --baseline, any card whose readings changed since the healthy record FAILs."""
+    cards = ualink_cards(r)
+    if not cards:
+        return fail(f"no GPU exposes {UALINK_DIR}/ (amdgpu not loaded, or no UALink driver)",
+                    evidence={"glob": UALINK_READS["ualink"].pattern}, remediation=NOT_ACTIVE)
+    load = seconds_since_load(r.get("driver_load"))
+    verdicts = []
+    for card in cards.values():
+        try:
+            verdicts += _card_verdicts(card, ctx, load)
+        except (ReadingUnavailable, ParseError) as exc:
+            verdicts.append(error(f"card{card.index}: could not read its ualink state: {exc}", gpu=card.index))
+    usable = {s.lower() for s in ctx.param("accepted_states") + ctx.param("tolerated_states")}
+    # A card that is not up yet already FAILs on its state; its lanes and lists are not comparable.
+    up = {n: c for n, c in cards.items() if c.state_or_none() in usable}
+    try:
+        verdicts += _bitmap_verdicts(up, ctx) + _local_accels_verdicts(up)
+        if ctx.baseline is not None:
+            boot = r.get("boot_id")
+            verdicts += drift_verdicts(cards, ctx.baseline, boot.text() if boot is not None and boot.exists else None)
+    except (ReadingUnavailable, ParseError) as exc:
+        verdicts.append(error(f"could not compare the node's cards: {exc}"))
+    flagged = {v.gpu for v in verdicts}
+    verdicts += [passed(f"card{n} " + ", ".join(f"{k.split('/')[-1]} {v}" for k, v in c.evidence().items()
+                                                  if k.split("/")[-1] in SUMMARY),
+                        gpu=n, evidence=c.evidence()) for n, c in cards.items() if n not in flagged]
     return verdicts
