@@ -1,18 +1,35 @@
-"""Driver state (reference §5): amdgpu bring-up parameters and the KFD device node."""
+"""Driver state (reference §5) and GPU inventory (§12): amdgpu parameters, /dev/kfd, ifoe,
+GPU count and HBM size per GPU, and HBM agreement across the rack."""
 from __future__ import annotations
 
-from k3doctor.readings import Exists, File
+import re
+from collections import Counter
+
+from k3doctor.parsers import ParseError
+from k3doctor.parsers.dmesg import parse_line
+from k3doctor.readings import Command, Exists, File, Glob, ReadingUnavailable
 from k3doctor.registry import check, remediation
-from k3doctor.results import fail, passed
+from k3doctor.results import error, fail, passed, warn
 
 PARAMS = "/sys/module/amdgpu/parameters"
 REQUIRED = {"gpu_recovery": "0", "halt_if_hws_hang": "1"}
+TUNED = {"mtype_local": "0", "noretry": "1"}
+IFOE = "/sys/module/ifoe"
+VENDOR_GLOB = "/sys/class/drm/card*/device/vendor"
+VRAM_GLOB = "/sys/class/drm/card*/device/mem_info_vram_total"
+AMD_VENDOR = "0x1002"
+_CARD_FILE = re.compile(r"/card(\d+)/device/[^/]+$")
+_DMESG_STAMP = re.compile(r"^\d+\.\d+$")
+_AMDGPU_INIT = "amdgpu kernel modesetting enabled"
+_RELOAD_NOTE = """They are load-time parameters: only an unload/reload changes them, and reloading
+amdgpu retrains the UALink links (§5, §6) - weigh that: plan it for an idle tray, never
+under a job, and wait for every accel_state to read `active` again afterwards."""
 
-AMDGPU_PARAMS = remediation("AMDGPU-PARAMS", "amdgpu loaded without the bring-up parameters", """
+AMDGPU_PARAMS = remediation("AMDGPU-PARAMS", "amdgpu loaded without the bring-up parameters", f"""
 gpu_recovery=0 and halt_if_hws_hang=1 make a hardware-scheduler hang halt the GPU so it
 stays diagnosable, instead of a silent recovery reset that kills the run with nothing in
-the log (reference §5). They are load-time parameters: only an unload/reload changes them,
-and reloading amdgpu retrains the UALink links (§6) - plan it, do not do it under a job.
+the log (reference §5).
+{_RELOAD_NOTE}
 Preferred (V6): reboot, then load through `perf_setup_BPC21.sh -enable-csc` (menu D),
 which runs `modprobe amdgpu gpu_recovery=0 halt_if_hws_hang=1 mtype_local=0 noretry=1`.
 Bare bring-up: `modprobe ifoe` first, then
@@ -27,19 +44,223 @@ Load it the tuned way: reboot-fresh tray, then `perf_setup_BPC21.sh -enable-csc`
 Then wait for every card's ualink/accel_state to read `active` (§6).
 """)
 
+IFOE_MISSING = remediation("IFOE-NOT-LOADED", "ifoe (UALink-over-Ethernet) not loaded before amdgpu", f"""
+UALink on these racks runs over Ethernet through the Pensando AINIC `ifoe` stack; `lsmod`
+must show `ifoe` (§5; AMD's CVS admission gate requires /sys/module/ifoe, §28). The working
+hypothesis is that ifoe must be loaded before amdgpu initialises (§5, not proven).
+Fix: `modprobe ifoe` (Helios-R runbook also loads ifoe_cfg, ifoe_cmd). If amdgpu came up
+first, reload it after ifoe. {_RELOAD_NOTE}
+""")
 
-@check("amdgpu-params", title="amdgpu loaded with gpu_recovery=0 halt_if_hws_hang=1, /dev/kfd present",
-       scope="node", remediation=(AMDGPU_PARAMS, NO_KFD),
-       reads={"kfd": Exists("/dev/kfd"), **{p: File(f"{PARAMS}/{p}") for p in REQUIRED}})
-def amdgpu_params(r, ctx):
-    """§5: without these a HWS hang resets the GPU and the run dies with an empty log."""
+UNTUNED = remediation("AMDGPU-UNTUNED", "tray not tuned by perf_setup for this boot", """
+A tuned tray reads mtype_local=0 noretry=1 (MTYPE=RW, XNACK off), loaded by
+`perf_setup_BPC21.sh -enable-csc` menu D, worth ~13% tok/s/GPU (§5). -1 means perf_setup
+ran after amdgpu was already loaded: its modprobe was a no-op although its report claims
+`D - MTYPE=RW, XNACK=disabled`. Only fix: reboot, then run perf_setup before anything else
+loads amdgpu (helicop `prep_machine upto 13`). Rerun the accuracy gate after switching (§5, §27 item 14).
+""")
+
+GPU_COUNT = remediation("GPU-COUNT", "wrong number of GPUs visible on a node", """
+Wide EP assumes exactly `gpus_per_node` (4) GPUs per node in SPX/NPS1
+(`--data-parallel-size-local 4`, reference §12). Fewer: a card failed to initialise (check
+`dmesg | grep amdgpu`, §10) or amdgpu is only partly up; more: the GPUs are partitioned
+(CPX/NPS4) - check `rocm-smi --showcomputepartition` / `--showmemorypartition`.
+A change since the recorded baseline means hardware or partitioning changed under you.
+""")
+
+HBM_SIZE = remediation("HBM-SIZE", "HBM per GPU differs from the inventory", """
+Two board variants exist, 288 GiB and 432 GiB per GPU, and every KV and batching number
+depends on which one you have (§0.2, §12). Read it with `amd-smi static --vram`
+(432 GiB = 442368 MB) or /sys/class/drm/card*/device/mem_info_vram_total. Fix the
+inventory's `hbm_gib_per_gpu` (and the launch config derived from it), or use another node.
+Stepping and board size are independent (§27 item 8).
+""")
+
+HBM_MIXED = remediation("HBM-MIXED", "GPUs of the rack disagree on HBM size", """
+All 16 GPUs must have the same HBM size (§0.3 item 4, §12): the KV budget is computed once
+for every rank, so a mix of 288 GiB and 432 GiB boards either wastes the larger boards or
+OOMs the smaller ones. Replace the odd node with one of the majority's board type.
+""")
+
+
+def card_of(path: str) -> int:
+    return int(_CARD_FILE.search(path).group(1))
+
+
+@check("amdgpu-driver", title="/dev/kfd present, amdgpu loaded with gpu_recovery=0 halt_if_hws_hang=1 after ifoe",
+       scope="node", remediation=(AMDGPU_PARAMS, NO_KFD, IFOE_MISSING, UNTUNED),
+       params={"require_tuned": False},
+       reads={"kfd": Exists("/dev/kfd"), "ifoe": Exists(IFOE), "dmesg": Command(("dmesg",)),
+              **{p: File(f"{PARAMS}/{p}") for p in (*REQUIRED, *TUNED)}})
+def amdgpu_driver(r, ctx):
+    """§5: without the bring-up parameters a HWS hang resets the GPU and the run dies with an
+    empty log; without ifoe there is no UALink; untuned trays are ~13% slower."""
     if not r["kfd"]:
         return fail("/dev/kfd does not exist: amdgpu is not loaded", remediation=NO_KFD,
                     evidence={"/dev/kfd": "missing"})
-    found = {p: r[p].text() if r[p].exists else None for p in REQUIRED}
+    found = {p: r[p].text() if r[p].exists else None for p in (*REQUIRED, *TUNED)}
     evidence = {f"{PARAMS}/{p}": v if v is not None else "missing" for p, v in found.items()}
-    wrong = [f"{p}={v if v is not None else 'missing'} (need {want})"
-             for p, want in REQUIRED.items() if found[p] != want]
+    verdicts = []
+    wrong = [f"{p}={evidence[f'{PARAMS}/{p}']} (need {want})" for p, want in REQUIRED.items() if found[p] != want]
     if wrong:
-        return fail("amdgpu loaded with " + ", ".join(wrong), remediation=AMDGPU_PARAMS, evidence=evidence)
-    return passed("gpu_recovery=0 halt_if_hws_hang=1, /dev/kfd present", evidence=evidence)
+        verdicts.append(fail("amdgpu loaded with " + ", ".join(wrong) + "; these are load-time parameters and "
+                             "a reload retrains the UALink links (§5, §6)",
+                             remediation=AMDGPU_PARAMS, evidence=evidence))
+    verdicts += _ifoe_verdicts(r)
+    tuned, tuned_note = _tuned_state(found)
+    if not tuned and ctx.param("require_tuned"):
+        verdicts.append(warn(tuned_note, remediation=UNTUNED, evidence=evidence))
+    if not verdicts:
+        verdicts.append(passed(f"/dev/kfd present, gpu_recovery=0 halt_if_hws_hang=1, ifoe loaded; {tuned_note}",
+                               evidence=evidence))
+    return verdicts
+
+
+def _tuned_state(found: dict) -> tuple:
+    """(tuned?, one line saying so) from mtype_local/noretry (§5: tuned tray reads 0 and 1)."""
+    if all(found[p] == want for p, want in TUNED.items()):
+        return True, "tuned (mtype_local=0 noretry=1)"
+    values = ", ".join(f"{p}={found[p] if found[p] is not None else 'missing'}" for p in TUNED)
+    if any(found[p] == "-1" for p in TUNED):
+        return False, (f"not tuned: {values} - perf_setup ran after amdgpu was already loaded, its modprobe "
+                       "was a no-op (§5)")
+    return False, f"not tuned: {values} (a perf_setup-loaded tray reads mtype_local=0 noretry=1, §5)"
+
+
+def _ifoe_verdicts(r) -> list:
+    """ifoe must be loaded; order vs amdgpu only from dmesg timestamps, never guessed."""
+    if not r["ifoe"]:
+        return [fail(f"ifoe is not loaded ({IFOE} missing): no UALink-over-Ethernet, the fabric cannot form",
+                     remediation=IFOE_MISSING, evidence={IFOE: "missing"})]
+    order, why = ifoe_load_order(r.get("dmesg"))
+    if order == "after":
+        return [warn(f"ifoe was loaded after amdgpu initialised ({why}); the bring-up loads ifoe first (§5)",
+                     remediation=IFOE_MISSING, evidence={"dmesg": why})]
+    return []
+
+
+def ifoe_load_order(dmesg) -> tuple:
+    """("before" | "after" | None, why) from the first ifoe line and amdgpu's init line in dmesg."""
+    if dmesg is None or not dmesg.ok:
+        return None, "load order not determinable: dmesg not readable"
+    first = {}
+    for raw in dmesg.stdout.splitlines():
+        line = parse_line(raw)
+        if line.timestamp is None or not _DMESG_STAMP.match(line.timestamp):
+            continue
+        if "ifoe" not in first and line.text.startswith("ifoe"):
+            first["ifoe"] = (float(line.timestamp), line.text)
+        elif "amdgpu" not in first and _AMDGPU_INIT in line.text:
+            first["amdgpu"] = (float(line.timestamp), line.text)
+    if len(first) < 2:
+        missing = " and ".join(k for k in ("ifoe", "amdgpu") if k not in first)
+        return None, f"load order not determinable: no {missing} line with a boot timestamp in dmesg (rotated?)"
+    (t_ifoe, _), (t_amdgpu, _) = first["ifoe"], first["amdgpu"]
+    why = f"dmesg: ifoe at {t_ifoe:.3f}s, amdgpu init at {t_amdgpu:.3f}s"
+    return ("before" if t_ifoe < t_amdgpu else "after"), why
+
+
+def amd_cards(r) -> list:
+    """Card indices whose PCI vendor is AMD (a BMC's VGA card is card0 on many servers)."""
+    return sorted(card_of(p) for p, reading in r["vendors"].items()
+                  if reading.exists and reading.text().lower() == AMD_VENDOR)
+
+
+def hbm_gib(r) -> dict:
+    """card -> HBM size in whole GiB (mem_info_vram_total, rounded: drivers reserve a few MiB)."""
+    vram = {card_of(p): reading for p, reading in r["vram"].items()}
+    out = {}
+    for card in amd_cards(r):
+        if card not in vram:
+            out[card] = None
+            continue
+        text = vram[card].text()
+        if not text.isdigit():
+            raise ParseError(f"card{card} mem_info_vram_total is not a byte count: {text!r:.40}")
+        out[card] = round(int(text) / 2**30)
+    return out
+
+
+def record_inventory(r, ctx) -> dict:
+    """Baseline entry: GPU count and HBM per card, for drift reports (old -> new)."""
+    return {"gpus": len(amd_cards(r)), "hbm_gib": hbm_gib(r)}
+
+
+INVENTORY_READS = {"vendors": Glob(VENDOR_GLOB), "vram": Glob(VRAM_GLOB)}
+
+
+@check("gpu-inventory", title="expected GPU count and HBM per GPU (and no drift from the baseline)",
+       scope="node", remediation=(GPU_COUNT, HBM_SIZE), params={"tolerance_gib": 1},
+       reads=INVENTORY_READS, record=record_inventory)
+def gpu_inventory(r, ctx):
+    """§12: wide EP assumes 4 GPUs per node and a KV budget computed for one HBM size."""
+    cards, sizes = amd_cards(r), hbm_gib(r)
+    want_gpus, want_hbm = ctx.settings.gpus_per_node, ctx.settings.hbm_gib_per_gpu
+    evidence = {"AMD cards": [f"card{c}" for c in cards], "HBM GiB": {f"card{c}": g for c, g in sizes.items()}}
+    verdicts = []
+    if len(cards) != want_gpus:
+        verdicts.append(fail(f"{len(cards)} AMD GPU(s) visible, inventory expects {want_gpus}",
+                             remediation=GPU_COUNT, evidence=evidence))
+    for card, gib in sizes.items():
+        if gib is None:
+            verdicts.append(fail(f"HBM size unknown: {VRAM_GLOB.replace('*', str(card))} missing (§12: block "
+                                 "if unknown)", gpu=card, remediation=HBM_SIZE, evidence=evidence))
+        elif want_hbm is None:
+            verdicts.append(warn(f"{gib} GiB HBM; the inventory does not declare hbm_gib_per_gpu (288 or 432), "
+                                 "so the KV budget cannot be checked against it", gpu=card, remediation=HBM_SIZE,
+                                 evidence=evidence))
+        elif abs(gib - want_hbm) > ctx.param("tolerance_gib"):
+            verdicts.append(fail(f"{gib} GiB HBM, inventory says {want_hbm} GiB per GPU", gpu=card,
+                                 remediation=HBM_SIZE, evidence=evidence))
+    verdicts += _drift(ctx.baseline, len(cards), sizes, evidence)
+    if not verdicts:
+        verdicts.append(passed(f"{len(cards)} GPUs, {want_hbm} GiB HBM each", evidence=evidence))
+    return verdicts
+
+
+def _drift(baseline, gpus: int, sizes: dict, evidence: dict) -> list:
+    """WARN per value that changed since `k3doctor baseline record`, as old -> new."""
+    if not isinstance(baseline, dict) or "unrecorded" in baseline:
+        return []
+    out = []
+    if "gpus" in baseline and baseline["gpus"] != gpus:
+        out.append(warn(f"GPU count changed since the baseline: {baseline['gpus']} -> {gpus}",
+                        remediation=GPU_COUNT, evidence=evidence))
+    old_sizes = {int(k): v for k, v in (baseline.get("hbm_gib") or {}).items()}
+    for card in sorted(set(old_sizes) | set(sizes)):
+        old, new = old_sizes.get(card, "absent"), sizes.get(card, "absent")
+        if old != new:
+            out.append(warn(f"HBM changed since the baseline: {old} -> {new} GiB", gpu=card,
+                            remediation=HBM_SIZE, evidence=evidence))
+    return out
+
+
+@check("hbm-uniform", title="all GPUs of the rack have the same HBM size", scope="cluster",
+       remediation=HBM_MIXED, reads=INVENTORY_READS)
+def hbm_uniform(per_node, ctx):
+    """§12: one KV budget for all 16 ranks needs one board type; name the odd node(s) out."""
+    sizes, unread = {}, []
+    for node, r in per_node.items():
+        try:
+            sizes[node] = hbm_gib(r)
+        except (ReadingUnavailable, ParseError) as exc:
+            unread.append(error(f"HBM size not readable, left out of the comparison: {exc}", node=node))
+    return unread + _uniform(sizes, ctx.settings.hbm_gib_per_gpu)
+
+
+def _uniform(sizes: dict, declared) -> list:
+    """The majority size (the declared one breaks a tie) and one FAIL per GPU that differs."""
+    counts = Counter(g for s in sizes.values() for g in s.values() if g is not None)
+    evidence = {node: {f"card{c}": g for c, g in s.items()} for node, s in sizes.items()}
+    if len(counts) <= 1:
+        size = next(iter(counts), None)
+        return [passed(f"all {sum(counts.values())} GPUs report {size} GiB HBM", evidence=evidence)]
+    top = max(counts.values())
+    leaders = [g for g, n in counts.items() if n == top]
+    if len(leaders) > 1 and declared not in leaders:
+        return [fail("HBM sizes split evenly, no majority: " + ", ".join(
+            f"{node} {sorted(set(s.values()), key=str)}" for node, s in sizes.items()), evidence=evidence)]
+    majority = declared if declared in leaders else leaders[0]
+    return [fail(f"{node} gpu{card} has {gib} GiB HBM while the rest of the rack has {majority} GiB",
+                 node=node, gpu=card, evidence=evidence)
+            for node, s in sizes.items() for card, gib in s.items() if gib is not None and gib != majority]

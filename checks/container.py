@@ -1,0 +1,323 @@
+"""What was copied into our container (reference §2, §14): the rocjitsu B0->A0 translation
+prefix on A0 silicon and the ATOM PR #2380 files. Both arrive by `docker cp`, are lost on
+`docker rm`, and fail silently: a wrong prefix gives HTTP 200 with every token `!`, a 0-byte
+.py imports cleanly and defines nothing."""
+from __future__ import annotations
+
+import re
+
+from k3doctor.parsers import ParseError
+from k3doctor.readings import Command, Docker
+from k3doctor.registry import check, remediation
+from k3doctor.results import error, fail, passed, skip, warn
+from k3doctor.shell import quote
+
+ROCJITSU, PATCH = "rocjitsu-store", "patch-integrity"
+HOOK = "lib/libhsa_hotswap_rocjitsu.so"
+TRANSLATOR = "lib/librocjitsu_gfx1250_b0_to_a0.so.0.3.0"
+TRANSLATOR_STEM = "librocjitsu_gfx1250_b0_to_a0.so"
+STORE = "share/rocjitsu/translations/gfx1250-b0-a0/v1"
+ROCJITSU_PARAMS = {  # §2 table: required prefix, and the image's own (known-bad) one
+    "prefix": "/app/rjprefix", "hook_bytes": 129112, "translator_bytes": 8002216, "store_entries": 1976,
+    "image_hook_bytes": 143217, "image_translator_bytes": 7531385, "image_store_entries": 170,
+    "check_env": True,
+}
+ATOM = "/app/ATOM/atom"
+PATCH_PARAMS = {  # §14 byte sizes for gfx1250-atom-20260918-ep8
+    "required": "auto",  # auto: only for the image tag matching `image_needs_patch` (§0.2); yes | no
+    "image_needs_patch": "20260918",
+    "files": {f"{ATOM}/model_ops/mla_unfused_gather.py": 7499, f"{ATOM}/utils/envs.py": 47967,
+              f"{ATOM}/model_ops/attention_mla.py": 146235},
+    "marker": "use_unfused_gather_kv_b_proj",
+    "marker_file": f"{ATOM}/model_ops/attention_mla.py",
+    "marker_count": 3,
+}
+_STAT_LINE = re.compile(r"^(\d+) (/.*)$")
+_NO_CONTAINER = ("No such container", "is not running")
+
+STEPPING = remediation("STEPPING-UNDECLARED", "silicon stepping not declared for a node", """
+The stepping cannot be read from the board: PCI revision 0x00, rocminfo `ASIC Revision: 0`,
+amd-smi `REV_ID: 0x00` on both A0 and B0 (§1). Declare it per node in the inventory
+(`stepping: A0` or `stepping: B0`), from site records. A0 needs the B0->A0 translation
+prefix (§2); B0 needs none. Confirm after launch with the sanity prompt (§21): A0 without
+translation answers `!!!!!!!!`.
+""")
+
+PREFIX = remediation("ROCJITSU-PREFIX", "wrong or missing rocjitsu prefix on A0 silicon", """
+A0 silicon runs the image's B0 code objects only through the B0->A0 translation prefix in
+the container at /app/rjprefix (§2): hook libhsa_hotswap_rocjitsu.so 129,112 B, translator
+librocjitsu_gfx1250_b0_to_a0.so.0.3.0 8,002,216 B, 1,976 entries in
+share/rocjitsu/translations/gfx1250-b0-a0/v1. The image's own prefix (143,217 / 7,531,385 /
+170) installs the hook but its store is nearly empty: nothing is translated and every token
+is `!` while HTTP 200, finish_reason stop and sane throughput are reported (§1).
+Re-install the site's prefix archive with `docker cp` (424 MB, unpacks to 1.7 GB; outside
+that cluster ask AMD for it by these sizes) and re-verify the sizes: `docker cp` is lost on
+`docker rm`, and an interrupted copy leaves 0-byte files (§14). `FAIL: HOTSWAP=1 but
+/app/rjprefix not found` means the same. Never fall back to HOTSWAP=0 on A0: any number
+produced without translation is void.
+""")
+
+ENV = remediation("ROCJITSU-ENV", "translation environment not set the way that works", """
+On A0 all three, in this form (§2): LD_LIBRARY_PATH starting with /app/rjprefix/lib (first
+position is what makes the populated store reachable), HSA_TOOLS_LIB=
+/app/rjprefix/lib/libhsa_hotswap_rocjitsu.so (the hook; pointing it at
+librocjitsu_gfx1250_b0_to_a0.so is silently ignored - no OnLoad), HSA_HOTSWAP_VERBOSE=1
+(without it the success lines are never printed). Do not combine with the ROCm debug agent
+(same HSA tool slot). If your launch script exports them per rank instead of the container,
+set rocjitsu-store.check_env=false and check the ranks' environment (§16).
+""")
+
+ON_B0 = remediation("ROCJITSU-ON-B0", "populated translation prefix active on B0 silicon", """
+The 20260918 image ships B0 code objects, so B0 silicon needs no translation (§0.2, §1).
+A populated (1,976-entry) prefix active on B0 was never tested and may rewrite valid B0
+objects for A0 (§27 item 7): drop the three translation exports (LD_LIBRARY_PATH entry,
+HSA_TOOLS_LIB, HSA_HOTSWAP_VERBOSE) or remove the prefix, then rerun the accuracy gate (§21).
+""")
+
+PATCH_BAD = remediation("PATCH-2380", "ATOM PR #2380 files missing, truncated or wrong", """
+On the 20260918 / Triton 3.8 image the fused Triton gather_kv_b_proj aborts LLVM on chunked-
+prefill shapes; PR #2380's unfused fallback avoids it, and without the patch
+ATOM_UNFUSED_GATHER_KV_B_PROJ silently does nothing (§14). Apply the PR's diff (runtime files
+only, `filterdiff -i 'atom/*'`) to /app/ATOM - never check out the PR branch - insert the
+envs.py block by hand after ATOM_USE_FLYDSL_GATHER_KV_B_PROJ (the hunk fails on this image),
+then verify: mla_unfused_gather.py 7,499 B, envs.py 47,967 B, attention_mla.py 146,235 B,
+`grep -c use_unfused_gather_kv_b_proj attention_mla.py` = 3. A 0-byte file is an interrupted
+`docker cp` (host reset, BMC watchdog): it imports cleanly and defines nothing - copy again.
+Files added with `docker cp` are lost on `docker rm`: re-verify after every rebuild and reboot.
+Not for the optimized stack (Triton >= 3.9 + AITER #6121, §0.2).
+""")
+
+
+class ContainerMissing(Exception):
+    """`docker exec` could not run in our container: it does not exist or is not running."""
+
+
+def _param(settings, chk: str, name: str):
+    defaults = ROCJITSU_PARAMS if chk == ROCJITSU else PATCH_PARAMS
+    return settings.checks.get(chk, {}).get(name, defaults[name])
+
+
+def exec_in(container: str, *argv) -> Command:
+    return Command(("docker", "exec", container, *argv))
+
+
+def exec_stdout(reading, container: str, ok_rcs=(0,)) -> str:
+    """stdout of a `docker exec`; ContainerMissing when docker says so, ReadingUnavailable otherwise."""
+    if not reading.timed_out and any(s in reading.stderr for s in _NO_CONTAINER):
+        state = "is not running" if "is not running" in reading.stderr else "does not exist"
+        raise ContainerMissing(f"container {container} {state} on this node")
+    if reading.rc in ok_rcs and not reading.timed_out:
+        return reading.stdout
+    return reading.output()
+
+
+def parse_stat(text: str) -> dict:
+    """``stat -c '%s %n' files...`` -> {path: bytes}; files stat could not find are absent."""
+    sizes = {}
+    for line in text.splitlines():
+        match = _STAT_LINE.match(line)
+        if not match:
+            raise ParseError(f"stat: unexpected line {line!r:.120}")
+        sizes[match.group(2)] = int(match.group(1))
+    return sizes
+
+
+def parse_env(text: str) -> dict:
+    """``printenv`` -> {name: value} (continuation lines of multi-line values are dropped)."""
+    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+
+
+def parse_count(text: str, what: str) -> int:
+    value = text.strip()
+    if not value.isdigit():
+        raise ParseError(f"{what}: expected a count, got {value!r:.80}")
+    return int(value)
+
+
+def _bytes(n) -> str:
+    return "missing" if n is None else f"{n:,} B"
+
+
+# ----------------------------------------------------------------------------- rocjitsu-store
+
+def _rocjitsu_paths(settings) -> tuple:
+    prefix = _param(settings, ROCJITSU, "prefix").rstrip("/")
+    return prefix, f"{prefix}/{HOOK}", f"{prefix}/{TRANSLATOR}", f"{prefix}/{STORE}"
+
+
+def _rocjitsu_reads(settings) -> dict:
+    c = settings.container
+    prefix, hook, translator, store = _rocjitsu_paths(settings)
+    return {"stat": exec_in(c, "stat", "-c", "%s %n", prefix, hook, translator, store),
+            "count": exec_in(c, "sh", "-c", f"ls -A {quote(store)} 2>/dev/null | wc -l"),
+            "env": exec_in(c, "printenv")}
+
+
+def read_prefix(r, settings) -> dict:
+    """What the container holds: sizes, store entry count, environment (raises ContainerMissing)."""
+    c = settings.container
+    prefix, hook, translator, store = _rocjitsu_paths(settings)
+    sizes = parse_stat(exec_stdout(r["stat"], c, ok_rcs=(0, 1)))
+    return {"prefix": prefix, "prefix_present": prefix in sizes, "hook_path": hook, "translator_path": translator,
+            "hook": sizes.get(hook), "translator": sizes.get(translator),
+            "entries": parse_count(exec_stdout(r["count"], c), "store entry count") if store in sizes else None,
+            "env": parse_env(exec_stdout(r["env"], c))}
+
+
+def env_active(found: dict) -> bool:
+    env = found["env"]
+    return env.get("HSA_TOOLS_LIB") == found["hook_path"] or \
+        env.get("LD_LIBRARY_PATH", "").split(":")[0].rstrip("/") == f"{found['prefix']}/lib"
+
+
+def judge_a0(found: dict, p) -> list:
+    """§2: exact sizes and count; the image's own prefix named as such; environment in its working form."""
+    evidence = {"hook": _bytes(found["hook"]), "translator": _bytes(found["translator"]),
+                "store entries": found["entries"],
+                **{k: found["env"].get(k) for k in ("LD_LIBRARY_PATH", "HSA_TOOLS_LIB", "HSA_HOTSWAP_VERBOSE")}}
+    prefix = found["prefix"]
+    if not found["prefix_present"]:
+        return [fail(f"{prefix} not found in the container (known issue `FAIL: HOTSWAP=1 but {prefix} not found`; "
+                     "lost on docker rm): A0 silicon cannot run the image's B0 objects", remediation=PREFIX,
+                     evidence=evidence)]
+    image_own = (found["hook"] == p("image_hook_bytes") or found["translator"] == p("image_translator_bytes")
+                 or found["entries"] == p("image_store_entries"))
+    verdicts = []
+    if image_own:
+        verdicts.append(fail(
+            f"{prefix} is the image's own rocjitsu prefix (hook {_bytes(found['hook'])}, translator "
+            f"{_bytes(found['translator'])}, {found['entries']} store entries; need {p('hook_bytes'):,} / "
+            f"{p('translator_bytes'):,} / {p('store_entries'):,}): nothing gets translated and every token will "
+            "be `!` with HTTP 200 (§1, §2)", remediation=PREFIX, evidence=evidence))
+    else:
+        for what, got, want in (("hook libhsa_hotswap_rocjitsu.so", found["hook"], p("hook_bytes")),
+                                ("translator librocjitsu_gfx1250_b0_to_a0.so.0.3.0", found["translator"],
+                                 p("translator_bytes"))):
+            if got != want:
+                why = " (0 bytes: interrupted docker cp, §14)" if got == 0 else ""
+                verdicts.append(fail(f"{what} is {_bytes(got)}, need {want:,} B{why}", remediation=PREFIX,
+                                     evidence=evidence))
+        if found["entries"] != p("store_entries"):
+            verdicts.append(fail(f"translation store has {found['entries']} entries, need {p('store_entries'):,} "
+                                 "(a near-empty store translates nothing: every token `!`)", remediation=PREFIX,
+                                 evidence=evidence))
+    if p("check_env"):
+        verdicts += judge_env(found, evidence)
+    return verdicts
+
+
+def judge_env(found: dict, evidence: dict) -> list:
+    env, hook, lib = found["env"], found["hook_path"], f"{found['prefix']}/lib"
+    out = []
+    first = env.get("LD_LIBRARY_PATH", "").split(":")[0].rstrip("/")
+    if first != lib:
+        out.append(fail(f"LD_LIBRARY_PATH must start with {lib} (first position makes the populated store "
+                        f"reachable, §2); it starts with {first or '(unset)'!r}", remediation=ENV, evidence=evidence))
+    tools = env.get("HSA_TOOLS_LIB")
+    if tools and TRANSLATOR_STEM in tools.rsplit("/", 1)[-1]:
+        out.append(fail(f"HSA_TOOLS_LIB points at the translator {tools}: silently ignored (it has no OnLoad); it "
+                        f"must be the hook {hook} (§2)", remediation=ENV, evidence=evidence))
+    elif tools != hook:
+        out.append(fail(f"HSA_TOOLS_LIB is {tools or '(unset)'!r}, must be {hook} (§2)", remediation=ENV,
+                        evidence=evidence))
+    if env.get("HSA_HOTSWAP_VERBOSE") != "1":
+        out.append(warn(f"HSA_HOTSWAP_VERBOSE is {env.get('HSA_HOTSWAP_VERBOSE') or '(unset)'!r}, set 1: without "
+                        "it the translation success lines are never printed, so the run cannot be proven (§2)",
+                        remediation=ENV, evidence=evidence))
+    return out
+
+
+@check(ROCJITSU, title="A0: rocjitsu translation prefix of the right sizes and active; B0: none active",
+       scope="node", remediation=(PREFIX, ENV, ON_B0, STEPPING), params=ROCJITSU_PARAMS, reads=_rocjitsu_reads)
+def rocjitsu_store(r, ctx):
+    """§1, §2: running the other stepping's code objects does not crash - it answers `!` with HTTP 200."""
+    stepping = ctx.settings.stepping
+    if stepping is None:
+        return fail("silicon stepping not declared for this node; it cannot be read from the board (§1): set "
+                    "`stepping: A0` or `stepping: B0` in the inventory", remediation=STEPPING)
+    try:
+        found = read_prefix(r, ctx.settings)
+    except ContainerMissing as exc:
+        if stepping == "B0":
+            return passed(f"B0 silicon: translation not needed (§1); {exc}, nothing to inspect")
+        return fail(f"{exc}: FAIL: HOTSWAP=1 but {_rocjitsu_paths(ctx.settings)[0]} not found - the prefix lives in "
+                    "the container (§2)", remediation=PREFIX)
+    if stepping == "A0":
+        return judge_a0(found, ctx.param) or passed(
+            f"A0: {found['prefix']} hook {found['hook']:,} B, translator {found['translator']:,} B, "
+            f"{found['entries']:,} store entries, environment set")
+    if found["entries"] == ctx.param("store_entries") and env_active(found):
+        return warn(f"B0 silicon with the populated {found['entries']:,}-entry prefix active (HSA_TOOLS_LIB / "
+                    "LD_LIBRARY_PATH point at it): untested configuration (§1, §27 item 7)", remediation=ON_B0,
+                    evidence={"store entries": found["entries"], "HSA_TOOLS_LIB": found["env"].get("HSA_TOOLS_LIB"),
+                              "LD_LIBRARY_PATH": found["env"].get("LD_LIBRARY_PATH")})
+    present = f"{found['entries']}-entry prefix present but inactive" if found["prefix_present"] else "no prefix"
+    return passed(f"B0 silicon: translation not needed (§1, §0.2); {present}")
+
+
+# ----------------------------------------------------------------------------- patch-integrity
+
+def _patch_reads(settings) -> dict:
+    c = settings.container
+    files = list(_param(settings, PATCH, "files"))
+    return {"docker": Docker(container=c),
+            "stat": exec_in(c, "stat", "-c", "%s %n", *files),
+            "marker": exec_in(c, "grep", "-c", "--", _param(settings, PATCH, "marker"),
+                              _param(settings, PATCH, "marker_file"))}
+
+
+def patch_needed(required: str, image, needs: str) -> tuple:
+    """(needed?, why) from the `required` param and the image tag (§0.2: PR #2380 is 20260918-only)."""
+    if required == "yes":
+        return True, "patch-integrity.required=yes"
+    if required == "no":
+        return False, "patch-integrity.required=no"
+    if required != "auto":
+        raise ValueError(f"patch-integrity.required must be auto, yes or no, not {required!r}")
+    if image is None:
+        return False, ("image unknown (container missing and no `image:` in the inventory); set "
+                       "patch-integrity.required=yes to check anyway")
+    if needs in image:
+        return True, f"image {image} is the {needs} / Triton 3.8 image"
+    return False, (f"image {image} is not the {needs} / Triton 3.8 image: PR #2380 applies only there "
+                   "(§0.2, §14); set patch-integrity.required=yes to check anyway")
+
+
+@check(PATCH, title="ATOM PR #2380 files at their exact sizes with 3 markers (20260918 image only)",
+       scope="node", remediation=PATCH_BAD, params=PATCH_PARAMS, reads=_patch_reads)
+def patch_integrity(r, ctx):
+    """§14: a 0-byte file from an interrupted `docker cp` passes every import check; sizes do not lie."""
+    c, p = ctx.settings.container, ctx.param
+    inspect = r["docker"].inspect
+    image = (inspect.get("Config") or {}).get("Image") if inspect else ctx.settings.image
+    try:
+        needed, why = patch_needed(p("required"), image, p("image_needs_patch"))
+    except ValueError as exc:
+        return error(str(exc))
+    if not needed:
+        return skip(why)
+    if inspect is None:
+        return fail(f"container {c} does not exist on this node: the PR #2380 files are lost with it (§13, §14)")
+    try:
+        sizes = parse_stat(exec_stdout(r["stat"], c, ok_rcs=(0, 1)))
+        count = exec_stdout(r["marker"], c, ok_rcs=(0, 1, 2))
+    except ContainerMissing as exc:
+        return fail(f"{exc}: cannot check the PR #2380 files")
+    evidence = {path: _bytes(sizes.get(path)) for path in p("files")}
+    verdicts = []
+    for path, want in p("files").items():
+        got = sizes.get(path)
+        if got == 0:
+            verdicts.append(fail(f"{path} is 0 bytes (interrupted docker cp): it imports cleanly and defines "
+                                 "nothing (§14)", evidence=evidence))
+        elif got != want:
+            verdicts.append(fail(f"{path} is {_bytes(got)}, expected {want:,} B", evidence=evidence))
+    marker_file = p("marker_file")
+    if sizes.get(marker_file):
+        got = parse_count(count, f"grep -c {p('marker')}")
+        evidence[f"grep -c {p('marker')}"] = got
+        if got != p("marker_count"):
+            verdicts.append(fail(f"{marker_file} has {got} `{p('marker')}` line(s), expected {p('marker_count')} "
+                                 "(patch not applied or applied twice)", evidence=evidence))
+    return verdicts or passed(f"PR #2380 files at their expected sizes, {p('marker_count')} markers ({why})",
+                              evidence=evidence)

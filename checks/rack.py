@@ -1,0 +1,138 @@
+"""Is the rack actually free? (reference §3): foreign containers, recent foreign creations,
+GPU processes. VRAM is not a free/busy signal: a job whose containers exist but have not
+loaded weights reads 0 % on every GPU."""
+from __future__ import annotations
+
+import re
+
+from k3doctor.parsers import ParseError
+from k3doctor.parsers.docker_events import Container, event_from_dict
+from k3doctor.parsers.rocmsmi import parse_showpids
+from k3doctor.readings import Command, Docker, Glob, ReadingUnavailable
+from k3doctor.registry import check, remediation
+from k3doctor.results import error, fail, passed
+
+CHECK = "rack-free"
+WINDOW_MIN = 30
+KFD_PROC_GLOB = "/sys/class/kfd/kfd/proc/*"
+_KFD_PID = re.compile(r"/proc/(\d+)$")
+WATCHED_ACTIONS = ("create", "start")
+
+RACK_BUSY = remediation("RACK-BUSY", "someone else is on this node", """
+Only our own container may exist on a node before launch (§3): not "nothing of mine is
+running" but "nothing else at all" - `docker ps -a --format '{{.Names}}'`, every name.
+A container that was created but never started reads 0 % on every GPU and will take the
+GPUs the moment it starts; a foreign `create`/`start` in the last 30 min is a live campaign
+(`docker events --since 30m --filter event=create`). GPU processes (`rocm-smi --showpids`,
+/sys/class/kfd/kfd/proc) mean a job holds the GPUs now. Do not launch on top of them and do
+not "fix" a later negative KV budget by raising --gpu-memory-utilization (§3 collision
+signatures): find the owner (tray ownership changes daily, §4), wait for them to finish, or
+pick another node. Never remove another user's container.
+""")
+
+
+def _window_s(settings) -> int:
+    return int(settings.checks.get(CHECK, {}).get("window_min", WINDOW_MIN) * 60)
+
+
+def _reads(settings) -> dict:
+    return {"docker": Docker(events_since_s=_window_s(settings), container=settings.container),
+            "kfd": Glob(KFD_PROC_GLOB),
+            "pids": Command((settings.tools["rocm_smi"], "--showpids"))}
+
+
+def container_from_api(d: dict) -> Container:
+    """A Docker API/SDK container-list dict (``Names: ["/x"]``, ``Created`` epoch) as a Container."""
+    names = d.get("Names") or []
+    if not names or not isinstance(names, list):
+        raise ParseError(f"docker container list: entry without Names: {d!r:.120}")
+    return Container(name=names[0].lstrip("/"), state=d.get("State"), status=d.get("Status", ""),
+                     image=d.get("Image", ""), created=d.get("Created"), id=d.get("Id"),
+                     labels=dict(d.get("Labels") or {}))
+
+
+def _age(now: float, then) -> str:
+    if then is None:
+        return "age unknown"
+    seconds = max(0, int(now - then))
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds // size} {unit} ago"
+    return f"{seconds} s ago"
+
+
+def judge_containers(reading, own: str, window_s: int) -> list:
+    """FAIL per foreign container (any state) and per foreign create/start in the window."""
+    now = reading.now
+    containers = [container_from_api(d) for d in reading.containers]
+    events = [event_from_dict(d) for d in reading.events]
+    recent = {}
+    for ev in events:
+        if ev.type == "container" and ev.action in WATCHED_ACTIONS and ev.time >= now - window_s \
+                and ev.name != own:
+            recent.setdefault(ev.name or ev.id[:12], []).append(f"{ev.action} {_age(now, ev.time)}")
+    verdicts = []
+    for c in containers:
+        if c.name == own:
+            continue
+        events_of = recent.pop(c.name, [])
+        evidence = {"name": c.name, "state": c.state, "status": c.status, "image": c.image,
+                    "created": _age(now, c.created), "recent events": events_of}
+        if c.state == "created":
+            what = ("created but never started: it reads 0 % GPU use now and takes the GPUs the moment it "
+                    "starts - the exact trap of a VRAM-only check (§3)")
+        else:
+            what = f"state {c.state} ({c.status})"
+        verdicts.append(fail(f"foreign container {c.name} ({c.image}): {what}; created {_age(now, c.created)}",
+                             remediation=RACK_BUSY, evidence=evidence))
+    for name, what in recent.items():
+        verdicts.append(fail(f"foreign container {name} had {', '.join(what)} within the last "
+                             f"{window_s // 60} min (since removed): someone else is working this node",
+                             remediation=RACK_BUSY, evidence={"name": name, "events": what}))
+    return verdicts
+
+
+def judge_gpu_processes(kfd_pids: set, rows: list) -> list:
+    """FAIL naming every process that holds a KFD context (union of sysfs and rocm-smi)."""
+    by_pid = {p.pid: p for p in rows}
+    verdicts = []
+    for pid in sorted(kfd_pids | set(by_pid)):
+        row = by_pid.get(pid)
+        name = row.name if row else "(name unknown: not in rocm-smi --showpids)"
+        vram = f"{row.vram_bytes / 2**30:.1f} GiB VRAM" if row and row.vram_bytes is not None else "VRAM unknown"
+        gpus = f" on {row.gpus} GPU(s)" if row and row.gpus is not None else ""
+        verdicts.append(fail(f"GPU process pid {pid} {name}{gpus} holds {vram}: the GPUs are in use",
+                             remediation=RACK_BUSY,
+                             evidence={"pid": pid, "name": name, "in /sys/class/kfd/kfd/proc": pid in kfd_pids,
+                                       "in rocm-smi --showpids": pid in by_pid,
+                                       "vram_bytes": row.vram_bytes if row else None}))
+    return verdicts
+
+
+def kfd_pids(kfd: dict) -> set:
+    return {int(m.group(1)) for path in kfd if (m := _KFD_PID.search(path))}
+
+
+@check(CHECK, title="only our container on the node, no foreign create/start recently, no GPU processes",
+       scope="node", remediation=RACK_BUSY, params={"window_min": WINDOW_MIN}, reads=_reads)
+def rack_free(r, ctx):
+    """§3: "nothing of mine is running" is not "free"; each source is judged on its own so one
+    unreadable source (ERROR) never hides what the others found."""
+    own, window_s = ctx.settings.container, int(ctx.param("window_min") * 60)
+    verdicts = []
+
+    def attempt(source, fn, default):
+        try:
+            return fn()
+        except (ReadingUnavailable, ParseError) as exc:
+            verdicts.append(error(f"{source} not readable, so the rack may not be free: {exc}"))
+            return default
+
+    verdicts += attempt("docker engine", lambda: judge_containers(r["docker"], own, window_s), [])
+    pids = attempt(KFD_PROC_GLOB, lambda: kfd_pids(r["kfd"]), set())
+    rows = attempt("rocm-smi --showpids", lambda: parse_showpids(r["pids"].output()), [])
+    verdicts += judge_gpu_processes(pids, rows)
+    if not verdicts:
+        verdicts.append(passed(f"only {own} (or nothing) on this node, no foreign create/start in the last "
+                               f"{window_s // 60} min, no GPU processes"))
+    return verdicts
