@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass
+from itertools import zip_longest
 
 from k3doctor.parsers import ParseError
 from k3doctor.parsers._common import UINT32_MAX, to_int
@@ -29,6 +30,7 @@ BOOT_ID = "/proc/sys/kernel/random/boot_id"
 # amdgpu_init() prints this once per module load; its dmesg stamp vs /proc/uptime = seconds since load.
 LOAD_LINE = "amdgpu kernel modesetting enabled"
 DRIVER_LOAD = sh(f"cat /proc/uptime; dmesg 2>/dev/null | grep -F '{LOAD_LINE}' | tail -n 1")
+STATIONS = 18  # nibbles in station_lane_en_bitmap (§28)
 HALF_NIBBLES = {"3": "port 1 down, port 0 up", "c": "port 0 down, port 1 up"}  # CVS monitor reading (§28)
 RECORDED_FIELDS = ("accel_id", "local_accels", BITMAP, "link_type")
 SUMMARY = ("accel_state", *RECORDED_FIELDS)
@@ -137,18 +139,21 @@ def ualink_cards(r) -> dict:
     return dict(sorted(cards.items()))
 
 
-def bitmap_value(text: str, what: str) -> int:
-    """Hex lane bitmap, with or without 0x (amd-smi prints 0x, sysfs bare nibbles, §27 item 3)."""
+def nibbles(text: str, what: str) -> str:
+    """The lane bitmap's station nibbles, station 0 first (leftmost); a 0x prefix is dropped.
+
+    One nibble per station (§28); amd-smi trims trailing zero stations (§27 item 3), so a
+    shorter reading is padded with disabled stations before comparing.
+    """
     digits = text.strip().lower().removeprefix("0x")
     if not digits or not re.fullmatch(r"[0-9a-f]+", digits):
         raise ParseError(f"{what}: not a hex lane bitmap: {text!r}")
-    return int(digits, 16)
+    return digits.ljust(STATIONS, "0")
 
 
-def half_stations(text: str) -> list:
-    """(station, nibble) for half-enabled stations; station 0 is the rightmost nibble (§28)."""
-    digits = text.strip().lower().removeprefix("0x")
-    return [(i, nib) for i, nib in enumerate(reversed(digits)) if nib in HALF_NIBBLES]
+def half_stations(digits: str) -> list:
+    """(station, nibble) for every half-enabled station (`3`/`c`, §28)."""
+    return [(i, nib) for i, nib in enumerate(digits) if nib in HALF_NIBBLES]
 
 
 def majority(values: dict):
@@ -247,14 +252,14 @@ def _bitmap_verdicts(cards: dict, ctx) -> list:
     missing = [n for n, t in texts.items() if t is None]
     out = [fail(f"card{n} has no lane bitmap (neither ualink/{BITMAP} nor ualink/stations/lane_en_bitmap)",
                 gpu=n, evidence=cards[n].evidence(), remediation=LANES) for n in missing]
-    values = {n: bitmap_value(t, f"card{n} {BITMAP}") for n, t in texts.items() if t is not None}
+    values = {n: nibbles(t, f"card{n} {BITMAP}") for n, t in texts.items() if t is not None}
     half_status = fail if ctx.param("half_station") == "fail" else warn
     for n, value in values.items():
         ev = {f"card{n}/ualink/{BITMAP}": texts[n]}
-        if value == 0:
+        if set(value) == {"0"}:
             out.append(fail(f"card{n} {BITMAP} is {texts[n]}: no lane enabled", gpu=n, evidence=ev,
                             remediation=LANES))
-        for station, nib in half_stations(texts[n]):
+        for station, nib in half_stations(value):
             out.append(half_status(f"card{n} {BITMAP} {texts[n]}: station {station} reads '{nib}' "
                                    f"(half enabled: {HALF_NIBBLES[nib]})", gpu=n, evidence=ev, remediation=LANES))
     top, odd = majority(values)
@@ -265,7 +270,7 @@ def _bitmap_verdicts(cards: dict, ctx) -> list:
             message = f"card{n} {BITMAP} {texts[n]}: the node's cards split with no majority ({groups(shown, _c)})"
         else:
             peers = [k for k in values if values[k] == top]
-            diff = _differing_stations(texts[n], shown[peers[0]])
+            diff = _differing_stations(values[n], top)
             message = (f"card{n} {BITMAP} {texts[n]} differs from {', '.join(map(_c, peers))} "
                        f"({shown[peers[0]]}){diff}")
         out.append(fail(message, gpu=n, evidence=ev, remediation=LANES))
@@ -273,10 +278,8 @@ def _bitmap_verdicts(cards: dict, ctx) -> list:
 
 
 def _differing_stations(mine: str, peer: str) -> str:
-    a, b = (t.strip().lower().removeprefix("0x") for t in (mine, peer))
-    width = max(len(a), len(b))
-    a, b = a.zfill(width)[::-1], b.zfill(width)[::-1]
-    stations = [f"{i} ({b[i]}->{a[i]})" for i in range(width) if a[i] != b[i]]
+    """Stations (0 = leftmost nibble) where a card's bitmap differs from its peers'."""
+    stations = [f"{i} ({p}->{m})" for i, (m, p) in enumerate(zip_longest(mine, peer, fillvalue="0")) if m != p]
     return f"; station(s) {', '.join(stations)}" if stations else ""
 
 
@@ -321,7 +324,7 @@ def record(r, ctx) -> dict:
 
 def _same(field: str, old, new) -> bool:
     if field == BITMAP and old is not None and new is not None:
-        return bitmap_value(str(old), "baseline bitmap") == bitmap_value(str(new), f"current {BITMAP}")
+        return nibbles(str(old), "baseline bitmap") == nibbles(str(new), f"current {BITMAP}")
     if field == "local_accels" and old is not None and new is not None:
         return sorted(old) == sorted(new)
     return old == new

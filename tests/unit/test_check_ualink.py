@@ -137,14 +137,14 @@ def test_odd_lane_bitmap_names_the_card_both_values_and_the_station():
     card2 = [v for v in verdicts if v.gpu == 2]
     assert [(v.status, v.remediation) for v in card2] == [(Status.FAIL, "UALINK-LANES")] * 2
     half, odd = card2
-    assert "station 0 reads '3'" in half.message
+    assert "station 17 reads '3'" in half.message
     assert odd.message == ("card2 station_lane_en_bitmap fffffffffffffffff3 differs from card0, card1, card3 "
-                           "(ffffffffffffffffff); station(s) 0 (f->3)")
+                           "(ffffffffffffffffff); station(s) 17 (f->3)")
     assert all(v.status == Status.PASS for v in verdicts if v.gpu != 2)
 
 
-def test_half_enabled_station_index_counts_from_the_right_and_policy_is_a_param():
-    r = readings({c: {"lane_bitmap": "0xffffffffffffffcff"} for c in range(4)})
+def test_half_enabled_station_index_counts_from_the_left_and_policy_is_a_param():
+    r = readings({c: {"lane_bitmap": "0xffcfffffffffffffff"} for c in range(4)})
     verdicts = judge(r)
     assert {v.status for v in verdicts} == {Status.FAIL}
     assert "station 2 reads 'c'" in verdicts[0].message
@@ -258,3 +258,11 @@ def test_unrecorded_baseline_entry_warns_to_re_record():
 def test_a_card_that_is_not_up_is_not_compared_for_lanes():
     verdicts = judge(readings({0: {**STUCK, "lane_bitmap": "0", "local_accels": ""}}))
     assert findings(verdicts) == [(Status.FAIL, 0, "UALINK-STUCK-UNCONFIGURED")]
+
+
+def test_trimmed_trailing_stations_compare_equal_to_disabled_ones():
+    trimmed = {0: {"lane_bitmap": "0xffffffffffffffff"}}
+    (odd,) = [v for v in judge(readings(trimmed)) if v.status != Status.PASS]
+    assert odd.gpu == 0 and odd.message.endswith("station(s) 16 (f->0), 17 (f->0)")
+    same = readings({c: {"lane_bitmap": "ffffffffffffffff00"} for c in range(1, 4)} | trimmed)
+    assert findings(judge(same)) == []
