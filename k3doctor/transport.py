@@ -8,6 +8,7 @@ Both hand out a Docker SDK client that talks to the node's own engine.
 """
 from __future__ import annotations
 
+import logging
 import os
 import select
 import socket
@@ -21,6 +22,7 @@ import paramiko
 from .readings import CommandReading
 from .shell import with_timeout
 
+log = logging.getLogger("k3doctor")
 KILL_GRACE_S = 2.0  # node-side SIGKILL follows SIGTERM after this
 CLIENT_GRACE_S = 5.0  # client gives the node this long to report its own kill
 
@@ -70,6 +72,16 @@ def resolve_ssh_target(node: str, host: str, *, port=None, user=None, identity_f
         accept_unknown_hosts=accept_unknown_hosts,
         connect_timeout_s=connect_timeout_s,
     )
+
+
+class _AcceptForThisRun(paramiko.MissingHostKeyPolicy):
+    """--accept-unknown-hosts: trust an unknown key for this run only; never save it (a changed key
+    is still refused by paramiko before any policy is asked)."""
+
+    def missing_host_key(self, client, hostname, key):
+        log.warning("accepting unknown host key of %s for this run only: %s %s", hostname, key.get_name(),
+                    key.fingerprint if hasattr(key, "fingerprint") else key.get_base64()[:24])
+        client.get_host_keys().add(hostname, key.get_name(), key)
 
 
 class Transport:
@@ -196,12 +208,12 @@ class SSHTransport(Transport):
     @staticmethod
     def _login(t: SSHTarget, sock) -> paramiko.SSHClient:
         client = paramiko.SSHClient()
-        if t.known_hosts and os.path.exists(t.known_hosts):
-            client.load_host_keys(t.known_hosts)
-        elif not t.known_hosts:
+        if t.known_hosts is None:
             client.load_system_host_keys()
+        elif os.path.exists(t.known_hosts):
+            client.load_system_host_keys(t.known_hosts)  # "system" keys are never written back
         client.set_missing_host_key_policy(
-            paramiko.AutoAddPolicy() if t.accept_unknown_hosts else paramiko.RejectPolicy())
+            _AcceptForThisRun() if t.accept_unknown_hosts else paramiko.RejectPolicy())
         where = f"{t.user}@{t.host}:{t.port}"
         try:
             client.connect(

@@ -1,0 +1,147 @@
+"""The engine end to end: the real CLI against the simulated rack over real SSH (issue 2)."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.e2e
+
+
+def k3(*args, timeout=180):
+    proc = subprocess.run([sys.executable, "-m", "k3doctor.cli", *map(str, args)],
+                          capture_output=True, text=True, timeout=timeout)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def k3json(*args, **kw):
+    rc, out, err = k3(*args, "--format", "json", **kw)
+    assert out, f"no JSON on stdout (rc {rc}): {err}"
+    return rc, json.loads(out)
+
+
+def statuses(doc, check):
+    return {(r["node"], r["gpu"]): r["status"] for r in doc["results"] if r["check"] == check}
+
+
+def edited_inventory(rig, tmp_path, edit):
+    inv = yaml.safe_load(rig.inventory_path.read_text())
+    edit(inv)
+    path = tmp_path / "inventory.yaml"
+    path.write_text(yaml.safe_dump(inv))
+    return path
+
+
+def test_healthy_rack_is_ready_to_launch(rig):
+    rig.apply("healthy")
+    rc, out, err = k3("check", "--nodes", rig.inventory_path)
+    assert rc == 0, out + err
+    header = out.splitlines()[0].split()
+    assert header[:5] == ["check", "ct13", "ct14", "ct16", "ct17"]
+    assert "FAIL" not in out and "ERROR" not in out
+    assert out.rstrip().splitlines()[-1].startswith("READY TO LAUNCH")
+
+
+def test_fast_tier_costs_one_script_round_trip_per_node(rig):
+    rig.apply("healthy")
+    rc, doc = k3json("check", "--nodes", rig.inventory_path, "--skip", "rack-free")
+    assert rc == 0
+    assert {n["name"]: n["round_trips"] for n in doc["nodes"]} == {n.name: 1 for n in rig.nodes}
+
+
+def test_one_unconfigured_card_is_named_by_node_and_gpu(rig):
+    rig.apply("card-unconfigured")  # ct14 card1
+    rc, doc = k3json("check", "--nodes", rig.inventory_path, "--only", "ualink-state")
+    assert rc == 1 and doc["verdict"] == "DO NOT LAUNCH"
+    bad = [r for r in doc["results"] if r["status"] != "PASS"]
+    assert [(r["node"], r["gpu"], r["status"]) for r in bad] == [("ct14", 1, "FAIL")]
+    assert "unconfigured" in bad[0]["message"] and bad[0]["remediation"]
+    assert len(statuses(doc, "ualink-state")) == 16
+
+
+def test_unreachable_node_is_an_error_for_that_node_only(rig, tmp_path):
+    rig.apply("healthy")
+    path = edited_inventory(rig, tmp_path, lambda inv: inv["nodes"].append(
+        {"name": "ct99", "host": rig.unreachable_host}))
+    started = time.monotonic()
+    rc, doc = k3json("check", "--nodes", path, "--only", "amdgpu-driver,ualink-state")
+    assert rc == 2 and doc["verdict"] == "INCONCLUSIVE"
+    assert time.monotonic() - started < 30
+    ct99 = [r for r in doc["results"] if r["node"] == "ct99"]
+    assert {r["status"] for r in ct99} == {"ERROR"} and len(ct99) == 2
+    assert "connection refused" in ct99[0]["message"]
+    others = [r for r in doc["results"] if r["node"] != "ct99"]
+    assert others and {r["status"] for r in others} == {"PASS"}
+    assert [n["reachable"] for n in doc["nodes"]] == [True, True, True, True, False]
+
+
+def test_a_changed_host_key_is_refused(rig, tmp_path):
+    rig.apply("healthy")
+    other = tmp_path / "other_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", other], check=True)
+    fake = other.with_suffix(".pub").read_text().split()[:2]
+    lines = rig.known_hosts.read_text().splitlines()
+    victim = f"[{rig.nodes[1].host}]"  # ct14
+    lines = [" ".join([ln.split()[0], *fake]) if ln.startswith(victim) else ln for ln in lines]
+    (tmp_path / "known_hosts").write_text("\n".join(lines) + "\n")
+    path = edited_inventory(rig, tmp_path, lambda inv: inv["ssh"].update(known_hosts=str(tmp_path / "known_hosts")))
+    for extra in ((), ("--accept-unknown-hosts",)):  # opting in to unknown keys never accepts a changed one
+        rc, doc = k3json("check", "--nodes", path, "--only", "amdgpu-driver", *extra)
+        assert rc == 2
+        got = {r["node"]: (r["status"], r["message"]) for r in doc["results"]}
+        assert got["ct14"][0] == "ERROR" and "does NOT match known_hosts" in got["ct14"][1]
+        assert {got[n][0] for n in ("ct13", "ct16", "ct17")} == {"PASS"}
+
+
+def test_an_unknown_host_key_needs_an_explicit_opt_in(rig, tmp_path):
+    rig.apply("healthy")
+    victim = f"[{rig.nodes[2].host}]"  # ct16
+    lines = [ln for ln in rig.known_hosts.read_text().splitlines() if not ln.startswith(victim)]
+    known = tmp_path / "known_hosts"
+    known.write_text("\n".join(lines) + "\n")
+    path = edited_inventory(rig, tmp_path, lambda inv: inv["ssh"].update(known_hosts=str(known)))
+    rc, doc = k3json("check", "--nodes", path, "--only", "amdgpu-driver")
+    assert rc == 2
+    (ct16,) = [r for r in doc["results"] if r["node"] == "ct16"]
+    assert ct16["status"] == "ERROR" and "is unknown" in ct16["message"]
+    rc, doc = k3json("check", "--nodes", path, "--only", "amdgpu-driver", "--accept-unknown-hosts")
+    assert rc == 0
+    assert victim not in known.read_text()  # accepting for one run never writes the key
+
+
+def test_a_hung_read_is_killed_at_its_deadline_and_nothing_is_left_running(rig):
+    rig.apply("healthy")
+    param = rig.nodes[2].tree / "sys/module/amdgpu/parameters/gpu_recovery"  # ct16
+    param.unlink()
+    os.mkfifo(param)  # a read that never returns, like a wedged device's sysfs file
+    try:
+        started = time.monotonic()
+        rc, doc = k3json("check", "--nodes", rig.inventory_path, "--only", "amdgpu-driver", "--timeout", "2")
+        elapsed = time.monotonic() - started
+        assert rc == 2 and elapsed < 20
+        got = {r["node"]: (r["status"], r["message"]) for r in doc["results"]}
+        assert got["ct16"][0] == "ERROR" and "timed out" in got["ct16"][1]
+        assert {got[n][0] for n in ("ct13", "ct14", "ct17")} == {"PASS"}
+        assert rig.pids_matching("/sys/module/amdgpu/parameters/gpu_recovery") == []
+    finally:
+        param.unlink()
+        rig.apply("healthy")
+
+
+def test_a_malformed_inventory_exits_3_with_file_and_line(tmp_path):
+    path = tmp_path / "inv.yaml"
+    path.write_text("cluster:\n  stepping: B0\nnodes:\n  - {name: a, host: h, prot: 22}\n")
+    rc, out, err = k3("check", "--nodes", path)
+    assert rc == 3 and out == ""
+    assert f"{path}:4: nodes[0].prot: unknown key (did you mean 'port'?)" in err
+    assert "Traceback" not in err
+
+
+def test_bad_arguments_are_one_line_usage_errors():
+    rc, out, err = k3("check", "--format", "pdf")
+    assert rc == 3 and "Traceback" not in err and "pdf" in err
+    rc, out, err = k3("explain", "NO-SUCH-CODE")
+    assert rc == 3 and "known codes:" in err
