@@ -295,7 +295,13 @@ class SSHTransport(Transport):
 
         self.connect()
         prefix = "sudo -n " if self.sudo else ""
-        return docker_over_ssh(self._channel, prefix + "docker system dial-stdio")
+
+        def open_channel():
+            with self._lock:
+                self.round_trips += 1
+            return self._channel()
+
+        return docker_over_ssh(open_channel, prefix + "docker system dial-stdio")
 
     def close(self) -> None:
         for client in (self._client, self._jump):

@@ -50,6 +50,8 @@ def test_fast_tier_costs_one_script_round_trip_per_node(rig):
     rc, doc = k3json("check", "--nodes", rig.inventory_path, "--skip", "rack-free")
     assert rc == 0
     assert {n["name"]: n["round_trips"] for n in doc["nodes"]} == {n.name: 1 for n in rig.nodes}
+    rc, doc = k3json("check", "--nodes", rig.inventory_path)  # + one channel for the Docker API
+    assert {n["name"]: n["round_trips"] for n in doc["nodes"]} == {n.name: 2 for n in rig.nodes}
 
 
 def test_one_unconfigured_card_is_named_by_node_and_gpu(rig):
