@@ -42,6 +42,7 @@ class SSHTarget:
     identity_file: str | None = None
     password: str | None = None  # from an environment variable named in the inventory
     proxy_jump: str | None = None
+    ssh_config_path: str | None = None  # where the jump host's own settings are looked up
     known_hosts: str | None = None
     accept_unknown_hosts: bool = False
     connect_timeout_s: float = 10.0
@@ -68,6 +69,7 @@ def resolve_ssh_target(node: str, host: str, *, port=None, user=None, identity_f
             os.path.expanduser(identities[0]) if identities else None),
         password=password,
         proxy_jump=cfg.get("proxyjump"),
+        ssh_config_path=ssh_config_path,
         known_hosts=os.path.expanduser(known_hosts) if known_hosts else None,
         accept_unknown_hosts=accept_unknown_hosts,
         connect_timeout_s=connect_timeout_s,
@@ -198,11 +200,17 @@ class SSHTransport(Transport):
         hop = resolve_ssh_target(f"{self.node} (jump host)", host, port=port or None, user=user or None,
                                  known_hosts=self.target.known_hosts,
                                  accept_unknown_hosts=self.target.accept_unknown_hosts,
-                                 connect_timeout_s=self.target.connect_timeout_s)
+                                 connect_timeout_s=self.target.connect_timeout_s,
+                                 ssh_config_path=self.target.ssh_config_path)
         jump = self._login(hop, None)
-        channel = jump.get_transport().open_channel(
-            "direct-tcpip", (self.target.host, self.target.port), ("127.0.0.1", 0),
-            timeout=self.target.connect_timeout_s)
+        try:
+            channel = jump.get_transport().open_channel(
+                "direct-tcpip", (self.target.host, self.target.port), ("127.0.0.1", 0),
+                timeout=self.target.connect_timeout_s)
+        except (paramiko.SSHException, OSError) as exc:
+            jump.close()
+            raise TransportError(f"jump host {hop.host} could not reach {self.target.host}:{self.target.port}: "
+                                 f"{exc}") from None
         return jump, channel
 
     @staticmethod

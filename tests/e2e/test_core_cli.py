@@ -147,3 +147,28 @@ def test_bad_arguments_are_one_line_usage_errors():
     assert rc == 3 and "Traceback" not in err and "pdf" in err
     rc, out, err = k3("explain", "NO-SUCH-CODE")
     assert rc == 3 and "known codes:" in err
+
+
+def test_ssh_config_supplies_port_identity_and_proxyjump(rig, tmp_path):
+    rig.apply("healthy")
+    ct13, ct14 = rig.nodes[0], rig.nodes[1]
+    config = tmp_path / "ssh_config"
+    config.write_text(
+        f"Host ct14-via-ct13\n  HostName {ct14.host}\n  Port {ct14.port}\n  IdentityFile {rig.identity_file}\n"
+        f"  ProxyJump root@{ct13.host}:{ct13.port}\n"
+        f"Host ct14-via-nowhere\n  HostName {ct14.host}\n  Port {ct14.port}\n  IdentityFile {rig.identity_file}\n"
+        f"  ProxyJump root@{rig.unreachable_host}:{ct13.port}\n"
+        f"Host {ct13.host}\n  IdentityFile {rig.identity_file}\n")
+
+    def via(alias):
+        def edit(inv):
+            inv["ssh"]["ssh_config"] = str(config)
+            del inv["defaults"]["port"], inv["defaults"]["identity_file"]
+            inv["nodes"] = [{"name": "ct14", "host": alias}]
+        return edited_inventory(rig, tmp_path, edit)
+
+    rc, doc = k3json("check", "--nodes", via("ct14-via-ct13"), "--only", "amdgpu-driver")
+    assert rc == 0 and doc["results"][0]["status"] == "PASS"
+    rc, doc = k3json("check", "--nodes", via("ct14-via-nowhere"), "--only", "amdgpu-driver")
+    assert rc == 2
+    assert f"connection refused by {rig.unreachable_host}" in doc["results"][0]["message"]
