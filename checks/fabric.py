@@ -1,0 +1,242 @@
+"""Fabric domain across the rack: one PPOD_ID and one VPOD_ID on every GPU (reference §7, §27 item 1, §28).
+
+A mismatch does not error - the rendezvous hangs - so this compares all GPUs of all nodes and
+names the odd ones. amd-smi (``fabric --json``, text form as fallback) is cross-checked
+against sysfs ``ppod_id``/``vpod_id``, which is the ground truth for the comparison (§27 item 1).
+Bandwidth 0, latency 0 and version 4294967295 are unpopulated by this firmware, never findings.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from k3doctor.checks.ualink import UALINK_READS, majority, ualink_cards
+
+from k3doctor.parsers import ParseError
+from k3doctor.parsers._common import UINT32_MAX, to_int
+from k3doctor.parsers.amdsmi import parse_fabric
+from k3doctor.readings import Command, Glob, ReadingUnavailable
+from k3doctor.registry import check, remediation
+from k3doctor.results import Status, error, fail, passed, warn
+
+UEVENT = Glob("/sys/class/drm/card*/device/uevent")
+# `--json` first; an amd-smi without it (or failing with it) falls back to the text form, saying so on stderr.
+FABRIC_SCRIPT = ('"$1" fabric --json || { rc=$?; echo "k3doctor: amd-smi fabric --json exited $rc, '
+                 'reading the text form" >&2; "$1" fabric; }')
+_CARD = re.compile(r"^/sys/class/drm/card(\d+)/device/uevent$")
+_SLOT = re.compile(r"^PCI_SLOT_NAME=(\S+)$", re.MULTILINE)
+
+MISMATCH = remediation("FABRIC-DOMAIN-MISMATCH", "GPUs are in different PPOD/VPOD fabric domains", """
+Wide EP needs all 16 GPUs in one fabric domain: identical PPOD_ID and VPOD_ID (§7). A mismatch
+does not error - ncclCommInitRank / the rendezvous just hangs. The odd node(s) were assigned to
+another pod by the fabric manager: check that node's AFM/inb-node-agent configuration (the vPOD
+membership must be the same on every node, §28), fix the assignment, then reload amdgpu there
+(`rmmod amdgpu && modprobe amdgpu ...`, ifoe first, §5) so the cards pick it up, and re-check.
+Pin the expected ids with the check parameters expected_ppod_id / expected_vpod_id.
+""")
+
+NOT_CONFIGURED = remediation("FABRIC-NOT-CONFIGURED", "a GPU has no fabric domain (pod ids unset)", """
+PPOD_ID all-zero (driver default) or all-9s (amd-smi's "no ppod id" sentinel), or VPOD_ID
+4294967295, means the card was never configured into a pod (§6, §7). Usually the card is also
+`unconfigured` in ualink-state: confirm `lsmod | grep ^ifoe` and that inb-node-agent runs,
+then `rmmod amdgpu && modprobe amdgpu ...` (§5) and wait for accel_state `active`.
+""")
+
+DISAGREE = remediation("FABRIC-SOURCES-DISAGREE", "amd-smi and sysfs report different fabric domains", """
+amd-smi fabric and the card's sysfs ualink/ppod_id, vpod_id disagree on the same GPU. sysfs is
+the driver's own state and is what this check compares across the rack; tools that go through
+the amd-smi library (ubench 07_ualoe, ROCm iris) see the other value. Make sure amd-smi matches
+the driver (ubench needs amd-smi >= 26.2.1 and ROCm >= 7.15, §7), and that nothing is stale
+after a driver reload; re-run after `rmmod amdgpu && modprobe amdgpu ...` if it persists.
+""")
+
+AMDSMI = remediation("FABRIC-AMDSMI-UNREADABLE", "amd-smi fabric gave no usable output", """
+`amd-smi fabric --json` (and its text form) timed out, failed, or printed output that is not a
+complete amd-smi fabric report, so this node's fabric domain could not be cross-checked. Run it
+by hand on the node (`sudo /opt/rocm/bin/amd-smi fabric --json`, stderr apart); a hang often
+means a wedged GPU (§10). sudo's secure_path can hide /opt/rocm/bin: the tool path is the
+inventory's `tools.amd_smi` (§28). The sysfs comparison still ran for this node.
+""")
+
+
+@dataclass
+class Gpu:
+    """One GPU's domain as each source saw it; ``ppod`` None = not configured, raw kept for messages."""
+
+    node: str
+    gpu: int
+    ppod: str | None = None
+    ppod_raw: str | None = None
+    vpod: int | None = None
+    vpod_raw: str | None = None
+    source: str = "sysfs"
+    evidence: dict = field(default_factory=dict)
+
+
+def pod_id(raw) -> str | None:
+    """Lower-case UUID; None for absent and the all-zero / all-9s "not configured" sentinels (§6, §7)."""
+    if raw is None:
+        return None
+    digits = set(str(raw).replace("-", "").strip().lower())
+    return None if digits <= {"0"} or digits == {"9"} else str(raw).strip().lower()
+
+
+def vpod_id(raw, what: str) -> int | None:
+    value = to_int(raw, what)
+    return None if value == UINT32_MAX else value
+
+
+def sysfs_gpus(node: str, r) -> dict:
+    """card number -> Gpu from the ualink globs; cards without ppod_id/vpod_id are left out."""
+    out = {}
+    for n, card in ualink_cards(r).items():
+        ppod, vpod = card.get("ppod_id"), card.get("vpod_id")
+        if ppod is None and vpod is None:
+            continue
+        out[n] = Gpu(node, n, pod_id(ppod), ppod, vpod_id(vpod, f"card{n} vpod_id"), vpod,
+                     evidence={f"card{n}/ualink/ppod_id": ppod, f"card{n}/ualink/vpod_id": vpod})
+    return out
+
+
+def card_buses(r) -> dict:
+    """PCI ``domain:bus`` -> card number; the GPU (.0) and its IFoE function (.1) share a bus (§28)."""
+    out = {}
+    for path, reading in (r.get("uevent") or {}).items():
+        match, slot = _CARD.match(path), _SLOT.search(reading.content or "")
+        if match and slot:
+            out[_bus(slot.group(1))] = int(match.group(1))
+    return out
+
+
+def _bus(bdf: str) -> str:
+    return bdf.lower().rsplit(":", 1)[0]
+
+
+def amdsmi_gpus(node: str, reading) -> list:
+    """Gpu per amd-smi fabric entry (tool output -> ParseError / ReadingUnavailable when unusable)."""
+    out = []
+    for info in parse_fabric(reading.output()):
+        ev = {f"amd-smi GPU {info.gpu} PPOD_ID": info.ppod_id_raw, f"amd-smi GPU {info.gpu} VPOD_ID": info.vpod_id}
+        out.append((info, Gpu(node, info.gpu, info.ppod_id, info.ppod_id_raw, info.vpod_id,
+                              str(info.vpod_id) if info.vpod_id is not None else str(UINT32_MAX),
+                              source="amd-smi", evidence=ev)))
+    return out
+
+
+def node_gpus(node: str, r) -> tuple:
+    """(GPUs to compare, verdicts about this node's sources): sysfs first, amd-smi cross-checked."""
+    verdicts = []
+    try:
+        sysfs = sysfs_gpus(node, r)
+    except (ReadingUnavailable, ParseError) as exc:
+        sysfs = {}
+        verdicts.append(error(f"sysfs ppod_id/vpod_id not readable: {exc}", node=node))
+    try:
+        smi = amdsmi_gpus(node, r["fabric"])
+    except (ReadingUnavailable, ParseError) as exc:
+        fabric = r.get("fabric")
+        ev = {"stderr": fabric.stderr[-500:], "stdout": fabric.stdout[:500]} if fabric is not None else {}
+        verdicts.append(error(f"amd-smi fabric unusable ({exc}); fabric domain compared from sysfs only",
+                              node=node, evidence=ev, remediation=AMDSMI))
+        return list(sysfs.values()), verdicts
+    buses = card_buses(r)
+    gpus = dict(sysfs)
+    for info, seen in smi:
+        if not info.available:
+            verdicts.append(warn(f"amd-smi reports fabric_info N/A for GPU {info.gpu} (bdf {info.bdf}); "
+                                 "not cross-checked", node=node, gpu=info.gpu, remediation=DISAGREE))
+            continue
+        card = buses.get(_bus(info.bdf or info.fabric_bdf or ""))
+        if card is None or card not in sysfs:
+            if not sysfs:
+                gpus[seen.gpu] = seen  # no sysfs on this node: amd-smi is all there is
+            else:
+                verdicts.append(warn(f"amd-smi GPU {info.gpu} (bdf {info.bdf}) matches no card with ualink "
+                                     "pod ids in sysfs; not cross-checked", node=node, gpu=info.gpu,
+                                     evidence=seen.evidence, remediation=DISAGREE))
+            continue
+        truth = sysfs[card]
+        if (truth.ppod, truth.vpod) != (seen.ppod, seen.vpod):
+            verdicts.append(warn(f"amd-smi GPU {info.gpu} reports PPOD_ID {seen.ppod_raw} VPOD_ID {seen.vpod_raw} "
+                                 f"but sysfs card{card} reads ppod_id {truth.ppod_raw} vpod_id {truth.vpod_raw}",
+                                 node=node, gpu=card, evidence={**truth.evidence, **seen.evidence},
+                                 remediation=DISAGREE))
+        truth.evidence.update(seen.evidence)
+    return list(gpus.values()), verdicts
+
+
+def _who(gpus) -> str:
+    """``ct13 GPUs 0,1,2,3; ct16 GPU 2`` for a set of GPUs."""
+    by_node: dict = {}
+    for g in sorted(gpus, key=lambda g: (g.node, g.gpu)):
+        by_node.setdefault(g.node, []).append(str(g.gpu))
+    return "; ".join(f"{n} GPU{'s' if len(ids) > 1 else ''} {','.join(ids)}" for n, ids in by_node.items())
+
+
+def _judge_id(gpus: list, name: str, value_of, raw_of, expected) -> dict:
+    """(node, gpu) -> [(problem, remediation)] for one id (PPOD or VPOD) across the rack."""
+    problems: dict = {}
+    configured = {(g.node, g.gpu): value_of(g) for g in gpus if value_of(g) is not None}
+    for g in gpus:
+        if value_of(g) is None:
+            problems.setdefault((g.node, g.gpu), []).append(
+                (f"{name} {raw_of(g)}: not configured ({g.source})", NOT_CONFIGURED))
+    if expected is not None:
+        reference, odd, why = expected, [k for k, v in configured.items() if v != expected], "expected"
+    else:
+        reference, odd = majority(configured)
+        why = f"held by {sum(v == reference for v in configured.values())} of {len(gpus)} GPUs"
+    by_key = {(g.node, g.gpu): g for g in gpus}
+    for key in odd:
+        if reference is None:
+            split = "; ".join(f"{v}: {_who(by_key[k] for k in configured if configured[k] == v)}"
+                              for v in sorted(set(configured.values()), key=str))
+            text = f"{name} {configured[key]}: the rack splits with no majority ({split})"
+        else:
+            text = f"{name} {configured[key]} differs from the rack's {reference} ({why})"
+        problems.setdefault(key, []).append((text, MISMATCH))
+    return problems
+
+
+def _reads(settings) -> dict:
+    return {**UALINK_READS, "uevent": UEVENT,
+            "fabric": Command(("sh", "-c", FABRIC_SCRIPT, "k3doctor-fabric", settings.tools["amd_smi"]))}
+
+
+@check("fabric-domain", title="all GPUs of all nodes share one PPOD_ID and one VPOD_ID", scope="cluster",
+       reads=_reads, remediation=(MISMATCH, NOT_CONFIGURED, DISAGREE, AMDSMI),
+       params={"expected_ppod_id": None, "expected_vpod_id": None})
+def fabric_domain(per_node, ctx):
+    """§7: a domain mismatch hangs the rendezvous instead of erroring, so name the odd GPUs up front."""
+    gpus, verdicts = [], []
+    for node, r in per_node.items():
+        mine, notes = node_gpus(node, r)
+        gpus += mine
+        verdicts += notes
+    expected_ppod = ctx.param("expected_ppod_id")
+    expected_vpod = ctx.param("expected_vpod_id")
+    problems: dict = {}
+    for name, value_of, raw_of, expected in (
+            ("PPOD_ID", lambda g: g.ppod, lambda g: g.ppod_raw, pod_id(expected_ppod)),
+            ("VPOD_ID", lambda g: g.vpod, lambda g: g.vpod_raw,
+             None if expected_vpod is None else vpod_id(expected_vpod, "expected_vpod_id"))):
+        for key, found in _judge_id(gpus, name, value_of, raw_of, expected).items():
+            problems.setdefault(key, []).extend(found)
+    by_key = {(g.node, g.gpu): g for g in gpus}
+    for (node, gpu), found in sorted(problems.items()):
+        codes = [code for _, code in found]
+        verdicts.append(fail("; ".join(text for text, _ in found), node=node, gpu=gpu,
+                             evidence=by_key[node, gpu].evidence,
+                             remediation=NOT_CONFIGURED if NOT_CONFIGURED in codes else MISMATCH))
+    flagged = {v.node for v in verdicts}
+    errored = {v.node for v in verdicts if v.status == Status.ERROR}
+    for node in per_node:
+        mine = [g for g in gpus if g.node == node]
+        if not mine and node not in errored:
+            verdicts.append(error("no GPU reports a fabric domain (no ualink pod ids in sysfs, nothing usable "
+                                  "from amd-smi)", node=node, remediation=AMDSMI))
+        elif mine and node not in flagged:
+            verdicts.append(passed(f"{len(mine)} GPU(s) in PPOD_ID {mine[0].ppod} VPOD_ID {mine[0].vpod}, "
+                                   f"same as the rest of the rack ({len(gpus)} GPUs compared)", node=node,
+                                   evidence={k: v for g in mine for k, v in g.evidence.items()}))
+    return verdicts
