@@ -123,7 +123,7 @@ def parse_stat(text: str) -> dict:
 
 
 def parse_env(text: str) -> dict:
-    """``printenv`` -> {name: value} (continuation lines of multi-line values are dropped)."""
+    """``env`` -> {name: value} (continuation lines of multi-line values are dropped)."""
     return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
 
 
@@ -150,7 +150,7 @@ def _rocjitsu_reads(settings) -> dict:
     prefix, hook, translator, store = _rocjitsu_paths(settings)
     return {"stat": exec_in(c, "stat", "-c", "%s %n", prefix, hook, translator, store),
             "count": exec_in(c, "sh", "-c", f"ls -A {quote(store)} 2>/dev/null | wc -l"),
-            "env": exec_in(c, "printenv")}
+            "env": exec_in(c, "env")}
 
 
 def read_prefix(r, settings) -> dict:

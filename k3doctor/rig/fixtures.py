@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import io
 import json
 import os
 import shutil
+import tarfile
 import uuid
 from pathlib import Path
 from typing import Any
@@ -38,6 +40,21 @@ TOOL_MODES = ("ok", "hang", "garbage", "truncated")
 CARD_FIELDS = ("accel_state", "accel_id", "lane_bitmap", "ppod_id", "vpod_id", "link_type")
 FAKE_SCRIPT = Path(__file__).with_name("bin") / "k3rig-fake"
 AMD_SMI_GROUPS_WARNING = "WARNING: User is missing the following required groups: render, video\n"
+# Files `docker cp`-ed into our container (reference §2, §14) live under this root; the rig empties it on sync.
+CONTAINER_FILES_ROOT = "/app"
+MARKER = "use_unfused_gather_kv_b_proj"
+
+
+def healthy_container_files() -> dict[str, Any]:
+    """ATOM PR #2380's runtime files at the §14 byte sizes for the 20260918 image (3 markers)."""
+    atom = "/app/ATOM/atom"
+    return {
+        f"{atom}/model_ops/mla_unfused_gather.py": {"size": 7499, "text": "# unfused torch fallback\n"},
+        f"{atom}/utils/envs.py": {"size": 47967, "text": "ATOM_UNFUSED_GATHER_KV_B_PROJ = False\n"},
+        f"{atom}/model_ops/attention_mla.py": {"size": 146235, "text": f"{MARKER} = 1\n" * 3},
+    }
+
+
 
 
 def node_name(tray: int) -> str:
@@ -81,6 +98,9 @@ class NodeState:
     containers: list[dict[str, str]] = dataclasses.field(default_factory=list)  # name, state, [image]
     files: dict[str, str] = dataclasses.field(default_factory=dict)  # tree-relative path -> content
     delete: list[str] = dataclasses.field(default_factory=list)  # tree-relative paths
+    # Inside our container: absolute path -> "content" | {size: N, [text]} | {entries: N} (a directory of
+    # N files) | null (absent); see container_tar().
+    container_files: dict[str, Any] = dataclasses.field(default_factory=healthy_container_files)
 
     def __post_init__(self) -> None:
         if not self.boot_id:
@@ -409,3 +429,48 @@ def _dmesg(s: NodeState) -> str:
     t_last = lines[-1][0]
     lines += [(t_last + 60.0 * (i + 1), text) for i, text in enumerate(s.dmesg_extra)]
     return "".join(f"[{t:12.6f}] {text}\n" for t, text in lines)
+
+def container_tar(files: dict[str, Any]) -> bytes:
+    """A tar (for ``put_archive`` at ``/``) of a node's ``container_files``.
+
+    ``{size: N, text: T}`` is T padded with ``#`` to exactly N bytes (N = 0: the empty file an
+    interrupted ``docker cp`` leaves, §14); ``{entries: N}`` is a directory of N files (a store).
+    """
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for path, spec in sorted(files.items()):
+            if not path.startswith(CONTAINER_FILES_ROOT + "/"):
+                raise ValueError(f"container file {path!r} must lie under {CONTAINER_FILES_ROOT}/")
+            name = path.lstrip("/")
+            if spec is None:
+                continue
+            if isinstance(spec, dict) and set(spec) == {"entries"}:
+                _tar_add(tar, name, None)
+                for i in range(spec["entries"]):
+                    _tar_add(tar, f"{name}/entry-{i:05d}.co", b"")
+                continue
+            _tar_add(tar, name, _content(path, spec))
+    return buf.getvalue()
+
+
+def _content(path: str, spec: Any) -> bytes:
+    if isinstance(spec, str):
+        return spec.encode()
+    if not isinstance(spec, dict) or not set(spec) <= {"size", "text"} or "size" not in spec:
+        raise ValueError(f"container file {path}: expected a string, {{size, [text]}} or {{entries}}, got {spec!r}")
+    text, size = spec.get("text", "").encode(), spec["size"]
+    if size == 0:
+        return b""
+    if len(text) + 1 > size:
+        raise ValueError(f"container file {path}: text does not fit in {size} bytes")
+    return text + b"#" * (size - len(text) - 1) + b"\n"
+
+
+def _tar_add(tar: tarfile.TarFile, name: str, data: bytes | None) -> None:
+    info = tarfile.TarInfo(name)
+    if data is None:
+        info.type, info.mode = tarfile.DIRTYPE, 0o755
+        tar.addfile(info)
+    else:
+        info.size, info.mode = len(data), 0o644
+        tar.addfile(info, io.BytesIO(data))

@@ -29,7 +29,17 @@ import psutil
 import yaml
 
 from . import scenario as scenarios
-from .fixtures import BIND_PATHS, DEFAULT_TRAYS, GPUS_PER_NODE, NodeState, clear_tree, node_name, write_tree
+from .fixtures import (
+    BIND_PATHS,
+    CONTAINER_FILES_ROOT,
+    DEFAULT_TRAYS,
+    GPUS_PER_NODE,
+    NodeState,
+    clear_tree,
+    container_tar,
+    node_name,
+    write_tree,
+)
 
 SSH_PORT = 2222
 UNREACHABLE_HOST = "127.0.0.15"  # in known_hosts, nothing listening: for connection-failure tests
@@ -327,7 +337,8 @@ class Rig:
         path = self.workdir / "image.tar"
         with tarfile.open(path, "w") as tar:
             tar.add(shutil.which("busybox", path=SBIN_PATH), arcname="bin/busybox")
-            for applet in ("sh", "sleep"):
+            # sleep for the entrypoint; the rest for what checks run in the container with `docker exec` (§2, §14).
+            for applet in ("sh", "sleep", "stat", "ls", "wc", "grep", "env", "rm"):
                 link = tarfile.TarInfo(f"bin/{applet}")
                 link.type, link.linkname = tarfile.SYMTYPE, "busybox"
                 tar.addfile(link)
@@ -405,6 +416,7 @@ class Rig:
             client.containers.run(IMAGE, name=CONTAINER, detach=True, **CONTAINER_RUN)
         elif ours[0].status != "running":
             ours[0].start()
+        self._sync_container_files(client.containers.get(CONTAINER), state)
         for spec in state.containers:
             image = spec.get("image", IMAGE)
             if not client.images.list(name=image):
@@ -412,6 +424,15 @@ class Rig:
             create = client.containers.run if spec["state"] == "running" else client.containers.create
             kwargs = {"detach": True} if spec["state"] == "running" else {}
             create(image, ["sleep", "infinity"], name=spec["name"], network_mode="none", **kwargs)
+
+    @staticmethod
+    def _sync_container_files(container, state: NodeState) -> None:
+        """Our container's ``docker cp``-ed files (§2, §14) become exactly ``state.container_files``."""
+        result = container.exec_run(["rm", "-rf", CONTAINER_FILES_ROOT])
+        if result.exit_code != 0:
+            raise RuntimeError(f"{state.name}: cannot empty {CONTAINER_FILES_ROOT} in {CONTAINER}: {result.output!r}")
+        if not container.put_archive("/", container_tar(state.container_files)):
+            raise RuntimeError(f"{state.name}: docker refused the container files archive")
 
     def _unmount_leftovers(self) -> None:
         """Container mounts a crashed dockerd left below the workdir (none after a clean stop)."""

@@ -9,7 +9,7 @@ Schema (every key optional)::
         cards:                  # per-card UALink overrides (card index -> CARD_FIELDS)
           1: {accel_state: unconfigured}
 
-Dict fields (``cards``, ``tools``, ``files``) are merged into the healthy values,
+Dict fields (``cards``, ``tools``, ``files``, ``container_files``) are merged into the healthy values,
 everything else replaces them.
 """
 
@@ -25,7 +25,7 @@ from .fixtures import CARD_FIELDS, GPUS_PER_NODE, NodeState
 
 SCENARIO_DIR = Path(__file__).with_name("scenarios")
 FIXED_FIELDS = ("tray", "rack_trays")
-MERGED_FIELDS = ("cards", "tools", "files")
+MERGED_FIELDS = ("cards", "tools", "files", "container_files")
 CONTAINER_STATES = ("running", "created")
 
 
