@@ -172,3 +172,10 @@ def test_ssh_config_supplies_port_identity_and_proxyjump(rig, tmp_path):
     rc, doc = k3json("check", "--nodes", via("ct14-via-nowhere"), "--only", "amdgpu-driver")
     assert rc == 2
     assert f"connection refused by {rig.unreachable_host}" in doc["results"][0]["message"]
+
+
+def test_demo_stands_up_a_rack_shows_the_bad_card_and_tears_down(rig):
+    rc, out, err = k3("demo")  # its own rack, beside the session's (it picks free loopback addresses)
+    assert rc == 1, out + err
+    assert "ualink-state ct16 gpu2" in out and out.rstrip().splitlines()[-1].startswith("DO NOT LAUNCH")
+    assert rig.pids_matching("k3doctor-demo-") == []
