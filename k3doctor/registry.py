@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 SCOPES = ("node", "gpu", "cluster", "node-pair")
 TIERS = ("fast", "deep")
@@ -48,7 +48,12 @@ class Check:
         """The check's reading specs for one node, given that node's settings."""
         if self.reads is None:
             return {}
-        return dict(self.reads(settings) if callable(self.reads) else self.reads)
+        specs = dict(self.reads(settings) if callable(self.reads) else self.reads)
+        if self.timeout_s is None:
+            return specs
+        return {name: replace(spec, timeout_s=self.timeout_s)
+                if isinstance(spec, Command) and spec.timeout_s is None else spec
+                for name, spec in specs.items()}
 
 
 class RegistryError(Exception):

@@ -133,3 +133,11 @@ def test_probes_see_blocked_nodes_and_report_per_node():
     got = {(r.check, r.node): (r.status, r.message) for r in report.results if r.check == "probe"}
     assert got == {("probe", "n1"): (Status.ERROR, "blocked: gate is FAIL"),
                    ("probe", "n0"): (Status.PASS, "probed")}
+
+
+def test_a_checks_timeout_applies_to_its_commands_without_their_own():
+    reg = Registry()
+    check("slow", title="s", timeout_s=7, reads={"a": Command(("x",)), "b": Command(("y",), timeout_s=2)},
+          registry=reg)(lambda r, c: None)
+    specs = reg.checks["slow"].readings_for(None)
+    assert (specs["a"].timeout_s, specs["b"].timeout_s) == (7, 2)
