@@ -13,6 +13,8 @@ import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from .readings import Command
+
 SCOPES = ("node", "gpu", "cluster", "node-pair")
 TIERS = ("fast", "deep")
 INTERACTIONS = ("passive", "active", "disruptive")
