@@ -1,0 +1,176 @@
+"""amdgpu-driver, gpu-inventory and hbm-uniform judged on plain sysfs/dmesg data."""
+from k3doctor.checks import amdgpu
+
+from k3doctor.inventory import Settings
+from k3doctor.readings import CommandReading, FileReading, Readings, Unavailable
+from k3doctor.registry import REGISTRY
+from k3doctor.results import Status
+from k3doctor.runner import Context, judge_safely
+
+DRIVER, INVENTORY, UNIFORM = (REGISTRY.checks[n] for n in ("amdgpu-driver", "gpu-inventory", "hbm-uniform"))
+P = "/sys/module/amdgpu/parameters"
+DMESG = ("[    9.412305] ifoe: loading out-of-tree module taints kernel.\n"
+         "[   15.220114] [drm] amdgpu kernel modesetting enabled.\n")
+GIB = 2**30
+
+
+def driver_readings(params=None, kfd=True, ifoe=True, dmesg=DMESG, dmesg_rc=0):
+    values = {"gpu_recovery": "0", "halt_if_hws_hang": "1", "mtype_local": "0", "noretry": "1", **(params or {})}
+    return Readings({"kfd": kfd, "ifoe": ifoe, "dmesg": CommandReading("dmesg", dmesg_rc, dmesg, ""),
+                     **{k: FileReading(f"{P}/{k}", None if v is None else f"{v}\n") for k, v in values.items()}})
+
+
+def judge(chk, r, baseline=None, settings=None, **params):
+    settings = settings or Settings(hbm_gib_per_gpu=432, gpus_per_node=4, checks={chk.name: params})
+    return judge_safely(chk.judge, r, Context(chk, settings, node="ct13", baseline=baseline))
+
+
+def findings(verdicts):
+    return [(v.status, v.gpu, v.remediation) for v in verdicts if v.status != Status.PASS]
+
+
+def test_healthy_tuned_driver_passes_and_says_tuned():
+    [v] = judge(DRIVER, driver_readings())
+    assert v.status == Status.PASS
+    assert "tuned (mtype_local=0 noretry=1)" in v.message
+
+
+def test_missing_kfd_fails_not_loaded():
+    [v] = judge(DRIVER, driver_readings(kfd=False))
+    assert (v.status, v.remediation) == (Status.FAIL, "AMDGPU-NOT-LOADED")
+
+
+def test_default_params_fail_and_say_reload_retrains_links():
+    verdicts = judge(DRIVER, driver_readings({"gpu_recovery": "-1", "halt_if_hws_hang": "0"}))
+    assert findings(verdicts) == [(Status.FAIL, None, "AMDGPU-PARAMS")]
+    assert "gpu_recovery=-1 (need 0), halt_if_hws_hang=0 (need 1)" in verdicts[0].message
+    assert "load-time parameters" in verdicts[0].message and "retrains the UALink links" in verdicts[0].message
+    text = REGISTRY.remediations["AMDGPU-PARAMS"].text
+    assert "load-time parameters" in text and "retrains the UALink links" in text
+
+
+def test_missing_param_file_reads_missing():
+    verdicts = judge(DRIVER, driver_readings({"halt_if_hws_hang": None}))
+    assert "halt_if_hws_hang=missing (need 1)" in verdicts[0].message
+
+
+def test_ifoe_not_loaded_fails():
+    assert findings(judge(DRIVER, driver_readings(ifoe=False))) == [(Status.FAIL, None, "IFOE-NOT-LOADED")]
+
+
+def test_ifoe_loaded_after_amdgpu_warns_with_timestamps():
+    late = ("[   15.220114] [drm] amdgpu kernel modesetting enabled.\n"
+            "[   40.000001] ifoe: loading out-of-tree module taints kernel.\n")
+    verdicts = judge(DRIVER, driver_readings(dmesg=late))
+    assert findings(verdicts) == [(Status.WARN, None, "IFOE-NOT-LOADED")]
+    assert "ifoe at 40.000s, amdgpu init at 15.220s" in verdicts[0].message
+
+
+def test_ifoe_order_not_determinable_is_said_not_guessed():
+    rotated = CommandReading("dmesg", 0, "[   15.220114] [drm] amdgpu kernel modesetting enabled.\n", "")
+    assert amdgpu.ifoe_load_order(rotated) == (None, "load order not determinable: no ifoe line with a boot timestamp "
+                                              "in dmesg (rotated?)")
+    assert amdgpu.ifoe_load_order(CommandReading("dmesg", 1, "", "Operation not permitted"))[0] is None
+    assert amdgpu.ifoe_load_order(CommandReading("dmesg", 0, DMESG, ""))[0] == "before"
+    # an unreadable dmesg does not turn a healthy driver into an ERROR
+    assert judge(DRIVER, driver_readings(dmesg="", dmesg_rc=1))[0].status == Status.PASS
+
+
+def test_untuned_is_info_by_default_and_warn_when_required():
+    r = driver_readings({"mtype_local": "-1", "noretry": "-1"})
+    [v] = judge(DRIVER, r)
+    assert v.status == Status.PASS and "perf_setup ran after amdgpu was already loaded" in v.message
+    assert findings(judge(DRIVER, r, require_tuned=True)) == [(Status.WARN, None, "AMDGPU-UNTUNED")]
+
+
+def cards(sizes_gib, vendors=None):
+    vendors = vendors or {c: "0x1002" for c in sizes_gib}
+    return Readings({
+        "vendors": {f"/sys/class/drm/card{c}/device/vendor": FileReading("v", f"{v}\n") for c, v in vendors.items()},
+        "vram": {f"/sys/class/drm/card{c}/device/mem_info_vram_total": FileReading("m", f"{g}\n")
+                 for c, g in sizes_gib.items()},
+    })
+
+
+HEALTHY = {c: 432 * GIB for c in range(4)}
+
+
+def test_inventory_healthy_counts_amd_cards_only():
+    r = cards({**HEALTHY, 4: 0}, vendors={0: "0x1002", 1: "0x1002", 2: "0x1002", 3: "0x1002", 4: "0x1a03"})
+    [v] = judge(INVENTORY, r)
+    assert v.status == Status.PASS and v.message == "4 GPUs, 432 GiB HBM each"
+
+
+def test_inventory_rounds_driver_reserved_bytes_and_matches_amd_smi_mib():
+    # amd-smi reports 442368 MB (MiB) for a 432 GiB board (§12); the driver may reserve a few MiB
+    r = cards({c: (442368 - 16) * 2**20 for c in range(4)})
+    assert judge(INVENTORY, r)[0].status == Status.PASS
+
+
+def test_inventory_three_gpus_fail_count():
+    verdicts = judge(INVENTORY, cards({c: 432 * GIB for c in range(3)}))
+    assert findings(verdicts) == [(Status.FAIL, None, "GPU-COUNT")]
+    assert verdicts[0].message == "3 AMD GPU(s) visible, inventory expects 4"
+
+
+def test_inventory_288_gib_board_fails_on_that_gpu():
+    verdicts = judge(INVENTORY, cards({**HEALTHY, 2: 288 * GIB}))
+    assert findings(verdicts) == [(Status.FAIL, 2, "HBM-SIZE")]
+    assert "288 GiB HBM, inventory says 432 GiB" in verdicts[0].message
+
+
+def test_inventory_missing_vram_file_fails_unknown_and_garbage_errors():
+    r = cards(HEALTHY)
+    del r._results["vram"]["/sys/class/drm/card1/device/mem_info_vram_total"]
+    assert findings(judge(INVENTORY, r)) == [(Status.FAIL, 1, "HBM-SIZE")]
+    bad = cards({**HEALTHY, 0: "N/A"})
+    [v] = judge(INVENTORY, bad)
+    assert v.status == Status.ERROR and "not a byte count" in v.message
+
+
+def test_inventory_undeclared_hbm_warns_per_gpu():
+    verdicts = judge(INVENTORY, cards(HEALTHY), settings=Settings(gpus_per_node=4))
+    assert [f[:2] for f in findings(verdicts)] == [(Status.WARN, c) for c in range(4)]
+
+
+def test_inventory_record_and_drift_old_to_new():
+    baseline = amdgpu.record_inventory(cards(HEALTHY), None)
+    assert baseline == {"gpus": 4, "hbm_gib": {0: 432, 1: 432, 2: 432, 3: 432}}
+    assert findings(judge(INVENTORY, cards(HEALTHY), baseline=baseline)) == []
+    drifted = judge(INVENTORY, cards({c: 432 * GIB for c in range(3)}), baseline=baseline)
+    messages = [v.message for v in drifted if v.status == Status.WARN]
+    assert messages == ["GPU count changed since the baseline: 4 -> 3",
+                        "HBM changed since the baseline: 432 -> absent GiB"]
+    assert judge(INVENTORY, cards(HEALTHY), baseline={"unrecorded": "x"})[0].status == Status.PASS
+
+
+def judge_cluster(per_node, declared=432):
+    ctx = Context(UNIFORM, Settings(hbm_gib_per_gpu=declared), nodes={n: None for n in per_node})
+    return judge_safely(UNIFORM.judge, per_node, ctx)
+
+
+def test_uniform_rack_passes():
+    [v] = judge_cluster({n: cards(HEALTHY) for n in ("ct13", "ct14", "ct16", "ct17")})
+    assert v.status == Status.PASS and v.message == "all 16 GPUs report 432 GiB HBM"
+
+
+def test_mixed_boards_fail_naming_the_odd_node_and_gpus():
+    per_node = {n: cards(HEALTHY) for n in ("ct13", "ct14", "ct17")}
+    per_node["ct16"] = cards({c: 288 * GIB for c in range(4)})
+    verdicts = judge_cluster(per_node)
+    assert [(v.status, v.node, v.gpu) for v in verdicts] == [(Status.FAIL, "ct16", c) for c in range(4)]
+    assert "the rest of the rack has 432 GiB" in verdicts[0].message
+
+
+def test_even_split_uses_declared_size_else_fails_without_majority():
+    per_node = {"a": cards(HEALTHY), "b": cards({c: 288 * GIB for c in range(4)})}
+    assert {v.node for v in judge_cluster(per_node)} == {"b"}
+    [v] = judge_cluster(per_node, declared=None)
+    assert v.status == Status.FAIL and "no majority" in v.message
+
+
+def test_unreadable_node_is_an_error_for_that_node_only():
+    per_node = {n: cards(HEALTHY) for n in ("ct13", "ct14", "ct16")}
+    per_node["ct17"] = Readings({"vendors": Unavailable("node deadline"), "vram": Unavailable("node deadline")})
+    verdicts = judge_cluster(per_node)
+    assert [(v.status, v.node) for v in verdicts] == [(Status.ERROR, "ct17"), (Status.PASS, None)]
