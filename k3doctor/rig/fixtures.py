@@ -20,6 +20,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from . import ubench
+
 GPUS_PER_NODE = 4
 DEFAULT_TRAYS = (13, 14, 16, 17)  # CT13, CT14, CT16, CT17: the validated 4-node set (reference §4)
 RACK_PPOD_ID = "3e56c1d0-7a4b-4e21-9f3c-58d2b4a1878f"
@@ -167,7 +169,7 @@ def write_tree(tree: Path, state: NodeState) -> None:
     _write_sysfs(tree, state)
     write_file(tree, "proc/sys/kernel/random/boot_id", state.boot_id + "\n")
     _write_fake_tools(tree, state)
-    (tree / "root/ubench/build").mkdir(parents=True, exist_ok=True)
+    ubench.install(tree, state.tray, write_file)  # fake ualoe_p2p.exe / ualoe_bw.exe (k3doctor/rig/ubench)
     for rel, content in state.files.items():
         write_file(tree, rel, content)
     for rel in state.delete:
