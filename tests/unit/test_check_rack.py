@@ -1,0 +1,120 @@
+"""rack-free judged on Docker API dicts (corpus event format), KFD proc paths and showpids corpus text."""
+import json
+
+from k3doctor.checks import rack
+
+from k3doctor.inventory import Settings
+from k3doctor.readings import CommandReading, DockerReading, Readings, Unavailable
+from k3doctor.registry import REGISTRY
+from k3doctor.results import Status
+from k3doctor.runner import Context, judge_safely
+from tests.corpus import load
+
+CHECK = REGISTRY.checks["rack-free"]
+NOW = 1473108000.0  # a few minutes after the corpus events (time 1473106693..1473107902)
+NO_PIDS = ("==== ROCm System Management Interface ====\n==== KFD Processes ====\n"
+           "No KFD PIDs currently running\n==== End of ROCm SMI Log ====\n")
+
+
+def container(name, state="running", status="Up 2 hours", created=NOW - 7200, image="busybox"):
+    return {"Id": name * 4, "Names": [f"/{name}"], "Image": image, "State": state, "Status": status,
+            "Created": created, "Labels": {}}
+
+
+def event(name, action, when, kind="container"):
+    """An event in the Docker API/SDK shape (as in the corpus' docker-events-json-docker112.jsonl)."""
+    return {"status": action, "id": f"{name}-id", "from": "img", "Type": kind, "Action": action,
+            "Actor": {"ID": f"{name}-id", "Attributes": {"image": "img", "name": name}},
+            "time": int(when), "timeNano": int(when * 1e9)}
+
+
+def readings(containers=(), events=(), kfd=(), pids=NO_PIDS, pids_rc=0):
+    return Readings({
+        "docker": DockerReading(containers=list(containers), events=list(events), now=NOW),
+        "kfd": {f"/sys/class/kfd/kfd/proc/{p}": None for p in kfd},
+        "pids": CommandReading("rocm-smi --showpids", pids_rc, pids, "" if pids_rc == 0 else "boom"),
+    })
+
+
+def judge(r, **params):
+    settings = Settings(container="k3ep16", checks={"rack-free": params})
+    return judge_safely(CHECK.judge, r, Context(CHECK, settings, node="ct13"))
+
+
+def bad(verdicts):
+    return [(v.status, v.remediation) for v in verdicts if v.status != Status.PASS]
+
+
+def test_only_our_container_passes():
+    [v] = judge(readings([container("k3ep16")], [event("k3ep16", "create", NOW - 60)]))
+    assert v.status == Status.PASS
+
+
+def test_never_filters_by_our_name_running_foreign_container_fails_with_state_and_age():
+    [v] = judge(readings([container("k3ep16"), container("sglang-bench", status="Up 3 hours",
+                                                           created=NOW - 3 * 3600)]))
+    assert (v.status, v.remediation) == (Status.FAIL, "RACK-BUSY")
+    assert v.message == "foreign container sglang-bench (busybox): state running (Up 3 hours); created 3 h ago"
+
+
+def test_created_never_started_is_caught_and_says_why():
+    [v] = judge(readings([container("k3ep16"), container("kimi-k3-dp8", "created", "Created", NOW - 120)],
+                         [event("kimi-k3-dp8", "create", NOW - 120)]))
+    assert v.status == Status.FAIL
+    assert "created but never started" in v.message and "0 % GPU use" in v.message
+    assert v.evidence["recent events"] == ["create 2 min ago"]
+
+
+def test_exited_foreign_container_still_blocks():
+    assert bad(judge(readings([container("old", "exited", "Exited (0) 2 days ago")]))) == \
+        [(Status.FAIL, "RACK-BUSY")]
+
+
+def test_corpus_events_foreign_create_start_in_window_fail_even_if_removed():
+    events = [json.loads(line) for line in load("docker-events-json-docker112.jsonl").splitlines()]
+    [v] = judge(readings(events=events))  # alpine: start (and kill/die/stop) ~22 min before NOW
+    assert v.status == Status.FAIL
+    assert v.message.startswith("foreign container alpine had start 21 min ago within the last 30 min")
+
+
+def test_events_outside_window_or_of_other_actions_are_ignored():
+    events = [event("x", "create", NOW - 31 * 60), event("y", "die", NOW - 10),
+              event("bridge", "create", NOW - 10, kind="network")]
+    assert judge(readings(events=events))[0].status == Status.PASS
+    assert judge(readings(events=[event("x", "create", NOW - 31 * 60)]), window_min=45)[0].status == Status.FAIL
+
+
+def test_gpu_process_from_showpids_corpus_and_kfd():
+    showpids = load("rocm-smi-showpids-spaces.txt")
+    verdicts = judge(readings([container("k3ep16")], kfd=[1168514], pids=showpids))
+    assert [v.status for v in verdicts] == [Status.FAIL] * 8
+    big = next(v for v in verdicts if v.evidence["pid"] == 1168514)
+    assert big.message == ("GPU process pid 1168514 pt_main_thread on 1 GPU(s) holds 165.2 GiB VRAM: "
+                           "the GPUs are in use")
+    assert big.evidence["in /sys/class/kfd/kfd/proc"] is True
+
+
+def test_kfd_only_process_is_named_by_pid():
+    [v] = judge(readings(kfd=[4242]))
+    assert v.status == Status.FAIL and "pid 4242" in v.message and "not in rocm-smi" in v.message
+
+
+def test_unreadable_source_errors_but_does_not_hide_other_findings():
+    r = readings([container("intruder")], pids="", pids_rc=127)
+    verdicts = judge(r)
+    assert sorted(v.status.value for v in verdicts) == ["ERROR", "FAIL"]
+    assert any("rocm-smi --showpids not readable" in v.message for v in verdicts)
+    r = Readings({"docker": Unavailable("engine down"), "kfd": {}, "pids": CommandReading("x", 0, NO_PIDS, "")})
+    [v] = judge(r)
+    assert v.status == Status.ERROR and "docker engine not readable" in v.message
+
+
+def test_garbled_showpids_is_an_error_not_a_pass():
+    [v] = judge(readings(pids="PID PROCESS NAME\ngarbage\n"))
+    assert v.status == Status.ERROR
+
+
+def test_reads_follow_window_and_settings():
+    specs = rack._reads(Settings(container="mine", checks={"rack-free": {"window_min": 10}}))
+    assert specs["docker"].events_since_s == 600 and specs["docker"].container == "mine"
+    assert specs["pids"].argv == ("/opt/rocm/bin/rocm-smi", "--showpids")

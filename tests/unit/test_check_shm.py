@@ -1,0 +1,99 @@
+"""shm-clean: the judge on a find listing, and the --fix fixer against a recording transport."""
+import shlex
+
+from k3doctor.checks import shm
+
+from k3doctor.inventory import Settings
+from k3doctor.readings import CommandReading, Readings
+from k3doctor.registry import REGISTRY
+from k3doctor.results import Status, fail
+from k3doctor.runner import Context, judge_safely
+
+CHECK = REGISTRY.checks["shm-clean"]
+
+
+def listing(*names):
+    return "".join(f"{n}\t4096\0" for n in names)
+
+
+def readings(*names, kfd=()):
+    return Readings({"shm": CommandReading("find", 0, listing(*names), ""),
+                     "kfd": {f"/sys/class/kfd/kfd/proc/{p}": None for p in kfd}})
+
+
+def judge(r):
+    return judge_safely(CHECK.judge, r, Context(CHECK, Settings(), node="ct17"))
+
+
+class RecordingTransport:
+    """Stands in for the node: records each command and answers like a successful rm."""
+
+    node = "ct17"
+
+    def __init__(self, rc=0):
+        self.commands, self.rc = [], rc
+
+    def run(self, command, *, timeout_s, stdin=None):
+        self.commands.append(command)
+        return CommandReading(command, self.rc, "", "" if self.rc == 0 else "rm: Permission denied")
+
+
+def test_clean_shm_passes():
+    assert judge(readings())[0].status == Status.PASS
+
+
+def test_stale_segments_fail_listing_them_and_sizes():
+    [v] = judge(readings("psm_shm.1c9e42b7", "nccl-shm-a8f3c2d1"))
+    assert (v.status, v.remediation) == (Status.FAIL, None)  # runner adds the check's SHM-STALE
+    assert v.evidence["names"] == ["nccl-shm-a8f3c2d1", "psm_shm.1c9e42b7"]
+    assert v.evidence["sizes"] == {"nccl-shm-a8f3c2d1": 4096, "psm_shm.1c9e42b7": 4096}
+    assert "--fix` removes exactly these" in v.message
+
+
+def test_stale_entries_ignore_lookalikes_and_keep_odd_names_whole():
+    text = "nccl-a b\t10\0ncclx\t1\0sem.x\t2\0psm_\t0\0nccl-multi\nline\t5\0"
+    assert shm.stale_entries(text) == [("nccl-a b", 10), ("nccl-multi\nline", 5), ("psm_", 0)]
+
+
+def test_without_fix_the_judge_never_touches_the_node():
+    transport = RecordingTransport()
+    judge(readings("nccl-x"))  # judges get no transport at all: nothing can be run
+    assert transport.commands == []
+    assert CHECK.fixer is shm.remove_stale
+
+
+def test_fix_removes_exactly_the_listed_names_by_quoted_full_path():
+    [v] = judge(readings("nccl-shm-a8f3c2d1", "psm_shm.1c9e42b7", "nccl-it's"))
+    transport = RecordingTransport()
+    [done] = shm.remove_stale(transport, [v], None)
+    [command] = transport.commands
+    assert shlex.split(command) == ["rm", "-f", "--", "/dev/shm/nccl-it's", "/dev/shm/nccl-shm-a8f3c2d1",
+                                    "/dev/shm/psm_shm.1c9e42b7"]
+    assert "*" not in command and command.startswith("rm -f -- '/dev/shm/nccl-it'")
+    assert done.status == Status.PASS and done.evidence["removed"] == [
+        "/dev/shm/nccl-it's", "/dev/shm/nccl-shm-a8f3c2d1", "/dev/shm/psm_shm.1c9e42b7"]
+
+
+def test_fix_refuses_names_outside_the_pattern_or_dev_shm():
+    transport = RecordingTransport()
+    for names in (["../etc/passwd"], ["nccl-../../etc/passwd"], ["keep-me"], ["psm_a/b"]):
+        [v] = shm.remove_stale(transport, [fail("x", evidence={"names": names, "gpu_processes": []})], None)
+        assert v.status == Status.ERROR and "refusing" in v.message
+    assert transport.commands == []
+
+
+def test_fix_skips_while_gpu_processes_run_and_reports_rm_failure():
+    [v] = judge(readings("nccl-x", kfd=[4242]))
+    assert "may be live" in v.message
+    transport = RecordingTransport()
+    [s] = shm.remove_stale(transport, [v], None)
+    assert s.status == Status.SKIP and transport.commands == []
+    [v] = judge(readings("nccl-x"))
+    [e] = shm.remove_stale(RecordingTransport(rc=1), [v], None)
+    assert e.status == Status.ERROR and "Permission denied" in e.message
+
+
+def test_unreadable_listing_is_an_error():
+    r = Readings({"shm": CommandReading("find", 1, "", "find: '/dev/shm': No such file or directory"), "kfd": {}})
+    [v] = judge(r)
+    assert v.status == Status.ERROR and "No such file" in v.message
