@@ -17,6 +17,7 @@ DEFAULT_TOOLS = {
     "rocm_smi": "/opt/rocm/bin/rocm-smi",
     "ubench_dir": "/root/ubench/build",
     "container_python": "python3",
+    "python": "python3",  # the host's python, for probes run outside the container (where: host)
 }
 
 

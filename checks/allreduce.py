@@ -1,0 +1,288 @@
+"""Cross-node torch.distributed all_reduce probe (reference §20, with §13, §16-§18, §28).
+
+The wide-EP launch dies - or hangs for 25 minutes - in ncclCommInitRank or the first
+collective when a node's platform, the fabric between two nodes, or RCCL's intermittent
+init hang gets in the way. This probe answers the same question in a few minutes with the
+recipe's own stack (the container's python, torch and RCCL, its NCCL_* environment): one
+rank per GPU on every node, rendezvous at node 0's data-plane address, each stage timed
+under its own deadline, a known sum verified, bus bandwidth measured like nccl-tests.
+When it fails it re-runs per node and per node pair to say which of the three it was.
+"""
+from __future__ import annotations
+
+from k3doctor.probes.allreduce import Member, Plan, diagnose
+from k3doctor.probes.allreduce_worker import STAGES
+from k3doctor.registry import check, remediation
+from k3doctor.results import error, fail, passed, skip, warn
+
+DEADLINE_S = 240  # well under the 5 minutes a user will wait for a pre-launch answer (§20: cold start ~25 min)
+
+NODE_FAULT = remediation("ALLREDUCE-NODE-FAULT", "all_reduce fails on one node by itself (platform fault)", """
+The probe fails with only this node's ranks taking part, so no fabric is involved: the
+collective never completes on this node's own GPUs. §20: when a one-rank run passes but
+two or four local ranks time out with `last completed work: -1`, the collective kernel
+never ran - a platform fault below ATOM; no recipe flag will move it (not NCCL_MNNVL_ENABLE,
+not NCCL_CUMEM_ENABLE, not P2P_LEVEL). Read the stage and error in the evidence:
+`start` errors (fewer GPUs visible than gpus_per_node, HIP errors) point at the driver
+and container devices (§5, §13: /dev/kfd, /dev/dri); a hang in `init`/`warmup` points at
+the GPUs or their links. Check this node's kernel log (§10), reload amdgpu or reset the
+tray (§11), and re-run `k3doctor check --only allreduce-probe` before launching.
+""")
+
+FABRIC = remediation("ALLREDUCE-FABRIC", "all_reduce fails across nodes that each pass alone (fabric)", """
+Every node passes the probe alone; the failure needs two nodes (a pair, or one node with
+every peer). That is the cross-node path: run the UALoE fabric probe on the named nodes
+(`k3doctor check --only ualoe-fabric --pairs A,B`, §8) and read their kernel logs for
+fabric signatures (§10). Also check what RCCL is told: NCCL_MNNVL_ENABLE=1 and
+NCCL_CUMEM_ENABLE=1 (§16, §28: with CUMEM 0 every collective failed at ncclCommInitRank
+on 2 nodes), and NCCL/GLOO/MORI_SOCKET_IFNAME naming the data-plane NIC that carries the
+inventory address (§18) - the env each rank saw is in the evidence. "Fails only at full
+scale" (every pair passes) points at the fabric's shared resources (vPOD, §7) or at a
+rendezvous over the wrong NIC.
+""")
+
+INIT_HANG = remediation("ALLREDUCE-INIT-HANG", "intermittent hang: passed on retry", """
+The full probe failed once (usually stuck in ncclCommInitRank - stage `init`), then every
+node and node pair passed and the full probe passed on retry. §20: ncclCommInitRank hangs
+intermittently with no known fix; the remedy is a retry. Launching is reasonable, but a
+wrapper that retries the launch must allow the full cold-start budget (>= 25 min) or it
+kills healthy loads; if a launch stops at `load RCCL version` with a CPU spinning ~110%,
+that is this hang - take a py-spy stack of the ModelRunner, then restart it.
+""")
+
+SLOW = remediation("ALLREDUCE-SLOW", "all_reduce bus bandwidth below the floor", """
+The probe completed with correct sums, but busbw at a size with a configured floor
+(`busbw_floor_gbs`, GB/s by message size in bytes) is below it - below floor x (1 +
+warn_band) is a warning - in every one of `repeats` attempts. A multi-node busbw near
+~4.5 GB/s is RCCL's silent TCP fallback: NCCL_MNNVL_ENABLE must be 1 (§16), with
+NCCL_CUMEM_ENABLE=1 (§28). Otherwise compare with `ualoe-fabric` bandwidth of the node
+pairs (§8) and check the rack is free (§3): another job on the fabric halves what you see.
+""")
+
+LEFTOVER = remediation("ALLREDUCE-LEFTOVER", "probe processes still alive after cleanup", """
+k3doctor killed every process carrying the probe run's token, but some are still there
+(the evidence lists node and PIDs) - usually a rank stuck in uninterruptible sleep inside
+the GPU driver. They hold GPU memory and ports 29801+. Check them with
+`ps -o pid,stat,wchan,args -p PID`; a `D` state that does not clear needs a driver reload or
+tray reset (§11) before the launch.
+""")
+
+PARAMS = {
+    "where": "container",  # container: `docker exec -i <container>` (§13); host: the host's python
+    "backend": "auto",  # auto: nccl (RCCL on ROCm) when torch sees a GPU, else gloo
+    "ranks_per_node": 0,  # 0: gpus_per_node
+    "port": 29801,  # first rendezvous port; each run of the hierarchy takes the next one (§17)
+    "min_bytes": 0,  # 0: 1 MiB on GPUs, 4 KiB on gloo
+    "max_bytes": 0,  # 0: 4 GiB on GPUs, 1 MiB on gloo
+    "step_factor": 2,
+    "iters": 20,
+    "warmup_iters": 5,
+    "start_s": 45,  # process start incl. `import torch` and GPU context
+    "rendezvous_s": 30,  # an arrived rank waits this long for the others
+    "init_s": 45,  # communicator init + first tiny all_reduce (§20's probe uses 45 s)
+    "warmup_s": 30,
+    "sweep_s": 90,
+    "deadline_s": DEADLINE_S,  # the whole probe, hierarchy included
+    "busbw_floor_gbs": {},  # {bytes: GB/s}; none configured: figures are reported, not judged
+    "warn_band": 0.1,
+    "repeats": 2,  # attempts while a figure is below its floor (noisy results)
+    "hierarchy": True,  # on failure, re-run per node and per node pair
+    "inject_hang": "",  # test hook: NODE[:LOCAL_RANK]@STAGE[@once] makes that rank stop at STAGE
+}
+
+_DEFAULT_SIZES = {"gpu": (1 << 20, 4 << 30), "cpu": (4 << 10, 1 << 20)}
+
+
+class ParamError(ValueError):
+    pass
+
+
+def sizes(lo: int, hi: int, factor: int) -> tuple:
+    out, size = [], lo
+    while size <= hi:
+        out.append(size)
+        size *= factor
+    return tuple(out)
+
+
+def _number(ctx, name, minimum, integer=False):
+    value = ctx.param(name)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < minimum or \
+            (integer and int(value) != value):
+        kind = "an integer" if integer else "a number"
+        raise ParamError(f"allreduce-probe.{name} must be {kind} >= {minimum:g}, got {value!r}")
+    return int(value) if integer else float(value)
+
+
+def parse_inject(text: str, nodes: list) -> tuple:
+    """``NODE[:LOCAL]@STAGE[@once]`` -> ({node: (local, stage)}, once)."""
+    if not text:
+        return {}, False
+    parts = text.split("@")
+    target, stage = parts[0], parts[1] if len(parts) > 1 else ""
+    once = parts[2:] == ["once"]
+    node, _, local = target.partition(":")
+    if len(parts) not in (2, 3) or (len(parts) == 3 and not once) or stage not in STAGES \
+            or node not in nodes or not (local or "0").isdigit():
+        raise ParamError(f"allreduce-probe.inject_hang {text!r}: expected NODE[:LOCAL_RANK]@STAGE[@once] with a "
+                         f"probed node ({', '.join(nodes)}) and a stage of {', '.join(STAGES)}")
+    return {node: (int(local or 0), stage)}, once
+
+
+def floors_of(raw) -> dict:
+    if not isinstance(raw, dict):
+        raise ParamError(f"allreduce-probe.busbw_floor_gbs must map message bytes to GB/s, got {raw!r}")
+    try:
+        return {int(k): float(v) for k, v in raw.items()}
+    except (TypeError, ValueError):
+        raise ParamError(f"allreduce-probe.busbw_floor_gbs must map message bytes to GB/s, got {raw!r}") from None
+
+
+def build_plan(ctx, participants: list) -> tuple:
+    """The full-scale plan from the params and each node's settings; (plan, once)."""
+    deadlines = {s: _number(ctx, f"{s}_s", 1) for s in STAGES}
+    factor = _number(ctx, "step_factor", 2, integer=True)
+    lo, hi = _number(ctx, "min_bytes", 0, integer=True), _number(ctx, "max_bytes", 0, integer=True)
+    ranges = {k: (lo or d[0], hi or d[1]) for k, d in _DEFAULT_SIZES.items()}
+    for a, b in ranges.values():
+        if a % 4 or b < a:
+            raise ParamError(f"allreduce-probe sizes {a}..{b}: min_bytes must be a multiple of 4 (float32) "
+                             "and not above max_bytes")
+    backend = ctx.param("backend")
+    if backend not in ("auto", "nccl", "gloo"):
+        raise ParamError(f"allreduce-probe.backend must be auto, nccl or gloo, got {backend!r}")
+    members = []
+    for name in participants:
+        node = ctx.nodes[name]
+        where = node.settings.param(ctx.check, "where")
+        if where not in ("container", "host"):
+            raise ParamError(f"allreduce-probe.where must be container or host, got {where!r} ({name})")
+        launcher = (("docker", "exec", "-i", node.settings.container, node.settings.tools["container_python"])
+                    if where == "container" else (node.settings.tools["python"],))
+        ranks = node.settings.param(ctx.check, "ranks_per_node") or node.settings.gpus_per_node
+        if not isinstance(ranks, int) or isinstance(ranks, bool) or ranks < 1:
+            raise ParamError(f"allreduce-probe.ranks_per_node must be a positive integer, got {ranks!r} ({name})")
+        members.append(Member(name, node.address, ranks, launcher))
+    inject, once = parse_inject(ctx.param("inject_hang") or "", participants)
+    plan = Plan(label="full", members=tuple(members), port=_number(ctx, "port", 1, integer=True),
+                backend=backend, sizes_gpu=sizes(*ranges["gpu"], factor), sizes_cpu=sizes(*ranges["cpu"], factor),
+                iters=_number(ctx, "iters", 1, integer=True),
+                warmup_iters=_number(ctx, "warmup_iters", 0, integer=True),
+                deadlines=deadlines, inject=inject)
+    return plan, once
+
+
+def judge_figures(outcome, floors: dict, band: float) -> list:
+    """(status, size, busbw, floor) for every configured floor; a floor at an unmeasured size is an error."""
+    measured = {row["bytes"]: row["busbw_gbs"] for row in outcome.sizes}
+    out = []
+    for size, floor in sorted(floors.items()):
+        if size not in measured:
+            out.append(("error", size, None, floor))
+        elif measured[size] < floor:
+            out.append(("fail", size, measured[size], floor))
+        elif measured[size] < floor * (1 + band):
+            out.append(("warn", size, measured[size], floor))
+    return out
+
+
+def _human(size: int) -> str:
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if size >= 1 << shift and size % (1 << shift) == 0:
+            return f"{size >> shift} {unit}"
+    return f"{size} B"
+
+
+def _figures(outcome) -> str:
+    stages = ", ".join(f"{s} {outcome.stage_s[s]:.1f}s" for s in STAGES if s in outcome.stage_s)
+    top = outcome.sizes[-1] if outcome.sizes else None
+    bw = (f"busbw {top['busbw_gbs']:.2f} GB/s (algbw {top['algbw_gbs']:.2f}) at {_human(top['bytes'])}"
+          if top else "no sizes")
+    return (f"all_reduce over {outcome.world} rank(s) on {len(outcome.nodes)} node(s), {outcome.backend}: {bw}, "
+            f"sum verified at {len(outcome.sizes)} size(s); stages {stages}")
+
+
+@check("allreduce-probe", title="torch.distributed all_reduce across every node completes, bounded and timed",
+       scope="cluster", tier="deep", interaction="active", after=("ualink-state", "fabric-domain", "rack-free"),
+       timeout_s=DEADLINE_S, remediation=(NODE_FAULT, FABRIC, INIT_HANG, SLOW, LEFTOVER), params=PARAMS)
+def allreduce_probe(ctx):
+    """§20: a bounded all_reduce over every node, then node/pair attribution when it fails."""
+    verdicts = [skip(f"not probed: {why}", node=name) for name, why in ctx.blocked.items() if name in ctx.nodes]
+    participants = [n for n in ctx.nodes if n not in ctx.blocked and n in ctx.transports]
+    if not participants:
+        return verdicts + [skip("no node may take part in the all_reduce probe")]
+    try:
+        plan, once = build_plan(ctx, participants)
+        floors = floors_of(ctx.param("busbw_floor_gbs"))
+        band = _number(ctx, "warn_band", 0)
+        repeats = _number(ctx, "repeats", 1, integer=True)
+        deadline = _number(ctx, "deadline_s", 1)
+    except ParamError as exc:
+        return verdicts + [error(str(exc))]
+
+    def good_enough(outcome):
+        return not judge_figures(outcome, floors, band)
+
+    diag = diagnose(plan, ctx.transports, deadline, repeats=repeats, good_enough=good_enough,
+                    hierarchy=bool(ctx.param("hierarchy")), inject_once=once)
+    return verdicts + conclude(diag, floors, band)
+
+
+def conclude(diag, floors: dict, band: float) -> list:
+    """Verdicts from a diagnosis: figures (PASS/WARN/FAIL), the failure and its attribution, cleanup."""
+    full = diag.final
+    every = diag.attempts + diag.subruns
+    out = []
+    common = {"elapsed_s": diag.elapsed_s, "attempts": len(diag.attempts),
+              "run_ids": [o.run_id for o in every]}
+    for o in every:
+        for node, what in o.residue.items():
+            if isinstance(what, list):
+                out.append(fail(f"processes of probe run {o.run_id} still alive after cleanup: pids {what}",
+                                node=node, evidence={"run_id": o.run_id, "pids": what}, remediation=LEFTOVER))
+            else:
+                out.append(error(f"could not confirm cleanup of probe run {o.run_id}: {what}", node=node,
+                                 evidence={"run_id": o.run_id}))
+    if full.setup_error:
+        return out + [error(f"all_reduce probe {full.describe()}", evidence={**common, **full.evidence()})]
+    if full.not_started:
+        return out + [error(f"all_reduce probe could not start on {node}: {why}", node=node,
+                            evidence={**common, **full.evidence()}) for node, why in full.not_started.items()]
+    if full.ok:
+        return out + _figure_verdicts(diag, common, floors, band)
+    kinds = [f.kind for f in diag.findings]
+    code = _CODES.get(kinds[0]) if kinds else None
+    conclusion = "; ".join(f.message for f in diag.findings) or "not attributed (hierarchy off)"
+    evidence = {**common, **full.evidence(), "hierarchy": [o.evidence() for o in diag.subruns]}
+    make = warn if kinds == ["intermittent"] else fail
+    out.append(make(f"all_reduce probe {full.describe()}; every rank was stopped -> {conclusion}",
+                    evidence=evidence, remediation=code))
+    for f in diag.findings:
+        if f.kind in ("node", "node-fabric", "pair"):
+            out += [fail(f.message, node=n, evidence=f.evidence, remediation=_CODES[f.kind]) for n in f.nodes]
+    return out
+
+
+_CODES = {"node": NODE_FAULT, "node-fabric": FABRIC, "pair": FABRIC, "scale": FABRIC, "intermittent": INIT_HANG,
+          "unresolved": INIT_HANG}
+
+
+def _figure_verdicts(diag, common: dict, floors: dict, band: float) -> list:
+    full = diag.final
+    problems = judge_figures(full, floors, band)
+    evidence = {**common, **full.evidence(), "floors_gbs": {str(k): v for k, v in floors.items()},
+                "attempt_busbw": [{str(r["bytes"]): r["busbw_gbs"] for r in o.sizes} for o in diag.attempts]}
+    if not problems:
+        note = "" if floors else " (no busbw floor configured: figures reported, not judged)"
+        return [passed(_figures(full) + note, evidence=evidence)]
+    out = []
+    for status, size, got, floor in problems:
+        if status == "error":
+            out.append(error(f"busbw floor set for {_human(size)}, which the sweep did not measure",
+                             evidence=evidence))
+            continue
+        make = fail if status == "fail" else warn
+        out.append(make(f"busbw {got:.2f} GB/s at {_human(size)} is below "
+                        f"{'the floor' if status == 'fail' else 'floor + warn band'} ({floor:g} GB/s) in "
+                        f"{len(diag.attempts)} attempt(s); {_figures(full)}", evidence=evidence, remediation=SLOW))
+    return out

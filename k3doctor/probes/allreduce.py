@@ -1,0 +1,494 @@
+"""Launch the all_reduce probe on every node, watch it, kill it, and say what failed (§20).
+
+One *run* is one torch.distributed world: ``allreduce_worker.py`` is sent as source over
+stdin to each member node (``docker exec -i <container> python3 -`` or the host's python),
+one rank per GPU, rendezvous at the first member's data-plane address (§18). Several runs
+can go at once (the per-node and per-pair rounds of the hierarchy), each with its own run
+id and port. Whatever happens - success, a hang, a transport error, Ctrl-C - every node of
+every run gets a cleanup that kills what still carries the run's token, and the cleanup's
+own report (killed / left) goes into the evidence.
+
+Everything below ``launch`` is pure: the node transcripts (``K3PROBE`` lines) in,
+an :class:`Outcome` out; :func:`attribute` turns the hierarchy's outcomes into findings.
+"""
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from k3doctor.parsers import ParseError
+from k3doctor.parsers.nccl_tests import busbw
+from k3doctor.parsers.torch_errors import classify
+from k3doctor.probes.allreduce_worker import STAGES, TOKEN_PREFIX
+from k3doctor.shell import join
+from k3doctor.transport import TransportError
+
+WORKER_SOURCE = Path(__file__).with_name("allreduce_worker.py").read_bytes()
+AGENT_MARGIN_S = 4.0  # the agent stops its ranks this long before the transport kills the command
+CLEANUP_TIMEOUT_S = 20.0
+_MARK = "K3PROBE "
+
+
+@dataclass(frozen=True)
+class Member:
+    """One node of a run: where its ranks rendezvous and how its python is started."""
+
+    node: str
+    address: str
+    ranks: int
+    launcher: tuple  # argv up to the python executable, e.g. ("docker", "exec", "-i", "k3ep16", "python3")
+
+
+@dataclass(frozen=True)
+class Plan:
+    label: str
+    members: tuple
+    port: int
+    backend: str
+    sizes_gpu: tuple
+    sizes_cpu: tuple
+    iters: int
+    warmup_iters: int
+    deadlines: dict  # stage -> seconds
+    inject: dict = field(default_factory=dict)  # node -> (local rank, stage): fault injection
+
+    @property
+    def nodes(self) -> list:
+        return [m.node for m in self.members]
+
+    @property
+    def world(self) -> int:
+        return sum(m.ranks for m in self.members)
+
+    def ranks_of(self) -> dict:
+        out, base = {}, 0
+        for m in self.members:
+            out[m.node] = list(range(base, base + m.ranks))
+            base += m.ranks
+        return out
+
+    def subset(self, nodes, label: str, port: int, smoke: bool) -> Plan:
+        """The same probe on fewer nodes (hierarchy); ``smoke`` keeps only the smallest size."""
+        members = tuple(m for m in self.members if m.node in nodes)
+        sizes = {} if not smoke else {"sizes_gpu": self.sizes_gpu[:1], "sizes_cpu": self.sizes_cpu[:1]}
+        return replace(self, label=label, members=members, port=port,
+                       inject={n: v for n, v in self.inject.items() if n in nodes}, **sizes)
+
+    def spec(self, member: Member, limit_s: float) -> dict:
+        local, stage = self.inject.get(member.node, (None, None))
+        return {"node": member.node, "rank_base": self.ranks_of()[member.node][0], "ranks_here": member.ranks,
+                "world": self.world, "master": self.members[0].address, "port": self.port,
+                "backend": self.backend, "sizes_gpu": list(self.sizes_gpu), "sizes_cpu": list(self.sizes_cpu),
+                "iters": self.iters, "warmup_iters": self.warmup_iters, "deadlines": dict(self.deadlines),
+                "limit_s": max(limit_s - AGENT_MARGIN_S, 1.0), "inject": stage, "inject_local": local}
+
+    def limit_s(self) -> float:
+        """How long a run may take: its stage deadlines, the agent's kill grace, start-up slack."""
+        return sum(self.deadlines.values()) + AGENT_MARGIN_S + 10.0
+
+
+@dataclass
+class NodeRun:
+    """What came back from one node: the command's reading, or why there was none."""
+
+    node: str
+    rc: int | None = None
+    stdout: str = ""
+    stderr: str = ""
+    timed_out: bool = False
+    error: str | None = None  # transport failure
+    cleanup: dict = field(default_factory=dict)  # {"killed": [...], "left": [...]} or {"error": ...}
+
+
+@dataclass
+class Outcome:
+    """One run, judged: did it pass, and if not, which stage and which participants."""
+
+    label: str
+    run_id: str
+    nodes: list
+    world: int
+    ok: bool
+    wall_s: float
+    stage: str | None = None  # first stage not every rank completed
+    missing: list = field(default_factory=list)  # ranks that never completed ``stage``
+    missing_nodes: list = field(default_factory=list)
+    errors: dict = field(default_factory=dict)  # rank -> error text
+    killed: list = field(default_factory=list)  # ranks the agent had to SIGKILL
+    not_started: dict = field(default_factory=dict)  # node -> why its agent never reported
+    setup_error: str | None = None  # the probe could not be run at all (no torch, no container)
+    stage_s: dict = field(default_factory=dict)  # stage -> slowest rank's seconds
+    sizes: list = field(default_factory=list)  # [{bytes, time_us, algbw_gbs, busbw_gbs}]
+    wrong: list = field(default_factory=list)
+    backend: str | None = None
+    torch_failure: dict = field(default_factory=dict)  # node -> torch.distributed failure kind
+    env: dict = field(default_factory=dict)  # node -> NCCL/RCCL/GLOO environment as a rank saw it
+    cleanup: dict = field(default_factory=dict)  # node -> cleanup report
+    residue: dict = field(default_factory=dict)  # node -> pids cleanup could not kill, or its error
+    node_by_rank: dict = field(default_factory=dict)
+
+    def describe(self) -> str:
+        """One sentence: what stopped the run, naming the stage and the participants."""
+        where = f"{self.world} rank(s) on {len(self.nodes)} node(s)"
+        if self.ok:
+            return f"passed on {where}"
+        if self.setup_error:
+            return f"could not run on {where}: {self.setup_error}"
+        if self.not_started:
+            why = "; ".join(f"{n}: {w}" for n, w in self.not_started.items())
+            return f"the probe did not start on {', '.join(self.not_started)} ({why})"
+        if self.wrong:
+            bad = sorted({(w['rank'], w['bytes']) for w in self.wrong})
+            return f"wrong all_reduce sum on {where}: (rank, bytes) {bad}"
+        parts = [f"stopped in stage `{self.stage}` on {where} after {self.wall_s:.1f}s"]
+        if self.missing:
+            who = ", ".join(f"rank {r} ({self.node_by_rank.get(r, '?')})" for r in self.missing)
+            verb = "never arrived" if self.stage in ("start", "rendezvous") else "never completed it"
+            parts.append(f"{who} {verb}")
+        first = next(iter(self.errors.items()), None)
+        if first:
+            parts.append(f"rank {first[0]}: {first[1][:200]}")
+        return "; ".join(parts)
+
+    def evidence(self) -> dict:
+        ev = {"run": self.label, "run_id": self.run_id, "nodes": self.nodes, "world": self.world,
+              "backend": self.backend, "wall_s": self.wall_s, "stage_s": self.stage_s}
+        if self.sizes:
+            ev["sizes"] = self.sizes
+        if not self.ok:
+            ev.update({k: v for k, v in (
+                ("failed_stage", self.stage), ("missing_ranks", self.missing),
+                ("missing_nodes", self.missing_nodes), ("errors", {str(r): e for r, e in self.errors.items()}),
+                ("killed_ranks", self.killed), ("not_started", self.not_started), ("wrong", self.wrong),
+                ("torch_failure", self.torch_failure)) if v})
+        if self.env:
+            ev["env"] = self.env
+        ev["cleanup"] = self.cleanup
+        return ev
+
+
+# --- launching ------------------------------------------------------------------------------
+
+def _command(member: Member, *args) -> str:
+    return join([*member.launcher, "-", *args])
+
+
+def _cleanup(transport, member: Member, run_id: str) -> dict:
+    try:
+        reading = transport.run(_command(member, "--cleanup", run_id), timeout_s=CLEANUP_TIMEOUT_S,
+                                stdin=WORKER_SOURCE)
+    except TransportError as exc:
+        return {"error": str(exc)}
+    events = [e for e in _events(reading.stdout) if e.get("ev") == "cleanup"]
+    if not events:
+        tail = (reading.stderr or reading.stdout).strip()[-300:]
+        return {"error": f"cleanup did not report (rc {reading.rc}): {tail}"}
+    return {"killed": events[-1].get("killed", []), "left": events[-1].get("left", [])}
+
+
+def _run_node(transport, member: Member, plan: Plan, run_id: str, limit_s: float) -> NodeRun:
+    command = _command(member, TOKEN_PREFIX + run_id, json.dumps(plan.spec(member, limit_s)))
+    try:
+        reading = transport.run(command, timeout_s=limit_s, stdin=WORKER_SOURCE)
+    except TransportError as exc:
+        return NodeRun(member.node, error=str(exc))
+    return NodeRun(member.node, rc=reading.rc, stdout=reading.stdout, stderr=reading.stderr,
+                   timed_out=reading.timed_out)
+
+
+def launch(plans: list, transports: dict, limits: list | None = None) -> list:
+    """Run the plans at once (their nodes must not overlap); always clean up every node.
+
+    As soon as one node of a run fails, the run's other nodes are cleaned up too, so a rank
+    that crashed at start does not leave the others waiting out their rendezvous deadline.
+    """
+    limits = limits or [p.limit_s() for p in plans]
+    run_ids = [uuid.uuid4().hex[:16] for _ in plans]
+    started = time.monotonic()
+    pool = ThreadPoolExecutor(max_workers=2 * sum(len(p.members) for p in plans) or 1,
+                              thread_name_prefix="k3probe")
+    results = [dict() for _ in plans]
+    walls = [0.0 for _ in plans]
+    early = {}  # fail fast: cleanups started while a run's other nodes were still going
+    try:
+        pending = {pool.submit(_run_node, transports[m.node], m, plan, run_ids[i], limits[i]): (i, m)
+                   for i, plan in enumerate(plans) for m in plan.members}
+        while pending:
+            done, _ = wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
+            for future in done:
+                i, member = pending.pop(future)
+                run = future.result()
+                results[i][member.node] = run
+                walls[i] = time.monotonic() - started
+                if (run.error or run.rc != 0) and not any(k[0] == i for k in early):
+                    for m in plans[i].members:
+                        if m.node != member.node:
+                            early[(i, m.node)] = pool.submit(_cleanup, transports[m.node], m, run_ids[i])
+    finally:
+        final = {(i, m.node): pool.submit(_cleanup, transports[m.node], m, run_ids[i])
+                 for i, plan in enumerate(plans) for m in plan.members}
+        for (i, node), future in final.items():
+            report = future.result()
+            first = early[(i, node)].result() if (i, node) in early else {}
+            report["killed"] = first.get("killed", []) + report.get("killed", [])
+            results[i].setdefault(node, NodeRun(node, error="interrupted")).cleanup = report
+        pool.shutdown(wait=True)
+    return [analyse(plan, run_ids[i], results[i], round(walls[i], 2)) for i, plan in enumerate(plans)]
+
+
+# --- judging one run ---------------------------------------------------------------------
+
+def _events(text: str) -> list:
+    """The ``K3PROBE`` lines of a transcript; other output (torch warnings) is ignored."""
+    out = []
+    for line in (text or "").splitlines():
+        if line.startswith(_MARK):
+            try:
+                event = json.loads(line[len(_MARK):])
+            except ValueError:
+                continue  # a line cut by a kill mid-write carries nothing to judge
+            if isinstance(event, dict):
+                out.append(event)
+    return out
+
+
+_SETUP_ERRORS = ("No module named 'torch'", "No module named torch")
+
+
+def analyse(plan: Plan, run_id: str, runs: dict, wall_s: float) -> Outcome:
+    """Node transcripts -> Outcome: the first stage some rank did not complete, and who."""
+    ranks_of = plan.ranks_of()
+    node_by_rank = {r: n for n, ranks in ranks_of.items() for r in ranks}
+    out = Outcome(label=plan.label, run_id=run_id, nodes=plan.nodes, world=plan.world, ok=False,
+                  wall_s=wall_s, node_by_rank=node_by_rank)
+    ended = {r: {} for r in node_by_rank}
+    done, reported_missing = set(), None
+    for node in plan.nodes:
+        run = runs.get(node) or NodeRun(node, error="no result")
+        out.cleanup[node] = run.cleanup
+        if run.cleanup.get("left") or run.cleanup.get("error"):
+            out.residue[node] = run.cleanup.get("left") or run.cleanup.get("error")
+        events = _events(run.stdout)
+        if not any(e.get("ev") == "agent" for e in events):
+            out.not_started[node] = run.error or _tail(run)
+            continue
+        for e in events:
+            kind, rank = e.get("ev"), e.get("rank")
+            if kind == "end" and rank in ended:
+                ended[rank][e.get("stage")] = e.get("dur")
+                if e.get("stage") == "start":
+                    out.backend = out.backend or e.get("backend")
+                    if "env" in e:
+                        out.env[node] = e["env"]
+            elif kind == "fail" and rank in ended:
+                out.errors.setdefault(rank, f"[{e.get('stage')}] {e.get('error')}")
+            elif kind == "killed" and rank in ended:
+                out.killed.append(rank)
+                out.errors.setdefault(rank, f"[{e.get('stage')}] hung; killed by its node's agent ({e.get('why')})")
+            elif kind == "missing":
+                reported_missing = [r for r in e.get("ranks", []) if r in node_by_rank]
+            elif kind == "size":
+                algbw = float(e["algbw"])
+                out.sizes.append({"bytes": int(e["bytes"]), "time_us": e["time_us"], "algbw_gbs": algbw,
+                                  "busbw_gbs": round(busbw(algbw, plan.world), 3)})
+            elif kind == "wrong":
+                out.wrong.append({k: e.get(k) for k in ("rank", "bytes", "wrong", "sample", "expected")})
+            elif kind == "done" and rank in ended:
+                done.add(rank)
+        if run.stderr and (run.rc != 0 or run.timed_out):
+            try:
+                kind = classify(run.stderr).kind
+            except ParseError:
+                kind = None
+            if kind and kind != "unclassified":
+                out.torch_failure[node] = kind
+    out.stage_s = {s: max(ended[r][s] for r in ended) for s in STAGES if all(s in ended[r] for r in ended)}
+    setup = [e for e in out.errors.values() if any(s in e for s in _SETUP_ERRORS)]
+    if setup:
+        out.setup_error = f"torch is not importable by the probe's python ({setup[0][:160]})"
+    if out.not_started or out.setup_error:
+        return out
+    out.stage = next((s for s in STAGES if not all(s in ended[r] for r in ended)), None)
+    if out.stage is None:
+        expected = len(plan.sizes_gpu if out.backend == "nccl" else plan.sizes_cpu)
+        out.ok = not out.wrong and len(done) == plan.world and len(out.sizes) == expected
+        if not out.ok and not out.wrong:
+            out.stage = "sweep"
+            out.errors.setdefault(-1, f"{len(out.sizes)} of {expected} sizes reported")
+    if out.stage is not None:
+        incomplete = [r for r in ended if out.stage not in ended[r]]
+        silent = [r for r in incomplete if r not in out.errors or r in out.killed]
+        out.missing = sorted(reported_missing if reported_missing and out.stage == "rendezvous"
+                             else silent or incomplete)
+        out.missing_nodes = sorted({node_by_rank[r] for r in out.missing}, key=plan.nodes.index)
+    return out
+
+
+def _tail(run: NodeRun) -> str:
+    text = (run.stderr or run.stdout or "").strip().splitlines()
+    what = "timed out" if run.timed_out else f"exit status {run.rc}"
+    return f"{what}: {text[-1][:200]}" if text else what
+
+
+# --- the hierarchy (§20): node alone, node pairs, retry -----------------------------------
+
+def pair_rounds(nodes: list) -> list:
+    """Every pair once, grouped into rounds of disjoint pairs (circle method) to run at once."""
+    ring = list(nodes) + ([None] if len(nodes) % 2 else [])
+    rounds = []
+    for _ in range(len(ring) - 1):
+        half = len(ring) // 2
+        pairs = [(ring[i], ring[-1 - i]) for i in range(half)]
+        rounds.append([tuple(sorted(p, key=nodes.index)) for p in pairs if None not in p])
+        ring = [ring[0], ring[-1], *ring[1:-1]]
+    return [r for r in rounds if r]
+
+
+@dataclass
+class Finding:
+    """A conclusion of the hierarchy: ``kind`` is node, node-fabric, pair, intermittent, scale, unresolved."""
+
+    kind: str
+    nodes: tuple
+    message: str
+    evidence: dict = field(default_factory=dict)
+
+
+def attribute(full: Outcome, singles: dict, pairs: dict, retry: Outcome | None,
+              not_run: str | None = None) -> list:
+    """Separate a platform fault on a node from a cross-node fabric fault from an intermittent hang."""
+    findings = []
+    for node, o in singles.items():
+        if not o.ok:
+            findings.append(Finding("node", (node,), f"platform fault on {node}: the probe fails on {node} "
+                                    f"alone ({o.describe()})", {"alone": o.evidence()}))
+    if findings:
+        return findings
+    failed = {pair: o for pair, o in pairs.items() if not o.ok}
+    tested = {}
+    for pair in pairs:
+        for n in pair:
+            tested.setdefault(n, []).append(pair)
+    blamed = [n for n, ps in tested.items() if len(ps) >= 2 and all(p in failed for p in ps)]
+    for n in blamed:
+        peers = sorted({m for p in tested[n] for m in p if m != n})
+        findings.append(Finding("node-fabric", (n,), f"cross-node fault at {n}: every node passes alone, "
+                                f"but {n} fails with every peer ({', '.join(peers)})",
+                                {"pairs": {"+".join(p): failed[p].evidence() for p in tested[n]}}))
+    for pair, o in failed.items():
+        if not set(pair) & set(blamed):
+            findings.append(Finding("pair", pair, f"cross-node fabric between {pair[0]} and {pair[1]}: each "
+                                    f"passes alone and with other peers, together they fail ({o.describe()})",
+                                    {"pair": o.evidence()}))
+    if findings:
+        return findings
+    if retry is not None and retry.ok:
+        return [Finding("intermittent", tuple(full.nodes),
+                        f"intermittent: the full probe failed in `{full.stage}`, every node and pair passed and "
+                        "the full probe passed on retry" + (" - the intermittent ncclCommInitRank hang (§20)"
+                                                            if full.stage == "init" else ""),
+                        {"retry": retry.evidence()})]
+    if retry is not None:
+        return [Finding("scale", tuple(full.nodes),
+                        f"fails at full scale only: every node and pair passes, the full probe failed again "
+                        f"({retry.describe()})", {"retry": retry.evidence()})]
+    return [Finding("unresolved", tuple(full.nodes), "every node and pair passed, but the full-scale failure "
+                    f"could not be re-tested ({not_run or 'no retry'})")]
+
+
+# --- the whole probe: full run, repeats, hierarchy -----------------------------------------
+
+MIN_ROUND_S = 15.0  # a hierarchy round with less time than this left is not started
+RESERVE_S = 10.0  # kept back for the last round's cleanup
+
+
+@dataclass
+class Diagnosis:
+    attempts: list  # full-scale outcomes, in order
+    findings: list = field(default_factory=list)
+    subruns: list = field(default_factory=list)  # hierarchy outcomes, in order
+    not_run: str | None = None  # why the hierarchy stopped early
+    elapsed_s: float = 0.0
+
+    @property
+    def final(self) -> Outcome:
+        return self.attempts[-1]
+
+
+def diagnose(plan: Plan, transports: dict, deadline_s: float, **kw) -> Diagnosis:
+    """Full probe (repeated while its figures fall short), then, if it failed, the hierarchy."""
+    clock = kw.get("clock", time.monotonic)
+    t0 = clock()
+    diag = _diagnose(plan, transports, deadline_s, t0=t0, **kw)
+    diag.elapsed_s = round(clock() - t0, 2)
+    return diag
+
+
+def _diagnose(plan, transports, deadline_s, *, t0, repeats=1, good_enough=None, hierarchy=True, run=launch,
+              clock=time.monotonic, inject_once=False) -> Diagnosis:
+    ports = iter(range(plan.port, plan.port + 1000))
+
+    def left() -> float:
+        return deadline_s - (clock() - t0) - RESERVE_S
+
+    def go(plans: list) -> list | None:
+        limit = min(max(p.limit_s() for p in plans), left())
+        if limit < MIN_ROUND_S:
+            return None
+        return run(plans, transports, [limit] * len(plans))
+
+    first = go([replace(plan, port=next(ports))])
+    if first is None:
+        raise ValueError(f"deadline of {deadline_s:g}s leaves no time for a run")
+    diag = Diagnosis(attempts=first)
+    if inject_once:  # the injected fault hits the first run only: an intermittent one
+        plan = replace(plan, inject={})
+    while diag.final.ok and len(diag.attempts) < repeats and not (good_enough and good_enough(diag.final)):
+        again = go([replace(plan, port=next(ports))])
+        if again is None:
+            break
+        diag.attempts += again
+    full = diag.final
+    if full.ok or full.setup_error or full.not_started or not hierarchy:
+        return diag
+    if full.stage == "start":  # a rank that cannot even start is a fault of its own node
+        for node in full.missing_nodes or sorted({full.node_by_rank[r] for r in full.errors if r >= 0}):
+            why = "; ".join(f"rank {r}: {e}" for r, e in full.errors.items() if full.node_by_rank.get(r) == node)
+            diag.findings.append(Finding("node", (node,), f"platform fault on {node}: {why or 'rank never started'}"))
+        return diag
+    smoke = full.stage not in ("warmup", "sweep")  # later stages need the sizes that failed
+    singles_plans = [plan.subset([n], f"node {n}", next(ports), smoke) for n in plan.nodes]
+    singles = go(singles_plans)
+    if singles is None:
+        diag.not_run = "no time left for the per-node runs"
+        diag.findings.append(Finding("unresolved", tuple(plan.nodes), diag.not_run))
+        return diag
+    diag.subruns += singles
+    by_node = dict(zip(plan.nodes, singles, strict=True))
+    good = [n for n in plan.nodes if by_node[n].ok]
+    pairs = {}
+    if len(good) == len(plan.nodes):
+        for round_ in pair_rounds(good) if len(good) > 2 else []:
+            outcomes = go([plan.subset(p, f"pair {p[0]}+{p[1]}", next(ports), smoke) for p in round_])
+            if outcomes is None:
+                diag.not_run = "no time left for every node pair"
+                break
+            diag.subruns += outcomes
+            pairs.update(zip(round_, outcomes, strict=True))
+    retry = None
+    if len(good) == len(plan.nodes) and not any(not o.ok for o in pairs.values()) and not diag.not_run:
+        if len(plan.nodes) == 1:
+            retry = singles[0]  # one node: its run alone is the retry
+        else:
+            again = go([replace(plan, port=next(ports))])
+            if again is None:
+                diag.not_run = "no time left to retry the full probe"
+            else:
+                retry = again[0]
+                diag.subruns.append(retry)
+    diag.findings = attribute(full, by_node, pairs, retry, diag.not_run)
+    return diag

@@ -1,0 +1,354 @@
+"""The all_reduce probe's node-side program (reference §20): stdlib + torch only.
+
+k3doctor ships this file as source over stdin (``python3 - k3probe:<run-id> <spec-json>``),
+on the host or through ``docker exec -i``, so nothing needs installing on a node. The
+process that starts is the node's *agent*: it never imports torch, forks one rank per GPU
+and relays each rank's progress lines (``K3PROBE {json}``) to stdout, where the launcher
+reads them even from a command it had to kill. Deadlines are enforced in layers, because
+a hang in ncclCommInitRank can hold a rank's interpreter: each rank's watchdog thread
+exits at its stage deadline, the agent SIGKILLs a rank a few seconds past it and everything
+at the run's limit, and a rank dies with its agent (PR_SET_PDEATHSIG). The launcher then
+runs ``python3 - --cleanup <run-id>`` on every node, which kills whatever still carries the
+run's token as its exact argv[2] - never a pattern that could match a user's shell.
+"""
+import json
+import os
+import select
+import signal
+import socket
+import sys
+import threading
+import time
+
+STAGES = ("start", "rendezvous", "init", "warmup", "sweep")
+TOKEN_PREFIX = "k3probe:"
+AGENT_KILL_GRACE_S = 3.0  # agent SIGKILLs a rank this long after the rank's own watchdog should have fired
+ENV_PREFIXES = ("NCCL_", "RCCL_", "GLOO_", "TORCH_NCCL_", "HSA_", "HIP_VISIBLE", "CUDA_VISIBLE", "ROCR_")
+
+
+def emit(fd, **event):
+    """One progress line in one write(2): lines of different ranks never interleave."""
+    os.write(fd, ("K3PROBE " + json.dumps(event, separators=(",", ":"), default=str) + "\n").encode())
+
+
+def _pdeathsig():
+    """Ask the kernel to SIGKILL this rank when its agent dies (Linux; best effort elsewhere)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+# --- a rank ------------------------------------------------------------------------------
+
+class Stages:
+    """Stage bookkeeping plus the rank's own watchdog (first line of defence against a hang)."""
+
+    def __init__(self, rank, deadlines, t0):
+        self.rank, self.deadlines, self.t0 = rank, deadlines, t0
+        self.stage, self.since = "start", t0
+        threading.Thread(target=self._watch, daemon=True).start()
+
+    def now(self):
+        return round(time.monotonic() - self.t0, 3)
+
+    def begin(self, stage):
+        self.stage, self.since = stage, time.monotonic()
+        emit(1, ev="begin", rank=self.rank, stage=stage, t=self.now())
+
+    def end(self, **info):
+        emit(1, ev="end", rank=self.rank, stage=self.stage, t=self.now(),
+             dur=round(time.monotonic() - self.since, 3), **info)
+
+    def fail(self, error, code=3):
+        emit(1, ev="fail", rank=self.rank, stage=self.stage, t=self.now(), error=str(error)[:800])
+        os._exit(code)
+
+    def _watch(self):
+        while True:
+            time.sleep(0.2)
+            limit = self.deadlines[self.stage]
+            if time.monotonic() - self.since > limit:
+                self.fail(f"stage deadline of {limit:g}s exceeded (rank watchdog)", code=4)
+
+
+def _hang():
+    """Fault injection: stop like a rank stuck where even its watchdog cannot run."""
+    os.kill(os.getpid(), signal.SIGSTOP)
+
+
+def rank_main(spec, local, t0):
+    st = Stages(spec["rank_base"] + local, spec["deadlines"], t0)
+    try:
+        return _rank(st, spec, local)
+    except Exception as exc:  # torch's own errors (timeouts, NCCL failures) name the stage
+        st.fail(f"{type(exc).__name__}: {exc}")
+
+
+def _rank(st, spec, local):
+    rank, world = st.rank, spec["world"]
+    inject = spec.get("inject") if spec.get("inject_local") == local else None
+    if inject == "start":
+        _hang()
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+
+    backend = spec["backend"]
+    if backend == "auto":
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+    info = {"backend": backend, "host": socket.gethostname(), "pid": os.getpid(), "torch": torch.__version__}
+    if backend == "nccl":
+        visible = torch.cuda.device_count()
+        if visible <= local:
+            st.fail(f"{visible} GPU(s) visible to torch, rank needs GPU {local} "
+                    f"({spec['ranks_here']} ranks on this node)")
+        torch.cuda.set_device(local)
+        device = torch.device("cuda", local)
+        torch.ones(1, device=device)  # create the context now, so `start` includes it
+        info["device"] = torch.cuda.get_device_name(local)
+        info["nccl"] = ".".join(str(v) for v in torch.cuda.nccl.version())
+    else:
+        device = torch.device("cpu")
+        info["device"] = "cpu"
+    if local == 0:
+        info["env"] = {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES)}
+    st.end(**info)
+
+    st.begin("rendezvous")
+    if inject == "rendezvous":
+        _hang()
+    wait_s = max(spec["deadlines"]["rendezvous"] - 1.0, 0.5)
+    try:
+        store = dist.TCPStore(spec["master"], spec["port"], is_master=rank == 0,
+                              timeout=timedelta(seconds=wait_s), wait_for_workers=False)
+    except Exception as exc:  # the master (rank 0) never opened the store
+        st.fail(f"cannot reach the rendezvous store at {spec['master']}:{spec['port']}: {exc}")
+    store.set(f"arrived/{rank}", json.dumps({"node": spec["node"], "backend": backend}))
+    keys = [f"arrived/{r}" for r in range(world)]
+    try:
+        store.wait(keys, timedelta(seconds=wait_s))
+    except Exception as exc:
+        try:
+            missing = [r for r, key in enumerate(keys) if not store.check([key])]
+        except Exception:  # the store went away with its master
+            missing = None
+        if rank == 0 and missing:
+            emit(1, ev="missing", rank=rank, stage="rendezvous", ranks=missing, t=st.now())
+        st.fail(f"not every rank arrived within {wait_s:g}s (missing: {missing or 'unknown'}): {exc}")
+    peers = [json.loads(store.get(key)) for key in keys]
+    mixed = sorted({(p["node"], p["backend"]) for p in peers if p["backend"] != backend})
+    if mixed:
+        st.fail(f"backend mismatch: this rank uses {backend}, but {mixed} (a node without a usable GPU?)")
+    st.end()
+
+    st.begin("init")
+    if inject == "init":
+        _hang()
+    kwargs = {"backend": backend, "store": dist.PrefixStore("k3probe", store), "rank": rank,
+              "world_size": world, "timeout": timedelta(seconds=spec["deadlines"]["init"])}
+    if backend == "nccl":
+        kwargs["device_id"] = device  # eager communicator init: ncclCommInitRank happens here
+    dist.init_process_group(**kwargs)
+    expected = world * (world + 1) / 2
+    probe = torch.full((1,), float(rank + 1), device=device)
+    dist.all_reduce(probe)
+    _sync(torch, device)
+    if probe.item() != expected:
+        st.fail(f"first all_reduce summed to {probe.item()}, expected {expected}")
+    st.end()
+
+    st.begin("warmup")
+    if inject == "warmup":
+        _hang()
+    sizes = spec["sizes_gpu"] if backend == "nccl" else spec["sizes_cpu"]
+    buf = torch.zeros(max(sizes) // 4, dtype=torch.float32, device=device)
+    for _ in range(spec["warmup_iters"]):
+        dist.all_reduce(buf)
+    _sync(torch, device)
+    st.end(bytes=max(sizes))
+
+    st.begin("sweep")
+    if inject == "sweep":
+        _hang()
+    for size in sizes:
+        view = buf[: size // 4]
+        view.fill_(float(rank + 1))
+        dist.all_reduce(view)
+        _sync(torch, device)
+        wrong = int((view != expected).sum().item())
+        if wrong:
+            emit(1, ev="wrong", rank=rank, bytes=size, wrong=wrong, sample=view[0].item(), expected=expected)
+        view.zero_()
+        dist.all_reduce(view)  # per-size warm-up (nccl-tests does the same)
+        _sync(torch, device)
+        started = time.perf_counter()
+        for _ in range(spec["iters"]):
+            dist.all_reduce(view)
+        _sync(torch, device)
+        elapsed = torch.tensor([(time.perf_counter() - started) / spec["iters"]], dtype=torch.float64,
+                               device=device)
+        dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)  # the slowest rank's time, as nccl-tests reports
+        if rank == 0:
+            seconds = elapsed.item()
+            emit(1, ev="size", rank=rank, bytes=size, time_us=round(seconds * 1e6, 2),
+                 algbw=round(size / seconds / 1e9, 3))
+    st.end()
+    dist.destroy_process_group()
+    emit(1, ev="done", rank=rank, t=st.now())
+    return 0
+
+
+def _sync(torch, device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+# --- the node's agent ----------------------------------------------------------------------
+
+class Child:
+    def __init__(self, rank, fd, t0):
+        self.rank, self.fd, self.buf = rank, fd, b""
+        self.stage, self.since, self.rc = "start", t0, None
+
+
+def agent(spec):
+    t0 = time.monotonic()
+    ranks = list(range(spec["rank_base"], spec["rank_base"] + spec["ranks_here"]))
+    emit(1, ev="agent", node=spec["node"], pid=os.getpid(), ranks=ranks, host=socket.gethostname(),
+         python=sys.version.split()[0])
+    children = {}
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    try:
+        for local, rank in enumerate(ranks):
+            read_end, write_end = os.pipe()
+            pid = os.fork()
+            if pid == 0:
+                code = 1
+                try:
+                    os.close(read_end)
+                    os.dup2(write_end, 1)
+                    os.close(write_end)
+                    _pdeathsig()
+                    code = rank_main(spec, local, t0)
+                except BaseException as exc:  # a crash is reported, never a silent exit
+                    emit(1, ev="fail", rank=rank, stage=None, error=f"{type(exc).__name__}: {exc}"[:800],
+                         t=round(time.monotonic() - t0, 3))
+                finally:
+                    os._exit(code)
+            os.close(write_end)
+            children[pid] = Child(rank, read_end, t0)
+        return _supervise(spec, children, t0)
+    finally:
+        for pid, child in children.items():
+            if child.rc is None:
+                _kill(pid)
+
+
+def _kill(pid):
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _supervise(spec, children, t0):
+    """Relay progress, enforce stage deadlines and the run's limit, reap ranks."""
+    limit_at = t0 + spec["limit_s"]
+    deadlines = spec["deadlines"]
+    open_fds = {c.fd: c for c in children.values()}
+    while open_fds or any(c.rc is None for c in children.values()):
+        ready = select.select(list(open_fds), [], [], 0.2)[0] if open_fds else (time.sleep(0.2) or [])
+        for fd in ready:
+            child = open_fds[fd]
+            data = os.read(fd, 65536)
+            if not data:
+                del open_fds[fd]
+                os.close(fd)
+                continue
+            child.buf += data
+            *lines, child.buf = child.buf.split(b"\n")
+            for line in lines:
+                _relay(child, line)
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            child = children[pid]
+            child.rc = os.waitstatus_to_exitcode(status)
+            emit(1, ev="exit", rank=child.rank, rc=child.rc, stage=child.stage,
+                 t=round(time.monotonic() - t0, 3))
+        now = time.monotonic()
+        for pid, child in children.items():
+            if child.rc is not None or child.stage is None:
+                continue
+            overdue = now - child.since > deadlines[child.stage] + AGENT_KILL_GRACE_S
+            if overdue or now > limit_at:
+                _kill(pid)
+                emit(1, ev="killed", rank=child.rank, stage=child.stage, by="agent",
+                     why="run limit" if not overdue else "stage deadline", t=round(now - t0, 3))
+                child.stage = None  # killed once; the exit event follows when reaped
+    return 0 if all(c.rc == 0 for c in children.values()) else 1
+
+
+def _relay(child, line):
+    os.write(1, line + b"\n")
+    if not line.startswith(b"K3PROBE "):
+        return
+    try:
+        event = json.loads(line[8:])
+    except ValueError:
+        return
+    if event.get("ev") == "begin" and child.stage is not None:
+        child.stage, child.since = event["stage"], time.monotonic()
+
+
+# --- cleanup -------------------------------------------------------------------------------
+
+def ours(run_id):
+    """PIDs whose argv is ``<python> - k3probe:<run_id> ...`` - exact elements, nothing broader."""
+    token = (TOKEN_PREFIX + run_id).encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                argv = fh.read().split(b"\0")
+        except OSError:
+            continue
+        if argv[1:3] == [b"-", token]:
+            found.append(int(entry))
+    return found
+
+
+def cleanup(run_id):
+    killed = ours(run_id)
+    for pid in killed:
+        _kill(pid)
+    end = time.monotonic() + 5.0
+    left = ours(run_id)
+    while left and time.monotonic() < end:
+        time.sleep(0.1)
+        left = ours(run_id)
+    emit(1, ev="cleanup", killed=killed, left=left)
+    return 1 if left else 0
+
+
+def main(argv):
+    if len(argv) == 3 and argv[1] == "--cleanup":
+        return cleanup(argv[2])
+    if len(argv) == 3 and argv[1].startswith(TOKEN_PREFIX):
+        return agent(json.loads(argv[2]))
+    sys.stderr.write("usage: python3 - k3probe:RUN_ID SPEC_JSON | python3 - --cleanup RUN_ID\n")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
