@@ -1,0 +1,185 @@
+"""rocjitsu-store and patch-integrity judged on plain `docker exec` outputs."""
+from k3doctor.checks import container as ct
+
+from k3doctor.inventory import Settings
+from k3doctor.readings import CommandReading, DockerReading, Readings
+from k3doctor.registry import REGISTRY
+from k3doctor.results import Status
+from k3doctor.runner import Context, judge_safely
+
+ROCJITSU, PATCH = REGISTRY.checks["rocjitsu-store"], REGISTRY.checks["patch-integrity"]
+PREFIX = "/app/rjprefix"
+HOOK, TRANSLATOR = f"{PREFIX}/{ct.HOOK}", f"{PREFIX}/{ct.TRANSLATOR}"
+STORE = f"{PREFIX}/{ct.STORE}"
+GOOD_ENV = {"LD_LIBRARY_PATH": f"{PREFIX}/lib:/opt/rocm/lib", "HSA_TOOLS_LIB": HOOK, "HSA_HOTSWAP_VERBOSE": "1"}
+NO_CONTAINER = "Error response from daemon: No such container: k3ep16"
+IMAGE = "rocm/fw-bringup:gfx1250-atom-20260918-ep8"
+
+
+def run(out, rc=0, err=""):
+    return CommandReading("docker exec ...", rc, out, err)
+
+
+def stat_out(sizes):
+    return "".join(f"{size} {path}\n" for path, size in sizes.items() if size is not None)
+
+
+def prefix_readings(hook=129112, translator=8002216, entries=1976, env=None, prefix=True, missing_container=False):
+    if missing_container:
+        gone = run("", 1, NO_CONTAINER)
+        return Readings({"stat": gone, "count": gone, "env": gone})
+    sizes = {PREFIX: 4096 if prefix else None, HOOK: hook, TRANSLATOR: translator,
+             STORE: 4096 if entries is not None else None}
+    missing = [p for p, s in sizes.items() if s is None]
+    env_text = "".join(f"{k}={v}\n" for k, v in {"PATH": "/bin", **(GOOD_ENV if env is None else env)}.items())
+    return Readings({"stat": run(stat_out(sizes), 1 if missing else 0,
+                                 "".join(f"stat: can't stat '{p}': No such file or directory\n" for p in missing)),
+                     "count": run(f"{entries or 0}\n"), "env": run(env_text)})
+
+
+def judge(chk, r, stepping="A0", **params):
+    settings = Settings(container="k3ep16", stepping=stepping, image=IMAGE, checks={chk.name: params})
+    return judge_safely(chk.judge, r, Context(chk, settings, node="ct14"))
+
+
+def bad(verdicts):
+    return [(v.status, v.remediation) for v in verdicts if v.status != Status.PASS]
+
+
+def test_a0_with_required_prefix_and_env_passes():
+    [v] = judge(ROCJITSU, prefix_readings())
+    assert v.status == Status.PASS
+    assert v.message == "A0: /app/rjprefix hook 129,112 B, translator 8,002,216 B, 1,976 store entries, environment set"
+
+
+def test_a0_with_image_own_prefix_is_named_known_bad():
+    [v] = judge(ROCJITSU, prefix_readings(143217, 7531385, 170))
+    assert (v.status, v.remediation) == (Status.FAIL, "ROCJITSU-PREFIX")
+    assert "image's own rocjitsu prefix" in v.message
+    assert "every token will be `!` with HTTP 200" in v.message
+    assert "need 129,112 / 8,002,216 / 1,976" in v.message
+
+
+def test_a0_zero_byte_hook_and_short_store_fail_each():
+    verdicts = judge(ROCJITSU, prefix_readings(hook=0, entries=1000))
+    assert bad(verdicts) == [(Status.FAIL, "ROCJITSU-PREFIX")] * 2
+    assert "0 bytes: interrupted docker cp" in verdicts[0].message
+    assert "1000 entries, need 1,976" in verdicts[1].message
+
+
+def test_a0_prefix_missing_uses_known_issue_string():
+    [v] = judge(ROCJITSU, prefix_readings(None, None, None, prefix=False))
+    assert v.status == Status.FAIL and "FAIL: HOTSWAP=1 but /app/rjprefix not found" in v.message
+
+
+def test_a0_container_missing_fails_naming_it():
+    [v] = judge(ROCJITSU, prefix_readings(missing_container=True))
+    assert v.status == Status.FAIL
+    assert v.message.startswith("container k3ep16 does not exist on this node: FAIL: HOTSWAP=1 but /app/rjprefix")
+
+
+def test_a0_tools_lib_pointing_at_translator_is_silently_ignored():
+    env = {**GOOD_ENV, "HSA_TOOLS_LIB": f"{PREFIX}/lib/librocjitsu_gfx1250_b0_to_a0.so.0"}
+    [v] = judge(ROCJITSU, prefix_readings(env=env))
+    assert (v.status, v.remediation) == (Status.FAIL, "ROCJITSU-ENV")
+    assert "points at the translator" in v.message and "silently ignored" in v.message
+
+
+def test_a0_ld_library_path_must_start_with_prefix_and_verbose_warns():
+    env = {"LD_LIBRARY_PATH": f"/opt/rocm/lib:{PREFIX}/lib", "HSA_TOOLS_LIB": HOOK}
+    verdicts = judge(ROCJITSU, prefix_readings(env=env))
+    assert bad(verdicts) == [(Status.FAIL, "ROCJITSU-ENV"), (Status.WARN, "ROCJITSU-ENV")]
+    assert "must start with /app/rjprefix/lib" in verdicts[0].message
+    assert [v.status for v in judge(ROCJITSU, prefix_readings(env=env), check_env=False)] == [Status.PASS]
+
+
+def test_sizes_are_params():
+    verdicts = judge(ROCJITSU, prefix_readings(hook=1, translator=2, entries=3), hook_bytes=1, translator_bytes=2,
+                     store_entries=3, image_store_entries=-1)
+    assert bad(verdicts) == []
+
+
+def test_b0_passes_with_info_without_a_prefix_or_container():
+    [v] = judge(ROCJITSU, prefix_readings(None, None, None, prefix=False, env={}), stepping="B0")
+    assert v.status == Status.PASS and "translation not needed" in v.message
+    [v] = judge(ROCJITSU, prefix_readings(missing_container=True), stepping="B0")
+    assert v.status == Status.PASS
+
+
+def test_b0_with_populated_prefix_active_warns_inactive_passes():
+    [v] = judge(ROCJITSU, prefix_readings(), stepping="B0")
+    assert (v.status, v.remediation) == (Status.WARN, "ROCJITSU-ON-B0")
+    assert "untested configuration" in v.message
+    [v] = judge(ROCJITSU, prefix_readings(env={}), stepping="B0")
+    assert v.status == Status.PASS and "1976-entry prefix present but inactive" in v.message
+
+
+def test_undeclared_stepping_fails_asking_to_declare_it():
+    [v] = judge(ROCJITSU, prefix_readings(), stepping=None)
+    assert (v.status, v.remediation) == (Status.FAIL, "STEPPING-UNDECLARED")
+    assert "cannot be read from the board" in v.message
+
+
+def test_docker_cli_missing_is_an_error():
+    gone = run("", 127, "sh: docker: not found")
+    [v] = judge(ROCJITSU, Readings({"stat": gone, "count": gone, "env": gone}))
+    assert v.status == Status.ERROR and "command not found" in v.message
+
+
+def test_reads_quote_the_store_dir_and_name_the_container():
+    specs = ct._rocjitsu_reads(Settings(container="k3 ep", checks={"rocjitsu-store": {"prefix": "/x y/"}}))
+    assert specs["stat"].argv[:3] == ("docker", "exec", "k3 ep")
+    assert specs["count"].argv[-1] == "ls -A '/x y/share/rocjitsu/translations/gfx1250-b0-a0/v1' 2>/dev/null | wc -l"
+
+
+FILES = dict(ct.PATCH_PARAMS["files"])
+MLA = ct.PATCH_PARAMS["marker_file"]
+
+
+def patch_readings(sizes=None, marker="3\n", image=IMAGE, exists=True, marker_rc=0):
+    sizes = {**FILES, **(sizes or {})}
+    missing = [p for p, s in sizes.items() if s is None]
+    inspect = {"Config": {"Image": image}} if exists else None
+    return Readings({"docker": DockerReading(inspect=inspect),
+                     "stat": run(stat_out(sizes), 1 if missing else 0),
+                     "marker": run(marker, marker_rc)})
+
+
+def test_patch_at_expected_sizes_passes():
+    [v] = judge(PATCH, patch_readings())
+    assert v.status == Status.PASS and "is the 20260918 / Triton 3.8 image" in v.message
+
+
+def test_zero_byte_file_fails_even_though_it_would_import():
+    path = f"{ct.ATOM}/model_ops/mla_unfused_gather.py"
+    [v] = judge(PATCH, patch_readings({path: 0}))
+    assert (v.status, v.remediation) == (Status.FAIL, None)  # runner adds PATCH-2380
+    assert v.message == f"{path} is 0 bytes (interrupted docker cp): it imports cleanly and defines nothing (§14)"
+
+
+def test_wrong_size_missing_file_and_marker_count():
+    env_py = f"{ct.ATOM}/utils/envs.py"
+    verdicts = judge(PATCH, patch_readings({env_py: None}, marker="2\n"))
+    assert [v.message for v in verdicts] == [
+        f"{env_py} is missing, expected 47,967 B",
+        f"{MLA} has 2 `use_unfused_gather_kv_b_proj` line(s), expected 3 (patch not applied or applied twice)"]
+
+
+def test_other_image_skips_with_reason_and_required_overrides():
+    [v] = judge(PATCH, patch_readings(image="rocm/atom:optimized-triton39"))
+    assert v.status == Status.SKIP and "PR #2380 applies only there" in v.message
+    assert judge(PATCH, patch_readings(image="other", sizes={MLA: 0}), required="yes")[0].status == Status.FAIL
+    assert judge(PATCH, patch_readings(), required="no")[0].status == Status.SKIP
+    [v] = judge(PATCH, patch_readings(), required="maybe")
+    assert v.status == Status.ERROR and "auto, yes or no" in v.message
+
+
+def test_patch_container_missing_fails():
+    [v] = judge(PATCH, patch_readings(exists=False))  # image from the inventory still says 20260918
+    assert v.status == Status.FAIL and "container k3ep16 does not exist" in v.message
+
+
+def test_garbled_stat_is_an_error():
+    r = patch_readings()
+    r._results["stat"] = run("12 /a\nnot a stat line\n")
+    assert judge(PATCH, r)[0].status == Status.ERROR
