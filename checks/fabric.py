@@ -123,6 +123,16 @@ def amdsmi_gpus(node: str, reading) -> list:
     return out
 
 
+def _why(fabric, exc) -> str:
+    """The failure in amd-smi's terms (the wrapper script's text would only hide it)."""
+    if fabric is None or isinstance(exc, ParseError):
+        return str(exc)
+    if fabric.timed_out:
+        return "timed out and was killed"
+    lines = (fabric.stderr or fabric.stdout).strip().splitlines()
+    return f"exited {fabric.rc}: {lines[-1][:200] if lines else 'no output'}"
+
+
 def node_gpus(node: str, r) -> tuple:
     """(GPUs to compare, verdicts about this node's sources): sysfs first, amd-smi cross-checked."""
     verdicts = []
@@ -136,8 +146,8 @@ def node_gpus(node: str, r) -> tuple:
     except (ReadingUnavailable, ParseError) as exc:
         fabric = r.get("fabric")
         ev = {"stderr": fabric.stderr[-500:], "stdout": fabric.stdout[:500]} if fabric is not None else {}
-        verdicts.append(error(f"amd-smi fabric unusable ({exc}); fabric domain compared from sysfs only",
-                              node=node, evidence=ev, remediation=AMDSMI))
+        verdicts.append(error(f"amd-smi fabric unusable ({_why(fabric, exc)}); fabric domain compared from "
+                              "sysfs only", node=node, evidence=ev, remediation=AMDSMI))
         return list(sysfs.values()), verdicts
     buses = card_buses(r)
     gpus = dict(sysfs)

@@ -259,9 +259,10 @@ def _bitmap_verdicts(cards: dict, ctx) -> list:
         if set(value) == {"0"}:
             out.append(fail(f"card{n} {BITMAP} is {texts[n]}: no lane enabled", gpu=n, evidence=ev,
                             remediation=LANES))
-        for station, nib in half_stations(value):
-            out.append(half_status(f"card{n} {BITMAP} {texts[n]}: station {station} reads '{nib}' "
-                                   f"(half enabled: {HALF_NIBBLES[nib]})", gpu=n, evidence=ev, remediation=LANES))
+        half = [f"{station} reads '{nib}' ({HALF_NIBBLES[nib]})" for station, nib in half_stations(value)]
+        if half:
+            out.append(half_status(f"card{n} {BITMAP} {texts[n]}: half-enabled station(s) {', '.join(half)}",
+                                   gpu=n, evidence=ev, remediation=LANES))
     top, odd = majority(values)
     shown = {n: texts[n] for n in values}
     for n in odd:

@@ -137,7 +137,7 @@ def test_odd_lane_bitmap_names_the_card_both_values_and_the_station():
     card2 = [v for v in verdicts if v.gpu == 2]
     assert [(v.status, v.remediation) for v in card2] == [(Status.FAIL, "UALINK-LANES")] * 2
     half, odd = card2
-    assert "station 17 reads '3'" in half.message
+    assert "half-enabled station(s) 17 reads '3' (port 1 down, port 0 up)" in half.message
     assert odd.message == ("card2 station_lane_en_bitmap fffffffffffffffff3 differs from card0, card1, card3 "
                            "(ffffffffffffffffff); station(s) 17 (f->3)")
     assert all(v.status == Status.PASS for v in verdicts if v.gpu != 2)
@@ -147,7 +147,7 @@ def test_half_enabled_station_index_counts_from_the_left_and_policy_is_a_param()
     r = readings({c: {"lane_bitmap": "0xffcfffffffffffffff"} for c in range(4)})
     verdicts = judge(r)
     assert {v.status for v in verdicts} == {Status.FAIL}
-    assert "station 2 reads 'c'" in verdicts[0].message
+    assert "half-enabled station(s) 2 reads 'c'" in verdicts[0].message
     assert {v.status for v in judge(r, half_station="warn")} == {Status.WARN}
 
 
@@ -266,3 +266,10 @@ def test_trimmed_trailing_stations_compare_equal_to_disabled_ones():
     assert odd.gpu == 0 and odd.message.endswith("station(s) 16 (f->0), 17 (f->0)")
     same = readings({c: {"lane_bitmap": "ffffffffffffffff00"} for c in range(1, 4)} | trimmed)
     assert findings(judge(same)) == []
+
+
+def test_several_half_stations_of_a_card_make_one_finding():
+    verdicts = judge(readings({c: {"lane_bitmap": "33ffffffffffffffff"} for c in range(4)}))
+    assert [v.gpu for v in verdicts] == [0, 1, 2, 3]
+    assert verdicts[0].message == ("card0 station_lane_en_bitmap 33ffffffffffffffff: half-enabled station(s) "
+                                   "0 reads '3' (port 1 down, port 0 up), 1 reads '3' (port 1 down, port 0 up)")
