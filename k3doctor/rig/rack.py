@@ -11,6 +11,7 @@ host's namespace: when a node's processes die, its mounts are gone.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import shlex
 import shutil
@@ -20,9 +21,10 @@ import stat
 import subprocess
 import tarfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import docker
 import psutil
@@ -42,7 +44,20 @@ from .fixtures import (
 )
 
 SSH_PORT = 2222
-UNREACHABLE_HOST = "127.0.0.15"  # in known_hosts, nothing listening: for connection-failure tests
+UNREACHABLE_SUFFIX = 15  # <net>.15 is in known_hosts with nothing listening: for connection-failure tests
+
+
+def free_loopback_net() -> str:
+    """First ``127.0.N`` whose node addresses are free, so several rigs (parallel test runs) can coexist."""
+    for octet in range(256):
+        net = f"127.0.{octet}"
+        with socket.socket() as probe:
+            try:
+                probe.bind((f"{net}.11", SSH_PORT))
+                return net
+            except OSError:
+                continue
+    raise RuntimeError(f"no free 127.0.N.11:{SSH_PORT} for the rig's sshd")
 IMAGE = "rocm/fw-bringup:gfx1250-atom-20260918-ep8"
 CONTAINER = "k3ep16"
 # Our container, as close to the validated `docker run` (reference §13) as a host without GPUs allows:
@@ -120,7 +135,8 @@ class Rig:
         self.workdir = Path(workdir).resolve()
         self.trays = DEFAULT_TRAYS[:nodes]
         self.scenario = scenario
-        self.unreachable_host = UNREACHABLE_HOST
+        net = free_loopback_net()
+        self.unreachable_host = f"{net}.{UNREACHABLE_SUFFIX}"
         self.identity_file = self.workdir / "id_ed25519"
         self.known_hosts = self.workdir / "known_hosts"
         self.inventory_path = self.workdir / "inventory.yaml"
@@ -128,15 +144,18 @@ class Rig:
             RigNode(
                 index=i,
                 name=node_name(tray),
-                host=f"127.0.0.{10 + i}",
+                host=f"{net}.{10 + i}",
                 port=SSH_PORT,
                 dir=self.workdir / node_name(tray),
                 state=NodeState(tray=tray, rack_trays=self.trays),
             )
             for i, tray in enumerate(self.trays, start=1)
         ]
-        self._procs: list[subprocess.Popen] = []
-        self._namespaces: dict[str, str] = {}  # node name -> /proc/PID/ns/mnt link text
+        self._sshds: dict[str, subprocess.Popen] = {}  # node name -> sshd, the namespace's first process
+        self._dockerds: list[subprocess.Popen] = []
+        self._namespaces: dict[str, str] = {}  # node name -> /proc/PID/ns/mnt link text, while sshd lives
+        # containerd namespaces must not collide with another rig's when a host containerd is shared
+        self._tag = "k3rig-" + hashlib.sha256(str(self.workdir).encode()).hexdigest()[:8]
         self._clients: dict[str, docker.DockerClient] = {}
 
     # ------------------------------------------------------------------------------------------- lifecycle
@@ -157,7 +176,7 @@ class Rig:
                 raise ValueError(f"workdir {self.workdir} is under {shadowed}, which the nodes' namespaces replace")
         if len(str(self.nodes[0].docker_socket)) > 100:
             raise ValueError(f"workdir {self.workdir} is too long for unix socket paths below it")
-        if self._procs:
+        if self._sshds or self._dockerds:
             raise RuntimeError("rig already started")
         try:
             self._start()
@@ -168,7 +187,7 @@ class Rig:
     def _start(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
         states = scenarios.node_states(scenarios.load(self.scenario), self.trays)
-        for node, state in zip(self.nodes, states):
+        for node, state in zip(self.nodes, states, strict=True):
             node.dir.mkdir()
             write_tree(node.tree, state)
             node.state = state
@@ -203,22 +222,23 @@ class Rig:
         for client in self._clients.values():
             client.close()
         self._clients.clear()
-        for proc in self._procs:
+        for name, sshd in self._sshds.items():
+            self._stop_namespace(name, sshd)
+        self._sshds.clear()
+        for proc in self._dockerds:
             if proc.poll() is None:
                 proc.terminate()
-        for proc in self._procs:
+        for proc in self._dockerds:
             try:
                 proc.wait(timeout=15)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-        self._procs.clear()
-        # Session processes of the nodes (incl. hung fakes), then containerd / shims (and what runs under
-        # them) that name the workdir -- never this process's ancestors (e.g. a shell running the CLI).
-        _kill(lambda p: _mount_namespace(p.pid) in self._namespaces.values())
+        self._dockerds.clear()
+        # containerd / shims (and what runs under them) -- never this process's ancestors (e.g. a shell
+        # running the CLI with --workdir).
         ancestors = {p.pid for p in psutil.Process().parents()}
-        _kill(lambda p: p.pid not in ancestors and any(str(self.workdir) in arg for arg in p.cmdline()))
-        self._namespaces.clear()
+        _kill(lambda p: p.pid not in ancestors and self._owns(p))
         for node in self.nodes:
             node.ns_pid = None
         if self.workdir.exists():
@@ -228,12 +248,42 @@ class Rig:
     # ---------------------------------------------------------------------------------------------- helpers
 
     def pids_matching(self, text: str) -> list[int]:
-        """PIDs of processes (other than this one) whose command line contains ``text``."""
+        """PIDs of this rig's processes whose command line contains ``text``.
+
+        The rig's processes are those in a node's mount namespace (sshd, everything run over SSH)
+        and those naming the rig's workdir (dockerd, containerd, shims) -- what stop() kills.
+        Other racks on the same host (another rig, a ``k3doctor demo``) are not counted.
+        """
         found = []
         for proc in psutil.process_iter(["pid", "cmdline"]):
-            if proc.info["pid"] != os.getpid() and text in " ".join(proc.info["cmdline"] or ()):
-                found.append(proc.info["pid"])
+            try:
+                if text in " ".join(proc.info["cmdline"] or ()) and self._owns(proc):
+                    found.append(proc.info["pid"])
+            except psutil.Error:
+                continue
         return found
+
+    def _stop_namespace(self, name: str, sshd: subprocess.Popen) -> None:
+        """Kill a node's sessions (incl. hung fakes), then its sshd.
+
+        A namespace id is only unique while the namespace lives -- the kernel reuses it for the next
+        one (runc and docker-untar make many).  A stopped sshd keeps the namespace alive and accepts
+        nothing while its other members are killed; it goes last.
+        """
+        namespace = self._namespaces.pop(name, None)
+        if sshd.poll() is None:
+            sshd.send_signal(signal.SIGSTOP)
+            if namespace:
+                _kill(lambda p: p.pid != sshd.pid and _mount_namespace(p.pid) == namespace)
+            sshd.kill()
+        sshd.wait()
+
+    def _owns(self, proc: psutil.Process) -> bool:
+        if proc.pid == os.getpid():
+            return False
+        if _mount_namespace(proc.pid) in self._namespaces.values():
+            return True
+        return any(arg.startswith(f"{self.workdir}/") or f"{self.workdir}/" in arg for arg in proc.cmdline())
 
     def _each(self, fn: Callable[[RigNode], object]) -> None:
         with ThreadPoolExecutor(max_workers=len(self.nodes)) as pool:
@@ -249,7 +299,7 @@ class Rig:
         self._run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "k3rig", "-f", self.identity_file)
         (self.workdir / "authorized_keys").write_text(self.identity_file.with_suffix(".pub").read_text())
         lines = []
-        for name, host in [(n.name, n.host) for n in self.nodes] + [("unreachable", UNREACHABLE_HOST)]:
+        for name, host in [(n.name, n.host) for n in self.nodes] + [("unreachable", self.unreachable_host)]:
             key = self.workdir / "host_keys" / name
             key.parent.mkdir(exist_ok=True)
             self._run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", name, "-f", key)
@@ -277,7 +327,8 @@ class Rig:
         """Shell run by ``unshare -m``: build the node's view of the filesystem, then exec sshd."""
         steps: list[tuple[str, list[str | Path]]] = [("hostname", ["hostname", node.name])]
         steps += [(f"bind {rel}", ["mount", "--bind", node.tree / rel, f"/{rel}"]) for rel in BIND_PATHS]
-        steps.append(("tmpfs /dev", ["mount", "-t", "tmpfs", "-o", "mode=0755,nosuid,size=65536k", "k3rig-dev", "/dev"]))
+        steps.append(("tmpfs /dev", ["mount", "-t", "tmpfs", "-o", "mode=0755,nosuid,size=65536k",
+                                     "k3rig-dev", "/dev"]))
         for dev, mode, major, minor in [
             ("null", "0666", 1, 3), ("zero", "0666", 1, 5), ("full", "0666", 1, 7),
             ("random", "0666", 1, 8), ("urandom", "0666", 1, 9), ("tty", "0666", 5, 0),
@@ -307,10 +358,11 @@ class Rig:
     def _spawn_sshd(self, node: RigNode) -> subprocess.Popen:
         with open(node.dir / "namespace.log", "wb") as log:
             proc = subprocess.Popen(
-                ["unshare", "-m", "-u", "--propagation", "private", "--", "/bin/sh", "-c", self._namespace_script(node)],
+                ["unshare", "-m", "-u", "--propagation", "private", "--",
+                 "/bin/sh", "-c", self._namespace_script(node)],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             )
-        self._procs.append(proc)
+        self._sshds[node.name] = proc
         node.ns_pid = proc.pid
         return proc
 
@@ -321,13 +373,13 @@ class Rig:
                 logs = [(node.dir / f).read_text(errors="replace") for f in ("namespace.log", "sshd.log")
                         if (node.dir / f).exists()]
                 raise RuntimeError(f"{node.name}: sshd exited with {proc.returncode}:\n" + "\n".join(logs))
-            try:
-                socket.create_connection((node.host, node.port), timeout=1).close()
+            # Our sshd must own the listening socket: another rack on this host may hold the address.
+            if _listens(proc.pid, node.host, node.port):
+                socket.create_connection((node.host, node.port), timeout=5).close()
                 break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"{node.name}: sshd not accepting on {node.host}:{node.port}") from None
-                time.sleep(0.05)
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{node.name}: sshd not listening on {node.host}:{node.port}")
+            time.sleep(0.05)
         self._namespaces[node.name] = os.readlink(f"/proc/{proc.pid}/ns/mnt")
 
     # ----------------------------------------------------------------------------------------------- docker
@@ -353,13 +405,14 @@ class Rig:
             "-H", f"unix://{node.docker_socket}", "--pidfile", d / "dockerd.pid",
             "--bridge=none", "--iptables=false", "--ip-forward=false", "--ip-masq=false",
             # A host containerd (if one runs) is shared: keep each engine in its own containerd namespace.
-            "--containerd-namespace", f"k3rig-{node.name}", "--containerd-plugins-namespace", f"k3rig-{node.name}-p",
+            "--containerd-namespace", f"{self._tag}-{node.name}",
+            "--containerd-plugins-namespace", f"{self._tag}-{node.name}-plugins",
             "--shutdown-timeout", "2",
         ]
         with open(d / "dockerd.log", "wb") as log:
             proc = subprocess.Popen([str(a) for a in argv], stdin=subprocess.DEVNULL, stdout=log,
                                     stderr=subprocess.STDOUT, start_new_session=True)
-        self._procs.append(proc)
+        self._dockerds.append(proc)
         return proc
 
     def _wait_dockerd(self, node: RigNode, proc: subprocess.Popen) -> None:
@@ -471,6 +524,15 @@ def _mknod(path: Path, device: int, present: bool) -> None:
     if present:
         os.mknod(path, stat.S_IFCHR | 0o666, device)
         os.chmod(path, 0o666)
+
+
+def _listens(pid: int, host: str, port: int) -> bool:
+    proc = psutil.Process(pid)
+    connections = getattr(proc, "net_connections", None) or proc.connections  # psutil < 6: connections()
+    try:
+        return any(c.status == psutil.CONN_LISTEN and c.laddr == (host, port) for c in connections(kind="tcp"))
+    except psutil.NoSuchProcess:
+        return False
 
 
 def _mount_namespace(pid: int) -> str | None:

@@ -1,0 +1,48 @@
+"""Stand the simulated rack up by hand: ``python -m k3doctor.rig up --workdir /tmp/k3rig --scenario healthy``."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import time
+from pathlib import Path
+
+from .rack import Rig
+from .scenario import load, scenario_names
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m k3doctor.rig", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    up = sub.add_parser("up", help="start the rack, print the inventory path, run until Ctrl-C")
+    up.add_argument("--workdir", type=Path, default=Path("/tmp/k3rig"))
+    up.add_argument("--scenario", default="healthy", help="name (see 'scenarios') or path of a YAML file")
+    up.add_argument("--nodes", type=int, default=4)
+    sub.add_parser("scenarios", help="list the scenarios and what each changes")
+    args = parser.parse_args(argv)
+
+    if args.command == "scenarios":
+        for name in scenario_names():
+            print(f"{name:28} {' '.join(load(name).get('description', '').split())}")
+        return 0
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # run the finally below on kill, too
+    rig = Rig(args.workdir, nodes=args.nodes, scenario=args.scenario)
+    started = time.monotonic()
+    try:
+        rig.start()
+        print(f"rack up in {time.monotonic() - started:.1f} s; inventory: {rig.inventory_path}", flush=True)
+        first = rig.nodes[0]
+        print(f"  ssh -i {rig.identity_file} -o UserKnownHostsFile={rig.known_hosts} -p {first.port} "
+              f"root@{first.host}\n  Ctrl-C stops it.", flush=True)
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        rig.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

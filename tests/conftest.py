@@ -1,0 +1,29 @@
+"""Shared fixtures: the simulated rack (``k3doctor.rig``) for end-to-end tests.
+
+One rack serves the whole session.  A test that needs a particular state calls
+``rig.apply("<scenario>")`` first (it resets every node to healthy before applying the overlay),
+so tests do not depend on each other's leftovers.
+"""
+from __future__ import annotations
+
+import pytest
+
+from k3doctor.rig import Rig, missing_requirements
+
+
+def rig_unavailable() -> str | None:
+    """Why the simulated rack cannot run here (None when it can)."""
+    missing = missing_requirements()
+    return "simulated rack needs " + "; ".join(missing) if missing else None
+
+
+@pytest.fixture(scope="session")
+def rig(tmp_path_factory):
+    """A started 4-node :class:`~k3doctor.rig.Rig` (healthy), stopped at the end of the session."""
+    reason = rig_unavailable()
+    if reason:
+        pytest.skip(reason)
+    rack = Rig(tmp_path_factory.mktemp("rig"))
+    rack.start()
+    yield rack
+    rack.stop()
