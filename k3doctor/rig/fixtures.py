@@ -57,8 +57,6 @@ def healthy_container_files() -> dict[str, Any]:
     }
 
 
-
-
 def node_name(tray: int) -> str:
     return f"ct{tray}"
 
@@ -385,7 +383,7 @@ def _rocm_smi_outputs(s: NodeState) -> dict[str, str]:
         rows = [["PID", "PROCESS NAME", "GPU(s)", "VRAM USED", "SDMA USED", "CU OCCUPANCY"]]
         rows += [[str(p["pid"]), p["name"], "1", str(p["vram_bytes"]), "0", "4"] for p in s.gpu_processes]
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-        table = "".join("".join(cell.ljust(w) + "\t" for cell, w in zip(r, widths)) + "\n" for r in rows)
+        table = "".join("".join(cell.ljust(w) + "\t" for cell, w in zip(r, widths, strict=True)) + "\n" for r in rows)
         pids = "KFD process information:\n" + table
     else:
         pids = "No KFD PIDs currently running\n"
@@ -431,6 +429,7 @@ def _dmesg(s: NodeState) -> str:
     t_last = lines[-1][0]
     lines += [(t_last + 60.0 * (i + 1), text) for i, text in enumerate(s.dmesg_extra)]
     return "".join(f"[{t:12.6f}] {text}\n" for t, text in lines)
+
 
 def container_tar(files: dict[str, Any]) -> bytes:
     """A tar (for ``put_archive`` at ``/``) of a node's ``container_files``.
