@@ -663,7 +663,7 @@ def _reference(ctx) -> tuple:
     return {k: float(v) for k, v in ref.items()}, "reference_gbps from the inventory"
 
 
-def check_stale(ctx, nodes: list, launches: Launches) -> tuple:
+def check_stale(ctx, nodes: list) -> tuple:
     """Verdicts for leftover ubench processes; with --fix they are killed by PID. -> (verdicts, dirty nodes)."""
     verdicts, dirty = [], set()
     for node in nodes:
@@ -716,7 +716,7 @@ def run(ctx) -> list:
                  gpus_per_node=settings.gpus_per_node)
     launches = Launches(ctx.transports)
     involved = sorted({n for p in pairs for n in p}, key=names.index)
-    stale_verdicts, dirty = check_stale(ctx, involved, launches)
+    stale_verdicts, dirty = check_stale(ctx, involved)
     outcomes, errors = [], []
     accel = _accel_reader(ctx)
     try:

@@ -1,4 +1,5 @@
 """ualoe-fabric end to end: the real CLI drives the fake ubench 07 tools over real SSH and TCP (issue 4)."""
+import glob
 import json
 import subprocess
 import sys
@@ -32,12 +33,14 @@ def by_node(results):
 
 
 def nothing_left(rig):
-    """Every ubench process k3doctor started is gone (the tools' argv[0] ends in .exe)."""
+    """Every ubench process k3doctor started is gone, and so are the PID files it killed them by
+    (the nodes' /tmp is the host's; sshd's own teardown would not remove those)."""
     deadline = time.monotonic() + 5
     while rig.pids_matching("ualoe_") and time.monotonic() < deadline:
         time.sleep(0.2)
     assert rig.pids_matching("ualoe_p2p.exe") == []
     assert rig.pids_matching("ualoe_bw.exe") == []
+    assert glob.glob("/tmp/k3doctor-ualoe.*.pid") == []
 
 
 def ssh(rig, node, command):
@@ -61,7 +64,7 @@ def test_healthy_quick_ring_passes_every_pair_with_figures(rig):
     # the pair runs at its slower end: ct13 read 5772+91%25=5788, ct14 5772+98%25=5795 -> 5788
     assert gbps == {"read": 5788.0, "write": 6219.0 + 39 % 9, "bidir": min(10942.0 + 143 % 39, 10942.0 + 154 % 39)}
     assert "RESULT OK: 1/1 pairs PASS" in one["evidence"]["p2p"]
-    assert one["evidence"]["peer_ip"] == "127.0.0.11"
+    assert one["evidence"]["peer_ip"] == rig.nodes[0].host
     nothing_left(rig)
 
 
@@ -164,3 +167,27 @@ def test_probe_appears_in_table_and_junit(rig):
     cases = {c.get("name"): c for c in ET.fromstring(out).iter("testcase") if c.get("classname") == f"k3doctor.{PROBE}"}
     assert set(cases) == {"ct13", "ct14", "ct16", "ct17"}
     assert cases["ct16"].find("failure") is not None and cases["ct13"].find("failure") is None
+
+
+def test_ctrl_c_mid_pair_kills_everything_the_probe_started(rig):
+    import signal
+
+    rig.apply("ualoe-p2p-hang")  # ct17's import never returns
+    proc = subprocess.Popen([sys.executable, "-m", "k3doctor.cli", "check", "--nodes", str(rig.inventory_path),
+                             "--only", PROBE, "--set", f"{PROBE}.p2p_timeout_s=300", "--format", "json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not rig.pids_matching("ualoe_p2p.exe import") and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert rig.pids_matching("ualoe_p2p.exe import"), "the hanging import never started"
+        assert rig.pids_matching("ualoe_p2p.exe export")
+        started = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 130, err
+        assert time.monotonic() - started < 30
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    nothing_left(rig)
