@@ -1,0 +1,339 @@
+"""allreduce-probe judgement: transcripts -> outcome, hierarchy attribution, params, verdicts.
+
+Transcripts are built from the worker's own event vocabulary (``K3PROBE {json}`` lines),
+so these tests pin the launcher's reading of what the worker prints; the worker itself
+runs for real in test_allreduce_local.py.
+"""
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from k3doctor.inventory import parse_inventory
+from k3doctor.probes.allreduce import (
+    Member,
+    NodeRun,
+    Outcome,
+    Plan,
+    analyse,
+    attribute,
+    diagnose,
+    pair_rounds,
+)
+from k3doctor.registry import REGISTRY, load_checks
+from k3doctor.results import Status
+from k3doctor.runner import Context
+
+load_checks()
+from k3doctor.checks.allreduce import ParamError, build_plan, conclude, floors_of, parse_inject  # noqa: E402
+
+STAGES = ("start", "rendezvous", "init", "warmup", "sweep")
+DEADLINES = {"start": 45, "rendezvous": 30, "init": 45, "warmup": 30, "sweep": 90}
+
+
+def plan(nodes=("a", "b"), ranks=2, sizes=(1 << 20, 2 << 20)) -> Plan:
+    return Plan(label="full", members=tuple(Member(n, f"10.0.0.{i + 1}", ranks, ("python3",))
+                                            for i, n in enumerate(nodes)),
+                port=29801, backend="auto", sizes_gpu=tuple(sizes), sizes_cpu=tuple(sizes), iters=5,
+                warmup_iters=1, deadlines=dict(DEADLINES))
+
+
+def line(**event) -> str:
+    return "K3PROBE " + json.dumps(event)
+
+
+def healthy_rank(rank, stages=STAGES, backend="nccl"):
+    out = []
+    for i, stage in enumerate(stages):
+        extra = {"backend": backend, "env": {"NCCL_CUMEM_ENABLE": "1"}} if stage == "start" else {}
+        out += [line(ev="begin", rank=rank, stage=stage),
+                line(ev="end", rank=rank, stage=stage, dur=1.0 + i + rank / 10, **extra)]
+    return out
+
+
+def transcript(node, ranks, body, rc=0, **kw) -> NodeRun:
+    lines = [line(ev="agent", node=node, ranks=list(ranks), pid=1)] + body
+    return NodeRun(node, rc=rc, stdout="\n".join(lines) + "\n", cleanup={"killed": [], "left": []}, **kw)
+
+
+def sizes_lines(sizes, algbw=100.0):
+    return [line(ev="size", rank=0, bytes=s, time_us=s / algbw / 1e3, algbw=algbw) for s in sizes]
+
+
+def test_healthy_run_reports_busbw_like_nccl_tests_and_slowest_stage():
+    p = plan()
+    a = transcript("a", [0, 1], healthy_rank(0) + healthy_rank(1) + sizes_lines(p.sizes_gpu)
+                   + [line(ev="done", rank=0), line(ev="done", rank=1)])
+    b = transcript("b", [2, 3], healthy_rank(2) + healthy_rank(3) + [line(ev="done", rank=2), line(ev="done", rank=3)])
+    o = analyse(p, "r1", {"a": a, "b": b}, 12.0)
+    assert o.ok and o.stage is None and o.backend == "nccl"
+    assert [row["busbw_gbs"] for row in o.sizes] == [150.0, 150.0]  # 100 * 2*(4-1)/4
+    assert o.stage_s["start"] == pytest.approx(1.3) and o.stage_s["sweep"] == pytest.approx(5.3)
+    assert o.env == {"a": {"NCCL_CUMEM_ENABLE": "1"}, "b": {"NCCL_CUMEM_ENABLE": "1"}}
+
+
+def test_rendezvous_hang_names_the_rank_and_node_that_never_arrived():
+    p = plan()
+    fail = "[rendezvous] not every rank arrived"
+    a = transcript("a", [0, 1], healthy_rank(0, STAGES[:1]) + healthy_rank(1, STAGES[:1]) + [
+        line(ev="begin", rank=0, stage="rendezvous"), line(ev="missing", rank=0, stage="rendezvous", ranks=[3]),
+        line(ev="fail", rank=0, stage="rendezvous", error=fail),
+        line(ev="fail", rank=1, stage="rendezvous", error=fail)], rc=1)
+    b = transcript("b", [2, 3], healthy_rank(2, STAGES[:1]) + healthy_rank(3, STAGES[:1]) + [
+        line(ev="fail", rank=2, stage="rendezvous", error=fail),
+        line(ev="killed", rank=3, stage="rendezvous", by="agent", why="stage deadline")], rc=1)
+    o = analyse(p, "r1", {"a": a, "b": b}, 40.0)
+    assert not o.ok and o.stage == "rendezvous"
+    assert o.missing == [3] and o.missing_nodes == ["b"] and o.killed == [3]
+    assert "rank 3 (b) never arrived" in o.describe()
+
+
+def test_master_that_never_opened_the_store_is_the_missing_one():
+    p = plan(ranks=1)
+    a = transcript("a", [0], [line(ev="killed", rank=0, stage="start", by="agent", why="stage deadline")], rc=1)
+    b = transcript("b", [1], healthy_rank(1, STAGES[:1]) + [
+        line(ev="fail", rank=1, stage="rendezvous", error="cannot reach the rendezvous store")], rc=1)
+    o = analyse(p, "r1", {"a": a, "b": b}, 50.0)
+    assert o.stage == "start" and o.missing == [0] and o.missing_nodes == ["a"]
+
+
+def test_init_hang_of_every_rank_names_them_all():
+    p = plan()
+    runs = {}
+    for node, ranks in (("a", [0, 1]), ("b", [2, 3])):
+        body = []
+        for r in ranks:
+            body += healthy_rank(r, STAGES[:2]) + [line(ev="begin", rank=r, stage="init"),
+                                                   line(ev="fail", rank=r, stage="init", error="stage deadline")]
+        runs[node] = transcript(node, ranks, body, rc=1)
+    o = analyse(p, "r1", runs, 80.0)
+    assert o.stage == "init" and o.missing == [0, 1, 2, 3] and o.missing_nodes == ["a", "b"]
+    assert "never completed it" in o.describe()
+
+
+def test_agent_that_never_started_and_missing_torch_are_setup_problems():
+    p = plan()
+    ok = transcript("a", [0, 1], healthy_rank(0) + healthy_rank(1))
+    gone = NodeRun("b", rc=127, stderr="sh: 1: python3: not found\n")
+    o = analyse(p, "r1", {"a": ok, "b": gone}, 1.0)
+    assert o.not_started == {"b": "exit status 127: sh: 1: python3: not found"} and not o.ok
+    no_torch = transcript("b", [2, 3], [line(ev="fail", rank=2, stage="start",
+                                             error="ModuleNotFoundError: No module named 'torch'")], rc=1)
+    o = analyse(p, "r1", {"a": ok, "b": no_torch}, 1.0)
+    assert o.setup_error and "torch is not importable" in o.setup_error
+
+
+def test_wrong_sum_and_cut_lines():
+    p = plan(nodes=("a",), ranks=1, sizes=(4096,))
+    body = healthy_rank(0) + sizes_lines([4096]) + [
+        line(ev="wrong", rank=0, bytes=4096, wrong=12, sample=2.0, expected=1.0), line(ev="done", rank=0),
+        'K3PROBE {"ev":"size","rank":0,"by']  # killed mid-line: ignored
+    o = analyse(p, "r1", {"a": transcript("a", [0], body)}, 3.0)
+    assert not o.ok and o.wrong == [{"rank": 0, "bytes": 4096, "wrong": 12, "sample": 2.0, "expected": 1.0}]
+    assert len(o.sizes) == 1 and "wrong all_reduce sum" in o.describe()
+
+
+def test_torch_failure_text_is_classified_per_node():
+    p = plan(nodes=("a",), ranks=1)
+    stderr = ("[rank0]:[E1206 10:00:00.000000000 ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught collective "
+              "operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=45000) "
+              "ran for 45001 milliseconds before timing out.\n")
+    run = transcript("a", [0], healthy_rank(0, STAGES[:2]) + [line(ev="fail", rank=0, stage="init", error="x")],
+                     rc=1, stderr=stderr)
+    o = analyse(p, "r1", {"a": run}, 50.0)
+    assert o.torch_failure == {"a": "watchdog_timeout"}
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 5, 6])
+def test_pair_rounds_cover_every_pair_once_with_disjoint_rounds(n):
+    nodes = [f"n{i}" for i in range(n)]
+    rounds = pair_rounds(nodes)
+    pairs = [p for r in rounds for p in r]
+    assert sorted(pairs) == sorted((a, b) for i, a in enumerate(nodes) for b in nodes[i + 1:])
+    for r in rounds:
+        members = [x for p in r for x in p]
+        assert len(members) == len(set(members))
+    assert len(rounds) == (n - 1 if n % 2 == 0 else n)
+
+
+def outcome(ok, nodes=("a",), stage=None) -> Outcome:
+    return Outcome(label="x", run_id="r", nodes=list(nodes), world=len(nodes), ok=ok, wall_s=1.0, stage=stage)
+
+
+FULL = outcome(False, ("a", "b", "c", "d"), stage="init")
+
+
+def test_attribute_node_fault_wins_over_everything():
+    singles = {"a": outcome(True), "b": outcome(False, ("b",), "init"), "c": outcome(True), "d": outcome(True)}
+    f = attribute(FULL, singles, {}, None)
+    assert [(x.kind, x.nodes) for x in f] == [("node", ("b",))]
+    assert f[0].message.startswith("platform fault on b")
+
+
+def test_attribute_bad_node_fails_every_pair_bad_link_only_one():
+    singles = {n: outcome(True, (n,)) for n in "abcd"}
+    pairs = {(x, y): outcome(True, (x, y)) for x, y in pair_rounds(list("abcd"))[0] + pair_rounds(list("abcd"))[1]
+             + pair_rounds(list("abcd"))[2]}
+    for pair in pairs:
+        if "c" in pair:
+            pairs[pair] = outcome(False, pair, "init")
+    f = attribute(FULL, singles, pairs, None)
+    assert [(x.kind, x.nodes) for x in f] == [("node-fabric", ("c",))]
+    pairs = {pair: outcome(pair != ("a", "d"), pair, "init") for pair in pairs}
+    f = attribute(FULL, singles, pairs, None)
+    assert [(x.kind, x.nodes) for x in f] == [("pair", ("a", "d"))]
+    assert "between a and d" in f[0].message
+
+
+def test_attribute_intermittent_scale_unresolved():
+    singles = {n: outcome(True, (n,)) for n in "ab"}
+    assert attribute(FULL, singles, {}, outcome(True))[0].kind == "intermittent"
+    assert "ncclCommInitRank" in attribute(FULL, singles, {}, outcome(True))[0].message
+    assert attribute(FULL, singles, {}, outcome(False, stage="init"))[0].kind == "scale"
+    assert attribute(FULL, singles, {}, None, "no time")[0].kind == "unresolved"
+
+
+class FakeRuns:
+    """Stands in for ``launch``: decides each run's outcome by its label, records the calls."""
+
+    def __init__(self, fail_labels=(), once=()):
+        self.fail_labels, self.once, self.calls = set(fail_labels), set(once), []
+
+    def __call__(self, plans, transports, limits):
+        self.calls.append([(p.label, p.port, limits[i]) for i, p in enumerate(plans)])
+        out = []
+        for p in plans:
+            failed = p.label in self.fail_labels or p.label in self.once
+            self.once.discard(p.label)
+            out.append(Outcome(label=p.label, run_id=p.label, nodes=p.nodes, world=p.world, ok=not failed,
+                               wall_s=1.0, stage="init" if failed else None))
+        return out
+
+
+def test_diagnose_runs_nodes_then_pairs_then_retry_and_calls_it_intermittent():
+    runs = FakeRuns(once={"full"})
+    diag = diagnose(plan(("a", "b", "c", "d")), {}, 240, run=runs)
+    labels = [[c[0] for c in call] for call in runs.calls]
+    assert labels == [["full"], ["node a", "node b", "node c", "node d"],
+                      ["pair a+d", "pair b+c"], ["pair a+c", "pair b+d"], ["pair a+b", "pair c+d"], ["full"]]
+    ports = [c[1] for call in runs.calls for c in call]
+    assert len(set(ports)) == len(ports)  # no two runs share a rendezvous port
+    assert [f.kind for f in diag.findings] == ["intermittent"]
+
+
+def test_diagnose_stops_the_hierarchy_when_the_deadline_is_near():
+    now = [0.0]
+
+    def clock():
+        return now[0]
+
+    class Slow(FakeRuns):
+        def __call__(self, plans, transports, limits):
+            now[0] += 100.0
+            return super().__call__(plans, transports, limits)
+
+    runs = Slow(fail_labels={"full"})
+    diag = diagnose(plan(("a", "b", "c")), {}, 220, run=runs, clock=clock)
+    assert len(runs.calls) == 2  # full, then per node; 10 s left is too little for a pair round
+    assert diag.not_run == "no time left for every node pair"
+    assert [f.kind for f in diag.findings] == ["unresolved"]
+    assert [limit for call in runs.calls for _, _, limit in call] == [210.0, 110.0, 110.0, 110.0]
+
+
+def test_diagnose_repeats_only_while_figures_fall_short():
+    runs = FakeRuns()
+    seen = []
+    diag = diagnose(plan(), {}, 240, run=runs, repeats=3, good_enough=lambda o: seen.append(o) or len(seen) >= 2)
+    assert len(diag.attempts) == 2 and not diag.findings
+
+
+def test_diagnose_start_failure_is_the_nodes_own():
+    full = Outcome(label="full", run_id="r", nodes=["a", "b"], world=2, ok=False, wall_s=3.0, stage="start",
+                   missing=[1], missing_nodes=["b"], errors={1: "[start] 1 GPU(s) visible"},
+                   node_by_rank={0: "a", 1: "b"})
+    diag = diagnose(plan(ranks=1), {}, 240, run=lambda plans, t, limits: [full])
+    assert [(f.kind, f.nodes) for f in diag.findings] == [("node", ("b",))]
+    assert "1 GPU(s) visible" in diag.findings[0].message
+
+
+# --- the check: params and verdicts -------------------------------------------------------
+
+INVENTORY = """
+cluster:
+  gpus_per_node: 4
+  container: k3ep16
+nodes:
+  - {name: n1, host: 10.0.0.1}
+  - {name: n2, host: 10.0.0.2, data_ip: 10.1.0.2, gpus_per_node: 2,
+     checks: {allreduce-probe: {where: host}}}
+"""
+
+
+def ctx_for(text=INVENTORY, **params):
+    inv = parse_inventory(text, registry=REGISTRY)
+    chk = REGISTRY.checks["allreduce-probe"]
+    for settings in [inv.cluster] + [n.settings for n in inv.nodes]:  # as --set does
+        settings.checks.setdefault(chk.name, {}).update(params)
+    return Context(chk, inv.cluster, nodes={n.name: n for n in inv.nodes})
+
+
+def test_build_plan_uses_each_nodes_settings_and_data_plane_address():
+    p, once = build_plan(ctx_for(), ["n1", "n2"])
+    assert not once and p.world == 6
+    assert p.members[0] == Member("n1", "10.0.0.1", 4, ("docker", "exec", "-i", "k3ep16", "python3"))
+    assert p.members[1] == Member("n2", "10.1.0.2", 2, ("python3",))
+    assert p.sizes_gpu[0] == 1 << 20 and p.sizes_gpu[-1] == 4 << 30 and len(p.sizes_gpu) == 13
+    assert p.sizes_cpu == tuple(4096 << i for i in range(9))
+    assert p.spec(p.members[1], 100)["rank_base"] == 4 and p.spec(p.members[1], 100)["master"] == "10.0.0.1"
+
+
+@pytest.mark.parametrize("params, message", [
+    ({"where": "vm"}, "where must be container or host"),
+    ({"backend": "mpi"}, "backend must be auto, nccl or gloo"),
+    ({"min_bytes": 6}, "multiple of 4"),
+    ({"init_s": 0}, "init_s must be a number >= 1"),
+    ({"inject_hang": "n9@init"}, "expected NODE[:LOCAL_RANK]@STAGE[@once]"),
+    ({"inject_hang": "n1@boot"}, "expected NODE[:LOCAL_RANK]@STAGE[@once]"),
+])
+def test_bad_params_are_clear_errors(params, message):
+    with pytest.raises(ParamError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        ctx = ctx_for(**params)
+        build_plan(ctx, ["n1", "n2"])
+
+
+def test_inject_and_floor_params_parse():
+    assert parse_inject("n2:1@rendezvous", ["n1", "n2"]) == ({"n2": (1, "rendezvous")}, False)
+    assert parse_inject("n1@init@once", ["n1"]) == ({"n1": (0, "init")}, True)
+    assert floors_of({"1073741824": 40, 4096: 0.5}) == {1 << 30: 40.0, 4096: 0.5}
+    with pytest.raises(ParamError):
+        floors_of({"1G": 3})
+
+
+def diag_with(sizes_busbw: dict, ok=True):
+    o = Outcome(label="full", run_id="r", nodes=["a", "b"], world=2, ok=ok, wall_s=5.0, backend="nccl",
+                stage_s={"start": 2.0}, sizes=[{"bytes": b, "time_us": 1.0, "algbw_gbs": v, "busbw_gbs": v}
+                                               for b, v in sizes_busbw.items()])
+    return SimpleNamespace(final=o, attempts=[o], subruns=[], findings=[], elapsed_s=5.0)
+
+
+def test_figures_pass_warn_fail_against_floors():
+    d = diag_with({1 << 20: 10.0, 1 << 30: 95.0})
+    [v] = conclude(d, {}, 0.1)
+    assert v.status == Status.PASS and "busbw 95.00 GB/s (algbw 95.00) at 1 GiB" in v.message
+    assert "no busbw floor configured" in v.message
+    [v] = conclude(d, {1 << 30: 90.0}, 0.1)
+    assert v.status == Status.WARN and v.remediation == "ALLREDUCE-SLOW"
+    [v] = conclude(d, {1 << 30: 100.0}, 0.1)
+    assert v.status == Status.FAIL and "below the floor (100 GB/s)" in v.message
+    [v] = conclude(d, {1 << 31: 100.0}, 0.1)
+    assert v.status == Status.ERROR and "did not measure" in v.message
+
+
+def test_leftover_processes_after_cleanup_fail_the_node():
+    d = diag_with({4096: 1.0})
+    d.final.residue = {"b": [4242]}
+    verdicts = conclude(d, {}, 0.1)
+    assert verdicts[0].status == Status.FAIL and verdicts[0].node == "b" and "4242" in verdicts[0].message
+    assert verdicts[0].remediation == "ALLREDUCE-LEFTOVER"
