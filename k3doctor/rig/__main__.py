@@ -27,7 +27,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name:28} {' '.join(load(name).get('description', '').split())}")
         return 0
 
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # run the finally below on kill, too
+    # Ctrl-C and kill both run the finally below (SIGINT explicitly: a background job starts with it ignored).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     rig = Rig(args.workdir, nodes=args.nodes, scenario=args.scenario)
     started = time.monotonic()
     try:
