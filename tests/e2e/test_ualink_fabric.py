@@ -45,6 +45,7 @@ def test_healthy_variants_pass_both_checks_on_every_gpu(rig, scenario):
     gpus = {(r["node"], r["gpu"]) for r in doc["results"] if r["check"] == "ualink-state"}
     assert gpus == {(n, g) for n in NODES for g in range(4)}
     assert passing_nodes(doc, "fabric-domain") == set(NODES)
+    assert {n["name"]: n["round_trips"] for n in doc["nodes"]} == {n: 1 for n in NODES}
 
 
 def test_one_unconfigured_card_fails_on_that_card_only(rig):
