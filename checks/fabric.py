@@ -146,8 +146,9 @@ def node_gpus(node: str, r) -> tuple:
     except (ReadingUnavailable, ParseError) as exc:
         fabric = r.get("fabric")
         ev = {"stderr": fabric.stderr[-500:], "stdout": fabric.stdout[:500]} if fabric is not None else {}
-        verdicts.append(error(f"amd-smi fabric unusable ({_why(fabric, exc)}); fabric domain compared from "
-                              "sysfs only", node=node, evidence=ev, remediation=AMDSMI))
+        rest = "fabric domain compared from sysfs only" if sysfs else "and no ualink pod ids in sysfs either"
+        verdicts.append(error(f"amd-smi fabric unusable ({_why(fabric, exc)}); {rest}", node=node, evidence=ev,
+                              remediation=AMDSMI))
         return list(sysfs.values()), verdicts
     buses = card_buses(r)
     gpus = dict(sysfs)

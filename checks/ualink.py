@@ -253,7 +253,7 @@ def _bitmap_verdicts(cards: dict, ctx) -> list:
     out = [fail(f"card{n} has no lane bitmap (neither ualink/{BITMAP} nor ualink/stations/lane_en_bitmap)",
                 gpu=n, evidence=cards[n].evidence(), remediation=LANES) for n in missing]
     values = {n: nibbles(t, f"card{n} {BITMAP}") for n, t in texts.items() if t is not None}
-    half_status = fail if ctx.param("half_station") == "fail" else warn
+    half_status = {"fail": fail, "warn": warn}[ctx.param("half_station")]
     for n, value in values.items():
         ev = {f"card{n}/ualink/{BITMAP}": texts[n]}
         if set(value) == {"0"}:
@@ -380,6 +380,8 @@ def _reads(settings) -> dict:
 def ualink_state(r, ctx):
     """§6/§28: a card that is not active, unset, half-trained or odd-one-out keeps the fabric from forming
     (or hangs it); with --baseline, any card whose readings changed since the healthy record FAILs."""
+    if ctx.param("half_station") not in ("fail", "warn"):
+        return error(f"parameter half_station is {ctx.param('half_station')!r}; use fail or warn")
     cards = ualink_cards(r)
     if not cards:
         return fail(f"no GPU exposes {UALINK_DIR}/ (amdgpu not loaded, or no UALink driver)",

@@ -196,3 +196,12 @@ def test_fabric_command_keeps_the_tool_path_one_argv_word_and_falls_back_to_text
     spec = fabric._reads(Settings(tools={"amd_smi": "/opt/my rocm/amd-smi; rm -rf /"}))["fabric"]
     assert spec.argv[:2] == ("sh", "-c") and spec.argv[-1] == "/opt/my rocm/amd-smi; rm -rf /"
     assert '"$1" fabric --json ||' in spec.argv[2] and '"$1" fabric; }' in spec.argv[2]
+
+
+def test_no_amd_smi_and_no_sysfs_pod_ids_is_one_error_saying_both():
+    gone = CommandReading("sh -c ...", 127, "", "k3doctor-fabric: 1: /opt/rocm/bin/amd-smi: not found")
+    verdicts = judge(rack(ct16=replaced(node(fabric_reading=gone), ualink={})))
+    (v,) = [v for v in verdicts if v.status != Status.PASS]
+    assert (v.status, v.node) == (Status.ERROR, "ct16")
+    assert v.message == ("amd-smi fabric unusable (exited 127: k3doctor-fabric: 1: /opt/rocm/bin/amd-smi: not found); "
+                         "and no ualink pod ids in sysfs either")
