@@ -41,7 +41,7 @@ STALE = remediation("UALOE-STALE", "leftover ubench 07 processes on the node", "
 A `ualoe_bw.exe listen` whose peer died never exits and keeps its port and device memory;
 the next round then fails silently (no table, no error) (§8 pitfall 2). Kill it by PID:
 `k3doctor check --only ualoe-fabric --fix`, or by hand: `ps -eo pid,args | awk
-'$2 ~ /ualoe_(bw|p2p)\\.exe$/ {print $1}' | xargs -r kill`. Never `pkill -f ualoe`: it
+'$2 ~ /(^|\\/)ualoe_(bw|p2p)\\.exe$/ {print $1}' | xargs -r kill`. Never `pkill -f ualoe`: it
 matches your own shell.
 """)
 
