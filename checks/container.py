@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 from k3doctor.parsers import ParseError
-from k3doctor.readings import Command, Docker
+from k3doctor.readings import Command
 from k3doctor.registry import check, remediation
 from k3doctor.results import error, fail, passed, skip, warn
 from k3doctor.shell import quote
@@ -260,8 +260,7 @@ def rocjitsu_store(r, ctx):
 def _patch_reads(settings) -> dict:
     c = settings.container
     files = list(_param(settings, PATCH, "files"))
-    return {"docker": Docker(container=c),
-            "stat": exec_in(c, "stat", "-c", "%s %n", *files),
+    return {"stat": exec_in(c, "stat", "-c", "%s %n", *files),
             "marker": exec_in(c, "grep", "-c", "--", _param(settings, PATCH, "marker"),
                               _param(settings, PATCH, "marker_file"))}
 
@@ -275,8 +274,8 @@ def patch_needed(required: str, image, needs: str) -> tuple:
     if required != "auto":
         raise ValueError(f"patch-integrity.required must be auto, yes or no, not {required!r}")
     if image is None:
-        return False, ("image unknown (container missing and no `image:` in the inventory); set "
-                       "patch-integrity.required=yes to check anyway")
+        return False, ("the inventory declares no `image:`, so whether PR #2380 is needed is unknown; declare it "
+                       "or set patch-integrity.required=yes")
     if needs in image:
         return True, f"image {image} is the {needs} / Triton 3.8 image"
     return False, (f"image {image} is not the {needs} / Triton 3.8 image: PR #2380 applies only there "
@@ -286,23 +285,21 @@ def patch_needed(required: str, image, needs: str) -> tuple:
 @check(PATCH, title="ATOM PR #2380 files at their exact sizes with 3 markers (20260918 image only)",
        scope="node", remediation=PATCH_BAD, params=PATCH_PARAMS, reads=_patch_reads)
 def patch_integrity(r, ctx):
-    """§14: a 0-byte file from an interrupted `docker cp` passes every import check; sizes do not lie."""
+    """§14: a 0-byte file from an interrupted `docker cp` passes every import check; sizes do not lie.
+    Whether the patch is needed follows the inventory's image tag (the container check compares
+    that tag with what actually runs, §13)."""
     c, p = ctx.settings.container, ctx.param
-    inspect = r["docker"].inspect
-    image = (inspect.get("Config") or {}).get("Image") if inspect else ctx.settings.image
     try:
-        needed, why = patch_needed(p("required"), image, p("image_needs_patch"))
+        needed, why = patch_needed(p("required"), ctx.settings.image, p("image_needs_patch"))
     except ValueError as exc:
         return error(str(exc))
     if not needed:
         return skip(why)
-    if inspect is None:
-        return fail(f"container {c} does not exist on this node: the PR #2380 files are lost with it (§13, §14)")
     try:
         sizes = parse_stat(exec_stdout(r["stat"], c, ok_rcs=(0, 1)))
         count = exec_stdout(r["marker"], c, ok_rcs=(0, 1, 2))
     except ContainerMissing as exc:
-        return fail(f"{exc}: cannot check the PR #2380 files")
+        return fail(f"{exc}: the PR #2380 files are lost with it (docker rm, §13, §14)")
     evidence = {path: _bytes(sizes.get(path)) for path in p("files")}
     verdicts = []
     for path, want in p("files").items():

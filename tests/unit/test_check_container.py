@@ -2,7 +2,7 @@
 from k3doctor.checks import container as ct
 
 from k3doctor.inventory import Settings
-from k3doctor.readings import CommandReading, DockerReading, Readings
+from k3doctor.readings import CommandReading, Readings
 from k3doctor.registry import REGISTRY
 from k3doctor.results import Status
 from k3doctor.runner import Context, judge_safely
@@ -37,8 +37,8 @@ def prefix_readings(hook=129112, translator=8002216, entries=1976, env=None, pre
                      "count": run(f"{entries or 0}\n"), "env": run(env_text)})
 
 
-def judge(chk, r, stepping="A0", **params):
-    settings = Settings(container="k3ep16", stepping=stepping, image=IMAGE, checks={chk.name: params})
+def judge(chk, r, stepping="A0", image=IMAGE, **params):
+    settings = Settings(container="k3ep16", stepping=stepping, image=image, checks={chk.name: params})
     return judge_safely(chk.judge, r, Context(chk, settings, node="ct14"))
 
 
@@ -136,13 +136,13 @@ FILES = dict(ct.PATCH_PARAMS["files"])
 MLA = ct.PATCH_PARAMS["marker_file"]
 
 
-def patch_readings(sizes=None, marker="3\n", image=IMAGE, exists=True, marker_rc=0):
+def patch_readings(sizes=None, marker="3\n", exists=True):
+    if not exists:
+        gone = run("", 1, NO_CONTAINER)
+        return Readings({"stat": gone, "marker": gone})
     sizes = {**FILES, **(sizes or {})}
     missing = [p for p, s in sizes.items() if s is None]
-    inspect = {"Config": {"Image": image}} if exists else None
-    return Readings({"docker": DockerReading(inspect=inspect),
-                     "stat": run(stat_out(sizes), 1 if missing else 0),
-                     "marker": run(marker, marker_rc)})
+    return Readings({"stat": run(stat_out(sizes), 1 if missing else 0), "marker": run(marker)})
 
 
 def test_patch_at_expected_sizes_passes():
@@ -166,17 +166,19 @@ def test_wrong_size_missing_file_and_marker_count():
 
 
 def test_other_image_skips_with_reason_and_required_overrides():
-    [v] = judge(PATCH, patch_readings(image="rocm/atom:optimized-triton39"))
+    [v] = judge(PATCH, patch_readings(), image="rocm/atom:optimized-triton39")
     assert v.status == Status.SKIP and "PR #2380 applies only there" in v.message
-    assert judge(PATCH, patch_readings(image="other", sizes={MLA: 0}), required="yes")[0].status == Status.FAIL
+    assert judge(PATCH, patch_readings(sizes={MLA: 0}), image="other", required="yes")[0].status == Status.FAIL
+    [v] = judge(PATCH, patch_readings(), image=None)
+    assert v.status == Status.SKIP and "declares no `image:`" in v.message
     assert judge(PATCH, patch_readings(), required="no")[0].status == Status.SKIP
     [v] = judge(PATCH, patch_readings(), required="maybe")
     assert v.status == Status.ERROR and "auto, yes or no" in v.message
 
 
 def test_patch_container_missing_fails():
-    [v] = judge(PATCH, patch_readings(exists=False))  # image from the inventory still says 20260918
-    assert v.status == Status.FAIL and "container k3ep16 does not exist" in v.message
+    [v] = judge(PATCH, patch_readings(exists=False))
+    assert v.status == Status.FAIL and v.message.startswith("container k3ep16 does not exist on this node: the PR")
 
 
 def test_garbled_stat_is_an_error():
