@@ -217,6 +217,8 @@ def _like(default):
         return lambda v: (isinstance(v, list), f"a list like the default {list(default)!r}")
     if isinstance(default, dict):
         return lambda v: (isinstance(v, dict), "a mapping")
+    if default is None:  # "not pinned" by default: any scalar pins it
+        return lambda v: (v is None or isinstance(v, (str, int, float)), "a string or number")
     return lambda v: (v is None or isinstance(v, str), "a string")
 
 

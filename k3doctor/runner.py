@@ -160,6 +160,10 @@ def run_checks(inv: Inventory, checks: list, opts: RunOptions = None) -> RunRepo
         list(pool.map(visit, inv.nodes))
 
     results = [r for node in inv.nodes for r in results_by_node.get(node.name, [])]
+    if opts.baseline is not None:
+        results += [Result("baseline", n, Status.WARN, "node is not in the baseline file: drift not checked "
+                           "(record it with `k3doctor baseline record` while it is healthy)")
+                    for n in readings if n not in baseline]
     nodes = {n.name: n for n in inv.nodes}
     reachable = [n for n in inv.nodes if n.name in readings]
     for chk in cluster:

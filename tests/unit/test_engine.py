@@ -141,3 +141,18 @@ def test_a_checks_timeout_applies_to_its_commands_without_their_own():
           registry=reg)(lambda r, c: None)
     specs = reg.checks["slow"].readings_for(None)
     assert (specs["a"].timeout_s, specs["b"].timeout_s) == (7, 2)
+
+
+def test_a_node_missing_from_the_baseline_is_flagged_not_silently_skipped():
+    reg = Registry()
+    seen = {}
+
+    @check("drift", title="d", registry=reg)
+    def drift(r, ctx):
+        seen[ctx.node] = ctx.baseline
+        return passed("ok")
+
+    report = run_checks(inventory(2), reg.ordered(), RunOptions(baseline={"n0": {"drift": {"x": 1}}}))
+    assert seen == {"n0": {"x": 1}, "n1": None}
+    flagged = [(r.check, r.node, r.status) for r in report.results if r.check == "baseline"]
+    assert flagged == [("baseline", "n1", Status.WARN)]

@@ -76,12 +76,15 @@ def test_structurally_wrong_files(text, needle):
 def test_check_parameters_are_validated_against_the_registry():
     reg = Registry()
     check("rack-free", title="t", params={"window_min": 30}, registry=reg)(lambda r, c: None)
+    check("fabric-domain", title="t", params={"expected_vpod_id": None}, registry=reg)(lambda r, c: None)
     text = ("cluster:\n  checks:\n    rack-free: {window_min: soon}\n    rackfree: {}\nnodes:\n"
             "  - {name: a, host: h, checks: {rack-free: {window_min: 5}}}\n")
     got = problems(text, reg)
     assert "inv.yaml:3: cluster.checks.rack-free.window_min: expected a number like the default 30" in got[0]
     assert "inv.yaml:4: cluster.checks.rackfree: no such check (did you mean 'rack-free'?)" == got[1]
-    inv = parse_inventory(text.replace("soon", "10").replace("    rackfree: {}\n", ""), "inv.yaml", reg)
+    fixed = text.replace("soon", "10").replace("    rackfree: {}\n", "    fabric-domain: {expected_vpod_id: 2}\n")
+    inv = parse_inventory(fixed, "inv.yaml", reg)
+    assert inv.cluster.param(reg.checks["fabric-domain"], "expected_vpod_id") == 2
     chk = reg.checks["rack-free"]
     assert inv.cluster.param(chk, "window_min") == 10
     assert inv.nodes[0].settings.param(chk, "window_min") == 5
