@@ -48,7 +48,7 @@ matches your own shell.
 
 @check("ualoe-fabric", title="UALoE fabric p2p + bandwidth between node pairs (ubench 07)", scope="node-pair",
        tier="deep", interaction="active", after=("ualink-state", "fabric-domain", "rack-free"),
-       remediation=(P2P, TCP, SLOW, STALE),
+       remediation=(P2P, TCP, SLOW, STALE), record=lambda verdicts, ctx: ualoe.known_good(verdicts),
        params={
            "pairs": "quick",  # quick (ring: every node in two pairs), all, or a,b;c,d
            "gpu": 0,  # GPU index used on both sides; -1: all GPUs, aggregate mode (§8 pitfall 1)
@@ -61,7 +61,7 @@ matches your own shell.
            "min_write_gbps": 1500.0,
            "min_bidir_gbps": 3000.0,
            "tcp_fallback_max_gbps": 50.0,  # every figure at or below: TCP fallback (~4.5 GB/s, §8)
-           "reference_gbps": {},  # known-good pair {read, write, bidir}; empty: the run's best pair
+           "reference_gbps": {},  # known-good pair {read, write, bidir}; empty: baseline, else the run's best
            "warn_pct": 5.0,  # WARN when a figure is this far below the reference (V6 spread < 0.5%)
        })
 def ualoe_fabric(ctx):

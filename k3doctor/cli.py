@@ -208,14 +208,16 @@ def baseline_group():
 @click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), required=True,
               help="Baseline YAML file to write.")
 @click.option("--accept-unknown-hosts", is_flag=True, help="Accept host keys missing from known_hosts.")
-def baseline_record_cmd(inventory, output, accept_unknown_hosts):
+@click.option("--tier", type=click.Choice(["fast", "deep"]), default="fast", show_default=True,
+              help="deep: also record the active probes' figures (e.g. a known-good fabric pair).")
+def baseline_record_cmd(inventory, output, accept_unknown_hosts, tier):
     """Snapshot what the checks that keep baselines read on every node (the rack should be healthy)."""
     import time
 
     import yaml
 
     inv = _inventory(inventory)
-    checks = [c for c in REGISTRY.ordered() if c.record is not None]
+    checks = [c for c in select_checks(REGISTRY, tier=tier) if c.record is not None]
     report = run_checks(inv, checks, RunOptions(record=True, accept_unknown_hosts=accept_unknown_hosts,
                                                 progress=_progress()))
     doc = {"schema": "k3doctor.baseline/1", "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

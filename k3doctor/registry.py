@@ -112,8 +112,10 @@ def check(name: str, *, title: str, scope: str = "node", reads=None, tier: str =
           record=None, fixer=None, registry: Registry = None):
     """Register the decorated function as a check's judge (passive) or probe (active).
 
-    ``record`` (optional) turns the check's readings into the node's baseline entry;
-    ``ctx.baseline`` then holds that entry for drift judgement. ``fixer`` (optional)
+    ``record`` (optional) turns the check's readings into the node's baseline entry
+    (``record(readings, ctx)``; for an active check ``record(verdicts, ctx)`` returning
+    ``{node: entry}``); ``ctx.baseline`` then holds that entry (active and cluster checks:
+    node -> entry) for drift judgement. ``fixer`` (optional)
     repairs exactly what the verdicts' evidence names, and runs only when the user
     passed ``--fix``.
     """

@@ -185,7 +185,11 @@ def run_checks(inv: Inventory, checks: list, opts: RunOptions = None) -> RunRepo
                       baseline={n: entry.get(chk.name) for n, entry in baseline.items()},
                       blocked=blocked, fix=opts.fix, deadline_s=chk.timeout_s or deadline)
         say(f"probe {chk.name}: starting")
-        results += _to_results(chk, None, judge_safely(chk.probe, ctx))
+        verdicts = judge_safely(chk.probe, ctx)
+        results += _to_results(chk, None, verdicts)
+        if opts.record and chk.record:  # an active check's record maps node -> entry
+            for node, entry in (_record_safely(chk, verdicts, ctx) or {}).items():
+                records.setdefault(node, {})[chk.name] = entry
     for transport in transports.values():
         transport.close()
     return RunReport(results=results, nodes=[n.name for n in inv.nodes],
@@ -209,6 +213,8 @@ def _record_safely(chk, r, ctx):
         return chk.record(r, ctx)
     except (ReadingUnavailable, ParseError) as exc:
         return {"unrecorded": str(exc)}
+    except Exception as exc:  # a bug in one check's record must not lose the others'
+        return {"unrecorded": f"internal error: {type(exc).__name__}: {exc}"}
 
 
 def select_checks(registry, *, only=(), skip=(), tier="fast") -> list:

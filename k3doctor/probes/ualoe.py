@@ -653,10 +653,29 @@ def _accel_reader(ctx):
     return read
 
 
+def known_good(verdicts) -> dict:
+    """Baseline entries (``baseline record --tier deep``): each node's best passing pair and its figures."""
+    best = {}
+    for v in verdicts:
+        gbps = v.evidence.get("gbps") if v.status == Status.PASS and v.node else None
+        if gbps and gbps.get("bidir", 0) > best.get(v.node, {}).get("gbps", {}).get("bidir", -1):
+            best[v.node] = {"pair": v.evidence.get("pair"), "gbps": gbps}
+    return best
+
+
+def _recorded_reference(ctx) -> tuple:
+    """The best known-good pair in the baseline, if one was recorded."""
+    entries = [e for e in (ctx.baseline or {}).values() if isinstance(e, dict) and e.get("gbps")]
+    if not entries:
+        return None, None
+    top = max(entries, key=lambda e: e["gbps"].get("bidir", 0))
+    return {k: float(v) for k, v in top["gbps"].items() if k in METRICS}, f"baseline pair {top.get('pair')}"
+
+
 def _reference(ctx) -> tuple:
     ref = ctx.param("reference_gbps") or {}
     if not isinstance(ref, dict) or not ref:
-        return None, None
+        return _recorded_reference(ctx)
     bad = [k for k, v in ref.items() if k not in METRICS or isinstance(v, bool) or not isinstance(v, (int, float))]
     if bad:
         raise PlanError(f"reference_gbps: keys must be {', '.join(METRICS)} with GB/s numbers; got {ref!r}")

@@ -191,3 +191,21 @@ def test_ctrl_c_mid_pair_kills_everything_the_probe_started(rig):
         if proc.poll() is None:
             proc.kill()
     nothing_left(rig)
+
+
+def test_a_recorded_known_good_pair_is_the_reference(rig, tmp_path):
+    rig.apply("healthy")
+    baseline = tmp_path / "baseline.yaml"
+    rec = subprocess.run([sys.executable, "-m", "k3doctor.cli", "baseline", "record", "--tier", "deep", "--nodes",
+                          str(rig.inventory_path), "-o", str(baseline)], capture_output=True, text=True, timeout=240)
+    assert rec.returncode == 0, rec.stderr
+    import yaml
+
+    recorded = yaml.safe_load(baseline.read_text())["nodes"]
+    assert recorded["ct13"][PROBE]["gbps"]["bidir"] > 10_000
+    rig.apply("ualoe-degraded")  # ct17 ~10% slow
+    rc, results = k3json(rig, "--baseline", baseline)
+    warned = [r for r in results if r["status"] == "WARN"]
+    assert rc == 0 and {r["node"] for r in warned} == {"ct17"}
+    assert all(r["evidence"]["reference"]["from"].startswith("baseline pair") for r in warned)
+    nothing_left(rig)
