@@ -164,6 +164,10 @@ def build_plan(ctx, participants: list) -> tuple:
             raise ParamError(f"allreduce-probe.ranks_per_node must be a positive integer, got {ranks!r} ({name})")
         members.append(Member(name, node.address, ranks, launcher))
     inject, once = parse_inject(ctx.param("inject_hang") or "", participants)
+    for m in members:
+        if m.node in inject and inject[m.node][0] >= m.ranks:
+            raise ParamError(f"allreduce-probe.inject_hang: {m.node} runs {m.ranks} rank(s), "
+                             f"there is no local rank {inject[m.node][0]}")
     plan = Plan(label="full", members=tuple(members), port=_number(ctx, "port", 1, integer=True),
                 backend=backend, sizes_gpu=sizes(*ranges["gpu"], factor), sizes_cpu=sizes(*ranges["cpu"], factor),
                 iters=_number(ctx, "iters", 1, integer=True),

@@ -387,11 +387,12 @@ def attribute(full: Outcome, singles: dict, pairs: dict, retry: Outcome | None,
     if findings:
         return findings
     if retry is not None and retry.ok:
-        return [Finding("intermittent", tuple(full.nodes),
-                        f"intermittent: the full probe failed in `{full.stage}`, every node and pair passed and "
-                        "the full probe passed on retry" + (" - the intermittent ncclCommInitRank hang (§20)"
-                                                            if full.stage == "init" else ""),
-                        {"retry": retry.evidence()})]
+        message = f"intermittent: the full probe failed in `{full.stage}`, then passed when re-run"
+        if len(full.nodes) > 1:
+            message += ", and so did every node and node pair"
+        if full.stage == "init":
+            message += " - the intermittent ncclCommInitRank hang (§20)"
+        return [Finding("intermittent", tuple(full.nodes), message, {"retry": retry.evidence()})]
     if retry is not None:
         return [Finding("scale", tuple(full.nodes),
                         f"fails at full scale only: every node and pair passes, the full probe failed again "

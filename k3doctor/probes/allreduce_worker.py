@@ -110,7 +110,10 @@ def _rank(st, spec, local):
         device = torch.device("cuda", local)
         torch.ones(1, device=device)  # create the context now, so `start` includes it
         info["device"] = torch.cuda.get_device_name(local)
-        info["nccl"] = ".".join(str(v) for v in torch.cuda.nccl.version())
+        try:
+            info["nccl"] = ".".join(str(v) for v in torch.cuda.nccl.version())
+        except Exception as exc:  # the version is evidence, not a requirement
+            info["nccl"] = f"unknown ({type(exc).__name__})"
     else:
         device = torch.device("cpu")
         info["device"] = "cpu"
