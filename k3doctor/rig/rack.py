@@ -45,19 +45,6 @@ from .fixtures import (
 
 SSH_PORT = 2222
 UNREACHABLE_SUFFIX = 15  # <net>.15 is in known_hosts with nothing listening: for connection-failure tests
-
-
-def free_loopback_net() -> str:
-    """First ``127.0.N`` whose node addresses are free, so several rigs (parallel test runs) can coexist."""
-    for octet in range(256):
-        net = f"127.0.{octet}"
-        with socket.socket() as probe:
-            try:
-                probe.bind((f"{net}.11", SSH_PORT))
-                return net
-            except OSError:
-                continue
-    raise RuntimeError(f"no free 127.0.N.11:{SSH_PORT} for the rig's sshd")
 IMAGE = "rocm/fw-bringup:gfx1250-atom-20260918-ep8"
 CONTAINER = "k3ep16"
 # Our container, as close to the validated `docker run` (reference §13) as a host without GPUs allows:
@@ -135,8 +122,7 @@ class Rig:
         self.workdir = Path(workdir).resolve()
         self.trays = DEFAULT_TRAYS[:nodes]
         self.scenario = scenario
-        net = free_loopback_net()
-        self.unreachable_host = f"{net}.{UNREACHABLE_SUFFIX}"
+        self.unreachable_host = ""  # 127.0.N.15, N chosen by start()
         self.identity_file = self.workdir / "id_ed25519"
         self.known_hosts = self.workdir / "known_hosts"
         self.inventory_path = self.workdir / "inventory.yaml"
@@ -144,7 +130,7 @@ class Rig:
             RigNode(
                 index=i,
                 name=node_name(tray),
-                host=f"{net}.{10 + i}",
+                host="",  # 127.0.N.1x, N chosen by start()
                 port=SSH_PORT,
                 dir=self.workdir / node_name(tray),
                 state=NodeState(tray=tray, rack_trays=self.trays),
@@ -191,11 +177,16 @@ class Rig:
             node.dir.mkdir()
             write_tree(node.tree, state)
             node.state = state
-        self._write_ssh_files()
-        self._write_inventory()
-        image_tar = self._write_image_tar()
-        dockerds = [self._spawn_dockerd(node) for node in self.nodes]
-        self._each(lambda node: self._wait_dockerd(node, dockerds[node.index - 1]))
+        held = self._reserve_loopback_net()
+        try:
+            self._write_ssh_files()
+            self._write_inventory()
+            image_tar = self._write_image_tar()
+            dockerds = [self._spawn_dockerd(node) for node in self.nodes]
+            self._each(lambda node: self._wait_dockerd(node, dockerds[node.index - 1]))
+        finally:
+            for sock in held:  # hand the addresses over to sshd
+                sock.close()
         # The namespaces are created before any container exists, so no container mount leaks into them.
         sshds = [self._spawn_sshd(node) for node in self.nodes]
         self._each(lambda node: self._clients[node.name].api.import_image_from_file(
@@ -294,6 +285,25 @@ class Rig:
         subprocess.run([str(a) for a in argv], check=True, capture_output=True)
 
     # -------------------------------------------------------------------------------------------------- ssh
+
+    def _reserve_loopback_net(self) -> list[socket.socket]:
+        """Pick the first ``127.0.N`` whose node addresses are free and hold them (bound, not listening)
+        until sshd takes them, so racks starting at the same time on one host pick different nets."""
+        for octet in range(256):
+            held: list[socket.socket] = []
+            try:
+                for node in self.nodes:
+                    held.append(socket.socket())
+                    held[-1].bind((f"127.0.{octet}.{10 + node.index}", SSH_PORT))
+            except OSError:
+                for sock in held:
+                    sock.close()
+                continue
+            for node in self.nodes:
+                node.host = f"127.0.{octet}.{10 + node.index}"
+            self.unreachable_host = f"127.0.{octet}.{UNREACHABLE_SUFFIX}"
+            return held
+        raise RuntimeError(f"no 127.0.N with free node addresses on port {SSH_PORT} for the rig's sshd")
 
     def _write_ssh_files(self) -> None:
         self._run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "k3rig", "-f", self.identity_file)
