@@ -10,13 +10,14 @@ from k3doctor.parsers.docker_events import Container, event_from_dict
 from k3doctor.parsers.rocmsmi import parse_showpids
 from k3doctor.readings import Command, Docker, Glob, ReadingUnavailable
 from k3doctor.registry import check, remediation
-from k3doctor.results import error, fail, passed
+from k3doctor.results import error, fail, passed, warn
 
 CHECK = "rack-free"
 WINDOW_MIN = 30
 KFD_PROC_GLOB = "/sys/class/kfd/kfd/proc/*"
 _KFD_PID = re.compile(r"/proc/(\d+)$")
 WATCHED_ACTIONS = ("create", "start")
+ENGINE_EVENT_BUFFER = 256  # dockerd answers `--since` only from its last 256 events, kept in memory
 
 RACK_BUSY = remediation("RACK-BUSY", "someone else is on this node", """
 Only our own container may exist on a node before launch (§3): not "nothing of mine is
@@ -89,6 +90,12 @@ def judge_containers(reading, own: str, window_s: int) -> list:
         verdicts.append(fail(f"foreign container {name} had {', '.join(what)} within the last "
                              f"{window_s // 60} min (since removed): someone else is working this node",
                              remediation=RACK_BUSY, evidence={"name": name, "events": what}))
+    if len(events) >= ENGINE_EVENT_BUFFER and min(ev.time for ev in events) > now - window_s:
+        oldest = min(ev.time for ev in events)
+        verdicts.append(warn(f"the engine returned its whole in-memory buffer of {len(events)} events, the oldest from "
+                             f"{_age(now, oldest)}, short of the {window_s // 60} min window: an older foreign create "
+                             "may be hidden (a dockerd restart also empties the buffer)", remediation=RACK_BUSY,
+                             evidence={"events": len(events), "oldest": _age(now, oldest)}))
     return verdicts
 
 

@@ -84,6 +84,13 @@ def test_events_outside_window_or_of_other_actions_are_ignored():
     assert judge(readings(events=[event("x", "create", NOW - 31 * 60)]), window_min=45)[0].status == Status.FAIL
 
 
+def test_full_engine_event_buffer_shorter_than_window_warns():
+    events = [event("k3ep16", "exec_start: env", NOW - 300 + i) for i in range(rack.ENGINE_EVENT_BUFFER)]
+    [v] = judge(readings([container("k3ep16")], events))
+    assert v.status == Status.WARN and "the oldest from 5 min ago, short of the 30 min window" in v.message
+    assert judge(readings([container("k3ep16")], events[:-1]))[0].status == Status.PASS
+
+
 def test_gpu_process_from_showpids_corpus_and_kfd():
     showpids = load("rocm-smi-showpids-spaces.txt")
     verdicts = judge(readings([container("k3ep16")], kfd=[1168514], pids=showpids))
