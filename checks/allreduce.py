@@ -250,7 +250,9 @@ def conclude(diag, floors: dict, band: float) -> list:
     if full.setup_error:
         return out + [error(f"all_reduce probe {full.describe()}", evidence={**common, **full.evidence()})]
     if full.not_started:
-        return out + [error(f"all_reduce probe could not start on {node}: {why}", node=node,
+        hint = (" - the probe needs a python with torch: where: container uses tools.container_python inside "
+                "the container (§13), where: host uses tools.python")
+        return out + [error(f"all_reduce probe could not start on {node}: {why}{hint}", node=node,
                             evidence={**common, **full.evidence()}) for node, why in full.not_started.items()]
     if full.ok:
         return out + _figure_verdicts(diag, common, floors, band)

@@ -186,7 +186,7 @@ def _cleanup(transport, member: Member, run_id: str) -> dict:
     events = [e for e in _events(reading.stdout) if e.get("ev") == "cleanup"]
     if not events:
         tail = (reading.stderr or reading.stdout).strip()[-300:]
-        return {"error": f"cleanup did not report (rc {reading.rc}): {tail}"}
+        return {"error": f"cleanup did not report (rc {reading.rc}): {tail}", "rc": reading.rc}
     return {"killed": events[-1].get("killed", []), "left": events[-1].get("left", [])}
 
 
@@ -270,10 +270,13 @@ def analyse(plan: Plan, run_id: str, runs: dict, wall_s: float) -> Outcome:
     for node in plan.nodes:
         run = runs.get(node) or NodeRun(node, error="no result")
         out.cleanup[node] = run.cleanup
-        if run.cleanup.get("left") or run.cleanup.get("error"):
-            out.residue[node] = run.cleanup.get("left") or run.cleanup.get("error")
         events = _events(run.stdout)
-        if not any(e.get("ev") == "agent" for e in events):
+        started = any(e.get("ev") == "agent" for e in events)
+        # python could not even be executed there (126/127, for the run and its cleanup alike): nothing can be left
+        unexecutable = not started and run.rc in (126, 127) and run.cleanup.get("rc") == run.rc
+        if (run.cleanup.get("left") or run.cleanup.get("error")) and not unexecutable:
+            out.residue[node] = run.cleanup.get("left") or run.cleanup.get("error")
+        if not started:
             out.not_started[node] = run.error or _tail(run)
             continue
         for e in events:

@@ -117,9 +117,13 @@ def test_init_hang_of_every_rank_names_them_all():
 def test_agent_that_never_started_and_missing_torch_are_setup_problems():
     p = plan()
     ok = transcript("a", [0, 1], healthy_rank(0) + healthy_rank(1))
-    gone = NodeRun("b", rc=127, stderr="sh: 1: python3: not found\n")
+    gone = NodeRun("b", rc=127, stderr="sh: 1: python3: not found\n", cleanup={"error": "x", "rc": 127})
     o = analyse(p, "r1", {"a": ok, "b": gone}, 1.0)
     assert o.not_started == {"b": "exit status 127: sh: 1: python3: not found"} and not o.ok
+    assert o.residue == {}  # python cannot run there, so nothing of the run can be left
+    lost = NodeRun("b", error="SSH session to b broke", cleanup={"error": "SSH session to b lost"})
+    o = analyse(p, "r1", {"a": ok, "b": lost}, 1.0)
+    assert o.not_started == {"b": "SSH session to b broke"} and o.residue == {"b": "SSH session to b lost"}
     no_torch = transcript("b", [2, 3], [line(ev="fail", rank=2, stage="start",
                                              error="ModuleNotFoundError: No module named 'torch'")], rc=1)
     o = analyse(p, "r1", {"a": ok, "b": no_torch}, 1.0)
