@@ -150,7 +150,8 @@ def run_checks(inv: Inventory, checks: list, opts: RunOptions = None) -> RunRepo
                 continue
             verdicts = judge_safely(chk.judge, r, ctx)
             if opts.fix and chk.fixer and any(v.status in (Status.FAIL, Status.WARN) for v in verdicts):
-                verdicts += judge_safely(chk.fixer, transport, verdicts, ctx)
+                verdicts = _fix_and_rejudge(chk, transport, verdicts, ctx, specs_by_check[chk.name],
+                                            command_timeout, deadline)
             out += _to_results(chk, node.name, verdicts)
         results_by_node[node.name] = out
         say(f"{node.name}: {len(got)} readings" + (f" in {transport.round_trips} round trip(s)" if transport else ""))
@@ -196,6 +197,17 @@ def run_checks(inv: Inventory, checks: list, opts: RunOptions = None) -> RunRepo
                      duration_s=round(time.monotonic() - started, 3),
                      round_trips={name: t.round_trips for name, t in transports.items()},
                      unreachable=unreachable, readings=readings, records=records)
+
+
+def _fix_and_rejudge(chk, transport, verdicts, ctx, specs: dict, command_timeout, deadline) -> list:
+    """--fix: let the check repair what it named, then judge fresh readings, so the report shows the
+    node as it is now (plus what was done), not the state before the repair."""
+    done = judge_safely(chk.fixer, transport, verdicts, ctx)
+    try:
+        got = gather(transport, list(specs.values()), command_timeout_s=command_timeout, deadline_s=deadline)
+    except TransportError as exc:
+        return verdicts + done + [error(f"could not re-read after --fix: {exc}")]
+    return done + judge_safely(chk.judge, Readings({n: got[s] for n, s in specs.items()}), ctx)
 
 
 def _replayed(node: str, wanted: list, saved: dict, unreachable: dict) -> dict:

@@ -173,6 +173,7 @@ def test_fix_removes_exactly_the_stale_segments_and_nothing_else(rig):
     rc, doc = check(rig.inventory_path, ("shm-clean",), "--fix")
     assert [m for m in messages(doc, "shm-clean", "ct16") if m.startswith("--fix")] == [
         "--fix removed /dev/shm/nccl-shm-a8f3c2d1, /dev/shm/psm_shm.1c9e42b7"]
+    assert (rc, findings(doc)) == (0, [])  # re-judged after the repair: the node is clean now
     assert shm_names(ct16) == ["ncclx-keep", "sem.k3-keep"]
     rc, doc = check(rig.inventory_path, ("shm-clean",))
     assert (rc, findings(doc)) == (0, [])
