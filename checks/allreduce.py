@@ -13,7 +13,7 @@ from __future__ import annotations
 from k3doctor.probes.allreduce import Member, Plan, diagnose
 from k3doctor.probes.allreduce_worker import STAGES
 from k3doctor.registry import check, remediation
-from k3doctor.results import error, fail, passed, skip, warn
+from k3doctor.results import Status, error, fail, passed, skip, warn
 
 DEADLINE_S = 240  # well under the 5 minutes a user will wait for a pre-launch answer (§20: cold start ~25 min)
 
@@ -83,7 +83,9 @@ PARAMS = {
     "warmup_s": 30,
     "sweep_s": 90,
     "deadline_s": DEADLINE_S,  # the whole probe, hierarchy included
-    "busbw_floor_gbs": {},  # {bytes: GB/s}; none configured: figures are reported, not judged
+    "busbw_floor_gbs": {},  # {bytes: GB/s}; none configured (and no baseline): figures are reported, not judged
+    "baseline_drop": 0.2,  # with `k3doctor baseline record --tier deep`: floor = recorded busbw x (1 - drop)
+    "baseline_min_bytes": 64 << 20,  # smaller messages are latency-bound and too noisy for a baseline floor
     "warn_band": 0.1,
     "repeats": 2,  # attempts while a figure is below its floor (noisy results)
     "hierarchy": True,  # on failure, re-run per node and per node pair
@@ -176,6 +178,27 @@ def build_plan(ctx, participants: list) -> tuple:
     return plan, once
 
 
+def record_busbw(verdicts, ctx) -> dict:
+    """Baseline entry of a passing run: its busbw per size, kept under every node that took part."""
+    for v in verdicts:
+        if v.status == Status.PASS and v.node is None and v.evidence.get("sizes"):
+            entry = {"world": v.evidence["world"], "nodes": v.evidence["nodes"],
+                     "busbw_gbs": {str(row["bytes"]): row["busbw_gbs"] for row in v.evidence["sizes"]}}
+            return {node: entry for node in v.evidence["nodes"]}
+    return {}
+
+
+def merged_floors(floors: dict, baseline, world: int, drop: float, min_bytes: int) -> dict:
+    """Inventory floors, raised to recorded busbw x (1 - drop) where a baseline of the same world size exists."""
+    entries = [e for e in (baseline or {}).values()
+               if isinstance(e, dict) and e.get("world") == world and isinstance(e.get("busbw_gbs"), dict)]
+    out = dict(floors)
+    for size, value in (entries[0]["busbw_gbs"].items() if entries else ()):
+        if int(size) >= min_bytes:
+            out[int(size)] = max(out.get(int(size), 0.0), round(float(value) * (1 - drop), 3))
+    return out
+
+
 def judge_figures(outcome, floors: dict, band: float) -> list:
     """(status, size, busbw, floor) for every configured floor; a floor at an unmeasured size is an error."""
     measured = {row["bytes"]: row["busbw_gbs"] for row in outcome.sizes}
@@ -208,7 +231,8 @@ def _figures(outcome) -> str:
 
 @check("allreduce-probe", title="torch.distributed all_reduce across every node completes, bounded and timed",
        scope="cluster", tier="deep", interaction="active", after=("ualink-state", "fabric-domain", "rack-free"),
-       timeout_s=DEADLINE_S, remediation=(NODE_FAULT, FABRIC, INIT_HANG, SLOW, LEFTOVER), params=PARAMS)
+       timeout_s=DEADLINE_S, remediation=(NODE_FAULT, FABRIC, INIT_HANG, SLOW, LEFTOVER), params=PARAMS,
+       record=record_busbw)
 def allreduce_probe(ctx):
     """§20: a bounded all_reduce over every node, then node/pair attribution when it fails."""
     verdicts = [skip(f"not probed: {why}", node=name) for name, why in ctx.blocked.items() if name in ctx.nodes]
@@ -217,7 +241,8 @@ def allreduce_probe(ctx):
         return verdicts + [skip("no node may take part in the all_reduce probe")]
     try:
         plan, once = build_plan(ctx, participants)
-        floors = floors_of(ctx.param("busbw_floor_gbs"))
+        floors = merged_floors(floors_of(ctx.param("busbw_floor_gbs")), ctx.baseline, plan.world,
+                               _number(ctx, "baseline_drop", 0), _number(ctx, "baseline_min_bytes", 0, integer=True))
         band = _number(ctx, "warn_band", 0)
         repeats = _number(ctx, "repeats", 1, integer=True)
         deadline = _number(ctx, "deadline_s", 1)

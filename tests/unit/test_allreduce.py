@@ -28,7 +28,15 @@ from k3doctor.results import Status
 from k3doctor.runner import Context
 
 load_checks()
-from k3doctor.checks.allreduce import ParamError, build_plan, conclude, floors_of, parse_inject  # noqa: E402
+from k3doctor.checks.allreduce import (  # noqa: E402
+    ParamError,
+    build_plan,
+    conclude,
+    floors_of,
+    merged_floors,
+    parse_inject,
+    record_busbw,
+)
 
 STAGES = ("start", "rendezvous", "init", "warmup", "sweep")
 DEADLINES = {"start": 45, "rendezvous": 30, "init": 45, "warmup": 30, "sweep": 90}
@@ -343,3 +351,16 @@ def test_leftover_processes_after_cleanup_fail_the_node():
     verdicts = conclude(d, {}, 0.1)
     assert verdicts[0].status == Status.FAIL and verdicts[0].node == "b" and "4242" in verdicts[0].message
     assert verdicts[0].remediation == "ALLREDUCE-LEFTOVER"
+
+
+def test_baseline_records_a_passing_run_and_raises_the_floors_of_large_sizes():
+    d = diag_with({1 << 20: 10.0, 1 << 30: 95.0})
+    entry = record_busbw(conclude(d, {}, 0.1), None)
+    assert entry == {n: {"world": 2, "nodes": ["a", "b"], "busbw_gbs": {str(1 << 20): 10.0, str(1 << 30): 95.0}}
+                     for n in ("a", "b")}
+    assert record_busbw(conclude(diag_with({1 << 30: 1.0}), {1 << 30: 5.0}, 0.1), None) == {}  # a FAIL records nothing
+    floors = merged_floors({1 << 30: 50.0, 4096: 0.1}, entry, 2, 0.2, 64 << 20)
+    assert floors == {1 << 30: 76.0, 4096: 0.1}  # 95 x 0.8; 1 MiB is below baseline_min_bytes
+    assert merged_floors({}, entry, 16, 0.2, 0) == {}  # a baseline of another world size does not apply
+    [v] = conclude(diag_with({1 << 20: 10.0, 1 << 30: 70.0}), merged_floors({}, entry, 2, 0.2, 64 << 20), 0.1)
+    assert v.status == Status.FAIL and "below the floor (76 GB/s)" in v.message
