@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export DEBIAN_FRONTEND=noninteractive
-need=(openssh-server docker.io busybox-static iproute2 procps util-linux)
+need=(openssh-server docker.io busybox-static iproute2 procps util-linux python3-pip)
 missing=()
 for pkg in "${need[@]}"; do dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg"); done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -12,5 +12,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 python3 -m pip install -q --disable-pip-version-check -e '.[test]'
-# The all_reduce probe's ranks on the simulated rack run on gloo with the CPU build of torch.
+# The all_reduce probe's ranks run on gloo with the CPU build of torch: in the tests' own python, and
+# in the system python that the simulated nodes see (their namespaces hide /root, and pyenv with it).
 python3 -m pip install -q --disable-pip-version-check 'torch==2.13.0'
+/usr/bin/python3 -c 'import torch' 2>/dev/null ||
+  /usr/bin/python3 -m pip install -q --disable-pip-version-check --break-system-packages 'torch==2.13.0'

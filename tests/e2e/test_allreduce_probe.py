@@ -5,12 +5,12 @@ address (127.0.x.11) for real; they run on the host (``where: host``), one rank 
 (16 ranks, four per node, take ~60 s on a 2-core box against ~15 s for four). The nodes'
 python is /usr/bin/python3 (the rig hides /root): torch must be installed for it.
 """
-import json
 import subprocess
-import sys
 import time
 
 import pytest
+
+from tests.e2e.cli import k3json
 
 pytestmark = pytest.mark.e2e
 
@@ -20,12 +20,8 @@ HOST = ["--set", f"{PROBE}.where=host", "--set", f"{PROBE}.ranks_per_node=1"]
 
 def k3(rig, *args, only=PROBE, timeout=300):
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "k3doctor.cli", "check", "--nodes", str(rig.inventory_path),
-                           "--only", only, "--format", "json", *map(str, args)],
-                          capture_output=True, text=True, timeout=timeout)
-    assert proc.stdout, f"no JSON on stdout (rc {proc.returncode}): {proc.stderr}"
-    results = [r for r in json.loads(proc.stdout)["results"] if r["check"] == PROBE]
-    return proc.returncode, results, time.monotonic() - started
+    rc, doc = k3json("check", "--nodes", rig.inventory_path, "--only", only, *args, timeout=timeout)
+    return rc, [r for r in doc["results"] if r["check"] == PROBE], time.monotonic() - started
 
 
 @pytest.fixture(scope="module")

@@ -1,26 +1,14 @@
 """The engine end to end: the real CLI against the simulated rack over real SSH (issue 2)."""
-import json
 import os
 import subprocess
-import sys
 import time
 
 import pytest
 import yaml
 
+from tests.e2e.cli import k3, k3json
+
 pytestmark = pytest.mark.e2e
-
-
-def k3(*args, timeout=180):
-    proc = subprocess.run([sys.executable, "-m", "k3doctor.cli", *map(str, args)],
-                          capture_output=True, text=True, timeout=timeout)
-    return proc.returncode, proc.stdout, proc.stderr
-
-
-def k3json(*args, **kw):
-    rc, out, err = k3(*args, "--format", "json", **kw)
-    assert out, f"no JSON on stdout (rc {rc}): {err}"
-    return rc, json.loads(out)
 
 
 def statuses(doc, check):

@@ -5,7 +5,6 @@ keeps recent events in the engine, so the foreign-container faults run on a rack
 own: a foreign `create` would otherwise (correctly) keep failing rack-free for 30 minutes in
 every later test of the session.
 """
-import json
 import subprocess
 import sys
 
@@ -13,19 +12,13 @@ import pytest
 import yaml
 
 from k3doctor.rig import Rig, missing_requirements
+from tests.e2e.cli import k3json
 
 pytestmark = pytest.mark.e2e
 
 MINE = ("amdgpu-driver", "gpu-inventory", "hbm-uniform", "rack-free", "shm-clean", "rocjitsu-store",
         "patch-integrity")
 NO_EVENTS = tuple(c for c in MINE if c != "rack-free")  # safe on the shared rack (see module doc)
-
-
-def k3json(*args, timeout=180):
-    proc = subprocess.run([sys.executable, "-m", "k3doctor.cli", *map(str, args), "--format", "json"],
-                          capture_output=True, text=True, timeout=timeout)
-    assert proc.stdout, f"no JSON on stdout (rc {proc.returncode}): {proc.stderr}"
-    return proc.returncode, json.loads(proc.stdout)
 
 
 def check(inventory, checks=NO_EVENTS, *extra):

@@ -1,11 +1,10 @@
 """ualink-state, baseline drift and fabric-domain end to end: the real CLI against the simulated rack."""
-import json
-import subprocess
-import sys
 import time
 
 import pytest
 import yaml
+
+from tests.e2e.cli import k3, k3json
 
 pytestmark = pytest.mark.e2e
 
@@ -13,16 +12,8 @@ MINE = "ualink-state,fabric-domain"
 NODES = ("ct13", "ct14", "ct16", "ct17")
 
 
-def k3(*args, timeout=180):
-    proc = subprocess.run([sys.executable, "-m", "k3doctor.cli", *map(str, args)],
-                          capture_output=True, text=True, timeout=timeout)
-    return proc.returncode, proc.stdout, proc.stderr
-
-
 def check(rig, *extra):
-    rc, out, err = k3("check", "--nodes", rig.inventory_path, "--only", MINE, "--format", "json", *extra)
-    assert out, f"no JSON on stdout (rc {rc}): {err}"
-    return rc, json.loads(out)
+    return k3json("check", "--nodes", rig.inventory_path, "--only", MINE, *extra)
 
 
 def findings(doc, check_name):

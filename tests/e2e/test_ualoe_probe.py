@@ -1,6 +1,5 @@
 """ualoe-fabric end to end: the real CLI drives the fake ubench 07 tools over real SSH and TCP (issue 4)."""
 import glob
-import json
 import subprocess
 import sys
 import time
@@ -8,21 +7,21 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
+from tests.e2e import cli
+
 pytestmark = pytest.mark.e2e
 
 PROBE = "ualoe-fabric"
 
 
-def k3(rig, *args, timeout=240):
-    proc = subprocess.run([sys.executable, "-m", "k3doctor.cli", "check", "--nodes", str(rig.inventory_path),
-                           "--only", PROBE, *map(str, args)], capture_output=True, text=True, timeout=timeout)
-    return proc.returncode, proc.stdout, proc.stderr
+def probe(rig, *args, timeout=240):
+    """(exit code, stdout, stderr) of the fabric probe alone on the rig."""
+    return cli.k3("check", "--nodes", rig.inventory_path, "--only", PROBE, *args, timeout=timeout)
 
 
-def k3json(rig, *args, **kw):
-    rc, out, err = k3(rig, *args, "--format", "json", **kw)
-    assert out, f"no JSON on stdout (rc {rc}): {err}"
-    return rc, [r for r in json.loads(out)["results"] if r["check"] == PROBE]
+def k3json(rig, *args, timeout=240):
+    rc, doc = cli.k3json("check", "--nodes", rig.inventory_path, "--only", PROBE, *args, timeout=timeout)
+    return rc, [r for r in doc["results"] if r["check"] == PROBE]
 
 
 def by_node(results):
@@ -158,12 +157,12 @@ def test_stale_listener_is_reported_then_killed_by_pid_with_fix(rig):
 
 def test_probe_appears_in_table_and_junit(rig):
     rig.apply("ualoe-tcp-fallback")
-    rc, out, _ = k3(rig)
+    rc, out, _ = probe(rig)
     assert rc == 1
     row = next(line.split() for line in out.splitlines() if line.startswith(PROBE))
     assert row == [PROBE, "PASS", "PASS", "FAIL", "PASS"]
     assert "FAIL  ualoe-fabric ct16 gpu0: ct14<->ct16:" in out
-    rc, out, _ = k3(rig, "--format", "junit")
+    rc, out, _ = probe(rig, "--format", "junit")
     cases = {c.get("name"): c for c in ET.fromstring(out).iter("testcase") if c.get("classname") == f"k3doctor.{PROBE}"}
     assert set(cases) == {"ct13", "ct14", "ct16", "ct17"}
     assert cases["ct16"].find("failure") is not None and cases["ct13"].find("failure") is None
@@ -196,9 +195,9 @@ def test_ctrl_c_mid_pair_kills_everything_the_probe_started(rig):
 def test_a_recorded_known_good_pair_is_the_reference(rig, tmp_path):
     rig.apply("healthy")
     baseline = tmp_path / "baseline.yaml"
-    rec = subprocess.run([sys.executable, "-m", "k3doctor.cli", "baseline", "record", "--tier", "deep", "--nodes",
-                          str(rig.inventory_path), "-o", str(baseline)], capture_output=True, text=True, timeout=240)
-    assert rec.returncode == 0, rec.stderr
+    rc, _, err = cli.k3("baseline", "record", "--tier", "deep", "--nodes", rig.inventory_path, "-o", baseline,
+                        timeout=240)
+    assert rc == 0, err
     import yaml
 
     recorded = yaml.safe_load(baseline.read_text())["nodes"]
