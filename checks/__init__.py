@@ -1,5 +1,8 @@
 """Built-in checks, installed as ``k3doctor.checks``.
 
 Every module here is imported by the registry at start-up; a module registers its checks
-with :func:`k3doctor.registry.check`.
+with :func:`k3doctor.registry.check`. ``ORDER`` lists the modules in the order of the
+reference's pre-launch checklist (§0.3), which is the order reports show them in.
 """
+
+ORDER = ("rack", "amdgpu", "ualink", "fabric", "shm", "container", "ualoe", "allreduce")

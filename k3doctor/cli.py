@@ -271,11 +271,11 @@ def list_cmd(verbose):
     from tabulate import tabulate
 
     _load_plugins()
-    rows = [(c.name, c.scope, c.tier, c.interaction, ",".join(c.remediations) or "-", c.title)
-            for c in REGISTRY.ordered()]
-    click.echo(tabulate(rows, headers=["check", "scope", "tier", "interaction", "remediation", "what"]))
+    rows = [(c.name, c.scope, c.tier, c.interaction, c.title) for c in REGISTRY.ordered()]
+    click.echo(tabulate(rows, headers=["check", "scope", "tier", "interaction", "what"]))
     if verbose:
         for c in REGISTRY.ordered():
+            click.echo(f"\n{c.name}: remediation codes {', '.join(c.remediations) or '-'}")
             for param, default in c.params.items():
                 click.echo(f"  {c.name}.{param} = {default!r}")
 

@@ -85,7 +85,8 @@ class Registry:
 
     def ordered(self, names=None) -> list:
         """Checks in registration order, with ``after=`` respected (stable topological order)."""
-        wanted = [c for c in self.checks.values() if names is None or c.name in names]
+        wanted = sorted((c for c in self.checks.values() if names is None or c.name in names),
+                        key=lambda c: TIERS.index(c.tier))  # fast tier first, registration order within
         placed, out = set(), []
 
         def place(chk, stack=()):
@@ -149,8 +150,11 @@ def load_checks() -> tuple:
     _loaded = True
     import k3doctor.checks as builtin
 
-    for mod in pkgutil.iter_modules(builtin.__path__, builtin.__name__ + "."):
-        importlib.import_module(mod.name)
+    order = getattr(builtin, "ORDER", ())
+    names = sorted((m.name for m in pkgutil.iter_modules(builtin.__path__)),
+                   key=lambda n: (order.index(n) if n in order else len(order), n))
+    for name in names:
+        importlib.import_module(f"{builtin.__name__}.{name}")
     from importlib.metadata import entry_points
 
     for ep in entry_points(group=ENTRY_POINT_GROUP):

@@ -107,7 +107,7 @@ def _row(header: list, tokens: list, line: str) -> Row:
         raise ParseError(f"{what}: {len(tokens)} columns, header has {len(header)}")
     halves: list = [{}, {}]
     plain = {}
-    for name, token in zip(header, tokens):
+    for name, token in zip(header, tokens, strict=True):
         if name in _MEASURES:
             half = 0 if name not in halves[0] else 1
             halves[half][name] = token

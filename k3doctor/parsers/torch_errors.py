@@ -29,7 +29,8 @@ _PROGRESS = re.compile(
 _NCCL_VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+)")
 # (kind, pattern) for NCCL/RCCL error lines; first match per line wins.
 _NCCL_ERRORS = tuple((kind, re.compile(pattern)) for kind, pattern in (
-    ("connection_reset", r"Call to recv from (?P<peer>\S+) failed\s*:\s*Connection reset by peer|Connection reset by peer"),
+    ("connection_reset",
+     r"Call to recv from (?P<peer>\S+) failed\s*:\s*Connection reset by peer|Connection reset by peer"),
     ("remote_error", r"ncclRemoteError"),
     ("system_error", r"ncclSystemError"),
     ("internal_error", r"ncclInternalError"),

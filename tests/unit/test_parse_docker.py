@@ -34,9 +34,11 @@ def test_event_from_sdk_dict_modern_and_legacy_only():
         "Type": "container", "Action": "create", "scope": "local", "time": 1760000000,
         "Actor": {"ID": "abc", "Attributes": {"name": "k3ep16", "image": "rocm/fw-bringup:x"}},
     })
-    assert (modern.action, modern.name, modern.image, modern.time) == ("create", "k3ep16", "rocm/fw-bringup:x", 1760000000)
+    assert (modern.action, modern.name, modern.image, modern.time) == \
+        ("create", "k3ep16", "rocm/fw-bringup:x", 1760000000)
     legacy = event_from_dict({"status": "create", "id": "abc", "from": "alpine", "time": 1})
-    assert (legacy.type, legacy.action, legacy.id, legacy.image, legacy.name) == ("container", "create", "abc", "alpine", None)
+    assert (legacy.type, legacy.action, legacy.id, legacy.image, legacy.name) == \
+        ("container", "create", "abc", "alpine", None)
 
 
 def test_events_default_text_format_docs():
