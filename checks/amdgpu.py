@@ -9,7 +9,7 @@ from k3doctor.parsers import ParseError
 from k3doctor.parsers.dmesg import parse_line
 from k3doctor.readings import Command, Exists, File, Glob, ReadingUnavailable
 from k3doctor.registry import check, remediation
-from k3doctor.results import error, fail, passed, warn
+from k3doctor.results import error, fail, passed, skip, warn
 
 PARAMS = "/sys/module/amdgpu/parameters"
 REQUIRED = {"gpu_recovery": "0", "halt_if_hws_hang": "1"}
@@ -252,9 +252,11 @@ def _uniform(sizes: dict, declared) -> list:
     """The majority size (the declared one breaks a tie) and one FAIL per GPU that differs."""
     counts = Counter(g for s in sizes.values() for g in s.values() if g is not None)
     evidence = {node: {f"card{c}": g for c, g in s.items()} for node, s in sizes.items()}
-    if len(counts) <= 1:
-        size = next(iter(counts), None)
-        return [passed(f"all {sum(counts.values())} GPUs report {size} GiB HBM", evidence=evidence)]
+    if not counts:
+        return [skip("no GPU reported an HBM size: nothing to compare (gpu-inventory says why)",
+                     evidence=evidence)]
+    if len(counts) == 1:
+        return [passed(f"all {sum(counts.values())} GPUs report {next(iter(counts))} GiB HBM", evidence=evidence)]
     top = max(counts.values())
     leaders = [g for g, n in counts.items() if n == top]
     if len(leaders) > 1 and declared not in leaders:

@@ -154,6 +154,11 @@ def test_uniform_rack_passes():
     assert v.status == Status.PASS and v.message == "all 16 GPUs report 432 GiB HBM"
 
 
+def test_no_gpu_anywhere_is_nothing_to_compare_not_a_pass():
+    [v] = judge_cluster({n: cards({}) for n in ("ct13", "ct14")})
+    assert v.status == Status.SKIP and "nothing to compare" in v.message
+
+
 def test_mixed_boards_fail_naming_the_odd_node_and_gpus():
     per_node = {n: cards(HEALTHY) for n in ("ct13", "ct14", "ct17")}
     per_node["ct16"] = cards({c: 288 * GIB for c in range(4)})
