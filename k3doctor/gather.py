@@ -28,15 +28,17 @@ from .transport import TransportError
 MISSING, DIRECTORY = "M", "D"
 
 _PRELUDE = r"""
+LC_ALL=C; export LC_ALL
 t=$(mktemp -d) || exit 97
 trap 'rm -rf "$t"' EXIT
 emit() {
-  head -c {cap} "$t/o" > "$t/oc"; head -c {cap} "$t/e" > "$t/ec"
-  printf '@@{nonce} %s %s %s %s %s %s\n' "$1" "$2" "$(wc -c < "$t/o")" "$(wc -c < "$t/oc")" \
-    "$(wc -c < "$t/ec")" "$(printf %s "$3" | wc -c)"
-  printf %s "$3"; cat "$t/oc" "$t/ec"
+  n=$(wc -c < "$t/o"); o=$t/o; m=$n
+  if [ "$n" -gt {cap} ]; then head -c {cap} "$t/o" > "$t/oc"; o=$t/oc; m={cap}; fi
+  if [ -s "$t/e" ]; then head -c {cap} "$t/e" > "$t/ec"; el=$(wc -c < "$t/ec"); else : > "$t/ec"; el=0; fi
+  printf '@@{nonce} %s %s %s %s %s %s\n%s' "$1" "$2" $n $m $el ${#3} "$3"
+  cat "$o" "$t/ec"
 }
-none() { : > "$t/o"; : > "$t/e"; emit "$1" "$2" "$3"; }
+none() { printf '@@{nonce} %s %s 0 0 0 %s\n%s' "$1" "$2" ${#3} "$3"; }
 readf() {
   if [ -d "$2" ]; then none "$1" D "$2"
   elif [ -e "$2" ]; then timeout -k 1 {read_timeout} cat -- "$2" > "$t/o" 2> "$t/e"; emit "$1" $? "$2"
