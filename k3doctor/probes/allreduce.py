@@ -130,6 +130,7 @@ class Outcome:
     cleanup: dict = field(default_factory=dict)  # node -> cleanup report
     residue: dict = field(default_factory=dict)  # node -> pids cleanup could not kill, or its error
     node_by_rank: dict = field(default_factory=dict)
+    launchers: dict = field(default_factory=dict)  # node -> how its python was started (container or host)
 
     def describe(self) -> str:
         """One sentence: what stopped the run, naming the stage and the participants."""
@@ -156,7 +157,7 @@ class Outcome:
 
     def evidence(self) -> dict:
         ev = {"run": self.label, "run_id": self.run_id, "nodes": self.nodes, "world": self.world,
-              "backend": self.backend, "wall_s": self.wall_s, "stage_s": self.stage_s}
+              "backend": self.backend, "wall_s": self.wall_s, "stage_s": self.stage_s, "launchers": self.launchers}
         if self.sizes:
             ev["sizes"] = self.sizes
         if not self.ok:
@@ -264,6 +265,7 @@ def analyse(plan: Plan, run_id: str, runs: dict, wall_s: float) -> Outcome:
     ranks_of = plan.ranks_of()
     node_by_rank = {r: n for n, ranks in ranks_of.items() for r in ranks}
     out = Outcome(label=plan.label, run_id=run_id, nodes=plan.nodes, world=plan.world, ok=False,
+                  launchers={m.node: " ".join(m.launcher) for m in plan.members},
                   wall_s=wall_s, node_by_rank=node_by_rank)
     ended = {r: {} for r in node_by_rank}
     done, reported_missing = set(), None

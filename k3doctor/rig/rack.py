@@ -48,10 +48,14 @@ UNREACHABLE_SUFFIX = 15  # <net>.15 is in known_hosts with nothing listening: fo
 IMAGE = "rocm/fw-bringup:gfx1250-atom-20260918-ep8"
 CONTAINER = "k3ep16"
 # Our container, as close to the validated `docker run` (reference §13) as a host without GPUs allows:
-# no --device /dev/kfd,/dev/dri (the host has none) and no /mnt/k3:/models bind.
+# no --device /dev/kfd,/dev/dri (the host has none) and no /mnt/k3:/models bind. The real image ships
+# its own python + torch; here the host's /usr (read-only) stands in for them, so the all_reduce probe's
+# default path (`docker exec -i k3ep16 python3 -`) runs for real.
 CONTAINER_RUN: dict[str, Any] = dict(
     entrypoint=["sleep"],
     command=["infinity"],
+    volumes={"/usr": {"bind": "/usr", "mode": "ro"}, "/etc/ld.so.cache": {"bind": "/etc/ld.so.cache", "mode": "ro"}},
+    tmpfs={"/tmp": ""},
     network_mode="host",
     ipc_mode="host",
     pid_mode="host",
@@ -395,14 +399,16 @@ class Rig:
     # ----------------------------------------------------------------------------------------------- docker
 
     def _write_image_tar(self) -> Path:
-        """A one-binary root filesystem (static busybox as sh and sleep) for ``docker import``."""
+        """A one-binary root filesystem (static busybox as sh, sleep, ...) for ``docker import``."""
         path = self.workdir / "image.tar"
         with tarfile.open(path, "w") as tar:
             tar.add(shutil.which("busybox", path=SBIN_PATH), arcname="bin/busybox")
             # sleep for the entrypoint; the rest for what checks run in the container with `docker exec` (§2, §14).
-            for applet in ("sh", "sleep", "stat", "ls", "wc", "grep", "env", "rm"):
-                link = tarfile.TarInfo(f"bin/{applet}")
-                link.type, link.linkname = tarfile.SYMTYPE, "busybox"
+            links = {f"bin/{applet}": "busybox" for applet in ("sh", "sleep", "stat", "ls", "wc", "grep", "env", "rm")}
+            links.update({"lib": "usr/lib", "lib64": "usr/lib64"})  # merged-/usr layout for the bound host /usr
+            for name, target in links.items():
+                link = tarfile.TarInfo(name)
+                link.type, link.linkname = tarfile.SYMTYPE, target
                 tar.addfile(link)
         return path
 

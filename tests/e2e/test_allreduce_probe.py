@@ -1,14 +1,17 @@
 """allreduce-probe end to end: the real CLI launches gloo ranks on the simulated rack over SSH (issue 4).
 
 The rig's nodes share this machine's network, so ranks rendezvous at node 0's data-plane
-address (127.0.x.11) for real; they run on the host (``where: host``), one rank per node
+address (127.0.x.11) for real; they run inside each node's container (the default) or on the
+host (``where: host``), one rank per node
 (16 ranks, four per node, take ~60 s on a 2-core box against ~15 s for four). The nodes'
 python is /usr/bin/python3 (the rig hides /root): torch must be installed for it.
 """
 import subprocess
 import time
 
+import psutil
 import pytest
+import yaml
 
 from tests.e2e.cli import k3json
 
@@ -104,14 +107,49 @@ def test_intermittent_init_hang_is_told_apart_by_nodes_pairs_and_retry(rig, torc
     nothing_left(rig, run_ids(r))
 
 
-def test_container_without_python_is_an_error_naming_each_node(rig):
-    rig.apply("healthy")  # the rig's container is busybox: `docker exec -i k3ep16 python3` cannot start
+def anywhere(run_id):
+    """Every process on this machine carrying the run's token: ranks inside a container are in no node's
+    mount namespace, so rig.pids_matching (which only counts the rig's own processes) cannot see them."""
+    token = f"k3probe:{run_id}"
+    procs = [p for p in psutil.process_iter(["cmdline"]) if token in " ".join(p.info["cmdline"] or ())]
+    return psutil.wait_procs(procs, timeout=5)[1]
+
+
+def test_default_path_runs_the_ranks_inside_the_container(rig, torch_on_nodes):
+    rig.apply("healthy")  # the rig's k3ep16 sees the host's /usr read-only: python3 + torch, as the image has
     rc, results, _ = k3(rig, "--set", f"{PROBE}.ranks_per_node=1")
+    assert rc == 0, results
+    [r] = results
+    assert r["status"] == "PASS" and r["evidence"]["world"] == 4
+    assert r["evidence"]["launchers"] == {n: "docker exec -i k3ep16 python3" for n in names(rig)}
+    assert all(anywhere(i) == [] for i in run_ids(r))
+
+
+def test_a_rank_hung_inside_the_container_is_killed_there_too(rig, torch_on_nodes):
+    rig.apply("healthy")  # killing a `docker exec` client does not kill what it started in the container
+    hung = names(rig)[1]
+    rc, results, took = k3(rig, "--set", f"{PROBE}.ranks_per_node=1", "--set", f"{PROBE}.inject_hang={hung}@init",
+                           "--set", f"{PROBE}.init_s=8", "--set", f"{PROBE}.hierarchy=false",
+                           "--set", f"{PROBE}.deadline_s=90")
+    assert rc == 1 and took < 90, results
+    cluster = next(r for r in results if r["node"] is None)
+    assert cluster["evidence"]["failed_stage"] == "init" and cluster["evidence"]["missing_nodes"] == [hung]
+    assert all(anywhere(i) == [] for i in run_ids(cluster))
+
+
+def test_container_without_python_is_an_error_naming_each_node(rig, tmp_path):
+    rig.apply("healthy")
+    inv = yaml.safe_load(rig.inventory_path.read_text())
+    inv["cluster"].setdefault("tools", {})["container_python"] = "/opt/no-such/python3"
+    path = tmp_path / "inventory.yaml"
+    path.write_text(yaml.safe_dump(inv))
+    rc, doc = k3json("check", "--nodes", path, "--only", PROBE, "--set", f"{PROBE}.ranks_per_node=1")
+    results = doc["results"]
     assert rc == 2, results
     assert sorted(r["node"] for r in results) == sorted(names(rig))
     for r in results:
         assert r["status"] == "ERROR" and r["message"].startswith(f"all_reduce probe could not start on {r['node']}")
-        assert "python3" in r["message"]
+        assert "/opt/no-such/python3" in r["message"]
 
 
 def test_node_failing_a_prerequisite_is_skipped_and_the_rest_probed(rig, torch_on_nodes):
