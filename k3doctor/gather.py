@@ -7,6 +7,7 @@ deadline reached) becomes :class:`Unavailable` and its checks report ERROR.
 """
 from __future__ import annotations
 
+import re
 import secrets
 import time
 from collections.abc import Iterable
@@ -159,10 +160,11 @@ def gather_docker(transport, spec: Docker) -> object:
     """Containers (all, never filtered by name) and the engine's recent events, via the SDK."""
     import docker.errors
 
+    client = None
     try:
         client = transport.docker()
         api = client.api
-        now = _engine_now(api)
+        now = _engine_now(api.info().get("SystemTime", ""))
         containers = api.containers(all=True)
         events = list(api.events(since=now - spec.events_since_s, until=now, decode=True))
         inspect = None
@@ -171,26 +173,26 @@ def gather_docker(transport, spec: Docker) -> object:
                 inspect = api.inspect_container(spec.container)
             except docker.errors.NotFound:
                 inspect = None
-        client.close()
         return DockerReading(containers=containers, events=events, inspect=inspect, now=now)
     except TransportError as exc:
         return Unavailable(str(exc))
     except Exception as exc:  # docker SDK raises many types; all mean "could not read the engine"
         return Unavailable(f"Docker engine on {transport.node} not readable: {_short(exc)}")
+    finally:
+        if client is not None:
+            client.close()
 
 
-def _engine_now(api) -> float:
-    """The engine's clock, so the events window is right even when clocks are skewed."""
+def _engine_now(stamp: str) -> float:
+    """The engine's clock (RFC 3339, nanoseconds), so the events window is right even when clocks are skewed."""
     from datetime import datetime
 
-    stamp = api.info().get("SystemTime", "")
-    try:
-        head, _, frac = stamp.partition(".")
-        digits = "".join(c for c in frac if c.isdigit())[:6]
-        tz = frac[len("".join(c for c in frac if c.isdigit())):] or "Z"
-        return datetime.fromisoformat(f"{head}.{digits or '0'}{tz.replace('Z', '+00:00')}").timestamp()
-    except ValueError:
+    match = re.match(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?(Z|[+-]\d\d:\d\d)$", stamp)
+    if not match:
         return time.time()
+    head, frac, zone = match.groups()
+    micro = (frac or ".0")[:7]
+    return datetime.fromisoformat(f"{head}{micro}{'+00:00' if zone == 'Z' else zone}").timestamp()
 
 
 def _short(exc: Exception) -> str:

@@ -2,6 +2,7 @@
 import os
 
 import psutil
+import pytest
 
 from k3doctor.gather import build_script, gather, parse_frames
 from k3doctor.readings import Command, Exists, File, FileReading, Glob, ReadingUnavailable, Unavailable
@@ -108,3 +109,11 @@ def test_a_file_read_that_blocks_is_killed_at_the_command_timeout(tmp_path):
     assert got[File("/etc/hostname")].text()
     readers = [p for p in psutil.process_iter(["cmdline"]) if str(fifo) in (p.info["cmdline"] or [])]
     assert psutil.wait_procs(readers, timeout=5)[1] == []
+
+
+def test_engine_clock_parses_docker_nanosecond_stamps():
+    from k3doctor.gather import _engine_now
+
+    assert _engine_now("2026-11-29T19:00:27.123456789Z") == pytest.approx(1795978827.123456)
+    assert _engine_now("2026-11-29T20:00:27.5+01:00") == pytest.approx(1795978827.5)
+    assert _engine_now("2026-11-29T19:00:27Z") == 1795978827.0
