@@ -31,7 +31,12 @@ MISSING, DIRECTORY = "M", "D"
 _PRELUDE = r"""
 LC_ALL=C; export LC_ALL
 t=$(mktemp -d) || exit 97
+w=
 trap 'rm -rf "$t"' EXIT
+# At the node deadline the outer timeout signals this shell; each reading's own `timeout` sits in a
+# process group of its own, so pass the signal on and clean up before going.
+trap '[ -n "$w" ] && kill -TERM "$w" 2>/dev/null; rm -rf "$t"; exit 143' TERM HUP INT
+bg() { "$@" > "$t/o" 2> "$t/e" < /dev/null & w=$!; wait "$w"; r=$?; w=; return $r; }
 emit() {
   n=$(wc -c < "$t/o"); o=$t/o; m=$n
   if [ "$n" -gt {cap} ]; then head -c {cap} "$t/o" > "$t/oc"; o=$t/oc; m={cap}; fi
@@ -42,7 +47,7 @@ emit() {
 none() { printf '@@{nonce} %s %s 0 0 0 %s\n%s' "$1" "$2" ${#3} "$3"; }
 readf() {
   if [ -d "$2" ]; then none "$1" D "$2"
-  elif [ -e "$2" ]; then timeout -k 1 {read_timeout} cat -- "$2" > "$t/o" 2> "$t/e"; emit "$1" $? "$2"
+  elif [ -e "$2" ]; then bg timeout -k 1 {read_timeout} cat -- "$2"; emit "$1" $? "$2"
   else none "$1" M "$2"; fi
 }
 """
@@ -59,8 +64,7 @@ def _script_for(index: int, spec, command_timeout_s: float) -> str:
                 f"[ -e \"$f\" ] || [ -L \"$f\" ] && readf {index} \"$f\"; done; IFS=' '; none {index} END ''")
     if isinstance(spec, Command):
         timeout = spec.timeout_s or command_timeout_s
-        return (f"{with_timeout(join(spec.argv), timeout)} > \"$t/o\" 2> \"$t/e\" < /dev/null; "
-                f"emit {index} $? ''")
+        return f"bg {with_timeout(join(spec.argv), timeout)}; emit {index} $? ''"
     raise TypeError(f"cannot gather {spec!r} in a shell script")
 
 
