@@ -1,4 +1,5 @@
 """The one-round-trip gatherer, run for real through the local transport (a real sh)."""
+import glob
 import os
 
 import psutil
@@ -62,13 +63,17 @@ def test_command_timeout_kills_the_command_and_its_children():
     assert alive == []
 
 
-def test_node_deadline_turns_unread_specs_into_unavailable():
-    slow = Command(("sleep", "30"), timeout_s=30)
+def test_node_deadline_turns_unread_specs_into_unavailable_and_kills_what_ran():
+    slow = Command(("sleep", "37"), timeout_s=30)
     late = File("/etc/hostname")
+    before = set(glob.glob("/tmp/tmp.*"))
     got, _ = run([slow, late], deadline_s=1)
     for spec in (slow, late):
         assert isinstance(got[spec], Unavailable)
         assert "node deadline of 1s" in got[spec].reason
+    sleepers = [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", "37"]]
+    assert psutil.wait_procs(sleepers, timeout=5)[1] == []  # the in-flight reading died with the script
+    assert set(glob.glob("/tmp/tmp.*")) - before == set()  # and its scratch directory is gone
 
 
 def test_failed_commands_explain_themselves():
