@@ -104,8 +104,8 @@ def overall(results) -> LaunchVerdict:
     statuses = {r.status for r in results}
     if Status.FAIL in statuses:
         return LaunchVerdict.DO_NOT_LAUNCH
-    if Status.ERROR in statuses or not results:
-        return LaunchVerdict.INCONCLUSIVE
+    if Status.ERROR in statuses or not statuses & {Status.PASS, Status.WARN}:
+        return LaunchVerdict.INCONCLUSIVE  # an error, or nothing was actually verified (all skipped)
     return LaunchVerdict.READY
 
 

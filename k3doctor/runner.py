@@ -132,11 +132,12 @@ def run_checks(inv: Inventory, checks: list, opts: RunOptions = None) -> RunRepo
                 transport = transports[node.name] = make_transport(node, inv, opts)
                 transport.connect()
                 got = gather(transport, wanted, command_timeout_s=command_timeout, deadline_s=deadline)
-        except TransportError as exc:
-            unreachable[node.name] = str(exc)
+        except Exception as exc:  # TransportError, or anything else: this node only, never the run
+            why = str(exc) if isinstance(exc, TransportError) else f"{type(exc).__name__}: {exc}"
+            unreachable[node.name] = why
             results_by_node[node.name] = [
-                Result(c.name, node.name, Status.ERROR, f"node not checked: {exc}") for c in checks]
-            say(f"{node.name}: unreachable ({exc})")
+                Result(c.name, node.name, Status.ERROR, f"node not checked: {why}") for c in checks]
+            say(f"{node.name}: unreachable ({why})")
             return
         readings[node.name] = got
         out = []
@@ -156,43 +157,49 @@ def run_checks(inv: Inventory, checks: list, opts: RunOptions = None) -> RunRepo
         results_by_node[node.name] = out
         say(f"{node.name}: {len(got)} readings" + (f" in {transport.round_trips} round trip(s)" if transport else ""))
 
-    workers = max(1, min(opts.parallel, len(inv.nodes)))
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="k3doctor-node") as pool:
-        list(pool.map(visit, inv.nodes))
+    try:
+        workers = max(1, min(opts.parallel, len(inv.nodes)))
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="k3doctor-node") as pool:
+            list(pool.map(visit, inv.nodes))
 
-    results = [r for node in inv.nodes for r in results_by_node.get(node.name, [])]
-    if opts.baseline is not None:
-        results += [Result("baseline", n, Status.WARN, "node is not in the baseline file: drift not checked "
-                           "(record it with `k3doctor baseline record` while it is healthy)")
-                    for n in readings if n not in baseline]
-    nodes = {n.name: n for n in inv.nodes}
-    reachable = [n for n in inv.nodes if n.name in readings]
-    for chk in cluster:
-        per_node = {n.name: Readings({name: readings[n.name][spec]
-                                      for name, spec in chk.readings_for(n.settings).items()})
-                    for n in reachable}
-        ctx = Context(chk, inv.cluster, nodes={n.name: n for n in reachable},
-                      baseline={n: entry.get(chk.name) for n, entry in baseline.items()})
-        results += _to_results(chk, None, judge_safely(chk.judge, per_node, ctx)) if reachable else []
-    for chk in active:
-        if opts.replay:
-            results.append(Result(chk.name, None, Status.SKIP, "active probe: cannot be replayed from saved readings"))
-            continue
-        blocked = dict(unreachable)
-        for r in results:
-            if r.check in chk.after and r.node and r.status in (Status.FAIL, Status.ERROR):
-                blocked.setdefault(r.node, f"{r.check} is {r.status.value}")
-        ctx = Context(chk, inv.cluster, nodes=nodes, transports=transports,
-                      baseline={n: entry.get(chk.name) for n, entry in baseline.items()},
-                      blocked=blocked, fix=opts.fix, deadline_s=chk.timeout_s or deadline)
-        say(f"probe {chk.name}: starting")
-        verdicts = judge_safely(chk.probe, ctx)
-        results += _to_results(chk, None, verdicts)
-        if opts.record and chk.record:  # an active check's record maps node -> entry
-            for node, entry in (_record_safely(chk, verdicts, ctx) or {}).items():
-                records.setdefault(node, {})[chk.name] = entry
-    for transport in transports.values():
-        transport.close()
+        results = [r for node in inv.nodes for r in results_by_node.get(node.name, [])]
+        if opts.baseline is not None:
+            results += [Result("baseline", n, Status.WARN, "node is not in the baseline file: drift not checked "
+                               "(record it with `k3doctor baseline record` while it is healthy)")
+                        for n in readings if n not in baseline]
+        nodes = {n.name: n for n in inv.nodes}
+        reachable = [n for n in inv.nodes if n.name in readings]
+        for chk in cluster:
+            per_node = {n.name: Readings({name: readings[n.name][spec]
+                                          for name, spec in chk.readings_for(n.settings).items()})
+                        for n in reachable}
+            ctx = Context(chk, inv.cluster, nodes={n.name: n for n in reachable},
+                          baseline={n: entry.get(chk.name) for n, entry in baseline.items()})
+            results += _to_results(chk, None, judge_safely(chk.judge, per_node, ctx)) if reachable else []
+        for chk in active:
+            if opts.replay:
+                results.append(Result(chk.name, None, Status.SKIP, "active probe: not replayable from saved readings"))
+                continue
+            blocked = dict(unreachable)
+            ran = {c.name for c in checks}
+            for missing in (dep for dep in chk.after if dep not in ran):
+                for n in nodes:
+                    blocked.setdefault(n, f"prerequisite {missing} was not run")
+            for r in results:
+                if r.check in chk.after and r.node and r.status in (Status.FAIL, Status.ERROR):
+                    blocked.setdefault(r.node, f"{r.check} is {r.status.value}")
+            ctx = Context(chk, inv.cluster, nodes=nodes, transports=transports,
+                          baseline={n: entry.get(chk.name) for n, entry in baseline.items()},
+                          blocked=blocked, fix=opts.fix, deadline_s=chk.timeout_s or deadline)
+            say(f"probe {chk.name}: starting")
+            verdicts = judge_safely(chk.probe, ctx)
+            results += _to_results(chk, None, verdicts)
+            if opts.record and chk.record:  # an active check's record maps node -> entry
+                for node, entry in (_record_safely(chk, verdicts, ctx) or {}).items():
+                    records.setdefault(node, {})[chk.name] = entry
+    finally:  # also on Ctrl-C: no half-open SSH sessions left behind
+        for transport in transports.values():
+            transport.close()
     return RunReport(results=results, nodes=[n.name for n in inv.nodes],
                      duration_s=round(time.monotonic() - started, 3),
                      round_trips={name: t.round_trips for name, t in transports.items()},
@@ -236,4 +243,8 @@ def select_checks(registry, *, only=(), skip=(), tier="fast") -> list:
         raise KeyError(", ".join(unknown))
     names = set(only) if only else {c.name for c in registry.checks.values()
                                     if tier == "deep" or c.tier == "fast"}
+    # An active probe runs only where its prerequisites passed, so they run with it unless skipped by
+    # name (then the runner blocks the probe and says why).
+    names |= {dep for n in list(names) if registry.checks[n].interaction != "passive"
+              for dep in registry.checks[n].after if dep in registry.checks}
     return registry.ordered(names - set(skip))

@@ -23,6 +23,7 @@ from .readings import CommandReading
 from .shell import with_timeout
 
 log = logging.getLogger("k3doctor")
+GLOBAL_KNOWN_HOSTS = "/etc/ssh/ssh_known_hosts"  # pinned system-wide: a mismatch there is a changed key
 KILL_GRACE_S = 2.0  # node-side SIGKILL follows SIGTERM after this
 CLIENT_GRACE_S = 5.0  # client gives the node this long to report its own kill
 
@@ -57,13 +58,17 @@ def resolve_ssh_target(node: str, host: str, *, port=None, user=None, identity_f
     """Inventory values win; ~/.ssh/config fills what the inventory leaves open."""
     cfg = {}
     path = os.path.expanduser(ssh_config_path) if ssh_config_path else None
-    if path and os.path.exists(path):
-        cfg = paramiko.SSHConfig.from_path(path).lookup(host)
+    try:
+        if path and os.path.exists(path):
+            cfg = paramiko.SSHConfig.from_path(path).lookup(host)
+        port = int(port or cfg.get("port") or 22)
+    except (OSError, ValueError, paramiko.ssh_exception.ConfigParseError) as exc:
+        raise TransportError(f"cannot use ssh config {path} for {host}: {exc}") from None
     identities = cfg.get("identityfile") or []
     return SSHTarget(
         node=node,
         host=cfg.get("hostname", host),
-        port=int(port or cfg.get("port") or 22),
+        port=port,
         user=user or cfg.get("user") or "root",
         identity_file=os.path.expanduser(identity_file) if identity_file else (
             os.path.expanduser(identities[0]) if identities else None),
@@ -165,7 +170,10 @@ class LocalTransport(Transport):
             out, err = proc.communicate(stdin, timeout=deadline_s)
             timed_out = False
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, 9)
+            try:
+                os.killpg(proc.pid, 9)
+            except ProcessLookupError:
+                pass
             out, err = proc.communicate()
             timed_out = True
         cap = self.max_output_bytes
@@ -216,10 +224,12 @@ class SSHTransport(Transport):
     @staticmethod
     def _login(t: SSHTarget, sock) -> paramiko.SSHClient:
         client = paramiko.SSHClient()
-        if t.known_hosts is None:
-            client.load_system_host_keys()
-        elif os.path.exists(t.known_hosts):
-            client.load_system_host_keys(t.known_hosts)  # "system" keys are never written back
+        files = [t.known_hosts] if t.known_hosts else [os.path.expanduser("~/.ssh/known_hosts"), GLOBAL_KNOWN_HOSTS]
+        for path in (f for f in files if os.path.exists(f)):
+            try:
+                client.load_system_host_keys(path)  # "system" keys are never written back
+            except (OSError, paramiko.hostkeys.InvalidHostKey) as exc:
+                raise TransportError(f"cannot use known_hosts file {path}: {exc}") from None
         client.set_missing_host_key_policy(
             _AcceptForThisRun() if t.accept_unknown_hosts else paramiko.RejectPolicy())
         where = f"{t.user}@{t.host}:{t.port}"

@@ -156,3 +156,26 @@ def test_a_node_missing_from_the_baseline_is_flagged_not_silently_skipped():
     assert seen == {"n0": {"x": 1}, "n1": None}
     flagged = [(r.check, r.node, r.status) for r in report.results if r.check == "baseline"]
     assert flagged == [("baseline", "n1", Status.WARN)]
+
+
+def test_nothing_verified_is_inconclusive_not_ready():
+    from k3doctor.results import Result
+
+    assert overall([Result("a", "n", Status.SKIP, "skipped")]) == LaunchVerdict.INCONCLUSIVE
+    assert overall([Result("a", "n", Status.SKIP, "s"), Result("b", "n", Status.WARN, "w")]) == LaunchVerdict.READY
+
+
+def test_active_probes_bring_their_prerequisites_and_are_blocked_without_them():
+    reg = Registry()
+    check("gate", title="g", registry=reg)(lambda r, c: passed("ok"))
+    check("other", title="o", registry=reg)(lambda r, c: passed("ok"))
+
+    @check("probe", title="p", scope="cluster", tier="deep", interaction="active", after=("gate",),
+           registry=reg)
+    def probe(ctx):
+        return [error(f"blocked: {why}", node=n) for n, why in ctx.blocked.items()] or passed("probed")
+
+    assert [c.name for c in select_checks(reg, only=("probe",))] == ["gate", "probe"]
+    assert [c.name for c in select_checks(reg, tier="deep", skip=("gate",))] == ["other", "probe"]
+    report = run_checks(inventory(1), [reg.checks["probe"]], RunOptions())  # called without its gate
+    assert [(r.node, r.message) for r in report.results] == [("n0", "blocked: prerequisite gate was not run")]
