@@ -11,10 +11,10 @@ import sys
 import click
 
 from . import __version__
-from .inventory import InventoryError, load_inventory, localhost_inventory
+from .inventory import InventoryError, like, load_inventory, localhost_inventory
 from .registry import REGISTRY, load_checks
 from .report import render_json, render_junit, render_table
-from .results import overall
+from .results import Status, overall
 from .runner import RunOptions, run_checks, select_checks
 
 EXIT_USAGE = 3
@@ -74,7 +74,7 @@ def cli():
               help="Node pairs for the fabric probe: quick, all, or a,b;c,d (= --set ualoe-fabric.pairs=PLAN).")
 @click.option("--save-readings", type=click.Path(dir_okay=False, writable=True), default=None,
               help="Also save every raw reading to this JSON file (re-judge it later with `k3doctor judge`).")
-@click.option("-o", "--output", type=click.File("w"), default="-", help="Write the report here.")
+@click.option("-o", "--output", type=click.File("w", lazy=False), default="-", help="Write the report here.")
 @click.option("-v", "--verbose", is_flag=True, help="Show evidence and passing results.")
 def check_cmd(inventory, only, skip, tier, fmt, parallel, timeout, connect_timeout, node_deadline,
               accept_unknown_hosts, fix, baseline_path, overrides, pairs, save_readings, output, verbose):
@@ -91,20 +91,21 @@ def check_cmd(inventory, only, skip, tier, fmt, parallel, timeout, connect_timeo
     opts = RunOptions(parallel=parallel, command_timeout_s=timeout, connect_timeout_s=connect_timeout,
                       node_deadline_s=node_deadline, accept_unknown_hosts=accept_unknown_hosts, fix=fix,
                       baseline=baseline, progress=_progress())
+    saved = _open_for_writing(save_readings) if save_readings else None  # fail before, not after, the run
     report = run_checks(inv, checks, opts)
-    if save_readings:
+    if saved:
         from . import snapshot
 
-        with open(save_readings, "w", encoding="utf-8") as fh:
-            fh.write(snapshot.dump(report, _inventory_text(inventory)))
+        with saved:
+            saved.write(snapshot.dump(report, inv.text, overrides))
     _emit(report, checks, fmt, output, verbose)
 
 
-def _inventory_text(path) -> str:
-    if not path:
-        return ""
-    with open(path, encoding="utf-8") as fh:
-        return fh.read()
+def _open_for_writing(path: str):
+    try:
+        return open(path, "w", encoding="utf-8")
+    except OSError as exc:
+        raise click.UsageError(f"cannot write {path}: {exc.strerror}") from None
 
 
 def _emit(report, checks, fmt, output, verbose):
@@ -127,7 +128,7 @@ def _emit(report, checks, fmt, output, verbose):
               help="Baseline file for drift checks.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "junit"]), default="table",
               show_default=True)
-@click.option("-o", "--output", type=click.File("w"), default="-", help="Write the report here.")
+@click.option("-o", "--output", type=click.File("w", lazy=False), default="-", help="Write the report here.")
 @click.option("-v", "--verbose", is_flag=True, help="Show evidence and passing results.")
 def judge_cmd(readings_file, only, skip, overrides, baseline_path, fmt, output, verbose):
     """Judge readings saved by `check --save-readings` again, offline (no node is contacted)."""
@@ -137,15 +138,15 @@ def judge_cmd(readings_file, only, skip, overrides, baseline_path, fmt, output, 
     _load_plugins()
     try:
         with open(readings_file, encoding="utf-8") as fh:
-            inv_text, saved, unreachable = snapshot.load(fh.read())
+            inv_text, saved_overrides, saved, unreachable = snapshot.load(fh.read())
         inv = parse_inventory(inv_text, f"{readings_file} (saved inventory)", REGISTRY) if inv_text \
             else localhost_inventory()
-    except (snapshot.SnapshotError, InventoryError) as exc:
-        click.echo(f"k3doctor: {exc}", err=True)
+    except (snapshot.SnapshotError, InventoryError, OSError, UnicodeDecodeError) as exc:
+        click.echo(f"k3doctor: cannot judge {readings_file}: {exc}", err=True)
         sys.exit(EXIT_USAGE)
     if not inv_text:  # saved from a localhost run: the node name is whatever was saved
         inv.nodes[0].name = next(iter(saved), inv.nodes[0].name)
-    apply_overrides(inv, overrides)
+    apply_overrides(inv, tuple(saved_overrides) + tuple(overrides))
     try:
         checks = select_checks(REGISTRY, only=_names(only), skip=_names(skip))
     except KeyError as exc:
@@ -177,10 +178,13 @@ def apply_overrides(inv, overrides) -> None:
             raise click.UsageError(f"--set {item!r}: expected CHECK.PARAM=VALUE with a parameter from "
                                    "`k3doctor list -v`")
         default = chk.params[param]
-        value = raw if isinstance(default, str) or default is None else yaml.safe_load(raw)
-        if isinstance(default, (int, float)) and not isinstance(default, bool) and \
-                not isinstance(value, (int, float)):
-            raise click.UsageError(f"--set {item!r}: {param} takes a number")
+        try:
+            value = raw if isinstance(default, str) else yaml.safe_load(raw)
+        except yaml.YAMLError:
+            raise click.UsageError(f"--set {item!r}: {raw!r} is not a valid value") from None
+        ok, expected = like(default)(value)
+        if not ok:
+            raise click.UsageError(f"--set {item!r}: {param} takes {expected}")
         for settings in [inv.cluster] + [n.settings for n in inv.nodes]:
             settings.checks.setdefault(name, {})[param] = value
 
@@ -193,8 +197,9 @@ def _read_baseline(path: str) -> dict:
             data = yaml.safe_load(fh)
     except (OSError, yaml.YAMLError) as exc:
         raise click.UsageError(f"cannot read baseline {path}: {exc}") from None
-    if not isinstance(data, dict) or not isinstance(data.get("nodes"), dict):
-        raise click.UsageError(f"{path} is not a k3doctor baseline (no `nodes:` mapping)")
+    if not isinstance(data, dict) or not isinstance(data.get("nodes"), dict) or \
+            not all(isinstance(entry, dict) for entry in data["nodes"].values()):
+        raise click.UsageError(f"{path} is not a k3doctor baseline (`nodes:` must map node -> check -> data)")
     return data["nodes"]
 
 
@@ -226,8 +231,17 @@ def baseline_record_cmd(inventory, output, accept_unknown_hosts, tier):
         yaml.safe_dump(doc, fh, sort_keys=False)
     for node, why in report.unreachable.items():
         click.echo(f"k3doctor: {node} not recorded: {why}", err=True)
+    unrecorded = [f"{node}/{chk}" for node, entries in report.records.items()
+                  for chk, entry in entries.items() if isinstance(entry, dict) and "unrecorded" in entry]
+    if unrecorded:
+        click.echo(f"k3doctor: not recorded (see the file): {', '.join(unrecorded)}", err=True)
+    failed = [r for r in report.results if r.status == Status.FAIL]
+    for r in failed:
+        click.echo(f"k3doctor: FAIL {r.check} {r.node or ''}: {r.message}", err=True)
     click.echo(f"baseline of {len(report.records)} node(s), {len(checks)} check(s) written to {output}")
-    sys.exit(2 if report.unreachable else 0)
+    if failed:
+        click.echo("k3doctor: the rack is not healthy: fix the failures and record again", err=True)
+    sys.exit(1 if failed else 2 if report.unreachable or unrecorded else 0)
 
 
 @cli.command("demo")
@@ -310,6 +324,9 @@ def main(argv=None):
     except click.Abort:
         click.echo("k3doctor: aborted", err=True)
         sys.exit(130)
+    except Exception as exc:  # a bug must still end in one line and an honest "inconclusive"
+        click.echo(f"k3doctor: internal error: {type(exc).__name__}: {exc}", err=True)
+        sys.exit(2)
     sys.exit(0)
 
 

@@ -31,7 +31,7 @@ class InventoryError(Exception):
 
 @dataclass
 class SSHSettings:
-    known_hosts: str | None = None  # None: ~/.ssh/known_hosts (+ system)
+    known_hosts: str | None = None  # None: ~/.ssh/known_hosts and /etc/ssh/ssh_known_hosts
     accept_unknown_hosts: bool = False
     ssh_config: str = "~/.ssh/config"
     connect_timeout_s: float = 10.0
@@ -83,6 +83,7 @@ class Inventory:
     nodes: list
     ssh: SSHSettings
     cluster: Settings
+    text: str = ""  # as loaded: saved with the readings, so `k3doctor judge` re-judges what was checked
 
 
 # --- schema -----------------------------------------------------------------------------
@@ -141,6 +142,9 @@ class _Validator:
             return {}
         out = {}
         for knode, vnode in node.value:
+            if not isinstance(knode, yaml.ScalarNode):
+                self.problem(knode, key or "(top level)", "keys must be plain names")
+                continue
             name = knode.value
             where = f"{key}.{name}" if key else name
             if name not in schema:
@@ -187,7 +191,7 @@ class _Validator:
             return yaml.safe_load(yaml.serialize(node)) or {}
         raw = {}
         known = self.registry.checks
-        schema = {name: {p: _like(default) for p, default in chk.params.items()}
+        schema = {name: {p: like(default) for p, default in chk.params.items()}
                   for name, chk in known.items()}
         if not isinstance(node, yaml.MappingNode):
             self.problem(node, key, "expected a mapping of check-name: {param: value}")
@@ -206,7 +210,7 @@ class _Validator:
         return raw
 
 
-def _like(default):
+def like(default):
     """Validator accepting values of the same kind as a parameter's default."""
     if isinstance(default, bool):
         return _bool
@@ -267,7 +271,7 @@ def parse_inventory(text: str, path: str = "<inventory>", registry=None) -> Inve
     if v.problems:
         raise InventoryError(v.problems)
     ssh = SSHSettings(**top.get("ssh", {}))
-    return Inventory(path=path, nodes=nodes, ssh=ssh, cluster=cluster)
+    return Inventory(path=path, nodes=nodes, ssh=ssh, cluster=cluster, text=text)
 
 
 def load_inventory(path: str, registry=None) -> Inventory:

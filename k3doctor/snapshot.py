@@ -49,23 +49,26 @@ def _decode_reading(data: dict):
     return _READINGS[kind](**fields)
 
 
-def dump(report, inventory_text: str) -> str:
-    """JSON of every node's readings plus the inventory they were taken with."""
+def dump(report, inventory_text: str, overrides=()) -> str:
+    """JSON of every node's readings plus the inventory and ``--set`` overrides they were taken with."""
     nodes = {node: [{"spec": _encode_spec(s), "reading": _encode_reading(v)} for s, v in got.items()]
              for node, got in report.readings.items()}
-    return json.dumps({"schema": SCHEMA, "inventory": inventory_text, "unreachable": report.unreachable,
-                       "nodes": nodes}, default=str)
+    return json.dumps({"schema": SCHEMA, "inventory": inventory_text, "overrides": list(overrides),
+                       "unreachable": report.unreachable, "nodes": nodes}, default=str)
 
 
 def load(text: str) -> tuple:
-    """(inventory text, {node: {spec: reading}}, {node: why unreachable})."""
+    """(inventory text, overrides, {node: {spec: reading}}, {node: why unreachable})."""
     try:
         doc = json.loads(text)
-        if doc.get("schema") != SCHEMA:
-            raise SnapshotError(f"not a k3doctor readings file (schema {doc.get('schema')!r}, want {SCHEMA})")
+        if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+            schema = doc.get("schema") if isinstance(doc, dict) else None
+            raise SnapshotError(f"not a k3doctor readings file (schema {schema!r}, want {SCHEMA})")
+        if not isinstance(doc["inventory"], str) or not isinstance(doc.get("overrides", []), list):
+            raise SnapshotError("damaged readings file: inventory must be text, overrides a list")
         nodes = {node: {_decode_spec(e["spec"]): _decode_reading(e["reading"]) for e in entries}
                  for node, entries in doc["nodes"].items()}
-        return doc["inventory"], nodes, doc.get("unreachable", {})
+        return doc["inventory"], doc.get("overrides", []), nodes, doc.get("unreachable", {})
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         if isinstance(exc, SnapshotError):
             raise

@@ -2,7 +2,9 @@
 import os
 import subprocess
 import time
+from pathlib import Path
 
+import psutil
 import pytest
 import yaml
 
@@ -97,9 +99,12 @@ def test_an_unknown_host_key_needs_an_explicit_opt_in(rig, tmp_path):
     assert rc == 2
     (ct16,) = [r for r in doc["results"] if r["node"] == "ct16"]
     assert ct16["status"] == "ERROR" and "is unknown" in ct16["message"]
+    user_known = Path("~/.ssh/known_hosts").expanduser()
+    before = user_known.read_bytes() if user_known.exists() else None
     rc, doc = k3json("check", "--nodes", path, "--only", "amdgpu-driver", "--accept-unknown-hosts")
     assert rc == 0
-    assert victim not in known.read_text()  # accepting for one run never writes the key
+    assert victim not in known.read_text()  # accepting for one run never writes the key ...
+    assert (user_known.read_bytes() if user_known.exists() else None) == before  # ... anywhere
 
 
 def test_a_hung_read_is_killed_at_its_deadline_and_nothing_is_left_running(rig):
@@ -166,4 +171,44 @@ def test_demo_stands_up_a_rack_shows_the_bad_card_and_tears_down(rig):
     rc, out, err = k3("demo")  # its own rack, beside the session's (it picks free loopback addresses)
     assert rc == 1, out + err
     assert "ualink-state ct16 gpu2" in out and out.rstrip().splitlines()[-1].startswith("DO NOT LAUNCH")
-    assert rig.pids_matching("k3doctor-demo-") == []
+    # the demo's rack is not the session rig, so look at every process on the machine
+    left = [p for p in psutil.process_iter(["cmdline"]) if "k3doctor-demo-" in " ".join(p.info["cmdline"] or ())]
+    assert psutil.wait_procs(left, timeout=5)[1] == []
+
+
+@pytest.mark.parametrize("args,needle", [
+    (("check", "--set", "rack-free.window_min=["), "is not a valid value"),
+    (("check", "--set", "ualink-state.accepted_states=active"), "takes a list"),
+    (("check", "--set", "amdgpu-driver.require_tuned=maybe"), "takes true or false"),
+    (("judge", "/bin/true"), "cannot judge /bin/true"),
+    (("check", "-o", "/nonexistent-dir/report.txt"), "/nonexistent-dir/report.txt"),
+    (("check", "--save-readings", "/nonexistent-dir/r.json"), "cannot write /nonexistent-dir/r.json"),
+])
+def test_bad_input_is_one_line_and_exit_3_before_anything_runs(args, needle):
+    started = time.monotonic()
+    rc, out, err = k3(*args)
+    assert (rc, out) == (3, "") and needle in err and "Traceback" not in err
+    assert time.monotonic() - started < 20
+
+
+def test_malformed_baseline_and_inventory_keys_are_usage_errors(tmp_path):
+    baseline = tmp_path / "b.yaml"
+    baseline.write_text("nodes: {vm: }\n")
+    rc, _, err = k3("check", "--baseline", baseline)
+    assert rc == 3 and "not a k3doctor baseline" in err and "Traceback" not in err
+    inv = tmp_path / "inv.yaml"
+    inv.write_text("nodes:\n  - {name: a, host: h}\n? [x]\n: 1\n")
+    rc, _, err = k3("check", "--nodes", inv)
+    assert rc == 3 and f"{inv}:3: (top level): keys must be plain names" in err
+
+
+def test_a_broken_ssh_config_is_an_error_for_the_node_not_a_crash(tmp_path):
+    config = tmp_path / "ssh_config"
+    config.write_text("Host broken\n  Port abc\n")
+    inv = tmp_path / "inv.yaml"
+    inv.write_text(f"ssh: {{ssh_config: {config}}}\nnodes:\n  - {{name: a, host: broken}}\n"
+                   "  - {name: here, transport: local}\n")
+    rc, doc = k3json("check", "--nodes", inv, "--only", "shm-clean")
+    by_node = {r["node"]: r for r in doc["results"]}
+    assert rc == 2 and by_node["a"]["status"] == "ERROR" and "cannot use ssh config" in by_node["a"]["message"]
+    assert by_node["here"]["status"] == "PASS"

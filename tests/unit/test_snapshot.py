@@ -32,18 +32,21 @@ def test_round_trip_judges_identically_and_never_touches_the_node(tmp_path):
     reg = make_registry(tmp_path)
     inv = parse_inventory(INV)
     live = run_checks(inv, [reg.checks["param"]], RunOptions())
-    text = snapshot.dump(live, INV)
+    text = snapshot.dump(live, INV, ["param.x=1"])
     (tmp_path / "p").write_text("2\n")  # the node changes after the capture
-    inv_text, saved, unreachable = snapshot.load(text)
+    inv_text, overrides, saved, unreachable = snapshot.load(text)
+    assert overrides == ["param.x=1"]
     replay = run_checks(parse_inventory(inv_text), reg.ordered(), RunOptions(replay=(saved, unreachable)))
     by = {r.check: r for r in replay.results}
     assert by["param"].status == Status.PASS  # judged on the saved "1", not today's "2"
     assert by["newer"].status == Status.ERROR and "not in the saved readings" in by["newer"].message
-    assert replay.round_trips == {}
 
 
 @pytest.mark.parametrize("text,needle", [("{}", "not a k3doctor readings file"), ("[", "damaged"),
-                                         ('{"schema": "k3doctor.readings/1"}', "damaged")])
+                                         ("[1]", "not a k3doctor readings file"),
+                                         ('{"schema": "k3doctor.readings/1"}', "damaged"),
+                                         ('{"schema": "k3doctor.readings/1", "inventory": 5, "nodes": {}}',
+                                          "inventory must be text")])
 def test_damaged_files_are_reported(text, needle):
     with pytest.raises(snapshot.SnapshotError, match=needle):
         snapshot.load(text)
