@@ -8,7 +8,7 @@ import re
 
 from k3doctor.parsers import ParseError
 from k3doctor.readings import Command
-from k3doctor.registry import check, remediation
+from k3doctor.registry import REGISTRY, check, remediation
 from k3doctor.results import error, fail, passed, skip, warn
 from k3doctor.shell import quote
 
@@ -34,6 +34,10 @@ PATCH_PARAMS = {  # §14 byte sizes for gfx1250-atom-20260918-ep8
 }
 _STAT_LINE = re.compile(r"^(\d+) (/.*)$")
 _NO_CONTAINER = ("No such container", "is not running")
+# what stat/grep say about a file that is not there (busybox "can't stat", coreutils "cannot stat[x]")
+_NOT_THERE = re.compile(r"^(stat|grep): .*: (No such file or directory|Not a directory)$")
+STAT_MISSING = {1: _NOT_THERE}  # stat exits 1 when any file is missing
+GREP_COUNT = {1: None, 2: _NOT_THERE}  # grep -c: 1 = no match (silent), 2 = file missing
 
 STEPPING = remediation("STEPPING-UNDECLARED", "silicon stepping not declared for a node", """
 The stepping cannot be read from the board: PCI revision 0x00, rocminfo `ASIC Revision: 0`,
@@ -92,23 +96,29 @@ class ContainerMissing(Exception):
     """`docker exec` could not run in our container: it does not exist or is not running."""
 
 
-def _param(settings, chk: str, name: str):
-    defaults = ROCJITSU_PARAMS if chk == ROCJITSU else PATCH_PARAMS
-    return settings.checks.get(chk, {}).get(name, defaults[name])
-
-
 def exec_in(container: str, *argv) -> Command:
     return Command(("docker", "exec", container, *argv))
 
 
-def exec_stdout(reading, container: str, ok_rcs=(0,)) -> str:
-    """stdout of a `docker exec`; ContainerMissing when docker says so, ReadingUnavailable otherwise."""
+def exec_stdout(reading, container: str, tolerated=None) -> str:
+    """stdout of a `docker exec`; ContainerMissing when docker says so, ReadingUnavailable otherwise.
+
+    ``tolerated`` maps a non-zero rc of the tool to the pattern every stderr line must match
+    (None: stderr empty): docker's own failures (daemon down, socket permission) also exit 1,
+    and must not read as "the files are missing"."""
     if not reading.timed_out and any(s in reading.stderr for s in _NO_CONTAINER):
         state = "is not running" if "is not running" in reading.stderr else "does not exist"
         raise ContainerMissing(f"container {container} {state} on this node")
-    if reading.rc in ok_rcs and not reading.timed_out:
+    if not reading.timed_out and reading.rc in (tolerated or {}) and _only_tool(reading.stderr, tolerated[reading.rc]):
         return reading.stdout
     return reading.output()
+
+
+def _only_tool(stderr: str, pattern) -> bool:
+    lines = stderr.strip().splitlines()
+    if pattern is None:
+        return not lines
+    return bool(lines) and all(pattern.match(line) for line in lines)
 
 
 def parse_stat(text: str) -> dict:
@@ -141,7 +151,7 @@ def _bytes(n) -> str:
 # ----------------------------------------------------------------------------- rocjitsu-store
 
 def _rocjitsu_paths(settings) -> tuple:
-    prefix = _param(settings, ROCJITSU, "prefix").rstrip("/")
+    prefix = settings.param(REGISTRY.checks[ROCJITSU], "prefix").rstrip("/")
     return prefix, f"{prefix}/{HOOK}", f"{prefix}/{TRANSLATOR}", f"{prefix}/{STORE}"
 
 
@@ -157,7 +167,7 @@ def read_prefix(r, settings) -> dict:
     """What the container holds: sizes, store entry count, environment (raises ContainerMissing)."""
     c = settings.container
     prefix, hook, translator, store = _rocjitsu_paths(settings)
-    sizes = parse_stat(exec_stdout(r["stat"], c, ok_rcs=(0, 1)))
+    sizes = parse_stat(exec_stdout(r["stat"], c, STAT_MISSING))
     return {"prefix": prefix, "prefix_present": prefix in sizes, "hook_path": hook, "translator_path": translator,
             "hook": sizes.get(hook), "translator": sizes.get(translator),
             "entries": parse_count(exec_stdout(r["count"], c), "store entry count") if store in sizes else None,
@@ -258,11 +268,10 @@ def rocjitsu_store(r, ctx):
 # ----------------------------------------------------------------------------- patch-integrity
 
 def _patch_reads(settings) -> dict:
-    c = settings.container
-    files = list(_param(settings, PATCH, "files"))
-    return {"stat": exec_in(c, "stat", "-c", "%s %n", *files),
-            "marker": exec_in(c, "grep", "-c", "--", _param(settings, PATCH, "marker"),
-                              _param(settings, PATCH, "marker_file"))}
+    c, chk = settings.container, REGISTRY.checks[PATCH]
+    return {"stat": exec_in(c, "stat", "-c", "%s %n", *settings.param(chk, "files")),
+            "marker": exec_in(c, "grep", "-c", "--", settings.param(chk, "marker"),
+                              settings.param(chk, "marker_file"))}
 
 
 def patch_needed(required: str, image, needs: str) -> tuple:
@@ -286,8 +295,7 @@ def patch_needed(required: str, image, needs: str) -> tuple:
        scope="node", remediation=PATCH_BAD, params=PATCH_PARAMS, reads=_patch_reads)
 def patch_integrity(r, ctx):
     """§14: a 0-byte file from an interrupted `docker cp` passes every import check; sizes do not lie.
-    Whether the patch is needed follows the inventory's image tag (the container check compares
-    that tag with what actually runs, §13)."""
+    Whether the patch is needed follows the inventory's image tag (§0.2)."""
     c, p = ctx.settings.container, ctx.param
     try:
         needed, why = patch_needed(p("required"), ctx.settings.image, p("image_needs_patch"))
@@ -296,8 +304,8 @@ def patch_integrity(r, ctx):
     if not needed:
         return skip(why)
     try:
-        sizes = parse_stat(exec_stdout(r["stat"], c, ok_rcs=(0, 1)))
-        count = exec_stdout(r["marker"], c, ok_rcs=(0, 1, 2))
+        sizes = parse_stat(exec_stdout(r["stat"], c, STAT_MISSING))
+        count = exec_stdout(r["marker"], c, GREP_COUNT)
     except ContainerMissing as exc:
         return fail(f"{exc}: the PR #2380 files are lost with it (docker rm, §13, §14)")
     evidence = {path: _bytes(sizes.get(path)) for path in p("files")}

@@ -142,7 +142,9 @@ def patch_readings(sizes=None, marker="3\n", exists=True):
         return Readings({"stat": gone, "marker": gone})
     sizes = {**FILES, **(sizes or {})}
     missing = [p for p, s in sizes.items() if s is None]
-    return Readings({"stat": run(stat_out(sizes), 1 if missing else 0), "marker": run(marker)})
+    return Readings({"stat": run(stat_out(sizes), 1 if missing else 0,
+                                 "".join(f"stat: cannot statx '{p}': No such file or directory\n" for p in missing)),
+                     "marker": run(marker)})
 
 
 def test_patch_at_expected_sizes_passes():
@@ -184,4 +186,37 @@ def test_patch_container_missing_fails():
 def test_garbled_stat_is_an_error():
     r = patch_readings()
     r._results["stat"] = run("12 /a\nnot a stat line\n")
+    assert judge(PATCH, r)[0].status == Status.ERROR
+
+
+DAEMON_DOWN = "Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the docker daemon running?"
+SOCKET_DENIED = ("permission denied while trying to connect to the Docker daemon socket at "
+                 "unix:///var/run/docker.sock: connect: permission denied")
+
+
+def test_docker_failing_with_exit_1_is_an_error_not_missing_files():
+    for err in (DAEMON_DOWN, SOCKET_DENIED):
+        gone = run("", 1, err)
+        [v] = judge(PATCH, Readings({"stat": gone, "marker": gone}))
+        assert v.status == Status.ERROR and err[:40] in v.message
+        [v] = judge(ROCJITSU, Readings({"stat": gone, "count": gone, "env": gone}))
+        assert v.status == Status.ERROR and err[:40] in v.message
+
+
+def test_only_the_tools_own_missing_file_lines_are_tolerated():
+    mla_missing = f"grep: {MLA}: No such file or directory"
+    r = patch_readings({MLA: None})
+    r._results["marker"] = run("", 2, mla_missing)
+    assert [v.message for v in judge(PATCH, r)] == [f"{MLA} is missing, expected 146,235 B"]
+    r._results["marker"] = run("", 2, f"{mla_missing}\n{DAEMON_DOWN}")
+    assert judge(PATCH, r)[0].status == Status.ERROR
+    r = patch_readings()
+    r._results["marker"] = run("", 1, DAEMON_DOWN)  # grep's own exit 1 (no match) is silent
+    assert judge(PATCH, r)[0].status == Status.ERROR
+    r._results["marker"] = run("0\n", 1)
+    assert "has 0 `use_unfused_gather_kv_b_proj` line(s)" in judge(PATCH, r)[0].message
+    r = patch_readings({MLA: None})
+    r._results["stat"] = run(r["stat"].stdout, 1, f"{r['stat'].stderr}{DAEMON_DOWN}\n")
+    assert judge(PATCH, r)[0].status == Status.ERROR
+    r._results["stat"] = run(r["stat"].stdout, 1, "")  # stat never fails silently
     assert judge(PATCH, r)[0].status == Status.ERROR
