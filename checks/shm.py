@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+from k3doctor.checks.rack import KFD_PROC_GLOB
+
 from k3doctor.readings import Command, Glob
 from k3doctor.registry import check, remediation
 from k3doctor.results import error, fail, passed, skip
@@ -11,7 +13,6 @@ from k3doctor.shell import join
 
 SHM = "/dev/shm"
 STALE = re.compile(r"^(psm_|nccl-)[^/\0]*$")
-KFD_PROC_GLOB = "/sys/class/kfd/kfd/proc/*"
 FIX_TIMEOUT_S = 30.0
 
 SHM_STALE = remediation("SHM-STALE", "stale psm_*/nccl-* segments in /dev/shm", """

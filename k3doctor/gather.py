@@ -171,13 +171,7 @@ def gather_docker(transport, spec: Docker) -> object:
         now = _engine_now(api.info().get("SystemTime", ""))
         containers = api.containers(all=True)
         events = list(api.events(since=now - spec.events_since_s, until=now, decode=True))
-        inspect = None
-        if spec.container:
-            try:
-                inspect = api.inspect_container(spec.container)
-            except docker.errors.NotFound:
-                inspect = None
-        return DockerReading(containers=containers, events=events, inspect=inspect, now=now)
+        return DockerReading(containers=containers, events=events, now=now)
     except TransportError as exc:
         return Unavailable(str(exc))
     except Exception as exc:  # docker SDK raises many types; all mean "could not read the engine"

@@ -52,7 +52,6 @@ class Docker:
     """The node's Docker engine, read with the Docker SDK: all containers and recent events."""
 
     events_since_s: int = 1800
-    container: str | None = None  # also inspect this container (our own), if it exists
 
 
 class ReadingUnavailable(Exception):
@@ -110,7 +109,6 @@ class CommandReading:
 class DockerReading:
     containers: list = field(default_factory=list)  # docker SDK container attrs (dicts)
     events: list = field(default_factory=list)  # docker SDK event dicts
-    inspect: dict | None = None  # attrs of the named container, when asked and present
     now: float = 0.0  # engine-side "now" the events window was taken against
 
 

@@ -4,7 +4,7 @@ import json
 from k3doctor.checks import rack
 
 from k3doctor.inventory import Settings
-from k3doctor.readings import CommandReading, DockerReading, Readings, Unavailable
+from k3doctor.readings import CommandReading, Docker, DockerReading, Readings, Unavailable
 from k3doctor.registry import REGISTRY
 from k3doctor.results import Status
 from k3doctor.runner import Context, judge_safely
@@ -123,5 +123,6 @@ def test_garbled_showpids_is_an_error_not_a_pass():
 
 def test_reads_follow_window_and_settings():
     specs = rack._reads(Settings(container="mine", checks={"rack-free": {"window_min": 10}}))
-    assert specs["docker"].events_since_s == 600 and specs["docker"].container == "mine"
+    assert specs["docker"] == Docker(events_since_s=600)
+    assert rack._reads(Settings())["docker"].events_since_s == rack.WINDOW_MIN * 60
     assert specs["pids"].argv == ("/opt/rocm/bin/rocm-smi", "--showpids")

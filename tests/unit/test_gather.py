@@ -122,3 +122,30 @@ def test_engine_clock_parses_docker_nanosecond_stamps():
     assert _engine_now("2026-11-29T19:00:27.123456789Z") == pytest.approx(1795978827.123456)
     assert _engine_now("2026-11-29T20:00:27.5+01:00") == pytest.approx(1795978827.5)
     assert _engine_now("2026-11-29T19:00:27Z") == 1795978827.0
+
+
+def test_rack_free_docker_reading_asks_the_engine_only_for_containers_and_events():
+    from k3doctor.checks.rack import _reads
+
+    from k3doctor.gather import gather_docker
+    from k3doctor.inventory import Settings
+
+    calls = []
+
+    class Api:
+        def __getattr__(self, name):
+            def call(*args, **kw):
+                calls.append(name)
+                return {"info": {"SystemTime": "2026-11-29T19:00:27Z"}, "containers": [], "events": iter(())}[name]
+            return call
+
+    class Client:
+        api = Api()
+
+        def close(self):
+            calls.append("close")
+
+    transport = type("T", (), {"node": "ct13", "docker": lambda self: Client()})()
+    reading = gather_docker(transport, _reads(Settings(container="k3ep16"))["docker"])
+    assert calls == ["info", "containers", "events", "close"]
+    assert (reading.containers, reading.events, reading.now) == ([], [], 1795978827.0)
