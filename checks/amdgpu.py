@@ -20,7 +20,6 @@ VRAM_GLOB = "/sys/class/drm/card*/device/mem_info_vram_total"
 AMD_VENDOR = "0x1002"
 _CARD_FILE = re.compile(r"/card(\d+)/device/[^/]+$")
 _DMESG_STAMP = re.compile(r"^\d+\.\d+$")
-_AMDGPU_INIT = "amdgpu kernel modesetting enabled"
 _RELOAD_NOTE = """They are load-time parameters: only an unload/reload changes them, and reloading
 amdgpu retrains the UALink links (§5, §6) - weigh that: plan it for an idle tray, never
 under a job, and wait for every accel_state to read `active` again afterwards."""
@@ -106,12 +105,13 @@ def amdgpu_driver(r, ctx):
         verdicts.append(fail("amdgpu loaded with " + ", ".join(wrong) + "; these are load-time parameters and "
                              "a reload retrains the UALink links (§5, §6)",
                              remediation=AMDGPU_PARAMS, evidence=evidence))
-    verdicts += _ifoe_verdicts(r)
+    ifoe_verdicts, ifoe_note = _ifoe_state(r, evidence)
+    verdicts += ifoe_verdicts
     tuned, tuned_note = _tuned_state(found)
     if not tuned and ctx.param("require_tuned"):
         verdicts.append(warn(tuned_note, remediation=UNTUNED, evidence=evidence))
     if not verdicts:
-        verdicts.append(passed(f"/dev/kfd present, gpu_recovery=0 halt_if_hws_hang=1, ifoe loaded; {tuned_note}",
+        verdicts.append(passed(f"/dev/kfd present, gpu_recovery=0 halt_if_hws_hang=1, {ifoe_note}; {tuned_note}",
                                evidence=evidence))
     return verdicts
 
@@ -127,20 +127,27 @@ def _tuned_state(found: dict) -> tuple:
     return False, f"not tuned: {values} (a perf_setup-loaded tray reads mtype_local=0 noretry=1, §5)"
 
 
-def _ifoe_verdicts(r) -> list:
-    """ifoe must be loaded; order vs amdgpu only from dmesg timestamps, never guessed."""
+def _ifoe_state(r, evidence: dict) -> tuple:
+    """(verdicts, note for the PASS line): ifoe must be loaded; its order vs amdgpu comes only
+    from dmesg timestamps, never guessed, and a PASS says when it could not be determined."""
     if not r["ifoe"]:
         return [fail(f"ifoe is not loaded ({IFOE} missing): no UALink-over-Ethernet, the fabric cannot form",
-                     remediation=IFOE_MISSING, evidence={IFOE: "missing"})]
+                     remediation=IFOE_MISSING, evidence={IFOE: "missing"})], ""
     order, why = ifoe_load_order(r.get("dmesg"))
     if order == "after":
         return [warn(f"ifoe was loaded after amdgpu initialised ({why}); the bring-up loads ifoe first (§5)",
-                     remediation=IFOE_MISSING, evidence={"dmesg": why})]
-    return []
+                     remediation=IFOE_MISSING, evidence={"dmesg": why})], ""
+    evidence["ifoe/amdgpu load order"] = why
+    if order == "before":
+        return [], "ifoe loaded before amdgpu"
+    return [], "ifoe loaded (the ifoe/amdgpu load order could not be determined from dmesg)"
 
 
 def ifoe_load_order(dmesg) -> tuple:
     """("before" | "after" | None, why) from the first ifoe line and amdgpu's init line in dmesg."""
+    # imported here: at the top it would register ualink's checks before this module's (report order)
+    from k3doctor.checks.ualink import LOAD_LINE
+
     if dmesg is None or not dmesg.ok:
         return None, "load order not determinable: dmesg not readable"
     first = {}
@@ -150,7 +157,7 @@ def ifoe_load_order(dmesg) -> tuple:
             continue
         if "ifoe" not in first and line.text.startswith("ifoe"):
             first["ifoe"] = (float(line.timestamp), line.text)
-        elif "amdgpu" not in first and _AMDGPU_INIT in line.text:
+        elif "amdgpu" not in first and LOAD_LINE in line.text:
             first["amdgpu"] = (float(line.timestamp), line.text)
     if len(first) < 2:
         missing = " and ".join(k for k in ("ifoe", "amdgpu") if k not in first)
@@ -238,25 +245,32 @@ def _drift(baseline, gpus: int, sizes: dict, evidence: dict) -> list:
 @check("hbm-uniform", title="all GPUs of the rack have the same HBM size", scope="cluster",
        remediation=HBM_MIXED, reads=INVENTORY_READS)
 def hbm_uniform(per_node, ctx):
-    """§12: one KV budget for all 16 ranks needs one board type; name the odd node(s) out."""
+    """§12: one KV budget for all 16 ranks needs one board type; name the odd node(s) out.
+    A node that read no size is named and left out, so a rack of mostly empty nodes is not a PASS."""
     sizes, unread = {}, []
     for node, r in per_node.items():
         try:
             sizes[node] = hbm_gib(r)
         except (ReadingUnavailable, ParseError) as exc:
             unread.append(error(f"HBM size not readable, left out of the comparison: {exc}", node=node))
-    return unread + _uniform(sizes, ctx.settings.hbm_gib_per_gpu)
+    empty = [node for node, s in sizes.items() if all(g is None for g in s.values())]
+    if len(empty) < len(sizes):
+        unread += [error("no HBM size read (no AMD GPU or no mem_info_vram_total; gpu-inventory says why): "
+                         "left out of the comparison", node=node) for node in empty]
+    return unread + _uniform(sizes, ctx.settings.hbm_gib_per_gpu, left_out=len(per_node) - len(sizes) + len(empty))
 
 
-def _uniform(sizes: dict, declared) -> list:
+def _uniform(sizes: dict, declared, left_out: int = 0) -> list:
     """The majority size (the declared one breaks a tie) and one FAIL per GPU that differs."""
     counts = Counter(g for s in sizes.values() for g in s.values() if g is not None)
     evidence = {node: {f"card{c}": g for c, g in s.items()} for node, s in sizes.items()}
     if not counts:
-        return [skip("no GPU reported an HBM size: nothing to compare (gpu-inventory says why)",
-                     evidence=evidence)]
+        return [skip(f"no GPU reported an HBM size on {', '.join(sizes)}: nothing to compare (gpu-inventory says "
+                     "why)", evidence=evidence)]
     if len(counts) == 1:
-        return [passed(f"all {sum(counts.values())} GPUs report {next(iter(counts))} GiB HBM", evidence=evidence)]
+        scope = f", {left_out} node(s) left out" if left_out else ""
+        return [passed(f"all {sum(counts.values())} GPUs report {next(iter(counts))} GiB HBM{scope}",
+                       evidence=evidence)]
     top = max(counts.values())
     leaders = [g for g, n in counts.items() if n == top]
     if len(leaders) > 1 and declared not in leaders:

@@ -72,8 +72,13 @@ def test_ifoe_order_not_determinable_is_said_not_guessed():
                                               "in dmesg (rotated?)")
     assert amdgpu.ifoe_load_order(CommandReading("dmesg", 1, "", "Operation not permitted"))[0] is None
     assert amdgpu.ifoe_load_order(CommandReading("dmesg", 0, DMESG, ""))[0] == "before"
-    # an unreadable dmesg does not turn a healthy driver into an ERROR
-    assert judge(DRIVER, driver_readings(dmesg="", dmesg_rc=1))[0].status == Status.PASS
+    # an unreadable dmesg does not turn a healthy driver into an ERROR, but the PASS says what is unknown
+    [v] = judge(DRIVER, driver_readings(dmesg="", dmesg_rc=1))
+    assert v.status == Status.PASS
+    assert "ifoe loaded (the ifoe/amdgpu load order could not be determined from dmesg)" in v.message
+    assert v.evidence["ifoe/amdgpu load order"] == "load order not determinable: dmesg not readable"
+    [v] = judge(DRIVER, driver_readings())
+    assert "ifoe loaded before amdgpu;" in v.message
 
 
 def test_untuned_is_info_by_default_and_warn_when_required():
@@ -156,7 +161,7 @@ def test_uniform_rack_passes():
 
 def test_no_gpu_anywhere_is_nothing_to_compare_not_a_pass():
     [v] = judge_cluster({n: cards({}) for n in ("ct13", "ct14")})
-    assert v.status == Status.SKIP and "nothing to compare" in v.message
+    assert v.status == Status.SKIP and "nothing to compare" in v.message and "ct13, ct14" in v.message
 
 
 def test_mixed_boards_fail_naming_the_odd_node_and_gpus():
@@ -179,3 +184,19 @@ def test_unreadable_node_is_an_error_for_that_node_only():
     per_node["ct17"] = Readings({"vendors": Unavailable("node deadline"), "vram": Unavailable("node deadline")})
     verdicts = judge_cluster(per_node)
     assert [(v.status, v.node) for v in verdicts] == [(Status.ERROR, "ct17"), (Status.PASS, None)]
+
+
+def test_nodes_without_any_hbm_size_are_named_and_keep_the_rack_from_a_clean_pass():
+    per_node = {"ct13": cards(HEALTHY), "ct14": cards({}), "ct16": cards({}), "ct17": cards(HEALTHY)}
+    per_node["ct17"]._results["vram"] = {}  # AMD cards, but no mem_info_vram_total at all
+    verdicts = judge_cluster(per_node)
+    assert [(v.status, v.node) for v in verdicts] == [(Status.ERROR, "ct14"), (Status.ERROR, "ct16"),
+                                                      (Status.ERROR, "ct17"), (Status.PASS, None)]
+    assert "no HBM size read" in verdicts[0].message and "left out of the comparison" in verdicts[0].message
+    assert verdicts[-1].message == "all 4 GPUs report 432 GiB HBM, 3 node(s) left out"
+
+
+def test_one_healthy_node_and_three_empty_is_not_a_clean_pass():
+    per_node = {"ct13": cards(HEALTHY), **{n: cards({}) for n in ("ct14", "ct16", "ct17")}}
+    statuses = [v.status for v in judge_cluster(per_node)]
+    assert statuses.count(Status.ERROR) == 3 and max(s.severity for s in statuses) == Status.ERROR.severity
