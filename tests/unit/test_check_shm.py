@@ -2,12 +2,15 @@
 import shlex
 
 from k3doctor.checks import shm
+from k3doctor.checks.rack import KFD_PROC_GLOB
 
-from k3doctor.inventory import Settings
+from k3doctor import runner
+from k3doctor.inventory import Inventory, Node, Settings, SSHSettings
 from k3doctor.readings import CommandReading, Readings
 from k3doctor.registry import REGISTRY
 from k3doctor.results import Status, fail
-from k3doctor.runner import Context, judge_safely
+from k3doctor.runner import Context, RunOptions, judge_safely
+from k3doctor.transport import LocalTransport
 
 CHECK = REGISTRY.checks["shm-clean"]
 
@@ -55,11 +58,50 @@ def test_stale_entries_ignore_lookalikes_and_keep_odd_names_whole():
     assert shm.stale_entries(text) == [("nccl-a b", 10), ("nccl-multi\nline", 5), ("psm_", 0)]
 
 
-def test_without_fix_the_judge_never_touches_the_node():
-    transport = RecordingTransport()
-    judge(readings("nccl-x"))  # judges get no transport at all: nothing can be run
-    assert transport.commands == []
-    assert CHECK.fixer is shm.remove_stale
+class RedirectedNode(LocalTransport):
+    """This machine with /dev/shm and the KFD process list moved under ``root``: the real gather
+    script, find and rm run; every command other than the gather script is recorded."""
+
+    def __init__(self, root):
+        super().__init__("ct17")
+        self.root, self.commands = root, []
+
+    def run_bytes(self, command, *, timeout_s, stdin=None):
+        if stdin is None:
+            self.commands.append(command)
+        moved = {shm.SHM: f"{self.root}/shm", KFD_PROC_GLOB.rsplit("/", 1)[0]: f"{self.root}/kfd"}
+        for old, new in moved.items():
+            command = command.replace(old, new)
+            stdin = stdin and stdin.replace(old.encode(), new.encode())
+        return super().run_bytes(command, timeout_s=timeout_s, stdin=stdin)
+
+
+def run_on_node(tmp_path, monkeypatch, fix):
+    for d in ("shm", "kfd"):
+        (tmp_path / d).mkdir()
+    for name in ("nccl-shm-a8f3c2d1", "psm_shm.1c9e42b7", "sem.keep-me"):
+        (tmp_path / "shm" / name).write_bytes(b"x" * 4096)
+    node = RedirectedNode(tmp_path)
+    monkeypatch.setattr(runner, "make_transport", lambda *_: node)
+    inv = Inventory("inventory.yaml", [Node("ct17", "10.0.0.17", Settings())], SSHSettings(), Settings())
+    report = runner.run_checks(inv, [CHECK], RunOptions(fix=fix))
+    return report.results, node.commands, sorted(p.name for p in (tmp_path / "shm").iterdir())
+
+
+def test_without_fix_nothing_is_run_on_the_node_but_the_reading(tmp_path, monkeypatch):
+    [result], commands, left = run_on_node(tmp_path, monkeypatch, fix=False)
+    assert result.status == Status.FAIL and "nccl-shm-a8f3c2d1, psm_shm.1c9e42b7" in result.message
+    assert commands == []
+    assert left == ["nccl-shm-a8f3c2d1", "psm_shm.1c9e42b7", "sem.keep-me"]
+
+
+def test_with_fix_exactly_the_listed_paths_are_removed_and_the_node_judged_again(tmp_path, monkeypatch):
+    results, [command], left = run_on_node(tmp_path, monkeypatch, fix=True)
+    assert shlex.split(command) == ["rm", "-f", "--", "/dev/shm/nccl-shm-a8f3c2d1", "/dev/shm/psm_shm.1c9e42b7"]
+    assert left == ["sem.keep-me"]
+    assert [(r.status, r.message) for r in results] == [
+        (Status.PASS, "--fix removed /dev/shm/nccl-shm-a8f3c2d1, /dev/shm/psm_shm.1c9e42b7"),
+        (Status.PASS, "no psm_*/nccl-* entries in /dev/shm")]
 
 
 def test_fix_removes_exactly_the_listed_names_by_quoted_full_path():
