@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import docker
 import urllib3
+from docker.constants import DEFAULT_DOCKER_API_VERSION
 from docker.transport.basehttpadapter import BaseHTTPAdapter
 from docker.transport.sshconn import SSHConnectionPool
+from docker.utils import version_lt
 
-API_VERSION = "1.41"  # Docker 20.10+; newer engines still serve it
+MIN_API_VERSION = "1.41"  # Docker 20.10; only used to ask the engine which version it speaks
 
 
 class _ChannelConnection(urllib3.connection.HTTPConnection):
@@ -50,9 +52,15 @@ class _ChannelAdapter(BaseHTTPAdapter):
 
 
 def docker_over_ssh(open_channel, command: str, timeout: int = 30) -> docker.DockerClient:
-    api = docker.APIClient(base_url="ssh://k3doctor", version=API_VERSION, timeout=timeout,
+    api = docker.APIClient(base_url="ssh://k3doctor", version=MIN_API_VERSION, timeout=timeout,
                            use_ssh_client=True)  # shell-out mode: builds no second SSH client
     api.mount("http+docker://ssh", _ChannelAdapter(open_channel, command, timeout))
+    api._version = negotiate(api.version(api_version=False).get("ApiVersion", MIN_API_VERSION))
     client = docker.DockerClient.__new__(docker.DockerClient)
     client.api = api
     return client
+
+
+def negotiate(engine: str) -> str:
+    """The newest API version both sides speak (Docker Engine 29+ refuses anything below 1.44)."""
+    return engine if version_lt(engine, DEFAULT_DOCKER_API_VERSION) else DEFAULT_DOCKER_API_VERSION

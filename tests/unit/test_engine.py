@@ -179,3 +179,12 @@ def test_active_probes_bring_their_prerequisites_and_are_blocked_without_them():
     assert [c.name for c in select_checks(reg, tier="deep", skip=("gate",))] == ["other", "probe"]
     report = run_checks(inventory(1), [reg.checks["probe"]], RunOptions())  # called without its gate
     assert [(r.node, r.message) for r in report.results] == [("n0", "blocked: prerequisite gate was not run")]
+
+
+def test_docker_api_version_is_the_newest_both_sides_speak():
+    from docker.constants import DEFAULT_DOCKER_API_VERSION
+
+    from k3doctor.dockerssh import negotiate
+
+    assert negotiate("1.41") == "1.41"  # Debian's docker.io 20.10
+    assert negotiate("1.52") == DEFAULT_DOCKER_API_VERSION  # an engine newer than this docker SDK
