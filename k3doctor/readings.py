@@ -26,7 +26,7 @@ class Exists:
 
 @dataclass(frozen=True)
 class Glob:
-    """Every path matching a shell glob, with file contents (directories map to ``None``)."""
+    """Every path matching a shell glob, with file contents (a directory reads as error "is a directory")."""
 
     pattern: str
 
