@@ -289,7 +289,8 @@ def list_cmd(verbose):
     click.echo(tabulate(rows, headers=["check", "scope", "tier", "interaction", "what"]))
     if verbose:
         for c in REGISTRY.ordered():
-            click.echo(f"\n{c.name}: {c.doc.splitlines()[0] if c.doc else c.title}")
+            why = " ".join(c.doc.split("\n\n")[0].split()) if c.doc else c.title
+            click.echo(f"\n{c.name}: {why}")
             click.echo(f"  remediation codes: {', '.join(c.remediations) or '-'}")
             for param, default in c.params.items():
                 click.echo(f"  {c.name}.{param} = {default!r}")
