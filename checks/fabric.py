@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from k3doctor.checks.ualink import UALINK_READS, majority, ualink_cards
 
 from k3doctor.parsers import ParseError
-from k3doctor.parsers._common import UINT32_MAX, to_int
+from k3doctor.parsers._common import UINT32_MAX, ppod_or_none, to_u32
 from k3doctor.parsers.amdsmi import parse_fabric
 from k3doctor.readings import Command, Glob, ReadingUnavailable
 from k3doctor.registry import check, remediation
@@ -61,29 +61,29 @@ inventory's `tools.amd_smi` (§28). The sysfs comparison still ran for this node
 
 @dataclass
 class Gpu:
-    """One GPU's domain as each source saw it; ``ppod`` None = not configured, raw kept for messages."""
+    """One GPU's domain as each source saw it; ``ppod`` None = not configured, raw kept for messages.
+
+    ``gpu`` is the card number; None for an amd-smi GPU whose PCI bus maps to no card, which is
+    then named by its amd-smi index ``smi`` (an index can differ from the card number, §6).
+    """
 
     node: str
-    gpu: int
+    gpu: int | None
     ppod: str | None = None
     ppod_raw: str | None = None
     vpod: int | None = None
     vpod_raw: str | None = None
     source: str = "sysfs"
     evidence: dict = field(default_factory=dict)
+    smi: int | None = None
 
+    @property
+    def name(self) -> str:
+        return str(self.gpu) if self.gpu is not None else f"{self.smi} (amd-smi)"
 
-def pod_id(raw) -> str | None:
-    """Lower-case UUID; None for absent and the all-zero / all-9s "not configured" sentinels (§6, §7)."""
-    if raw is None:
-        return None
-    digits = set(str(raw).replace("-", "").strip().lower())
-    return None if digits <= {"0"} or digits == {"9"} else str(raw).strip().lower()
-
-
-def vpod_id(raw, what: str) -> int | None:
-    value = to_int(raw, what)
-    return None if value == UINT32_MAX else value
+    @property
+    def order(self) -> tuple:
+        return self.node, self.gpu is None, self.gpu if self.gpu is not None else self.smi
 
 
 def sysfs_gpus(node: str, r) -> dict:
@@ -93,7 +93,7 @@ def sysfs_gpus(node: str, r) -> dict:
         ppod, vpod = card.get("ppod_id"), card.get("vpod_id")
         if ppod is None and vpod is None:
             continue
-        out[n] = Gpu(node, n, pod_id(ppod), ppod, vpod_id(vpod, f"card{n} vpod_id"), vpod,
+        out[n] = Gpu(node, n, ppod_or_none(ppod), ppod, to_u32(vpod, f"card{n} vpod_id"), vpod,
                      evidence={f"card{n}/ualink/ppod_id": ppod, f"card{n}/ualink/vpod_id": vpod})
     return out
 
@@ -112,14 +112,16 @@ def _bus(bdf: str) -> str:
     return bdf.lower().rsplit(":", 1)[0]
 
 
-def amdsmi_gpus(node: str, reading) -> list:
-    """Gpu per amd-smi fabric entry (tool output -> ParseError / ReadingUnavailable when unusable)."""
+def amdsmi_gpus(node: str, reading, buses: dict) -> list:
+    """(FabricInfo, Gpu on the card of its PCI bus) per amd-smi fabric entry (tool output ->
+    ParseError / ReadingUnavailable when unusable)."""
     out = []
     for info in parse_fabric(reading.output()):
         ev = {f"amd-smi GPU {info.gpu} PPOD_ID": info.ppod_id_raw, f"amd-smi GPU {info.gpu} VPOD_ID": info.vpod_id}
-        out.append((info, Gpu(node, info.gpu, info.ppod_id, info.ppod_id_raw, info.vpod_id,
+        card = buses.get(_bus(info.bdf or info.fabric_bdf or ""))
+        out.append((info, Gpu(node, card, info.ppod_id, info.ppod_id_raw, info.vpod_id,
                               str(info.vpod_id) if info.vpod_id is not None else str(UINT32_MAX),
-                              source="amd-smi", evidence=ev)))
+                              source="amd-smi", evidence=ev, smi=info.gpu)))
     return out
 
 
@@ -142,7 +144,7 @@ def node_gpus(node: str, r) -> tuple:
         sysfs = {}
         verdicts.append(error(f"sysfs ppod_id/vpod_id not readable: {exc}", node=node))
     try:
-        smi = amdsmi_gpus(node, r["fabric"])
+        smi = amdsmi_gpus(node, r["fabric"], card_buses(r))
     except (ReadingUnavailable, ParseError) as exc:
         fabric = r.get("fabric")
         ev = {"stderr": fabric.stderr[-500:], "stdout": fabric.stdout[:500]} if fabric is not None else {}
@@ -150,57 +152,53 @@ def node_gpus(node: str, r) -> tuple:
         verdicts.append(error(f"amd-smi fabric unusable ({_why(fabric, exc)}); {rest}", node=node, evidence=ev,
                               remediation=AMDSMI))
         return list(sysfs.values()), verdicts
-    buses = card_buses(r)
-    gpus = dict(sysfs)
+    gpus = list(sysfs.values())
     for info, seen in smi:
         if not info.available:
             verdicts.append(warn(f"amd-smi reports fabric_info N/A for GPU {info.gpu} (bdf {info.bdf}); "
-                                 "not cross-checked", node=node, gpu=info.gpu, remediation=DISAGREE))
+                                 "not cross-checked", node=node, gpu=seen.gpu, remediation=DISAGREE))
             continue
-        card = buses.get(_bus(info.bdf or info.fabric_bdf or ""))
-        if card is None or card not in sysfs:
-            if not sysfs:
-                gpus[seen.gpu] = seen  # no sysfs on this node: amd-smi is all there is
-            else:
+        truth = sysfs.get(seen.gpu)
+        if truth is None:
+            # Every GPU joins the rendezvous, so one that only amd-smi sees is still compared (§7).
+            gpus.append(seen)
+            if sysfs:
                 verdicts.append(warn(f"amd-smi GPU {info.gpu} (bdf {info.bdf}) matches no card with ualink "
-                                     "pod ids in sysfs; not cross-checked", node=node, gpu=info.gpu,
+                                     "pod ids in sysfs; compared from amd-smi alone", node=node, gpu=seen.gpu,
                                      evidence=seen.evidence, remediation=DISAGREE))
             continue
-        truth = sysfs[card]
         if (truth.ppod, truth.vpod) != (seen.ppod, seen.vpod):
             verdicts.append(warn(f"amd-smi GPU {info.gpu} reports PPOD_ID {seen.ppod_raw} VPOD_ID {seen.vpod_raw} "
-                                 f"but sysfs card{card} reads ppod_id {truth.ppod_raw} vpod_id {truth.vpod_raw}",
-                                 node=node, gpu=card, evidence={**truth.evidence, **seen.evidence},
+                                 f"but sysfs card{truth.gpu} reads ppod_id {truth.ppod_raw} vpod_id {truth.vpod_raw}",
+                                 node=node, gpu=truth.gpu, evidence={**truth.evidence, **seen.evidence},
                                  remediation=DISAGREE))
         truth.evidence.update(seen.evidence)
-    return list(gpus.values()), verdicts
+    return gpus, verdicts
 
 
 def _who(gpus) -> str:
     """``ct13 GPUs 0,1,2,3; ct16 GPU 2`` for a set of GPUs."""
     by_node: dict = {}
-    for g in sorted(gpus, key=lambda g: (g.node, g.gpu)):
-        by_node.setdefault(g.node, []).append(str(g.gpu))
+    for g in sorted(gpus, key=lambda g: g.order):
+        by_node.setdefault(g.node, []).append(g.name)
     return "; ".join(f"{n} GPU{'s' if len(ids) > 1 else ''} {','.join(ids)}" for n, ids in by_node.items())
 
 
 def _judge_id(gpus: list, name: str, value_of, raw_of, expected) -> dict:
-    """(node, gpu) -> [(problem, remediation)] for one id (PPOD or VPOD) across the rack."""
+    """Position in ``gpus`` -> [(problem, remediation)] for one id (PPOD or VPOD) across the rack."""
     problems: dict = {}
-    configured = {(g.node, g.gpu): value_of(g) for g in gpus if value_of(g) is not None}
-    for g in gpus:
+    configured = {i: value_of(g) for i, g in enumerate(gpus) if value_of(g) is not None}
+    for i, g in enumerate(gpus):
         if value_of(g) is None:
-            problems.setdefault((g.node, g.gpu), []).append(
-                (f"{name} {raw_of(g)}: not configured ({g.source})", NOT_CONFIGURED))
+            problems.setdefault(i, []).append((f"{name} {raw_of(g)}: not configured ({g.source})", NOT_CONFIGURED))
     if expected is not None:
         reference, odd, why = expected, [k for k, v in configured.items() if v != expected], "expected"
     else:
         reference, odd = majority(configured)
         why = f"held by {sum(v == reference for v in configured.values())} of {len(gpus)} GPUs"
-    by_key = {(g.node, g.gpu): g for g in gpus}
     for key in odd:
         if reference is None:
-            split = "; ".join(f"{v}: {_who(by_key[k] for k in configured if configured[k] == v)}"
+            split = "; ".join(f"{v}: {_who(gpus[k] for k in configured if configured[k] == v)}"
                               for v in sorted(set(configured.values()), key=str))
             text = f"{name} {configured[key]}: the rack splits with no majority ({split})"
         else:
@@ -228,16 +226,15 @@ def fabric_domain(per_node, ctx):
     expected_vpod = ctx.param("expected_vpod_id")
     problems: dict = {}
     for name, value_of, raw_of, expected in (
-            ("PPOD_ID", lambda g: g.ppod, lambda g: g.ppod_raw, pod_id(expected_ppod)),
+            ("PPOD_ID", lambda g: g.ppod, lambda g: g.ppod_raw, ppod_or_none(expected_ppod)),
             ("VPOD_ID", lambda g: g.vpod, lambda g: g.vpod_raw,
-             None if expected_vpod is None else vpod_id(expected_vpod, "expected_vpod_id"))):
+             to_u32(expected_vpod, "expected_vpod_id"))):
         for key, found in _judge_id(gpus, name, value_of, raw_of, expected).items():
             problems.setdefault(key, []).extend(found)
-    by_key = {(g.node, g.gpu): g for g in gpus}
-    for (node, gpu), found in sorted(problems.items()):
-        codes = [code for _, code in found]
-        verdicts.append(fail("; ".join(text for text, _ in found), node=node, gpu=gpu,
-                             evidence=by_key[node, gpu].evidence,
+    for key, found in sorted(problems.items(), key=lambda item: gpus[item[0]].order):
+        g, codes = gpus[key], [code for _, code in found]
+        who = "" if g.gpu is not None else f"amd-smi GPU {g.smi} (no card on its PCI bus): "
+        verdicts.append(fail(who + "; ".join(text for text, _ in found), node=g.node, gpu=g.gpu, evidence=g.evidence,
                              remediation=NOT_CONFIGURED if NOT_CONFIGURED in codes else MISMATCH))
     flagged = {v.node for v in verdicts}
     errored = {v.node for v in verdicts if v.status == Status.ERROR}

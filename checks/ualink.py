@@ -12,8 +12,10 @@ from collections import Counter
 from dataclasses import dataclass
 from itertools import zip_longest
 
+from k3doctor.checks.amdgpu import VENDOR_GLOB, amd_cards
+
 from k3doctor.parsers import ParseError
-from k3doctor.parsers._common import UINT32_MAX, to_int
+from k3doctor.parsers._common import UINT32_MAX, to_int, to_u32
 from k3doctor.readings import File, Glob, ReadingUnavailable, sh
 from k3doctor.registry import check, remediation
 from k3doctor.results import error, fail, passed, warn
@@ -82,6 +84,14 @@ different states of the fabric manager: reload amdgpu (ifoe first, §5) so inb-n
 configures all four together, then re-check.
 """)
 
+MISSING = remediation("UALINK-MISSING", "a GPU has no ualink/ directory", """
+§6 gates multi-node work on accel_state `active` on ALL GPUs; a GPU without a ualink/
+directory has no UALink accelerator at all, so the fabric cannot include it and the rendezvous
+hangs. Look in dmesg for that card's `Failed to init UALink sw` / `Failed to start UALink
+manager` (§6), confirm `lsmod | grep ^ifoe`, then reload amdgpu (`rmmod amdgpu && modprobe amdgpu
+...`, ifoe first, §5). A GPU that is not visible at all is a GPU-count problem: see gpu-inventory.
+""")
+
 DRIFT = remediation("UALINK-DRIFT", "a GPU's UALink readings differ from the node's healthy baseline", """
 There is no single correct lane bitmap (§27 item 3): the check is the node's own healthy record
 (`k3doctor baseline record`). A card whose bitmap, local accels, accel id or link type changed
@@ -110,9 +120,7 @@ class Card:
 
     def accel_id(self):
         """The card's global accel id; None when unset (4294967295) or absent."""
-        raw = self.get("accel_id")
-        value = None if raw is None else to_int(raw, f"card{self.index} accel_id")
-        return None if value == UINT32_MAX else value
+        return to_u32(self.get("accel_id"), f"card{self.index} accel_id")
 
     def local_accels(self):
         raw = self.get("local_accels")
@@ -310,6 +318,41 @@ def _local_accels_verdicts(cards: dict) -> list:
     return out
 
 
+def _missing_verdicts(r, cards: dict, up: dict, expected: int) -> list:
+    """§6 needs `active` on ALL GPUs, so a GPU without ualink/ FAILs too: AMD cards (PCI vendor)
+    lacking it by number, any shortfall beyond them as one node line (gpu-inventory owns the count)."""
+    try:
+        named = [n for n in amd_cards(r) if n not in cards]
+    except (ReadingUnavailable, ParseError):
+        named = []
+    seen = {"ualink cards": [_c(n) for n in cards]}
+    out = [fail(f"card{n} is an AMD GPU without a ualink/ directory: its accelerator can never become active",
+                gpu=n, evidence=seen, remediation=MISSING) for n in named]
+    short = expected - len(cards) - len(named)
+    if short > 0:
+        others = f" (and {len(named)} AMD card(s) without it)" if named else ""
+        out.append(fail(f"{short} GPU(s) missing: {len(cards)} card(s) expose ualink/{others}, the inventory "
+                        f"expects {expected} GPUs per node{_unheld_accels(cards, up)}", remediation=MISSING,
+                        evidence=seen))
+    return out
+
+
+def _unheld_accels(cards: dict, up: dict) -> str:
+    """The accel ids the node's cards list in local_accels but no card holds: the missing GPUs' (§6).
+
+    Only when every card is up: an unconfigured card's unset accel_id would look missing too.
+    """
+    try:
+        lists = {n: tuple(sorted(c.local_accels(), reverse=True)) for n, c in up.items()
+                 if c.local_accels() is not None}
+        listed, _ = majority(lists)
+        ids = [i for i in listed or () if i not in {c.accel_id() for c in cards.values()}]
+    except (ReadingUnavailable, ParseError):
+        return ""
+    return f"; accel_id(s) {' '.join(map(str, ids))} in local_accels belong to no card" \
+        if ids and len(up) == len(cards) else ""
+
+
 def card_record(card: Card) -> dict:
     """The per-card readings kept in a baseline (§6: diff against the node's own healthy record)."""
     return {"accel_id": card.accel_id(), "local_accels": card.local_accels(), BITMAP: card.get(BITMAP),
@@ -370,11 +413,12 @@ def drift_verdicts(cards: dict, baseline, boot_id) -> list:
 
 
 def _reads(settings) -> dict:
-    return {**UALINK_READS, "driver_load": DRIVER_LOAD, "boot_id": File(BOOT_ID)}
+    return {**UALINK_READS, "driver_load": DRIVER_LOAD, "boot_id": File(BOOT_ID), "vendors": Glob(VENDOR_GLOB)}
 
 
 @check("ualink-state", title="every GPU's UALink state, identity, lanes and local accels are sane", scope="gpu",
-       remediation=(NOT_ACTIVE, STUCK, CARD_INVALID, LANES, LOCAL_ACCELS, DRIFT), reads=_reads, record=record,
+       remediation=(NOT_ACTIVE, STUCK, CARD_INVALID, LANES, LOCAL_ACCELS, MISSING, DRIFT), reads=_reads,
+       record=record,
        params={"accepted_states": ["active"], "tolerated_states": ["ready"], "unconfigured_grace_s": 60,
                "link_types": ["UALoE", "UALink"], "half_station": "fail"})
 def ualink_state(r, ctx):
@@ -403,6 +447,7 @@ def ualink_state(r, ctx):
             verdicts += drift_verdicts(cards, ctx.baseline, boot.text() if boot is not None and boot.exists else None)
     except (ReadingUnavailable, ParseError) as exc:
         verdicts.append(error(f"could not compare the node's cards: {exc}"))
+    verdicts += _missing_verdicts(r, cards, up, ctx.settings.gpus_per_node)
     flagged = {v.gpu for v in verdicts}
     verdicts += [passed(f"card{n} " + ", ".join(f"{k.split('/')[-1]} {v}" for k, v in c.evidence().items()
                                                   if k.split("/")[-1] in SUMMARY),

@@ -46,6 +46,16 @@ def to_u32(value: Any, what: str) -> int | None:
     return None if number == UINT32_MAX else number
 
 
+def ppod_or_none(raw: Any) -> str | None:
+    """Lower-case PPOD UUID; None for N/A and the "not configured" sentinels (§6, §7): all-zero
+    (driver default) and all-9s (amd-smi CLI), so sysfs and amd-smi readings compare alike."""
+    if is_na(raw):
+        return None
+    text = str(raw).strip().lower()
+    digits = set(text.replace("-", ""))
+    return None if digits <= {"0"} or digits == {"9"} else text
+
+
 def to_float(value: Any, what: str) -> float | None:
     if is_na(value):
         return None

@@ -17,6 +17,7 @@ from k3doctor.parsers._common import (
     UINT32_MAX,
     embedded_json,
     is_na,
+    ppod_or_none,
     require_text,
     to_float,
     to_int,
@@ -140,14 +141,6 @@ def _accelerator_list(value: Any, what: str) -> list | None:
     return [i for i in ids if i is not None]
 
 
-def _ppod(raw: Any) -> str | None:
-    """Lower-case UUID, or None for N/A and the all-9s / all-zero "not configured" sentinels."""
-    if is_na(raw):
-        return None
-    digits = set(str(raw).replace("-", "").strip().lower())
-    return None if digits in ({"9"}, {"0"}) else str(raw).strip().lower()
-
-
 def _text(value: Any, normalise=str) -> str | None:
     return None if is_na(value) else normalise(str(value).strip())
 
@@ -182,7 +175,7 @@ def _fabric_info(entry: dict, what: str) -> FabricInfo:
         fabric_bdf=_text(info.get("bdf")),
         accelerator_id=to_u32(info.get("accelerator_id"), f"{where} accelerator_id"),
         fabric_type=_text(info.get("fabric_type"), str.upper),
-        ppod_id=_ppod(info.get("ppod_id")),
+        ppod_id=ppod_or_none(info.get("ppod_id")),
         ppod_id_raw=_text(info.get("ppod_id")),
         ppod_size=to_u32(info.get("ppod_size"), f"{where} ppod_size"),
         vpod_id=to_u32(info.get("vpod_id"), f"{where} vpod_id"),

@@ -123,6 +123,14 @@ def test_ppod_sentinels_mean_not_configured(sentinel):
     assert f"PPOD_ID {sentinel}: not configured (sysfs)" in bad_messages(verdicts)[0]
 
 
+@pytest.mark.parametrize("raw", [ZERO, NINES, "N/A", "----", PPOD.upper()])
+def test_sysfs_and_amd_smi_read_ppod_sentinels_alike(raw):
+    """One helper for both sources: a "not configured" in one is never a real id in the other."""
+    r = node({0: (raw, 2)})
+    (_, smi), *_ = fabric.amdsmi_gpus("ct13", r["fabric"], fabric.card_buses(r))
+    assert fabric.sysfs_gpus("ct13", r)[0].ppod == smi.ppod == (PPOD if raw == PPOD.upper() else None)
+
+
 def test_stuck_node_is_not_configured_and_in_the_wrong_vpod():
     verdicts = judge(rack(ct17=node({c: (ZERO, 0) for c in range(4)})))
     assert bad(verdicts) == [(Status.FAIL, "ct17", g, "FABRIC-NOT-CONFIGURED") for g in range(4)]
@@ -170,6 +178,48 @@ def test_odd_node_is_still_caught_from_sysfs_when_its_amd_smi_is_garbled():
     verdicts = judge(rack(ct14=node({c: (PPOD, 3) for c in range(4)}, fabric_reading=garbled)))
     assert bad(verdicts) == [(Status.ERROR, "ct14", None, "FABRIC-AMDSMI-UNREADABLE")] + \
         [(Status.FAIL, "ct14", g, "FABRIC-DOMAIN-MISMATCH") for g in range(4)]
+
+
+def sysfs_only_on(cards, r):
+    """``r`` with the ualink pod id files of every other card removed (amd-smi still reports all four)."""
+    flat = r.raw()["ualink"]
+    for path in [p for p in flat if int(p.split("/card")[1].split("/")[0]) not in cards]:
+        del flat[path]
+    return r
+
+
+def test_gpus_only_amd_smi_sees_are_still_compared_across_the_rack():
+    r = sysfs_only_on({0, 1}, node(smi_pods={2: (OTHER, 2), 3: (OTHER, 2)}))
+    verdicts = judge(rack(ct16=r))
+    assert bad(verdicts) == [(Status.FAIL, "ct16", 2, "FABRIC-DOMAIN-MISMATCH"),
+                             (Status.FAIL, "ct16", 3, "FABRIC-DOMAIN-MISMATCH"),
+                             (Status.WARN, "ct16", 2, "FABRIC-SOURCES-DISAGREE"),
+                             (Status.WARN, "ct16", 3, "FABRIC-SOURCES-DISAGREE")]
+    fails = [v for v in verdicts if v.status == Status.FAIL]
+    assert fails[0].message == f"PPOD_ID {OTHER} differs from the rack's {PPOD} (held by 14 of 16 GPUs)"
+    assert "amd-smi GPU 2 PPOD_ID" in fails[0].evidence
+    assert "compared from amd-smi alone" in [v for v in verdicts if v.status == Status.WARN][0].message
+
+
+def test_amd_smi_gpus_on_no_known_bus_are_compared_without_taking_a_card_number():
+    r = sysfs_only_on({0, 1}, node(smi_pods={2: (OTHER, 2), 3: (OTHER, 2)}))
+    for c in (2, 3):  # their cards' uevent files are gone: amd-smi's bdf maps to no card
+        del r.raw()["uevent"][f"/sys/class/drm/card{c}/device/uevent"]
+    verdicts = judge(rack(ct16=r))
+    fails = [v for v in verdicts if v.status == Status.FAIL]
+    assert [(v.node, v.gpu) for v in fails] == [("ct16", None), ("ct16", None)]
+    assert [v.message for v in fails] == [
+        f"amd-smi GPU {g} (no card on its PCI bus): PPOD_ID {OTHER} differs from the rack's {PPOD} "
+        "(held by 14 of 16 GPUs)" for g in (2, 3)]
+
+
+def test_no_majority_split_names_amd_smi_only_gpus_by_their_index():
+    r = sysfs_only_on({0, 1}, node(smi_pods={2: (OTHER, 2), 3: (OTHER, 2)}))
+    del r.raw()["uevent"]["/sys/class/drm/card3/device/uevent"]
+    verdicts = judge({"ct13": node(), "ct16": r, "ct17": node({c: (OTHER, 2) for c in range(4)})})
+    (odd,) = [v for v in verdicts if v.status == Status.FAIL and v.gpu is None]
+    assert odd.message.startswith("amd-smi GPU 3 (no card on its PCI bus): PPOD_ID")
+    assert f"{OTHER}: ct16 GPUs 2,3 (amd-smi); ct17 GPUs 0,1,2,3)" in odd.message
 
 
 def test_without_sysfs_pod_ids_amd_smi_is_used():

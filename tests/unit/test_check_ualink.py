@@ -44,7 +44,19 @@ def readings(overrides=None, layout="new", uptime="5000.12 9000.00", load_stamp=
         "ualink": flat, "ualink_stations": stations, "ualink_setup": setup,
         "driver_load": CommandReading("sh -c ...", 0, f"{uptime}\n{dmesg}", ""),
         "boot_id": FileReading(ualink.BOOT_ID, f"{boot_id}\n"),
+        "vendors": {f"/sys/class/drm/card{c}/device/vendor": FileReading(f"/sys/class/drm/card{c}/device/vendor",
+                                                                        "0x1002\n") for c in range(4)},
     })
+
+
+def without_ualink(r, card, visible=True):
+    """``r`` with one card's ualink/ directory gone (and the GPU itself too unless ``visible``)."""
+    for key in ("ualink", "ualink_stations", "ualink_setup"):
+        for path in [p for p in r.raw()[key] if f"/card{card}/" in p]:
+            del r.raw()[key][path]
+    if not visible:
+        del r.raw()["vendors"][f"/sys/class/drm/card{card}/device/vendor"]
+    return r
 
 
 def judge(r, baseline=None, **params):
@@ -182,6 +194,37 @@ def test_no_ualink_directory_fails_and_unreadable_glob_is_an_error():
                        "driver_load": Unavailable("x"), "boot_id": Unavailable("x")})
     (v,) = judge(broken)
     assert v.status == Status.ERROR and "node deadline reached" in v.message
+
+
+def test_amd_gpu_without_a_ualink_directory_fails_by_card_number():
+    verdicts = judge(without_ualink(readings(), 2))
+    assert findings(verdicts) == [(Status.FAIL, 2, "UALINK-MISSING")]
+    (v,) = [v for v in verdicts if v.gpu == 2]
+    assert v.message == "card2 is an AMD GPU without a ualink/ directory: its accelerator can never become active"
+    assert sorted(v.gpu for v in verdicts if v.status == Status.PASS) == [0, 1, 3]
+
+
+def test_gpu_missing_altogether_is_one_node_line_naming_its_accel_id():
+    verdicts = judge(without_ualink(readings(), 1, visible=False))
+    assert findings(verdicts) == [(Status.FAIL, None, "UALINK-MISSING")]
+    (v,) = [v for v in verdicts if v.gpu is None]
+    assert v.message == ("1 GPU(s) missing: 3 card(s) expose ualink/, the inventory expects 4 GPUs per node; "
+                         "accel_id(s) 50 in local_accels belong to no card")
+
+
+def test_shortfall_is_counted_when_the_vendor_glob_is_unreadable_and_a_card_not_up_hides_no_id():
+    r = without_ualink(readings({0: STUCK}), 3)
+    verdicts = judge(Readings({**r.raw(), "vendors": Unavailable("node deadline reached")}))
+    assert findings(verdicts) == [(Status.FAIL, 0, "UALINK-STUCK-UNCONFIGURED"), (Status.FAIL, None, "UALINK-MISSING")]
+    assert [v.message for v in verdicts if v.gpu is None] == [
+        "1 GPU(s) missing: 3 card(s) expose ualink/, the inventory expects 4 GPUs per node"]
+
+
+def test_named_and_invisible_gpus_together():
+    r = without_ualink(without_ualink(readings(), 2), 3, visible=False)
+    verdicts = judge(r)
+    assert findings(verdicts) == [(Status.FAIL, 2, "UALINK-MISSING"), (Status.FAIL, None, "UALINK-MISSING")]
+    assert "1 GPU(s) missing: 2 card(s) expose ualink/ (and 1 AMD card(s) without it)" in verdicts[1].message
 
 
 def test_unreadable_file_errors_that_card_only():
