@@ -10,7 +10,7 @@ When it fails it re-runs per node and per node pair to say which of the three it
 """
 from __future__ import annotations
 
-from k3doctor.probes.allreduce import Member, Plan, diagnose
+from k3doctor.probes.allreduce import MIN_DEADLINE_S, Member, Plan, diagnose
 from k3doctor.probes.allreduce_worker import STAGES
 from k3doctor.registry import check, remediation
 from k3doctor.results import Status, error, fail, passed, skip, warn
@@ -48,6 +48,17 @@ intermittently with no known fix; the remedy is a retry. Launching is reasonable
 wrapper that retries the launch must allow the full cold-start budget (>= 25 min) or it
 kills healthy loads; if a launch stops at `load RCCL version` with a CPU spinning ~110%,
 that is this hang - take a py-spy stack of the ModelRunner, then restart it.
+""")
+
+WRONG_SUM = remediation("ALLREDUCE-WRONG-SUM", "all_reduce returned a wrong sum (data corruption)", """
+Ranks read back a sum other than w(w+1)/2 (the evidence's `wrong` lists rank, message
+bytes, how many elements were wrong, a sample and the expected value). That is silent data
+corruption, not a hang: a model served on it answers garbage without any error. It is never
+the intermittent ncclCommInitRank hang (§20) that a retry fixes, so a run that summed right
+when re-run does not clear it. Do not launch. Run the UALoE fabric probe on every pair
+(`k3doctor check --only ualoe-fabric --pairs all`, §8: p2p correctness), read the kernel logs
+for fabric and GPU signatures (§10), recover the nodes (§11), and re-run
+`k3doctor check --only allreduce-probe` several times before launching.
 """)
 
 SLOW = remediation("ALLREDUCE-SLOW", "all_reduce bus bandwidth below the floor", """
@@ -231,7 +242,7 @@ def _figures(outcome) -> str:
 
 @check("allreduce-probe", title="torch.distributed all_reduce across every node completes, bounded and timed",
        scope="cluster", tier="deep", interaction="active", after=("ualink-state", "fabric-domain", "rack-free"),
-       timeout_s=DEADLINE_S, remediation=(NODE_FAULT, FABRIC, INIT_HANG, SLOW, LEFTOVER), params=PARAMS,
+       timeout_s=DEADLINE_S, remediation=(NODE_FAULT, FABRIC, INIT_HANG, WRONG_SUM, SLOW, LEFTOVER), params=PARAMS,
        record=record_busbw)
 def allreduce_probe(ctx):
     """§20: a bounded all_reduce over every node, then node/pair attribution when it fails."""
@@ -245,7 +256,7 @@ def allreduce_probe(ctx):
                                _number(ctx, "baseline_drop", 0), _number(ctx, "baseline_min_bytes", 0, integer=True))
         band = _number(ctx, "warn_band", 0)
         repeats = _number(ctx, "repeats", 1, integer=True)
-        deadline = _number(ctx, "deadline_s", 1)
+        deadline = _number(ctx, "deadline_s", MIN_DEADLINE_S)  # one full run plus its cleanup reserve
     except ParamError as exc:
         return verdicts + [error(str(exc))]
 
@@ -283,9 +294,11 @@ def conclude(diag, floors: dict, band: float) -> list:
         return out + _figure_verdicts(diag, common, floors, band)
     kinds = [f.kind for f in diag.findings]
     code = _CODES.get(kinds[0]) if kinds else None
+    if full.wrong and code in (INIT_HANG, None):  # a wrong sum unattributed to a node or link is still corruption
+        code = WRONG_SUM
     conclusion = "; ".join(f.message for f in diag.findings) or "not attributed (hierarchy off)"
     evidence = {**common, **full.evidence(), "hierarchy": [o.evidence() for o in diag.subruns]}
-    make = warn if kinds == ["intermittent"] else fail
+    make = warn if kinds == ["intermittent"] and not full.wrong else fail  # corruption never ends as a WARN
     out.append(make(f"all_reduce probe {full.describe()}; every rank was stopped -> {conclusion}",
                     evidence=evidence, remediation=code))
     for f in diag.findings:
@@ -295,7 +308,7 @@ def conclude(diag, floors: dict, band: float) -> list:
 
 
 _CODES = {"node": NODE_FAULT, "node-fabric": FABRIC, "pair": FABRIC, "scale": FABRIC, "intermittent": INIT_HANG,
-          "unresolved": INIT_HANG}
+          "wrong-sum": WRONG_SUM, "unresolved": INIT_HANG}
 
 
 def _figure_verdicts(diag, common: dict, floors: dict, band: float) -> list:

@@ -14,6 +14,7 @@ an :class:`Outcome` out; :func:`attribute` turns the hierarchy's outcomes into f
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
@@ -258,6 +259,8 @@ def _events(text: str) -> list:
 
 
 _SETUP_ERRORS = ("No module named 'torch'", "No module named torch")
+# the worker's init-stage check of its one-float all_reduce (4 bytes); a wrong sum, not a hang
+_INIT_WRONG = re.compile(r"first all_reduce summed to ([^,\s]+), expected (\S+)")
 
 
 def analyse(plan: Plan, run_id: str, runs: dict, wall_s: float) -> Outcome:
@@ -291,6 +294,10 @@ def analyse(plan: Plan, run_id: str, runs: dict, wall_s: float) -> Outcome:
                         out.env[node] = e["env"]
             elif kind == "fail" and rank in ended:
                 out.errors.setdefault(rank, f"[{e.get('stage')}] {e.get('error')}")
+                bad = _INIT_WRONG.search(str(e.get("error")))
+                if bad:
+                    out.wrong.append({"rank": rank, "bytes": 4, "wrong": 1, "sample": float(bad[1]),
+                                      "expected": float(bad[2])})
             elif kind == "killed" and rank in ended:
                 out.killed.append(rank)
                 out.errors.setdefault(rank, f"[{e.get('stage')}] hung; killed by its node's agent ({e.get('why')})")
@@ -321,8 +328,9 @@ def analyse(plan: Plan, run_id: str, runs: dict, wall_s: float) -> Outcome:
     if out.stage is None:
         expected = len(plan.sizes_gpu if out.backend == "nccl" else plan.sizes_cpu)
         out.ok = not out.wrong and len(done) == plan.world and len(out.sizes) == expected
+        if not out.ok:
+            out.stage = "sweep"  # wrong sums too: the hierarchy must re-run every size, not a smoke test
         if not out.ok and not out.wrong:
-            out.stage = "sweep"
             out.errors.setdefault(-1, f"{len(out.sizes)} of {expected} sizes reported")
     if out.stage is not None:
         incomplete = [r for r in ended if out.stage not in ended[r]]
@@ -355,7 +363,8 @@ def pair_rounds(nodes: list) -> list:
 
 @dataclass
 class Finding:
-    """A conclusion of the hierarchy: ``kind`` is node, node-fabric, pair, intermittent, scale, unresolved."""
+    """A conclusion of the hierarchy: ``kind`` is node, node-fabric, pair, intermittent, wrong-sum, scale,
+    unresolved."""
 
     kind: str
     nodes: tuple
@@ -391,10 +400,13 @@ def attribute(full: Outcome, singles: dict, pairs: dict, retry: Outcome | None,
                                     {"pair": o.evidence()}))
     if findings:
         return findings
+    also = ", and so did every node and node pair" if len(full.nodes) > 1 else ""
+    if retry is not None and retry.ok and full.wrong:  # corruption that comes and goes is still corruption
+        return [Finding("wrong-sum", tuple(full.nodes), f"intermittent wrong all_reduce sum: the full probe summed "
+                        f"right when re-run{also} - data corruption, not the ncclCommInitRank hang",
+                        {"retry": retry.evidence()})]
     if retry is not None and retry.ok:
-        message = f"intermittent: the full probe failed in `{full.stage}`, then passed when re-run"
-        if len(full.nodes) > 1:
-            message += ", and so did every node and node pair"
+        message = f"intermittent: the full probe failed in `{full.stage}`, then passed when re-run{also}"
         if full.stage == "init":
             message += " - the intermittent ncclCommInitRank hang (§20)"
         return [Finding("intermittent", tuple(full.nodes), message, {"retry": retry.evidence()})]
@@ -410,6 +422,7 @@ def attribute(full: Outcome, singles: dict, pairs: dict, retry: Outcome | None,
 
 MIN_ROUND_S = 15.0  # a hierarchy round with less time than this left is not started
 RESERVE_S = 10.0  # kept back for the last round's cleanup
+MIN_DEADLINE_S = MIN_ROUND_S + RESERVE_S  # the full run's round plus the reserve
 
 
 @dataclass
@@ -441,16 +454,16 @@ def _diagnose(plan, transports, deadline_s, *, t0, repeats=1, good_enough=None, 
     def left() -> float:
         return deadline_s - (clock() - t0) - RESERVE_S
 
-    def go(plans: list) -> list | None:
+    def go(plans: list, first: bool = False) -> list | None:
         limit = min(max(p.limit_s() for p in plans), left())
-        if limit < MIN_ROUND_S:
+        if limit < MIN_ROUND_S and not first:
             return None
         return run(plans, transports, [limit] * len(plans))
 
-    first = go([replace(plan, port=next(ports))])
-    if first is None:
-        raise ValueError(f"deadline of {deadline_s:g}s leaves no time for a run")
-    diag = Diagnosis(attempts=first)
+    if deadline_s < MIN_DEADLINE_S:
+        raise ValueError(f"deadline of {deadline_s:g}s is under the {MIN_DEADLINE_S:g}s one run needs")
+    # the first run is owed its round even when the clock has moved on since t0 (deadline_s == MIN_DEADLINE_S)
+    diag = Diagnosis(attempts=go([replace(plan, port=next(ports))], first=True))
     if inject_once:  # the injected fault hits the first run only: an intermittent one
         plan = replace(plan, inject={})
     while diag.final.ok and len(diag.attempts) < repeats and not (good_enough and good_enough(diag.final)):

@@ -14,6 +14,8 @@ import pytest
 
 from k3doctor.inventory import parse_inventory
 from k3doctor.probes.allreduce import (
+    MIN_DEADLINE_S,
+    Finding,
     Member,
     NodeRun,
     Outcome,
@@ -30,6 +32,7 @@ from k3doctor.runner import Context
 load_checks()
 from k3doctor.checks.allreduce import (  # noqa: E402
     ParamError,
+    allreduce_probe,
     build_plan,
     conclude,
     floors_of,
@@ -157,6 +160,40 @@ def test_torch_failure_text_is_classified_per_node():
                      rc=1, stderr=stderr)
     o = analyse(p, "r1", {"a": run}, 50.0)
     assert o.torch_failure == {"a": "watchdog_timeout"}
+
+
+def sweep_runs(p: Plan, wrong_nodes=()) -> dict:
+    """Every rank of ``p`` completes every stage; ranks on ``wrong_nodes`` read a wrong sum at the largest size."""
+    runs = {}
+    for node, ranks in p.ranks_of().items():
+        body = []
+        for r in ranks:
+            body += healthy_rank(r) + (sizes_lines(p.sizes_gpu) if r == 0 else [])
+            if node in wrong_nodes:
+                body.append(line(ev="wrong", rank=r, bytes=p.sizes_gpu[-1], wrong=7, sample=1.0, expected=10.0))
+            body.append(line(ev="done", rank=r))
+        runs[node] = transcript(node, ranks, body)
+    return runs
+
+
+def test_wrong_sum_fails_the_sweep_so_the_hierarchy_reruns_every_size():
+    p = plan()
+    o = analyse(p, "r1", sweep_runs(p, wrong_nodes=("b",)), 5.0)
+    assert not o.ok and o.stage == "sweep" and o.missing == []
+    assert "wrong all_reduce sum" in o.describe() and "(2, 2097152), (3, 2097152)" in o.describe()
+
+
+def test_wrong_sum_in_the_first_tiny_all_reduce_is_a_wrong_sum_not_an_init_hang():
+    p = plan(nodes=("a",))
+    body = []
+    for r in (0, 1):
+        body += healthy_rank(r, STAGES[:2]) + [line(ev="begin", rank=r, stage="init"), line(
+            ev="fail", rank=r, stage="init", error="first all_reduce summed to 2.0, expected 3.0")]
+    o = analyse(p, "r1", {"a": transcript("a", [0, 1], body, rc=3)}, 5.0)
+    assert o.stage == "init" and [(w["rank"], w["bytes"], w["sample"]) for w in o.wrong] == [(0, 4, 2.0), (1, 4, 2.0)]
+    assert "wrong all_reduce sum" in o.describe()
+    [f] = attribute(o, {"a": outcome(True)}, {}, outcome(True))
+    assert f.kind == "wrong-sum" and "ncclCommInitRank hang (§20)" not in f.message
 
 
 @pytest.mark.parametrize("n", [2, 3, 4, 5, 6])
@@ -364,3 +401,60 @@ def test_baseline_records_a_passing_run_and_raises_the_floors_of_large_sizes():
     assert merged_floors({}, entry, 16, 0.2, 0) == {}  # a baseline of another world size does not apply
     [v] = conclude(diag_with({1 << 20: 10.0, 1 << 30: 70.0}), merged_floors({}, entry, 2, 0.2, 64 << 20), 0.1)
     assert v.status == Status.FAIL and "below the floor (76 GB/s)" in v.message
+
+
+class AnalysedRuns:
+    """Stands in for ``launch`` with real transcripts: ``wrong(plan, call)`` names the nodes that read a wrong sum."""
+
+    def __init__(self, wrong):
+        self.wrong, self.plans = wrong, []
+
+    def __call__(self, plans, transports, limits):
+        out = []
+        for p in plans:
+            self.plans.append(p)
+            out.append(analyse(p, p.label, sweep_runs(p, self.wrong(p, len(self.plans))), 1.0))
+        return out
+
+
+def test_wrong_sum_that_passes_on_retry_is_a_fail_never_the_init_hang_warn():
+    runs = AnalysedRuns(lambda p, call: ("b",) if call == 1 else ())
+    diag = diagnose(plan(("a", "b", "c")), {}, 240, run=runs)
+    assert all(p.sizes_gpu == (1 << 20, 2 << 20) for p in runs.plans)  # nodes and pairs re-run every size
+    assert [f.kind for f in diag.findings] == ["wrong-sum"]
+    [v] = conclude(diag, {}, 0.1)
+    assert v.status == Status.FAIL and v.remediation == "ALLREDUCE-WRONG-SUM"
+    assert "wrong all_reduce sum" in v.message and "(2, 2097152), (3, 2097152)" in v.message
+    assert "intermittent wrong all_reduce sum" in v.message and "ALLREDUCE-INIT-HANG" not in str(v.evidence)
+
+
+def test_wrong_sum_reproduced_on_one_node_is_that_nodes_fault():
+    runs = AnalysedRuns(lambda p, call: ("b",) if "b" in p.nodes else ())
+    diag = diagnose(plan(("a", "b", "c")), {}, 240, run=runs)
+    assert [(f.kind, f.nodes) for f in diag.findings] == [("node", ("b",))]
+    verdicts = conclude(diag, {}, 0.1)
+    assert [(v.status, v.node, v.remediation) for v in verdicts] == [
+        (Status.FAIL, None, "ALLREDUCE-NODE-FAULT"), (Status.FAIL, "b", "ALLREDUCE-NODE-FAULT")]
+    assert "wrong all_reduce sum" in verdicts[1].message and "(0, 2097152)" in verdicts[1].message
+
+
+def test_conclude_never_warns_on_a_run_with_wrong_sums():
+    full = Outcome(label="full", run_id="r", nodes=["a", "b"], world=2, ok=False, wall_s=5.0, stage="sweep",
+                   wrong=[{"rank": 1, "bytes": 4096, "wrong": 3, "sample": 0.0, "expected": 3.0}])
+    diag = SimpleNamespace(final=full, attempts=[full], subruns=[], elapsed_s=5.0,
+                           findings=[Finding("intermittent", ("a", "b"), "intermittent")])
+    [v] = conclude(diag, {}, 0.1)
+    assert (v.status, v.remediation) == (Status.FAIL, "ALLREDUCE-WRONG-SUM") and "(1, 4096)" in v.message
+    diag.findings = []  # hierarchy off
+    [v] = conclude(diag, {}, 0.1)
+    assert (v.status, v.remediation) == (Status.FAIL, "ALLREDUCE-WRONG-SUM")
+
+
+def test_deadline_too_short_for_one_run_is_a_param_error():
+    ctx = ctx_for(deadline_s=20)
+    ctx.transports = {"n1": object(), "n2": object()}
+    [v] = allreduce_probe(ctx)
+    assert v.status == Status.ERROR and f"deadline_s must be a number >= {MIN_DEADLINE_S:g}, got 20" in v.message
+    runs = FakeRuns()  # the minimum itself runs the full probe, however far the clock moved since the start
+    diagnose(plan(), {}, MIN_DEADLINE_S, run=runs, clock=iter(range(0, 100, 1)).__next__)
+    assert [c[0][0] for c in runs.calls] == ["full"]
