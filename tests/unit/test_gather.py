@@ -1,6 +1,6 @@
 """The one-round-trip gatherer, run for real through the local transport (a real sh)."""
-import glob
 import os
+import secrets
 
 import psutil
 import pytest
@@ -63,17 +63,18 @@ def test_command_timeout_kills_the_command_and_its_children():
     assert alive == []
 
 
-def test_node_deadline_turns_unread_specs_into_unavailable_and_kills_what_ran():
-    slow = Command(("sleep", "37"), timeout_s=30)
+def test_node_deadline_turns_unread_specs_into_unavailable_and_kills_what_ran(tmp_path, monkeypatch):
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # the script's scratch dir (mktemp -d) lands here
+    token = f"{37 + secrets.randbelow(10**6) / 10**7:.7f}"  # a sleep no other test run shares
+    slow = Command(("sleep", token), timeout_s=30)
     late = File("/etc/hostname")
-    before = set(glob.glob("/tmp/tmp.*"))
     got, _ = run([slow, late], deadline_s=1)
     for spec in (slow, late):
         assert isinstance(got[spec], Unavailable)
         assert "node deadline of 1s" in got[spec].reason
-    sleepers = [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", "37"]]
+    sleepers = [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", token]]
     assert psutil.wait_procs(sleepers, timeout=5)[1] == []  # the in-flight reading died with the script
-    assert set(glob.glob("/tmp/tmp.*")) - before == set()  # and its scratch directory is gone
+    assert list(tmp_path.iterdir()) == []  # and its scratch directory is gone
 
 
 def test_failed_commands_explain_themselves():
