@@ -162,8 +162,6 @@ def gather_shell(transport, specs: list, *, command_timeout_s: float, deadline_s
 
 def gather_docker(transport, spec: Docker) -> object:
     """Containers (all, never filtered by name) and the engine's recent events, via the SDK."""
-    import docker.errors
-
     client = None
     try:
         client = transport.docker()
