@@ -34,7 +34,9 @@ the best pair of the run; pin one with `checks: {ualoe-fabric: {reference_gbps: 
 write: .., bidir: ..}}}` in the inventory (copy the `gbps` evidence of a healthy run). A slow
 pair: confirm perf_setup ran on both trays (menu D, §5), that nothing else uses the GPUs
 (aggregate mode takes every GPU, §3), and compare the lane bitmaps (§6) - a partially trained
-link shows a bitmap that differs from its peers.
+link shows a bitmap that differs from its peers. A node slower than the reference with every
+peer carries the slowness; one slow pair between nodes that are fast with other peers points
+at the path between them.
 """)
 
 STALE = remediation("UALOE-STALE", "leftover ubench 07 processes on the node", """

@@ -22,6 +22,7 @@ from k3doctor.parsers import ParseError
 from k3doctor.parsers.dmesg import accid_to_location, find_signatures, parse_log
 from k3doctor.results import Status, Verdict, error, fail, passed, skip, warn
 from k3doctor.shell import quote
+from k3doctor.transport import TransportError
 
 TOOLS = ("ualoe_p2p.exe", "ualoe_bw.exe")
 METRICS = ("read", "write", "bidir")
@@ -349,17 +350,25 @@ def same_day_reference(measured: dict) -> tuple:
     return bw.as_dict(), f"same-day best pair {pair}"
 
 
+_RANK = {Status.PASS: 0, Status.WARN: 1}  # FAIL and ERROR: 2 (no data moved, or no answer)
+
+
 def attribute(outcomes: list, skipped: dict) -> list:
     """Verdicts placed on nodes: a node that failed every pair it was in (two or more) carries the fault.
 
-    A failed pair whose nodes each passed with another peer points at the path between them;
-    both nodes carry it.  Passing pairs give a PASS on both nodes.
+    Only FAIL/ERROR pairs make a node faulty; a node slow (WARN) with every peer carries the
+    slowness, not a fault.  A failed or slow pair whose nodes each did better with another peer
+    points at the path between them; both nodes carry it.  Passing pairs give a PASS on both nodes.
     """
     by_node: dict = {}
     for o in outcomes:
         for n in (o.exporter, o.importer):
             by_node.setdefault(n, []).append(o)
-    bad = {n for n, os_ in by_node.items() if len(os_) >= 2 and all(o.status != Status.PASS for o in os_)}
+
+    def every(statuses) -> set:
+        return {n for n, os_ in by_node.items() if len(os_) >= 2 and all(o.status in statuses for o in os_)}
+
+    failed, slow = every({Status.FAIL, Status.ERROR}), every({Status.WARN})
     verdicts = [skip(why, node=node) for node, why in skipped.items()]
     for o in outcomes:
         ev = {"pair": o.pair, "exporter": o.exporter, "importer": o.importer, **o.evidence}
@@ -368,18 +377,24 @@ def attribute(outcomes: list, skipped: dict) -> list:
             verdicts += [passed(f"{o.pair}: {o.message}", node=n, gpu=o.gpu, evidence=ev)
                          for n in (o.exporter, o.importer)]
             continue
-        guilty = [n for n in (o.exporter, o.importer) if n in bad]
+        rank = _RANK.get(o.status, 2)
+        guilty = [n for n in (o.exporter, o.importer) if n in (slow if o.status == Status.WARN else failed)]
         if len(guilty) == 1:
             (node,) = guilty
-            peers = sorted({x for q in by_node[node] for x in (q.exporter, q.importer)} - {node})
-            note = f" - {node} failed with every peer it was paired with ({', '.join(peers)}): the fault is on {node}"
+            peers = ", ".join(sorted({x for q in by_node[node] for x in (q.exporter, q.importer)} - {node}))
+            note = (f" - {node} was slower than the reference with every peer it was paired with ({peers}): "
+                    f"the slowness is on {node}" if o.status == Status.WARN else
+                    f" - {node} failed with every peer it was paired with ({peers}): the fault is on {node}")
             where = [node]
-        elif all(len(by_node[n]) >= 2 for n in (o.exporter, o.importer)) and not guilty:
+        elif not guilty and all(any(_RANK.get(q.status, 2) < rank for q in by_node[n] if q is not o)
+                                for n in (o.exporter, o.importer)):
             note = (f" - {o.exporter} and {o.importer} each passed with another peer: the fault is on the path "
                     "between them (cabling, switch port), not on either node")
             where = [o.exporter, o.importer]
         else:
-            note = "" if guilty else " - only this pair was tested, so the fault cannot be pinned to one node"
+            single = any(len(by_node[n]) < 2 for n in (o.exporter, o.importer))
+            note = " - only this pair was tested, so the fault cannot be pinned to one node" \
+                if single and not guilty else ""
             where = [o.exporter, o.importer]
         for node in where:
             gpu = o.blame.get(node, o.gpu)
@@ -417,6 +432,7 @@ def kill_pids(pids) -> str:
 ACCEL_SCRIPT = ('for f in /sys/class/drm/card*/device/ualink/accel_id; do '
                 '[ -e "$f" ] && printf "%s %s\\n" "$f" "$(cat "$f" 2>/dev/null)"; done; true')
 SHORT_S = 15.0  # bookkeeping commands (process tables, kills, kernel log)
+NOT_RUNNABLE = {126: "is not executable", 127: "was not found"}  # the shell's rc when exec fails
 
 
 class Launches:
@@ -546,7 +562,8 @@ class PairRun:
             bg, pidfile, why = self.serve(self.tool("ualoe_p2p.exe", "export", f"-port={cfg.p2p_port}", *gpu),
                                           cfg.p2p_port, cfg.listen_timeout_s + cfg.p2p_timeout_s + 10)
             if why:
-                return self.outcome(Status.FAIL, f"p2p exporter on {self.exporter} {why}", base, "UALOE-P2P")
+                return self.unrunnable(self.exporter, "ualoe_p2p.exe", bg.reading, base) or \
+                    self.outcome(Status.FAIL, f"p2p exporter on {self.exporter} {why}", base, "UALOE-P2P")
             _, cmd = self.recorded(self.importer, "client", self.tool(
                 "ualoe_p2p.exe", "import", f"-peer_ip={base['peer_ip']}", f"-port={cfg.p2p_port}", *gpu))
             imp = self.t[self.importer].run(cmd, timeout_s=cfg.p2p_timeout_s)
@@ -554,9 +571,9 @@ class PairRun:
             imp_out = (imp.stdout + imp.stderr).strip()
             ev = {**base, "importer_output": _tail(imp_out), "exporter_output": _tail(bg.output())}
             results = {"importer": parse_p2p(imp_out), "exporter": parse_p2p(bg.output())}
-            if imp.rc == 127:
-                return self.outcome(Status.ERROR, f"ubench not runnable on {self.importer}: {_tail(imp_out, 1)} "
-                                    "(set tools.ubench_dir to the build directory)", ev, None)
+            missing = self.unrunnable(self.importer, "ualoe_p2p.exe", imp, ev)
+            if missing:
+                return missing
             if not all(r and r.ok for r in results.values()):
                 return self.p2p_failure(imp, results, ev, markers)
             ev["p2p"] = results["importer"].line
@@ -614,13 +631,17 @@ class PairRun:
         bg, pidfile, why = self.serve(self.tool("ualoe_bw.exe", "listen", f"-port={cfg.bw_port}"), cfg.bw_port,
                                       cfg.listen_timeout_s + cfg.bw_timeout_s + 10)
         if why:
-            return self.outcome(Status.FAIL, f"bandwidth listener on {self.exporter} {why}", ev, "UALOE-P2P")
+            return self.unrunnable(self.exporter, "ualoe_bw.exe", bg.reading, ev) or \
+                self.outcome(Status.FAIL, f"bandwidth listener on {self.exporter} {why}", ev, "UALOE-P2P")
         _, cmd = self.recorded(self.importer, "client", self.tool(
             "ualoe_bw.exe", "connect", f"-peer_ip={ev['peer_ip']}", f"-port={cfg.bw_port}"))
         con = self.t[self.importer].run(cmd, timeout_s=cfg.bw_timeout_s)
         self.finish(bg, pidfile)
         out = (con.stdout + con.stderr).strip()
         ev = {**ev, "connect_output": _tail(out, 12)}
+        missing = self.unrunnable(self.importer, "ualoe_bw.exe", con, ev)
+        if missing:
+            return missing
         bw = parse_bw(out)
         if bw is None:
             how = f"timed out after {cfg.bw_timeout_s:g}s" if con.timed_out else f"exited rc {con.rc}"
@@ -629,6 +650,16 @@ class PairRun:
         o = self.outcome(Status.PASS, "", {**ev, "gbps": bw.as_dict()}, None)
         o.bw = bw
         return o
+
+    def unrunnable(self, node: str, name: str, reading, evidence) -> Outcome | None:
+        """ERROR when the shell could not start the tool (rc 126/127): a missing build says nothing about the fabric."""
+        rc = getattr(reading, "rc", None)
+        if rc not in NOT_RUNNABLE:
+            return None
+        said = _tail(reading.stdout + reading.stderr, 1) or "no output"
+        return self.outcome(Status.ERROR, f"ubench not runnable on {node}: "
+                            f"{posixpath.join(self.cfg.ubench_dir, name)} {NOT_RUNNABLE[rc]} (rc {rc}: {said}); "
+                            "set tools.ubench_dir to the ubench build directory", evidence, None)
 
     def outcome(self, status, message, evidence, remediation) -> Outcome:
         return Outcome(self.exporter, self.importer, status, message, dict(evidence), remediation,
@@ -682,29 +713,51 @@ def _reference(ctx) -> tuple:
     return {k: float(v) for k, v in ref.items()}, "reference_gbps from the inventory"
 
 
+def _process_table(t) -> list:
+    """Leftover ubench processes on one node; a listing cut short by its deadline cannot vouch for 'none'."""
+    got = t.run(PROCS_SCRIPT, timeout_s=SHORT_S)
+    if got.timed_out:
+        raise ParseError(f"process listing timed out after {SHORT_S:g}s")
+    return stale_tools(got.stdout)
+
+
 def check_stale(ctx, nodes: list) -> tuple:
-    """Verdicts for leftover ubench processes; with --fix they are killed by PID. -> (verdicts, dirty nodes)."""
-    verdicts, dirty = [], set()
+    """Verdicts for leftover ubench processes; with --fix they are killed by PID.
+
+    -> (verdicts, {dirty node: why its pairs are not run}).  A node whose process table cannot
+    be read is an ERROR on that node alone: the other nodes' pairs still run.
+    """
+    verdicts, dirty = [], {}
     for node in nodes:
         t = ctx.transports[node]
-        got = t.run(PROCS_SCRIPT, timeout_s=SHORT_S)
-        stale = stale_tools(got.stdout)
+        try:
+            stale = _process_table(t)
+        except (ParseError, TransportError) as exc:
+            dirty[node] = "its process table could not be read"
+            verdicts.append(error(f"could not list ubench processes, so its pairs were not run: {exc}", node=node))
+            continue
         if not stale:
             continue
         listed = [f"PID {p.pid}: {' '.join(p.argv)}" for p in stale]
         ev = {"processes": listed}
         if not ctx.fix:
-            dirty.add(node)
+            dirty[node] = "leftover ubench process"
             verdicts.append(fail(
                 f"{len(stale)} leftover ubench process(es) ({', '.join(f'{p.tool} PID {p.pid}' for p in stale)}): "
                 "a listener whose peer died never exits and makes the next round fail silently; its pairs were "
                 "not run - rerun with --fix to kill them by PID", node=node, evidence=ev, remediation="UALOE-STALE"))
             continue
         pids = " ".join(str(p.pid) for p in stale)
-        t.run(kill_pids(p.pid for p in stale), timeout_s=SHORT_S)
-        left = {p.pid for p in stale_tools(t.run(PROCS_SCRIPT, timeout_s=SHORT_S).stdout)} & {p.pid for p in stale}
+        try:
+            t.run(kill_pids(p.pid for p in stale), timeout_s=SHORT_S)
+            left = {p.pid for p in _process_table(t)} & {p.pid for p in stale}
+        except (ParseError, TransportError) as exc:
+            dirty[node] = "its process table could not be read"
+            verdicts.append(error(f"killing leftover ubench PID(s) {pids} (--fix) could not be confirmed, so its "
+                                  f"pairs were not run: {exc}", node=node, evidence=ev, remediation="UALOE-STALE"))
+            continue
         if left:
-            dirty.add(node)
+            dirty[node] = "stale ubench process survived SIGKILL"
             verdicts.append(fail(f"stale ubench PID(s) {sorted(left)} survived SIGKILL (D state? reset the tray, "
                                  "§11)", node=node, evidence=ev, remediation="UALOE-STALE"))
         else:
@@ -740,10 +793,10 @@ def run(ctx) -> list:
     accel = _accel_reader(ctx)
     try:
         for rnd in schedule(pairs):
-            runs = [(p, PairRun(ctx, cfg, launches, accel, *p)) for p in rnd if not set(p) & dirty]
+            runs = [(p, PairRun(ctx, cfg, launches, accel, *p)) for p in rnd if not set(p) & dirty.keys()]
             for p in rnd:
-                if set(p) & dirty:
-                    why = f"{p[0]}<->{p[1]}: not run, leftover ubench process on {', '.join(sorted(set(p) & dirty))}"
+                for bad in sorted(set(p) & dirty.keys()):
+                    why = f"{p[0]}<->{p[1]}: not run, {dirty[bad]} on {bad}"
                     errors += [skip(why, node=n) for n in p if n not in dirty]
             results = {}
             threads = [threading.Thread(target=_capture, args=(r, results, p), daemon=True) for p, r in runs]

@@ -208,3 +208,21 @@ def test_a_recorded_known_good_pair_is_the_reference(rig, tmp_path):
     assert rc == 0 and {r["node"] for r in warned} == {"ct17"}
     assert all(r["evidence"]["reference"]["from"].startswith("baseline pair") for r in warned)
     nothing_left(rig)
+
+
+def test_ubench_missing_is_inconclusive_not_a_fabric_fault(rig, tmp_path):
+    import yaml
+
+    rig.apply("healthy")
+    inventory = yaml.safe_load(rig.inventory_path.read_text())
+    inventory["cluster"]["tools"]["ubench_dir"] = "/nonexistent/ubench/build"
+    moved = tmp_path / "inventory.yaml"
+    moved.write_text(yaml.safe_dump(inventory, sort_keys=False))
+    rc, doc = cli.k3json("check", "--nodes", moved, "--only", PROBE, timeout=240)
+    results = [r for r in doc["results"] if r["check"] == PROBE]
+    assert rc == 2, results  # INCONCLUSIVE, not DO NOT LAUNCH
+    assert {r["status"] for r in results} == {"ERROR"}
+    assert all(r["message"].startswith(f"{r['evidence']['pair']}: ubench not runnable on ")
+               and "/nonexistent/ubench/build/ualoe_p2p.exe was not found (rc 127" in r["message"]
+               and "tools.ubench_dir" in r["message"] and r["remediation"] is None for r in results)
+    nothing_left(rig)

@@ -225,3 +225,30 @@ def test_kill_scripts_quote_pidfiles_and_check_argv0():
     assert "'/tmp/k3doctor-ualoe.x.serve.ct 13.pid'" in script
     assert 'case "${a0##*/}" in ualoe_p2p.exe|ualoe_bw.exe)' in script
     assert ualoe.kill_pids([12, 34]).rstrip().endswith('for p in 12 34; do k "$p"; done; true')
+
+
+def slow(a, b):
+    return Outcome(a, b, Status.WARN, "read 10% below the reference", gpu=0, remediation="UALOE-SLOW")
+
+
+def test_a_node_slow_with_every_peer_carries_the_slowness_not_a_fault():
+    outcomes = [outcome("ct13", "ct14"), outcome("ct14", "ct16"), slow("ct16", "ct17"), slow("ct17", "ct13")]
+    warned = [v for v in ualoe.attribute(outcomes, {}) if v.status == Status.WARN]
+    assert [(v.node, v.evidence["pair"]) for v in warned] == [("ct17", "ct16<->ct17"), ("ct17", "ct17<->ct13")]
+    for v in warned:
+        assert "slower than the reference with every peer it was paired with (ct13, ct16)" in v.message
+        assert "the slowness is on ct17" in v.message
+        assert "failed" not in v.message and "fault" not in v.message
+
+
+def test_slow_pairs_do_not_make_a_node_fail_with_every_peer():
+    # ct16 failed one pair and was only slow in the other: it did not fail with every peer
+    outcomes = [outcome("ct13", "ct14"), outcome("ct14", "ct16", False), slow("ct16", "ct17"),
+                outcome("ct17", "ct13")]
+    verdicts = ualoe.attribute(outcomes, {})
+    assert not any("failed with every peer" in v.message for v in verdicts)
+    failed = [v for v in verdicts if v.status == Status.FAIL]
+    assert [v.node for v in failed] == ["ct14", "ct16"] and all("path between them" in v.message for v in failed)
+    warned = [v for v in verdicts if v.status == Status.WARN]
+    assert [v.node for v in warned] == ["ct16", "ct17"]
+    assert all("slowness is on" not in v.message and "path" not in v.message for v in warned)
