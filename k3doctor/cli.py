@@ -222,7 +222,8 @@ def baseline_record_cmd(inventory, output, accept_unknown_hosts, tier):
     import yaml
 
     inv = _inventory(inventory)
-    checks = [c for c in select_checks(REGISTRY, tier=tier) if c.record is not None]
+    keepers = tuple(c.name for c in select_checks(REGISTRY, tier=tier) if c.record is not None)
+    checks = select_checks(REGISTRY, only=keepers)  # + the prerequisites an active probe needs
     report = run_checks(inv, checks, RunOptions(record=True, accept_unknown_hosts=accept_unknown_hosts,
                                                 progress=_progress()))
     doc = {"schema": "k3doctor.baseline/1", "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
