@@ -36,7 +36,9 @@ trap 'rm -rf "$t"' EXIT
 # At the node deadline the outer timeout signals this shell; each reading's own `timeout` sits in a
 # process group of its own, so pass the signal on and clean up before going.
 trap '[ -n "$w" ] && kill -TERM "$w" 2>/dev/null; rm -rf "$t"; exit 143' TERM HUP INT
-bg() { "$@" > "$t/o" 2> "$t/e" < /dev/null & w=$!; wait "$w"; r=$?; w=; return $r; }
+# `timeout` leads a process group of its own; whatever of it outlives the reading (a child that
+# escaped the TERM) is killed with the group, so nothing a reading started is left behind.
+bg() { "$@" > "$t/o" 2> "$t/e" < /dev/null & w=$!; wait "$w"; r=$?; kill -9 "-$w" 2>/dev/null; w=; return $r; }
 emit() {
   n=$(wc -c < "$t/o"); o=$t/o; m=$n
   if [ "$n" -gt {cap} ]; then head -c {cap} "$t/o" > "$t/oc"; o=$t/oc; m={cap}; fi

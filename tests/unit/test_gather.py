@@ -150,3 +150,14 @@ def test_rack_free_docker_reading_asks_the_engine_only_for_containers_and_events
     reading = gather_docker(transport, _reads(Settings(container="k3ep16"))["docker"])
     assert calls == ["info", "containers", "events", "close"]
     assert (reading.containers, reading.events, reading.now) == ([], [], 1795978827.0)
+
+
+def test_nothing_a_reading_started_outlives_it():
+    token = f"{40 + secrets.randbelow(10**6) / 10**7:.7f}"
+    stubborn = Command(("sh", "-c", f"trap '' TERM; (trap '' TERM; exec sleep {token}) & sleep {token}"),
+                       timeout_s=1)  # ignores the polite TERM
+    daemonish = Command(("sh", "-c", f"(exec sleep {token}) & echo started"))  # exits, leaves a child
+    got, _ = run([stubborn, daemonish])
+    assert got[stubborn].timed_out and got[daemonish].output() == "started\n"
+    left = [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", token]]
+    assert psutil.wait_procs(left, timeout=5)[1] == []
