@@ -83,7 +83,7 @@ def test_cleanup_kills_a_run_whose_agent_outlived_its_launcher():
 
 def test_cleanup_never_matches_a_command_that_merely_mentions_the_run_id():
     run_id = "t" + os.urandom(6).hex()
-    shell = subprocess.Popen(["sh", "-c", f"sleep 30 # {worker.TOKEN_PREFIX}{run_id}"])
+    shell = subprocess.Popen(["sh", "-c", f"sleep 30 # {worker.TOKEN_PREFIX}{run_id}"], start_new_session=True)
     lookalike = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)",
                                   worker.TOKEN_PREFIX + run_id])
     try:
@@ -92,5 +92,5 @@ def test_cleanup_never_matches_a_command_that_merely_mentions_the_run_id():
         assert report == {"killed": [], "left": []}
         assert shell.poll() is None and lookalike.poll() is None
     finally:
-        shell.kill()
+        os.killpg(shell.pid, 9)  # the shell and its sleep
         lookalike.kill()
