@@ -1,11 +1,12 @@
 """Driver state (reference §5) and GPU inventory (§12): amdgpu parameters, /dev/kfd, ifoe,
-GPU count and HBM size per GPU, and HBM agreement across the rack."""
+GPU count and HBM size per GPU (sysfs, cross-checked with amd-smi), and HBM agreement across the rack."""
 from __future__ import annotations
 
 import re
 from collections import Counter
 
 from k3doctor.parsers import ParseError
+from k3doctor.parsers.amdsmi import parse_static_vram
 from k3doctor.parsers.dmesg import parse_line
 from k3doctor.readings import Command, Exists, File, Glob, ReadingUnavailable
 from k3doctor.registry import check, remediation
@@ -196,9 +197,38 @@ def record_inventory(r, ctx) -> dict:
 INVENTORY_READS = {"vendors": Glob(VENDOR_GLOB), "vram": Glob(VRAM_GLOB)}
 
 
+def _inventory_reads(settings) -> dict:
+    return {**INVENTORY_READS, "smi": Command((settings.tools["amd_smi"], "static", "--vram", "--json"))}
+
+
+def amdsmi_cross_check(r, cards: list, sizes: dict, tolerance_gib: float, evidence: dict) -> tuple:
+    """(WARNs, note for the PASS line): amd-smi's VRAM MiB against sysfs, which stays the truth.
+    amd-smi numbers GPUs in PCI order, as the driver numbers the AMD cards, so they pair by rank.
+    amd-smi may be missing on a node: unreadable is a note, never a finding."""
+    try:
+        smi = parse_static_vram(r["smi"].output())
+    except (ReadingUnavailable, ParseError) as exc:
+        return [], f"; not cross-checked with amd-smi static --vram (amd-smi may be missing here): {exc}"
+    evidence["amd-smi VRAM MiB"] = {f"GPU {g}": mib for g, mib in sorted(smi.items())}
+    if len(smi) != len(cards):
+        return [warn(f"amd-smi static lists {len(smi)} GPU(s) but sysfs shows {len(cards)} AMD card(s): VRAM not "
+                     "cross-checked per GPU (sysfs is the source of truth)", remediation=HBM_SIZE,
+                     evidence=evidence)], ""
+    verdicts, unknown = [], []
+    for card, (gpu, mib) in zip(cards, sorted(smi.items()), strict=True):
+        if mib is None:
+            unknown.append(f"GPU {gpu}")
+        elif sizes[card] is not None and abs(mib / 1024 - sizes[card]) > tolerance_gib:
+            verdicts.append(warn(f"amd-smi GPU {gpu} reports {mib} MiB VRAM ({mib / 1024:g} GiB) but sysfs "
+                                 f"card{card} mem_info_vram_total reads {sizes[card]} GiB (sysfs is used)",
+                                 gpu=card, remediation=HBM_SIZE, evidence=evidence))
+    note = f"; amd-smi gave no VRAM size for {', '.join(unknown)}, not cross-checked" if unknown else ""
+    return verdicts, note
+
+
 @check("gpu-inventory", title="expected GPU count and HBM per GPU (and no drift from the baseline)",
        scope="node", remediation=(GPU_COUNT, HBM_SIZE), params={"tolerance_gib": 1},
-       reads=INVENTORY_READS, record=record_inventory)
+       reads=_inventory_reads, record=record_inventory)
 def gpu_inventory(r, ctx):
     """§12: wide EP assumes 4 GPUs per node and a KV budget computed for one HBM size."""
     cards, sizes = amd_cards(r), hbm_gib(r)
@@ -219,9 +249,10 @@ def gpu_inventory(r, ctx):
         elif abs(gib - want_hbm) > ctx.param("tolerance_gib"):
             verdicts.append(fail(f"{gib} GiB HBM, inventory says {want_hbm} GiB per GPU", gpu=card,
                                  remediation=HBM_SIZE, evidence=evidence))
-    verdicts += _drift(ctx.baseline, len(cards), sizes, evidence)
+    smi_verdicts, smi_note = amdsmi_cross_check(r, cards, sizes, ctx.param("tolerance_gib"), evidence)
+    verdicts += smi_verdicts + _drift(ctx.baseline, len(cards), sizes, evidence)
     if not verdicts:
-        verdicts.append(passed(f"{len(cards)} GPUs, {want_hbm} GiB HBM each", evidence=evidence))
+        verdicts.append(passed(f"{len(cards)} GPUs, {want_hbm} GiB HBM each{smi_note}", evidence=evidence))
     return verdicts
 
 

@@ -1,19 +1,20 @@
 """Is the rack actually free? (reference §3): foreign containers, recent foreign creations,
-GPU processes. VRAM is not a free/busy signal: a job whose containers exist but have not
-loaded weights reads 0 % on every GPU."""
+GPU processes, resident VRAM. VRAM is not a free/busy signal on its own: a job whose containers
+exist but have not loaded weights reads 0 % on every GPU; only VRAM in use counts, never 0 %."""
 from __future__ import annotations
 
 import re
 
 from k3doctor.parsers import ParseError
 from k3doctor.parsers.docker_events import Container, event_from_dict
-from k3doctor.parsers.rocmsmi import parse_showpids
+from k3doctor.parsers.rocmsmi import parse_showmemuse, parse_showpids
 from k3doctor.readings import Command, Docker, Glob, ReadingUnavailable
 from k3doctor.registry import REGISTRY, check, remediation
 from k3doctor.results import error, fail, passed, warn
 
 CHECK = "rack-free"
 WINDOW_MIN = 30
+MAX_VRAM_PCT = 10  # InferenceX wait_for_amd_gpu_clean passes at max VRAM% <= 10 (§3)
 KFD_PROC_GLOB = "/sys/class/kfd/kfd/proc/*"
 _KFD_PID = re.compile(r"/proc/(\d+)$")
 WATCHED_ACTIONS = ("create", "start")
@@ -36,7 +37,8 @@ def _reads(settings) -> dict:
     window_s = int(settings.param(REGISTRY.checks[CHECK], "window_min") * 60)
     return {"docker": Docker(events_since_s=window_s),
             "kfd": Glob(KFD_PROC_GLOB),
-            "pids": Command((settings.tools["rocm_smi"], "--showpids"))}
+            "pids": Command((settings.tools["rocm_smi"], "--showpids")),
+            "memuse": Command((settings.tools["rocm_smi"], "--showmemuse"))}
 
 
 def container_from_api(d: dict) -> Container:
@@ -113,15 +115,33 @@ def judge_gpu_processes(kfd_pids: set, rows: list) -> list:
     return verdicts
 
 
+def judge_vram(percent: dict, max_pct: float) -> list:
+    """FAIL per GPU above max_pct (someone's weights are resident); a GPU without a value is an
+    ERROR. Nothing for GPUs at or below it: a low reading does not make the node free (§3)."""
+    verdicts = []
+    for gpu, pct in sorted(percent.items()):
+        if pct is None:
+            verdicts.append(error(f"rocm-smi --showmemuse gave no VRAM% for GPU[{gpu}], so its VRAM use is unknown",
+                                  gpu=gpu))
+        elif pct > max_pct:
+            verdicts.append(fail(f"rocm-smi GPU[{gpu}] has {pct} % VRAM allocated (max_vram_pct {max_pct}): someone's "
+                                 "weights are resident although no GPU process was found; 0 % would prove nothing "
+                                 "(a created-but-not-loaded job reads 0 %, §3)", gpu=gpu, remediation=RACK_BUSY,
+                                 evidence={"GPU Memory Allocated (VRAM%)": pct, "max_vram_pct": max_pct}))
+    return verdicts
+
+
 def kfd_pids(kfd: dict) -> set:
     return {int(m.group(1)) for path in kfd if (m := _KFD_PID.search(path))}
 
 
 @check(CHECK, title="only our container on the node, no foreign create/start recently, no GPU processes",
-       scope="node", remediation=RACK_BUSY, params={"window_min": WINDOW_MIN}, reads=_reads)
+       scope="node", remediation=RACK_BUSY, params={"window_min": WINDOW_MIN, "max_vram_pct": MAX_VRAM_PCT},
+       reads=_reads)
 def rack_free(r, ctx):
     """§3: "nothing of mine is running" is not "free"; each source is judged on its own so one
-    unreadable source (ERROR) never hides what the others found."""
+    unreadable source (ERROR) never hides what the others found. Resident VRAM is reported only
+    when no GPU process was named: a named process already explains it and blocks the node."""
     own, window_s = ctx.settings.container, int(ctx.param("window_min") * 60)
     verdicts = []
 
@@ -135,8 +155,13 @@ def rack_free(r, ctx):
     verdicts += attempt("docker engine", lambda: judge_containers(r["docker"], own, window_s), [])
     pids = attempt(KFD_PROC_GLOB, lambda: kfd_pids(r["kfd"]), set())
     rows = attempt("rocm-smi --showpids", lambda: parse_showpids(r["pids"].output()), [])
-    verdicts += judge_gpu_processes(pids, rows)
+    processes = judge_gpu_processes(pids, rows)
+    verdicts += processes
+    vram = attempt("rocm-smi --showmemuse", lambda: judge_vram(parse_showmemuse(r["memuse"].output()),
+                                                               ctx.param("max_vram_pct")), [])
+    verdicts += [] if processes else vram
     if not verdicts:
         verdicts.append(passed(f"only {own} (or nothing) on this node, no foreign create/start in the last "
-                               f"{window_s // 60} min, no GPU processes"))
+                               f"{window_s // 60} min, no GPU processes, VRAM at most {ctx.param('max_vram_pct')} % "
+                               "per GPU (low VRAM alone would not prove the node free, §3)"))
     return verdicts

@@ -1,4 +1,6 @@
-"""amdgpu-driver, gpu-inventory and hbm-uniform judged on plain sysfs/dmesg data."""
+"""amdgpu-driver, gpu-inventory and hbm-uniform judged on plain sysfs/dmesg data (and amd-smi static)."""
+import json
+
 from k3doctor.checks import amdgpu
 
 from k3doctor.inventory import Settings
@@ -88,12 +90,23 @@ def test_untuned_is_info_by_default_and_warn_when_required():
     assert findings(judge(DRIVER, r, require_tuned=True)) == [(Status.WARN, None, "AMDGPU-UNTUNED")]
 
 
-def cards(sizes_gib, vendors=None):
+def static_vram(mib_per_gpu):
+    """`amd-smi static --vram --json` as newer amd-smi prints it (MiB labelled "MB", §12)."""
+    return json.dumps({"gpu_data": [{"gpu": g, "vram": {"type": "HBM", "size": {"value": mib, "unit": "MB"}}}
+                                     for g, mib in enumerate(mib_per_gpu)]})
+
+
+def cards(sizes_gib, vendors=None, smi=None, smi_rc=0):
+    """sysfs readings plus an amd-smi that agrees with them unless ``smi`` says otherwise."""
     vendors = vendors or {c: "0x1002" for c in sizes_gib}
+    if smi is None:
+        smi = static_vram([g // 2**20 if isinstance(g, int) else None
+                           for c, g in sizes_gib.items() if vendors[c] == "0x1002"])
     return Readings({
         "vendors": {f"/sys/class/drm/card{c}/device/vendor": FileReading("v", f"{v}\n") for c, v in vendors.items()},
         "vram": {f"/sys/class/drm/card{c}/device/mem_info_vram_total": FileReading("m", f"{g}\n")
                  for c, g in sizes_gib.items()},
+        "smi": CommandReading("amd-smi static --vram --json", smi_rc, smi, "" if smi_rc == 0 else "amd-smi: not found"),
     })
 
 
@@ -110,6 +123,43 @@ def test_inventory_rounds_driver_reserved_bytes_and_matches_amd_smi_mib():
     # amd-smi reports 442368 MB (MiB) for a 432 GiB board (§12); the driver may reserve a few MiB
     r = cards({c: (442368 - 16) * 2**20 for c in range(4)})
     assert judge(INVENTORY, r)[0].status == Status.PASS
+
+
+def test_inventory_amd_smi_agreeing_within_tolerance_passes():
+    assert judge(INVENTORY, cards(HEALTHY, smi=static_vram([442368 - 500] * 4)))[0].status == Status.PASS
+    assert amdgpu._inventory_reads(Settings())["smi"].argv == ("/opt/rocm/bin/amd-smi", "static", "--vram", "--json")
+
+
+def test_inventory_amd_smi_disagreeing_with_sysfs_warns_naming_the_gpu():
+    verdicts = judge(INVENTORY, cards(HEALTHY, smi=static_vram([442368, 442368, 294912, 442368])))
+    assert findings(verdicts) == [(Status.WARN, 2, "HBM-SIZE")]
+    assert verdicts[0].message == ("amd-smi GPU 2 reports 294912 MiB VRAM (288 GiB) but sysfs card2 "
+                                   "mem_info_vram_total reads 432 GiB (sysfs is used)")
+    assert judge(INVENTORY, cards(HEALTHY, smi=static_vram([442368, 442368, 294912, 442368])),
+                 tolerance_gib=200)[0].status == Status.PASS
+
+
+def test_inventory_amd_smi_pairs_with_amd_cards_by_rank_and_warns_on_count():
+    r = cards({0: 0, 1: 432 * GIB, 2: 432 * GIB}, vendors={0: "0x1a03", 1: "0x1002", 2: "0x1002"},
+              smi=static_vram([442368, 294912]))
+    assert findings(judge(INVENTORY, r, settings=Settings(hbm_gib_per_gpu=432, gpus_per_node=2))) == \
+        [(Status.WARN, 2, "HBM-SIZE")]
+    verdicts = judge(INVENTORY, cards(HEALTHY, smi=static_vram([442368] * 3)))
+    assert findings(verdicts) == [(Status.WARN, None, "HBM-SIZE")]
+    assert verdicts[0].message.startswith("amd-smi static lists 3 GPU(s) but sysfs shows 4 AMD card(s)")
+
+
+def test_inventory_unreadable_amd_smi_is_not_a_failure_and_the_pass_says_so():
+    for r in (cards(HEALTHY, smi="", smi_rc=127), cards(HEALTHY, smi="\x00\x7fgarbage"),
+              cards(HEALTHY, smi='{"gpu_data": [{"gpu": 0, "vram": {"size": '),):  # truncated
+        [v] = judge(INVENTORY, r)
+        assert v.status == Status.PASS
+        assert v.message.startswith("4 GPUs, 432 GiB HBM each; not cross-checked with amd-smi static --vram "
+                                    "(amd-smi may be missing here)")
+    [v] = judge(INVENTORY, cards(HEALTHY, smi=json.dumps([{"gpu": g, "vram": "N/A"} for g in range(4)])))
+    assert v.status == Status.PASS
+    assert v.message == ("4 GPUs, 432 GiB HBM each; amd-smi gave no VRAM size for GPU 0, GPU 1, GPU 2, GPU 3, "
+                         "not cross-checked")
 
 
 def test_inventory_three_gpus_fail_count():

@@ -28,11 +28,23 @@ def event(name, action, when, kind="container"):
             "time": int(when), "timeNano": int(when * 1e9)}
 
 
-def readings(containers=(), events=(), kfd=(), pids=NO_PIDS, pids_rc=0):
+def memuse(*percents):
+    """rocm-smi --showmemuse in its GPU[n] line form (as rocm-smi 6.x prints it)."""
+    return ("==== ROCm System Management Interface ====\n==== Current Memory Use ====\n"
+            + "".join(f"GPU[{g}]\t\t: GPU Memory Allocated (VRAM%): {p}\n"
+                      f"GPU[{g}]\t\t: GPU Memory Read/Write Activity (%): 0\n" for g, p in enumerate(percents))
+            + "==== End of ROCm SMI Log ====\n")
+
+
+IDLE = memuse(0, 0, 0, 0)
+
+
+def readings(containers=(), events=(), kfd=(), pids=NO_PIDS, pids_rc=0, mem=IDLE, mem_rc=0):
     return Readings({
         "docker": DockerReading(containers=list(containers), events=list(events), now=NOW),
         "kfd": {f"/sys/class/kfd/kfd/proc/{p}": None for p in kfd},
         "pids": CommandReading("rocm-smi --showpids", pids_rc, pids, "" if pids_rc == 0 else "boom"),
+        "memuse": CommandReading("rocm-smi --showmemuse", mem_rc, mem, "" if mem_rc == 0 else "boom"),
     })
 
 
@@ -111,7 +123,8 @@ def test_unreadable_source_errors_but_does_not_hide_other_findings():
     verdicts = judge(r)
     assert sorted(v.status.value for v in verdicts) == ["ERROR", "FAIL"]
     assert any("rocm-smi --showpids not readable" in v.message for v in verdicts)
-    r = Readings({"docker": Unavailable("engine down"), "kfd": {}, "pids": CommandReading("x", 0, NO_PIDS, "")})
+    r = Readings({"docker": Unavailable("engine down"), "kfd": {}, "pids": CommandReading("x", 0, NO_PIDS, ""),
+                  "memuse": CommandReading("y", 0, IDLE, "")})
     [v] = judge(r)
     assert v.status == Status.ERROR and "docker engine not readable" in v.message
 
@@ -126,3 +139,34 @@ def test_reads_follow_window_and_settings():
     assert specs["docker"] == Docker(events_since_s=600)
     assert rack._reads(Settings())["docker"].events_since_s == rack.WINDOW_MIN * 60
     assert specs["pids"].argv == ("/opt/rocm/bin/rocm-smi", "--showpids")
+    assert specs["memuse"].argv == ("/opt/rocm/bin/rocm-smi", "--showmemuse")
+
+
+def test_idle_vram_passes_and_says_low_vram_proves_nothing():
+    [v] = judge(readings([container("k3ep16")], mem=memuse(0, 1, 10, 0)))  # 10 % is InferenceX's "clean"
+    assert v.status == Status.PASS
+    assert "VRAM at most 10 % per GPU (low VRAM alone would not prove the node free" in v.message
+
+
+def test_resident_vram_without_a_process_fails_per_gpu_with_its_percent():
+    verdicts = judge(readings([container("k3ep16")], mem=memuse(0, 31, 0, 11)))
+    assert [(v.status, v.gpu, v.remediation) for v in verdicts] == [(Status.FAIL, 1, "RACK-BUSY"),
+                                                                    (Status.FAIL, 3, "RACK-BUSY")]
+    assert verdicts[0].message.startswith("rocm-smi GPU[1] has 31 % VRAM allocated (max_vram_pct 10)")
+    assert "0 % would prove nothing" in verdicts[0].message
+    assert [v.gpu for v in judge(readings(mem=memuse(0, 31, 0, 11)), max_vram_pct=20)] == [1]
+
+
+def test_vram_of_a_named_gpu_process_is_not_reported_twice():
+    [v] = judge(readings(kfd=[4242], mem=memuse(38, 0, 0, 0)))
+    assert v.status == Status.FAIL and "pid 4242" in v.message
+
+
+def test_unreadable_showmemuse_is_an_error_for_that_source_only():
+    verdicts = judge(readings([container("intruder")], mem="", mem_rc=2))
+    assert sorted(v.status.value for v in verdicts) == ["ERROR", "FAIL"]
+    assert any(v.message.startswith("rocm-smi --showmemuse not readable") for v in verdicts)
+    [v] = judge(readings(mem="WARNING: No JSON data to report\n"))
+    assert v.status == Status.ERROR and "rocm-smi --showmemuse not readable" in v.message
+    [v] = judge(readings(mem=memuse(0).replace(": 0\n", ": N/A\n", 1)))
+    assert (v.status, v.gpu) == (Status.ERROR, 0) and "VRAM use is unknown" in v.message
