@@ -8,7 +8,7 @@ import re
 
 from k3doctor.parsers import ParseError
 from k3doctor.readings import Command
-from k3doctor.registry import REGISTRY, check, remediation
+from k3doctor.registry import check, remediation
 from k3doctor.results import error, fail, passed, skip, warn
 from k3doctor.shell import quote
 
@@ -151,7 +151,7 @@ def _bytes(n) -> str:
 # ----------------------------------------------------------------------------- rocjitsu-store
 
 def _rocjitsu_paths(settings) -> tuple:
-    prefix = settings.param(REGISTRY.checks[ROCJITSU], "prefix").rstrip("/")
+    prefix = settings.param("prefix").rstrip("/")
     return prefix, f"{prefix}/{HOOK}", f"{prefix}/{TRANSLATOR}", f"{prefix}/{STORE}"
 
 
@@ -268,10 +268,9 @@ def rocjitsu_store(r, ctx):
 # ----------------------------------------------------------------------------- patch-integrity
 
 def _patch_reads(settings) -> dict:
-    c, chk = settings.container, REGISTRY.checks[PATCH]
-    return {"stat": exec_in(c, "stat", "-c", "%s %n", *settings.param(chk, "files")),
-            "marker": exec_in(c, "grep", "-c", "--", settings.param(chk, "marker"),
-                              settings.param(chk, "marker_file"))}
+    c = settings.container
+    return {"stat": exec_in(c, "stat", "-c", "%s %n", *settings.param("files")),
+            "marker": exec_in(c, "grep", "-c", "--", settings.param("marker"), settings.param("marker_file"))}
 
 
 def patch_needed(required: str, image, needs: str) -> tuple:

@@ -9,7 +9,7 @@ from k3doctor.parsers import ParseError
 from k3doctor.parsers.docker_events import Container, event_from_dict
 from k3doctor.parsers.rocmsmi import parse_showmemuse, parse_showpids
 from k3doctor.readings import Command, Docker, Glob, ReadingUnavailable
-from k3doctor.registry import REGISTRY, check, remediation
+from k3doctor.registry import check, remediation
 from k3doctor.results import error, fail, passed, warn
 
 CHECK = "rack-free"
@@ -34,7 +34,7 @@ pick another node. Never remove another user's container.
 
 
 def _reads(settings) -> dict:
-    window_s = int(settings.param(REGISTRY.checks[CHECK], "window_min") * 60)
+    window_s = int(settings.param("window_min") * 60)
     return {"docker": Docker(events_since_s=window_s),
             "kfd": Glob(KFD_PROC_GLOB),
             "pids": Command((settings.tools["rocm_smi"], "--showpids")),

@@ -50,12 +50,26 @@ class Check:
         """The check's reading specs for one node, given that node's settings."""
         if self.reads is None:
             return {}
-        specs = dict(self.reads(settings) if callable(self.reads) else self.reads)
+        specs = dict(self.reads(CheckSettings(settings, self)) if callable(self.reads) else self.reads)
         if self.timeout_s is None:
             return specs
         return {name: replace(spec, timeout_s=self.timeout_s)
                 if isinstance(spec, Command) and spec.timeout_s is None else spec
                 for name, spec in specs.items()}
+
+
+class CheckSettings:
+    """A node's settings as one check sees them: every setting, plus ``param(name)`` for this check's
+    tunables (the inventory's value, else the check's default), so a check never looks itself up."""
+
+    def __init__(self, settings, check: Check):
+        self._settings, self._check = settings, check
+
+    def __getattr__(self, name):
+        return getattr(self._settings, name)
+
+    def param(self, name: str):
+        return self._settings.param(self._check, name)
 
 
 class RegistryError(Exception):

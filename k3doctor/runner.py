@@ -18,6 +18,7 @@ from .gather import gather
 from .inventory import Inventory, Node
 from .parsers import ParseError
 from .readings import Readings, ReadingUnavailable, Unavailable
+from .registry import CheckSettings
 from .results import Result, Status, Verdict, error
 from .transport import LocalTransport, SSHTransport, Transport, TransportError, resolve_ssh_target
 
@@ -61,8 +62,12 @@ class Context:
     fix: bool = False
     deadline_s: float = 60.0
 
+    def __post_init__(self):
+        if not isinstance(self.settings, CheckSettings):
+            self.settings = CheckSettings(self.settings, self.check)
+
     def param(self, name: str):
-        return self.settings.param(self.check, name)
+        return self.settings.param(name)
 
 
 def make_transport(node: Node, inv: Inventory, opts: RunOptions) -> Transport:

@@ -127,7 +127,7 @@ def test_docker_cli_missing_is_an_error():
 
 
 def test_reads_quote_the_store_dir_and_name_the_container():
-    specs = ct._rocjitsu_reads(Settings(container="k3 ep", checks={"rocjitsu-store": {"prefix": "/x y/"}}))
+    specs = ROCJITSU.readings_for(Settings(container="k3 ep", checks={"rocjitsu-store": {"prefix": "/x y/"}}))
     assert specs["stat"].argv[:3] == ("docker", "exec", "k3 ep")
     assert specs["count"].argv[-1] == "ls -A '/x y/share/rocjitsu/translations/gfx1250-b0-a0/v1' 2>/dev/null | wc -l"
 

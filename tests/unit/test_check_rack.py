@@ -135,9 +135,10 @@ def test_garbled_showpids_is_an_error_not_a_pass():
 
 
 def test_reads_follow_window_and_settings():
-    specs = rack._reads(Settings(container="mine", checks={"rack-free": {"window_min": 10}}))
+    rack_free = REGISTRY.checks["rack-free"]
+    specs = rack_free.readings_for(Settings(container="mine", checks={"rack-free": {"window_min": 10}}))
     assert specs["docker"] == Docker(events_since_s=600)
-    assert rack._reads(Settings())["docker"].events_since_s == rack.WINDOW_MIN * 60
+    assert rack_free.readings_for(Settings())["docker"].events_since_s == rack.WINDOW_MIN * 60
     assert specs["pids"].argv == ("/opt/rocm/bin/rocm-smi", "--showpids")
     assert specs["memuse"].argv == ("/opt/rocm/bin/rocm-smi", "--showmemuse")
 

@@ -126,10 +126,9 @@ def test_engine_clock_parses_docker_nanosecond_stamps():
 
 
 def test_rack_free_docker_reading_asks_the_engine_only_for_containers_and_events():
-    from k3doctor.checks.rack import _reads
-
     from k3doctor.gather import gather_docker
     from k3doctor.inventory import Settings
+    from k3doctor.registry import REGISTRY, load_checks
 
     calls = []
 
@@ -147,7 +146,9 @@ def test_rack_free_docker_reading_asks_the_engine_only_for_containers_and_events
             calls.append("close")
 
     transport = type("T", (), {"node": "ct13", "docker": lambda self: Client()})()
-    reading = gather_docker(transport, _reads(Settings(container="k3ep16"))["docker"])
+    load_checks()
+    rack_free = REGISTRY.checks["rack-free"]
+    reading = gather_docker(transport, rack_free.readings_for(Settings(container="k3ep16"))["docker"])
     assert calls == ["info", "containers", "events", "close"]
     assert (reading.containers, reading.events, reading.now) == ([], [], 1795978827.0)
 
