@@ -16,7 +16,7 @@ from k3doctor.checks.amdgpu import VENDOR_GLOB, amd_cards
 
 from k3doctor.parsers import ParseError
 from k3doctor.parsers._common import UINT32_MAX, to_int, to_u32
-from k3doctor.readings import File, Glob, ReadingUnavailable, sh
+from k3doctor.readings import Command, File, Glob, ReadingUnavailable
 from k3doctor.registry import check, remediation
 from k3doctor.results import error, fail, passed, warn
 
@@ -31,7 +31,8 @@ BITMAP = "station_lane_en_bitmap"
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
 # amdgpu_init() prints this once per module load; its dmesg stamp vs /proc/uptime = seconds since load.
 LOAD_LINE = "amdgpu kernel modesetting enabled"
-DRIVER_LOAD = sh(f"cat /proc/uptime; dmesg 2>/dev/null | grep -F '{LOAD_LINE}' | tail -n 1")
+DMESG = Command(("dmesg",))  # the same reading amdgpu-driver takes: gathered once per node
+UPTIME = File("/proc/uptime")
 STATIONS = 18  # nibbles in station_lane_en_bitmap (§28)
 HALF_NIBBLES = {"3": "port 1 down, port 0 up", "c": "port 0 down, port 1 up"}  # CVS monitor reading (§28)
 RECORDED_FIELDS = ("accel_id", "local_accels", BITMAP, "link_type")
@@ -183,20 +184,20 @@ def groups(values: dict, name=str) -> str:
     return "; ".join(f"{value} on {', '.join(keys)}" for value, keys in by_value.items())
 
 
-def seconds_since_load(reading):
+def seconds_since_load(uptime_reading, dmesg_reading):
     """(seconds since amdgpu was loaded, how that was found); None when it cannot be told.
 
-    sysfs has no module load time, so this compares amdgpu's init line in dmesg with
+    sysfs has no module load time, so this compares amdgpu's last init line in dmesg with
     /proc/uptime. A wrapped ring buffer or restricted dmesg leaves it unknown.
     """
-    if reading is None or not reading.stdout.strip():
+    if uptime_reading is None or uptime_reading.content is None or dmesg_reading is None or not dmesg_reading.ok:
         return None, "amdgpu load time unknown (/proc/uptime and dmesg not readable)"
-    lines = reading.stdout.strip().splitlines()
     try:
-        uptime = float(lines[0].split()[0])
+        uptime = float(uptime_reading.content.split()[0])
     except (ValueError, IndexError):
-        return None, f"amdgpu load time unknown (/proc/uptime read {lines[0][:60]!r})"
-    stamp = _STAMP.match(lines[-1]) if len(lines) > 1 else None
+        return None, f"amdgpu load time unknown (/proc/uptime read {uptime_reading.content[:60]!r})"
+    loads = [line for line in dmesg_reading.stdout.splitlines() if LOAD_LINE in line]
+    stamp = _STAMP.match(loads[-1]) if loads else None
     if stamp is None:
         return None, f"amdgpu load time unknown (no timestamped '{LOAD_LINE}' line in dmesg)"
     since = max(0.0, uptime - float(stamp.group(1)))
@@ -413,7 +414,7 @@ def drift_verdicts(cards: dict, baseline, boot_id) -> list:
 
 
 def _reads(settings) -> dict:
-    return {**UALINK_READS, "driver_load": DRIVER_LOAD, "boot_id": File(BOOT_ID), "vendors": Glob(VENDOR_GLOB)}
+    return {**UALINK_READS, "uptime": UPTIME, "dmesg": DMESG, "boot_id": File(BOOT_ID), "vendors": Glob(VENDOR_GLOB)}
 
 
 @check("ualink-state", title="every GPU's UALink state, identity, lanes and local accels are sane", scope="gpu",
@@ -430,7 +431,7 @@ def ualink_state(r, ctx):
     if not cards:
         return fail(f"no GPU exposes {UALINK_DIR}/ (amdgpu not loaded, or no UALink driver)",
                     evidence={"glob": UALINK_READS["ualink"].pattern}, remediation=NOT_ACTIVE)
-    load = seconds_since_load(r.get("driver_load"))
+    load = seconds_since_load(r.get("uptime"), r.get("dmesg"))
     verdicts = []
     for card in cards.values():
         try:

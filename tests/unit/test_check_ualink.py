@@ -42,7 +42,8 @@ def readings(overrides=None, layout="new", uptime="5000.12 9000.00", load_stamp=
     dmesg = f"[{load_stamp:12.6f}] [drm] amdgpu kernel modesetting enabled.\n" if load_stamp is not None else ""
     return Readings({
         "ualink": flat, "ualink_stations": stations, "ualink_setup": setup,
-        "driver_load": CommandReading("sh -c ...", 0, f"{uptime}\n{dmesg}", ""),
+        "uptime": FileReading("/proc/uptime", f"{uptime} 1234.5\n"),
+        "dmesg": CommandReading("dmesg", 0, f"[    1.000000] Linux version 6.8\n{dmesg}", ""),
         "boot_id": FileReading(ualink.BOOT_ID, f"{boot_id}\n"),
         "vendors": {f"/sys/class/drm/card{c}/device/vendor": FileReading(f"/sys/class/drm/card{c}/device/vendor",
                                                                         "0x1002\n") for c in range(4)},
@@ -187,11 +188,11 @@ def test_local_accels_must_agree_and_hold_each_cards_own_id():
 
 def test_no_ualink_directory_fails_and_unreadable_glob_is_an_error():
     empty = Readings({"ualink": {}, "ualink_stations": {}, "ualink_setup": {},
-                      "driver_load": Unavailable("x"), "boot_id": Unavailable("x")})
+                      "uptime": Unavailable("x"), "dmesg": Unavailable("x"), "boot_id": Unavailable("x")})
     (v,) = judge(empty)
     assert v.status == Status.FAIL and "no GPU exposes" in v.message
     broken = Readings({"ualink": Unavailable("node deadline reached"), "ualink_stations": {}, "ualink_setup": {},
-                       "driver_load": Unavailable("x"), "boot_id": Unavailable("x")})
+                       "uptime": Unavailable("x"), "dmesg": Unavailable("x"), "boot_id": Unavailable("x")})
     (v,) = judge(broken)
     assert v.status == Status.ERROR and "node deadline reached" in v.message
 
