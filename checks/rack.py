@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from k3doctor.parsers import ParseError
-from k3doctor.parsers.docker_events import Container, event_from_dict
+from k3doctor.parsers.docker_events import container_from_api, event_from_dict
 from k3doctor.parsers.rocmsmi import parse_showmemuse, parse_showpids
 from k3doctor.readings import Command, Docker, Glob, ReadingUnavailable
 from k3doctor.registry import check, remediation
@@ -41,16 +41,6 @@ def _reads(settings) -> dict:
             "memuse": Command((settings.tools["rocm_smi"], "--showmemuse"))}
 
 
-def container_from_api(d: dict) -> Container:
-    """A Docker API/SDK container-list dict (``Names: ["/x"]``, ``Created`` epoch) as a Container."""
-    names = d.get("Names") or []
-    if not names or not isinstance(names, list):
-        raise ParseError(f"docker container list: entry without Names: {d!r:.120}")
-    return Container(name=names[0].lstrip("/"), state=d.get("State"), status=d.get("Status", ""),
-                     image=d.get("Image", ""), created=d.get("Created"), id=d.get("Id"),
-                     labels=dict(d.get("Labels") or {}))
-
-
 def _age(now: float, then) -> str:
     if then is None:
         return "age unknown"
@@ -62,10 +52,14 @@ def _age(now: float, then) -> str:
 
 
 def judge_containers(reading, own: str, window_s: int) -> list:
-    """FAIL per foreign container (any state) and per foreign create/start in the window."""
+    """FAIL per foreign container (any state) and per foreign create/start in the window; events
+    the engine sent that do not parse are an ERROR of their own, so the containers are still judged."""
     now = reading.now
     containers = [container_from_api(d) for d in reading.containers]
-    events = [event_from_dict(d) for d in reading.events]
+    try:
+        events, unread = [event_from_dict(d) for d in reading.events], []
+    except ParseError as exc:
+        events, unread = [], [error(f"docker events not readable, so a foreign create/start may be missed: {exc}")]
     recent = {}
     for ev in events:
         if ev.type == "container" and ev.action in WATCHED_ACTIONS and ev.time >= now - window_s \
@@ -95,7 +89,7 @@ def judge_containers(reading, own: str, window_s: int) -> list:
                              f"{_age(now, oldest)}, short of the {window_s // 60} min window: an older foreign create "
                              "may be hidden (a dockerd restart also empties the buffer)", remediation=RACK_BUSY,
                              evidence={"events": len(events), "oldest": _age(now, oldest)}))
-    return verdicts
+    return unread + verdicts
 
 
 def judge_gpu_processes(kfd_pids: set, rows: list) -> list:
@@ -157,8 +151,8 @@ def rack_free(r, ctx):
     rows = attempt("rocm-smi --showpids", lambda: parse_showpids(r["pids"].output()), [])
     processes = judge_gpu_processes(pids, rows)
     verdicts += processes
-    vram = attempt("rocm-smi --showmemuse", lambda: judge_vram(parse_showmemuse(r["memuse"].output()),
-                                                               ctx.param("max_vram_pct")), [])
+    vram = attempt("rocm-smi --showmemuse", lambda: judge_vram(
+        parse_showmemuse(r["memuse"].output(), ctx.settings.gpus_per_node), ctx.param("max_vram_pct")), [])
     verdicts += [] if processes else vram
     if not verdicts:
         verdicts.append(passed(f"only {own} (or nothing) on this node, no foreign create/start in the last "

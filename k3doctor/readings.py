@@ -70,11 +70,13 @@ class FileReading:
         return self.content is not None or self.error is not None
 
     def text(self) -> str:
-        """Stripped content; a missing or unreadable file raises ReadingUnavailable."""
+        """Stripped content; a missing, unreadable or cut-off file raises ReadingUnavailable."""
         if self.error:
             raise ReadingUnavailable(f"{self.path}: {self.error}")
         if self.content is None:
             raise ReadingUnavailable(f"{self.path}: no such file")
+        if self.truncated:
+            raise ReadingUnavailable(f"{self.path}: larger than the output cap, only its start was read")
         return self.content.strip()
 
 
@@ -93,7 +95,8 @@ class CommandReading:
         return self.rc == 0 and not self.timed_out
 
     def output(self) -> str:
-        """stdout of a successful run; otherwise ReadingUnavailable with the reason."""
+        """stdout of a successful, complete run; otherwise ReadingUnavailable with the reason
+        (output cut at the cap is a partial answer: never judged as if it were all of it)."""
         if self.timed_out:
             raise ReadingUnavailable(f"`{self.command}` timed out and was killed")
         if self.rc == 127:
@@ -102,6 +105,8 @@ class CommandReading:
             detail = (self.stderr or self.stdout).strip().splitlines()
             raise ReadingUnavailable(
                 f"`{self.command}` exited {self.rc}: {detail[-1][:200] if detail else 'no output'}")
+        if self.truncated:
+            raise ReadingUnavailable(f"`{self.command}` printed more than the output cap: its output was cut off")
         return self.stdout
 
 

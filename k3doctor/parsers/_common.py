@@ -1,15 +1,28 @@
-"""Helpers shared by the parser modules (input validation, numbers, embedded JSON)."""
+"""Helpers shared by the parser modules (input validation, numbers, embedded JSON).
+
+The number helpers accept only what the tools print: plain decimal digits (a float may have a
+fraction and an exponent), of a length a real counter can have.  ``nan``, ``inf``, ``1e999``,
+hex, ``1_000``, a negative percentage or a 5000-digit string is garbled output: ParseError,
+never a number a judge could compare, and never another exception (``int()`` refuses more
+than 4300 digits with ValueError; a float that big overflows).
+"""
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any
 
 from k3doctor.parsers import ParseError
 
 UINT32_MAX = 4294967295  # amdgpu/amd-smi "not populated" sentinel (reference §6, §7)
+MAX_DIGITS = 20  # 2**64 has 20 decimal digits: no counter a tool prints is longer
 
 _JSON_START = re.compile(r"^[\[{]", re.MULTILINE)
+_JSON_ATTEMPTS = 16  # lines starting with [ or { tried before giving up (each try may read to the end)
+_INT = re.compile(r"-?[0-9]{1,%d}" % MAX_DIGITS)
+_FLOAT = re.compile(r"-?(?:[0-9]{1,%d}(?:\.[0-9]{0,%d})?|\.[0-9]{1,%d})(?:[eE][+-]?[0-9]{1,3})?"
+                    % (MAX_DIGITS, MAX_DIGITS, MAX_DIGITS))
 
 
 def require_text(text: Any, what: str) -> str:
@@ -21,29 +34,75 @@ def require_text(text: Any, what: str) -> str:
     return text
 
 
+def require_lines(text: Any, what: str) -> list:
+    """The lines of a line-oriented capture whose last line is complete.
+
+    A tool's stdout ends with a newline; a capture cut at a byte offset (size cap, kill) does
+    not, and its last line may hold a shortened number (``4423`` of ``442368``) that would read
+    as plausible.
+    """
+    require_text(text, what)
+    if not text.endswith(("\n", "\r")):
+        raise ParseError(f"{what}: output ends mid-line (cut off?): {text.splitlines()[-1][-60:]!r}")
+    return text.splitlines()
+
+
 def is_na(value: Any) -> bool:
     """True for the tools' "unknown" spellings (absent, ``N/A``, empty)."""
     return value is None or (isinstance(value, str) and value.strip().upper() in ("", "N/A"))
 
 
-def to_int(value: Any, what: str) -> int | None:
-    """Integer from an int or a decimal/hex string; ``N/A`` -> None; anything else -> ParseError."""
+def to_int(value: Any, what: str, minimum: int = 0) -> int | None:
+    """Integer from an int or a decimal string, at least ``minimum`` (counters, sizes, indices
+    are never negative; nccl-tests' ``root`` -1 is the one signed value); ``N/A`` -> None."""
     if is_na(value):
         return None
-    if isinstance(value, bool):
-        raise ParseError(f"{what}: expected an integer, got {value!r}")
-    if isinstance(value, int):
-        return value
-    try:
-        return int(str(value).strip(), 0)
-    except ValueError:
-        raise ParseError(f"{what}: expected an integer, got {value!r}") from None
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ParseError(f"{what}: expected an integer, got {value!r:.60}")
+    if isinstance(value, str):
+        if not _INT.fullmatch(value.strip()):
+            raise ParseError(f"{what}: expected a decimal integer, got {value!r:.60}")
+        value = int(value.strip())
+    if not minimum <= value < 10 ** MAX_DIGITS:
+        raise ParseError(f"{what}: {value!r:.60} is out of range (at least {minimum}, at most {MAX_DIGITS} digits)")
+    return value
 
 
 def to_u32(value: Any, what: str) -> int | None:
-    """Like :func:`to_int` but UINT32_MAX ("driver never set it", §6) also becomes None."""
+    """Like :func:`to_int` but UINT32_MAX ("driver never set it", §6) also becomes None; more is garbled."""
     number = to_int(value, what)
+    if number is not None and number > UINT32_MAX:
+        raise ParseError(f"{what}: {number} does not fit the 32-bit field")
     return None if number == UINT32_MAX else number
+
+
+def to_float(value: Any, what: str) -> float | None:
+    """A finite, non-negative number (times, bandwidths, latencies, epoch seconds); ``N/A`` -> None."""
+    if is_na(value):
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ParseError(f"{what}: expected a number, got {value!r:.60}")
+    if isinstance(value, str):
+        if not _FLOAT.fullmatch(value.strip()):
+            raise ParseError(f"{what}: expected a decimal number, got {value!r:.60}")
+        value = float(value.strip())
+    elif isinstance(value, int) and abs(value) >= 10 ** MAX_DIGITS:
+        raise ParseError(f"{what}: {value!r:.60} is out of range (more than {MAX_DIGITS} digits)")
+    number = float(value)
+    if not math.isfinite(number) or number < 0:
+        raise ParseError(f"{what}: {value!r:.60} is not a finite, non-negative number")
+    return number
+
+
+def to_percent(value: Any, what: str) -> int | float | None:
+    """A percentage 0..100 as printed (``31`` stays an int); ``N/A`` -> None; -95 or 250 is garbled."""
+    if isinstance(value, str) and _INT.fullmatch(value.strip()):
+        number = to_int(value, what)
+    else:
+        number = to_float(value, what)
+    if number is not None and number > 100:
+        raise ParseError(f"{what}: {value!r:.60} is not a percentage")
+    return number
 
 
 def ppod_or_none(raw: Any) -> str | None:
@@ -56,13 +115,15 @@ def ppod_or_none(raw: Any) -> str | None:
     return None if digits <= {"0"} or digits == {"9"} else text
 
 
-def to_float(value: Any, what: str) -> float | None:
-    if is_na(value):
-        return None
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        raise ParseError(f"{what}: expected a number, got {value!r}") from None
+def _reject_constant(name: str):
+    raise ParseError(f"JSON holds {name}, which no tool prints as a value")
+
+
+def _finite_float(literal: str) -> float:
+    number = float(literal)
+    if not math.isfinite(number):
+        raise ParseError(f"JSON number {literal[:40]!r} overflows a float")
+    return number
 
 
 def embedded_json(text: str, what: str) -> Any:
@@ -70,14 +131,18 @@ def embedded_json(text: str, what: str) -> Any:
 
     Tools run with stderr merged print noise first (amd-smi ``WARNING: User is missing …
     groups``, Python ``SyntaxWarning`` lines — corpus INDEX "Parser lessons"); text after
-    the document (more stderr) is ignored.  Truncated JSON raises ParseError.
+    the document (more stderr) is ignored.  Truncated JSON, ``NaN``/``Infinity``, numbers past
+    the interpreter's digit limit and nesting past its recursion limit raise ParseError; only
+    the first few candidate lines are tried, so a garbled capture costs linear time.
     """
-    decoder = json.JSONDecoder()
+    decoder = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite_float)
     first_error = None
-    for match in _JSON_START.finditer(text):
+    for attempt, match in enumerate(_JSON_START.finditer(text)):
+        if attempt == _JSON_ATTEMPTS:
+            break
         try:
             return decoder.raw_decode(text, match.start())[0]
-        except json.JSONDecodeError as exc:
+        except (ValueError, RecursionError) as exc:  # JSONDecodeError, ParseError, int digit limit
             first_error = first_error or exc
     if first_error is not None:
         raise ParseError(f"{what}: malformed or truncated JSON ({first_error})")

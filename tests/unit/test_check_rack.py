@@ -169,5 +169,5 @@ def test_unreadable_showmemuse_is_an_error_for_that_source_only():
     assert any(v.message.startswith("rocm-smi --showmemuse not readable") for v in verdicts)
     [v] = judge(readings(mem="WARNING: No JSON data to report\n"))
     assert v.status == Status.ERROR and "rocm-smi --showmemuse not readable" in v.message
-    [v] = judge(readings(mem=memuse(0).replace(": 0\n", ": N/A\n", 1)))
+    [v] = judge(readings(mem=memuse(0, 0, 0, 0).replace(": 0\n", ": N/A\n", 1)))
     assert (v.status, v.gpu) == (Status.ERROR, 0) and "VRAM use is unknown" in v.message

@@ -3,19 +3,19 @@ import json
 import pytest
 
 from k3doctor.parsers import ParseError
-from k3doctor.parsers.docker_events import (
-    event_from_dict,
-    parse_events_jsonl,
-    parse_events_text,
-    parse_ps_jsonl,
-)
-from tests.corpus import commands, load
+from k3doctor.parsers.docker_events import container_from_api, event_from_dict
+from tests.corpus import load
 
 CONTAINER_ID = "405efae3b420464a9da7be7cd9de8d2ff160ffcfdac01517d9b686e8137f9053"
 
 
+def corpus_events():
+    """The corpus' events as the Docker SDK yields them: one decoded dict per JSON line."""
+    return [json.loads(line) for line in load("docker-events-json-docker112.jsonl").splitlines() if line.strip()]
+
+
 def test_events_json_legacy_docker112():
-    events = parse_events_jsonl(load("docker-events-json-docker112.jsonl"))
+    events = [event_from_dict(d) for d in corpus_events()]
     assert [(e.type, e.action) for e in events] == [
         ("container", "start"), ("network", "connect"), ("container", "kill"), ("container", "kill"),
         ("container", "die"), ("network", "disconnect"), ("container", "stop"),
@@ -41,57 +41,43 @@ def test_event_from_sdk_dict_modern_and_legacy_only():
         ("container", "create", "abc", "alpine", None)
 
 
-def test_events_default_text_format_docs():
-    by_image, volumes = commands("docker-events-default-format-docs.txt")
-    events = parse_events_text(by_image)
-    assert [e.action for e in events] == ["create", "start", "kill", "kill", "die", "stop"]
-    assert {(e.id, e.name, e.image) for e in events} == {("d9cd...4d70", "happy_meitner", "alpine")}
-    assert events[2].attributes["signal"] == "15"
-    assert events[4].exit_code == 137
-    assert events[0].time == pytest.approx(1483548115.784240236)  # 2017-01-05T00:41:55.784240236+08:00
-    mount = parse_events_text(volumes)[1]
-    assert (mount.type, mount.action, mount.id) == ("volume", "mount", "test-event-volume-local")
-    assert mount.attributes["read/write"] == "true" and mount.attributes["destination"] == "/foo"
+MODERN = {"Type": "container", "Action": "create", "time": 1760000000, "Actor": {"ID": "abc", "Attributes": {}}}
 
 
-def test_empty_streams_mean_no_events_or_containers():
-    assert parse_events_jsonl("") == [] and parse_events_text("\n") == [] and parse_ps_jsonl("") == []
-
-
-@pytest.mark.parametrize("parser, text", [
-    (parse_events_jsonl, '{"Type":"container","Action":"start","Actor":{"ID":"a"'),  # truncated
-    (parse_events_jsonl, '{"Type":"container","time":1}'),  # no action/id
-    (parse_events_jsonl, '{"Type":"container","Action":"start","Actor":{"ID":"a"}}'),  # no time
-    (parse_events_jsonl, "[1, 2]"),
-    (parse_events_text, "2017-01-05T00:41:55.78+08:00 container"),
-    (parse_events_text, "yesterday container create abc (name=x)"),
-    (parse_events_text, "2017-01-05T00:41:55.78+08:00 container create abc (garbage)"),
-    (parse_ps_jsonl, '{"Names":"web","State":"running"'),
-    (parse_ps_jsonl, '{"Image":"nginx"}'),
-    (parse_ps_jsonl, None),
+@pytest.mark.parametrize("d", [
+    {"Type": "container", "time": 1},  # no action/id
+    {"Type": "container", "Action": "start", "Actor": {"ID": "a"}},  # no time
+    [1, 2],
+    {**MODERN, "Action": 7},  # a non-string Action would silently drop out of "create/start"
+    {**MODERN, "Action": ["create"]},
+    {**MODERN, "Action": None, "status": "create"},  # Action present but not a string
+    {**MODERN, "Type": {"container": 1}},
+    {**MODERN, "Actor": {"ID": 12345}},
+    {**MODERN, "Actor": "abc"},
+    {**MODERN, "Actor": {"ID": "abc", "Attributes": ["name=x"]}},
+    {**MODERN, "timeNano": 10 ** 400},  # would overflow the float division
+    {**MODERN, "timeNano": "9" * 5000},  # past int()'s digit limit
+    {**MODERN, "timeNano": -1},
+    {**MODERN, "time": float("nan")},
+    {**MODERN, "time": float("inf")},
+    {**MODERN, "time": True},
 ])
-def test_garbled_raises(parser, text):
+def test_garbled_events_raise(d):
     with pytest.raises(ParseError):
-        parser(text)
+        event_from_dict(d)
 
 
-def test_ps_json_docs():
-    (container,) = parse_ps_jsonl(load("docker-ps-json-docs.jsonl"))
-    assert (container.name, container.state, container.status, container.image) == (
-        "boring_keldysh", "running", "Up 3 seconds", "nginx")
-    assert container.created == 1615331705  # 2021-03-10 00:15:05 +0100
-    assert container.labels == {"maintainer": "NGINX Docker Maintainers <docker-maint@nginx.com>"}
+def test_container_from_api_list_entry():
+    c = container_from_api({"Id": "f00", "Names": ["/sglang-bench"], "Image": "lmsysorg/sglang", "State": "running",
+                            "Status": "Up 3 hours", "Created": 1760000000, "Labels": {"a": "b"}})
+    assert (c.name, c.state, c.status, c.image, c.created, c.id, c.labels) == \
+        ("sglang-bench", "running", "Up 3 hours", "lmsysorg/sglang", 1760000000, "f00", {"a": "b"})
 
 
-def test_ps_a_json_fixture():
-    db, web = parse_ps_jsonl(load("docker-ps-a-json-fixture.jsonl"))
-    assert (db.name, db.state, db.status, db.image) == ("demo-db-1", "running", "Up 47 hours", "postgres:16")
-    assert db.labels == {"com.docker.compose.project": "demo", "com.docker.compose.service": "db"}
-    assert (web.name, web.state, web.status) == ("web", "exited", "Exited (0) 5 minutes ago")
-    assert web.labels == {} and web.id == "17ea558c6618"
-
-
-def test_ps_row_from_sdk_style_dump():
-    row = {"Names": "k3ep16", "Status": "Up 2 hours", "Image": "img", "CreatedAt": "not a date"}
-    (container,) = parse_ps_jsonl(json.dumps(row))
-    assert container.state is None and container.created is None
+@pytest.mark.parametrize("d", [
+    {"Names": []}, {"Names": "/x"}, {"Names": [7]}, {"Names": ["/x"], "State": 1},
+    {"Names": ["/x"], "Created": "yesterday"}, {"Names": ["/x"], "Labels": "a=b"}, "x",
+])
+def test_garbled_container_entries_raise(d):
+    with pytest.raises(ParseError):
+        container_from_api(d)
