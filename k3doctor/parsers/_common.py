@@ -25,6 +25,19 @@ _FLOAT = re.compile(r"-?(?:[0-9]{1,%d}(?:\.[0-9]{0,%d})?|\.[0-9]{1,%d})(?:[eE][+
                     % (MAX_DIGITS, MAX_DIGITS, MAX_DIGITS))
 
 
+def shown(value: Any, limit: int = 60) -> str:
+    """repr of a value for a message, at most ``limit`` characters; never raises (the repr of a
+    5000-digit int raises ValueError, of a 100000-deep list RecursionError)."""
+    if isinstance(value, str):
+        return repr(value[:limit])[:limit]
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 256:
+        return f"<{value.bit_length()}-bit integer>"
+    try:
+        return repr(value)[:limit]
+    except (ValueError, RecursionError):
+        return f"<unprintable {type(value).__name__}>"
+
+
 def require_text(text: Any, what: str) -> str:
     """Reject non-str and blank input up front: an empty capture is never a healthy reading."""
     if not isinstance(text, str):
@@ -58,13 +71,15 @@ def to_int(value: Any, what: str, minimum: int = 0) -> int | None:
     if is_na(value):
         return None
     if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise ParseError(f"{what}: expected an integer, got {value!r:.60}")
+        raise ParseError(f"{what}: expected an integer, got {shown(value)}")
     if isinstance(value, str):
         if not _INT.fullmatch(value.strip()):
-            raise ParseError(f"{what}: expected a decimal integer, got {value!r:.60}")
+            raise ParseError(f"{what}: expected a decimal integer, got {shown(value)}")
         value = int(value.strip())
-    if not minimum <= value < 10 ** MAX_DIGITS:
-        raise ParseError(f"{what}: {value!r:.60} is out of range (at least {minimum}, at most {MAX_DIGITS} digits)")
+    if value < minimum:
+        raise ParseError(f"{what}: {value} is below {minimum}: no tool prints that here")
+    if value >= 10 ** MAX_DIGITS:
+        raise ParseError(f"{what}: {shown(value)} has more than {MAX_DIGITS} digits")
     return value
 
 
@@ -81,28 +96,26 @@ def to_float(value: Any, what: str) -> float | None:
     if is_na(value):
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise ParseError(f"{what}: expected a number, got {value!r:.60}")
-    if isinstance(value, str):
-        if not _FLOAT.fullmatch(value.strip()):
-            raise ParseError(f"{what}: expected a decimal number, got {value!r:.60}")
-        value = float(value.strip())
-    elif isinstance(value, int) and abs(value) >= 10 ** MAX_DIGITS:
-        raise ParseError(f"{what}: {value!r:.60} is out of range (more than {MAX_DIGITS} digits)")
+        raise ParseError(f"{what}: expected a number, got {shown(value)}")
+    if isinstance(value, str) and not _FLOAT.fullmatch(value.strip()):
+        raise ParseError(f"{what}: expected a decimal number, got {shown(value)}")
+    if isinstance(value, int) and abs(value) >= 10 ** MAX_DIGITS:
+        raise ParseError(f"{what}: {shown(value)} has more than {MAX_DIGITS} digits")
     number = float(value)
-    if not math.isfinite(number) or number < 0:
-        raise ParseError(f"{what}: {value!r:.60} is not a finite, non-negative number")
+    if not math.isfinite(number):
+        raise ParseError(f"{what}: {shown(value)} is not a finite number")
+    if number < 0:
+        raise ParseError(f"{what}: {shown(value)} is negative: no tool prints that here")
     return number
 
 
 def to_percent(value: Any, what: str) -> int | float | None:
     """A percentage 0..100 as printed (``31`` stays an int); ``N/A`` -> None; -95 or 250 is garbled."""
-    if isinstance(value, str) and _INT.fullmatch(value.strip()):
-        number = to_int(value, what)
-    else:
-        number = to_float(value, what)
+    number = to_float(value, what)
     if number is not None and number > 100:
-        raise ParseError(f"{what}: {value!r:.60} is not a percentage")
-    return number
+        raise ParseError(f"{what}: {shown(value)} is not a percentage")
+    integral = isinstance(value, int) or (isinstance(value, str) and _INT.fullmatch(value.strip()))
+    return int(number) if number is not None and integral else number
 
 
 def ppod_or_none(raw: Any) -> str | None:

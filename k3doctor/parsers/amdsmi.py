@@ -19,6 +19,7 @@ from k3doctor.parsers._common import (
     is_na,
     ppod_or_none,
     require_text,
+    shown,
     to_float,
     to_int,
     to_u32,
@@ -110,7 +111,7 @@ def _gpu_entries(text: str, what: str) -> list:
         raise ParseError(f"{what}: no GPU entries in JSON")
     for entry in root:
         if not isinstance(entry, dict) or to_int(entry.get("gpu"), f"{what}: gpu") is None:
-            raise ParseError(f"{what}: JSON entry without a GPU index: {entry!r:.80}")
+            raise ParseError(f"{what}: JSON entry without a GPU index: {shown(entry, 80)}")
     return root
 
 
@@ -127,7 +128,7 @@ def _quantity(value: Any, unit: str, what: str) -> float | None:
     """A bandwidth/latency reading in ``unit``; UINT32_MAX (driver's unset value, §6) -> None."""
     number, got = _value_unit(value)
     if got is not None and got != unit:
-        raise ParseError(f"{what}: expected unit {unit}, got {got!r}")
+        raise ParseError(f"{what}: expected unit {unit}, got {shown(got)}")
     number = to_float(number, what)
     return None if number == UINT32_MAX else number
 
@@ -157,7 +158,7 @@ def _fabric_info(entry: dict, what: str) -> FabricInfo:
     if is_na(node):
         return FabricInfo(gpu=gpu, bdf=_text(entry.get("bdf")), available=False)
     if not isinstance(node, dict):
-        raise ParseError(f"{what}: GPU {gpu}: unexpected fabric value {node!r:.80}")
+        raise ParseError(f"{what}: GPU {gpu}: unexpected fabric value {shown(node, 80)}")
     bdf = _text(node.get("bdf", entry.get("bdf")))
     info = node.get("fabric_info", node if _FABRIC_KEYS & node.keys() else None)
     if info is None:
@@ -165,7 +166,7 @@ def _fabric_info(entry: dict, what: str) -> FabricInfo:
     if is_na(info):
         return FabricInfo(gpu=gpu, bdf=bdf, available=False)
     if not isinstance(info, dict):
-        raise ParseError(f"{what}: GPU {gpu}: unexpected fabric_info {info!r:.80}")
+        raise ParseError(f"{what}: GPU {gpu}: unexpected fabric_info {shown(info, 80)}")
     info = {_FABRIC_KEY_ALIASES.get(key, key): value for key, value in info.items()}
     where = f"{what}: GPU {gpu}"
     return FabricInfo(
@@ -204,7 +205,7 @@ def _mib(size: Any, what: str) -> int | None:
         return number
     if unit == "GB":
         return number * 1024
-    raise ParseError(f"{what}: unknown unit {unit!r}")
+    raise ParseError(f"{what}: unknown unit {shown(unit)}")
 
 
 def parse_static_vram(text: str) -> dict:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from k3doctor.parsers import ParseError
-from k3doctor.parsers._common import to_float, to_int
+from k3doctor.parsers._common import shown, to_float, to_int
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ def _text(value: Any, what: str, required: bool = True) -> str | None:
             raise ParseError(f"{what} is missing")
         return None
     if not isinstance(value, str):
-        raise ParseError(f"{what} is not a string: {value!r:.60}")
+        raise ParseError(f"{what} is not a string: {shown(value)}")
     return value
 
 
@@ -61,7 +61,7 @@ def _string_map(value: Any, what: str) -> dict:
     if value is None:
         return {}
     if not isinstance(value, dict):
-        raise ParseError(f"{what} is not an object: {value!r:.60}")
+        raise ParseError(f"{what} is not an object: {shown(value)}")
     return {str(k): v if isinstance(v, str) else str(v) for k, v in value.items()}
 
 
@@ -69,7 +69,7 @@ def event_from_dict(d: Any) -> Event:
     """Event from a Docker API/SDK event dict (modern ``Type/Action/Actor`` or legacy ``status/id/from``)."""
     if not isinstance(d, dict):
         raise ParseError(f"docker event: expected an object, got {type(d).__name__}")
-    where = f"docker event {d!r:.120}"
+    where = f"docker event {shown(d, 120)}"
     actor = d.get("Actor") or {}
     if not isinstance(actor, dict):
         raise ParseError(f"{where}: Actor is not an object")
@@ -96,7 +96,7 @@ def container_from_api(d: Any) -> Container:
     """A Docker API/SDK container-list dict (``Names: ["/x"]``, ``Created`` epoch) as a Container."""
     if not isinstance(d, dict):
         raise ParseError(f"docker container list: expected an object, got {type(d).__name__}")
-    where = f"docker container list entry {d!r:.120}"
+    where = f"docker container list entry {shown(d, 120)}"
     names = d.get("Names")
     if not isinstance(names, list) or not names:
         raise ParseError(f"{where}: no Names")

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 
 from k3doctor.parsers import ParseError
-from k3doctor.parsers._common import require_text, to_float, to_int
+from k3doctor.parsers._common import require_text, shown, to_float, to_int
 
 _RANK = re.compile(r"^#\s+Rank\s+(\d+)\b")
 _AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(\S+)")
@@ -102,7 +102,7 @@ def parse_perf(text: str) -> BenchResult:
 
 
 def _row(header: list, tokens: list, line: str) -> Row:
-    what = f"nccl-tests row {line.strip()!r:.60}"
+    what = f"nccl-tests row {shown(line.strip(), 60)}"
     if len(tokens) != len(header):
         raise ParseError(f"{what}: {len(tokens)} columns, header has {len(header)}")
     halves: list = [{}, {}]

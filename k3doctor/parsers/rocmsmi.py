@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 
 from k3doctor.parsers import ParseError
-from k3doctor.parsers._common import require_lines, to_int, to_percent
+from k3doctor.parsers._common import require_lines, shown, to_int, to_percent
 
 _END = "End of ROCm SMI Log"
 _GPU_LINE = re.compile(r"GPU\[([0-9]{1,4})\]\s*:")
@@ -38,7 +38,7 @@ def _log_body(text: str, what: str) -> list:
         raise ParseError(f"{what}: {len(ends)} '{_END}' lines: several outputs glued together")
     after = [line for line in lines[ends[0] + 1:] if line]
     if after:
-        raise ParseError(f"{what}: output continues after '{_END}': {after[0]!r:.60}")
+        raise ParseError(f"{what}: output continues after '{_END}': {shown(after[0])}")
     return [line for line in lines[:ends[0]] if line and not _is_spacer(line) and not line.startswith("WARNING:")]
 
 
@@ -115,7 +115,7 @@ def parse_showpids(text: str) -> list:
     if body == [_NO_PIDS]:
         return []
     if _NO_PIDS in body:
-        raise ParseError(f"{what}: '{_NO_PIDS}' next to other output: {body[0]!r:.60}")
+        raise ParseError(f"{what}: '{_NO_PIDS}' next to other output: {shown(body[0])}")
     if body[:1] == [_TABLE_TITLE]:
         body = body[1:]
     header = _PIDS_HEADER.fullmatch(body[0]) if body else None
@@ -129,7 +129,7 @@ def parse_showpids(text: str) -> list:
 
 def _process(line: str, numeric: int, what: str) -> KfdProcess:
     tokens = line.split()
-    where = f"{what}: row {line!r:.80}"
+    where = f"{what}: row {shown(line, 80)}"
     if len(tokens) < numeric + 2:
         raise ParseError(f"{where}: too few columns")
     tail = [_count(token, where) for token in tokens[-numeric:]]
