@@ -61,3 +61,49 @@ def test_truncated_and_garbled_raise():
                 _without(text, "  size  ")):
         with pytest.raises(ParseError):
             parse_perf(bad)
+
+
+def test_two_runs_concatenated_are_not_merged():
+    text = load(RCCL)
+    with pytest.raises(ParseError, match="second result table"):
+        parse_perf(text + text)
+    body = text[text.index("           8             2"):]  # a second run's rows and summary, no header
+    with pytest.raises(ParseError, match="after the 'Avg bus bandwidth' summary"):
+        parse_perf(text + body)
+    rows_only = body[: body.index("# Errors")]
+    with pytest.raises(ParseError, match="size 8 after 8589934592"):
+        parse_perf(text.replace("# Errors", rows_only + "# Errors", 1))
+
+
+def test_a_repeated_row_is_garbled_output():
+    text = load(RCCL)
+    row = next(line for line in text.splitlines(keepends=True) if line.strip().startswith("1073741824 "))
+    with pytest.raises(ParseError, match="repeated"):
+        parse_perf(text.replace(row, row * 2))
+
+
+def test_summary_cut_mid_number_is_not_a_plausible_average():
+    text = load(NCCL)
+    cut = text[: text.index("Avg bus bandwidth") + len("Avg bus bandwidth    : 48.0")]
+    with pytest.raises(ParseError, match="mid-line"):
+        parse_perf(cut)
+
+
+@pytest.mark.parametrize("garble", [
+    lambda t: t.replace("#  Rank  0", "#  Rank  " + "9" * 5000, 1),  # past int()'s digit limit
+    lambda t: t.replace("315.69", "1e999", 1),
+    lambda t: t.replace("315.69", "nan", 1),
+    lambda t: t.replace("315.69", "-315.69", 1),
+    lambda t: t.replace("110.464", "0x6e", 1),
+    lambda t: t.replace("  8589934592", "  1_000", 1),
+])
+def test_absurd_numbers_raise(garble):
+    with pytest.raises(ParseError):
+        parse_perf(garble(load(RCCL)))
+
+
+@pytest.mark.parametrize("algbw, nranks", [(1.0, 0), (1.0, -2), (1.0, True), (float("nan"), 4),
+                                           (float("inf"), 4), (-1.0, 4), ("x", 4), (1.0, 2.5)])
+def test_busbw_of_absurd_inputs_is_a_parse_error(algbw, nranks):
+    with pytest.raises(ParseError):
+        busbw(algbw, nranks)
