@@ -18,6 +18,7 @@ from k3doctor.parsers._common import (
     embedded_json,
     is_na,
     ppod_or_none,
+    require_lines,
     require_text,
     shown,
     to_float,
@@ -25,7 +26,11 @@ from k3doctor.parsers._common import (
     to_u32,
 )
 
-_KEY_LINE = re.compile(r"^(\s*)([A-Z][A-Z0-9_]*)\s*:\s*(.*?)\s*$")
+_KEY_LINE = re.compile(r"^(\s*)([A-Z][A-Z0-9_]*)[ \t]*:(.*)$")  # value stripped in Python: linear time
+# Top-level sections `amd-smi static` prints per GPU (amd-smi static --help); a GPU block with
+# none of them (`amd-smi list`, `fabric`, a block cut after its `GPU: n` line) is not static output.
+_STATIC_SECTIONS = {"asic", "bus", "vbios", "ifwi", "limit", "driver", "board", "ras", "soc_pstate", "xgmi_plpd",
+                    "process_isolation", "numa", "vram", "cache_info", "partition", "clock"}
 
 # Key names of the C++ host CLI variant (§27 item 1) mapped onto the Python CLI's.
 _FABRIC_KEY_ALIASES = {
@@ -66,20 +71,21 @@ class FabricInfo:
     latency_ns: float | None = None
 
 
-def _human_blocks(text: str) -> list:
+def _human_blocks(lines: list, what: str) -> list:
     """Nest amd-smi's indented human layout into ``(kind, index, dict)`` per top-level block.
 
     ``GPU: 0`` (or ``AI_NIC: 0``) at column 0 opens a block; ``KEY:`` with no value opens a
     section; keys are lower-cased so the result has the same shape as ``--json``.  Lines
-    that are not ``KEY: value`` (prompts, ``[output truncated]``, list rows) are skipped.
+    that are not ``KEY: value`` (prompts, ``[output truncated]``, list rows) are skipped; a
+    key printed twice in one section is garbled output (a repeated line, glued captures).
     """
     blocks = []
     stack: list = []  # (indent of the section header, dict)
-    for line in text.splitlines():
+    for line in lines:
         match = _KEY_LINE.match(line)
         if not match:
             continue
-        indent, key, value = len(match.group(1)), match.group(2), match.group(3)
+        indent, key, value = len(match.group(1)), match.group(2), match.group(3).strip()
         if indent == 0:
             body: dict = {}
             blocks.append((key, value, body))
@@ -89,6 +95,8 @@ def _human_blocks(text: str) -> list:
             continue
         while len(stack) > 1 and stack[-1][0] >= indent:
             stack.pop()
+        if key.lower() in stack[-1][1]:
+            raise ParseError(f"{what}: {key} printed twice in one section (garbled or glued output)")
         if value:
             stack[-1][1][key.lower()] = value
         else:
@@ -99,20 +107,33 @@ def _human_blocks(text: str) -> list:
 
 
 def _gpu_entries(text: str, what: str) -> list:
-    """Per-GPU dicts ``{"gpu": n, ...}`` from either output form (human wins if it has GPU blocks)."""
+    """Per-GPU dicts ``{"gpu": n, ...}`` from either output form (human wins if it has GPU blocks).
+
+    The human form must end with a complete line (a capture cut mid-line may end in a
+    shortened number); a GPU index that appears twice raises rather than overwriting.
+    """
     require_text(text, what)
-    human = [(index, body) for kind, index, body in _human_blocks(text) if kind == "GPU"]
+    human = [(index, body) for kind, index, body in _human_blocks(text.splitlines(), what) if kind == "GPU"]
     if human:
-        return [{**body, "gpu": to_int(index, f"{what}: GPU index")} for index, body in human]
-    root = embedded_json(text, what)
-    if isinstance(root, dict):
-        root = root.get("gpu_data", [root])
-    if not isinstance(root, list) or not root:
-        raise ParseError(f"{what}: no GPU entries in JSON")
-    for entry in root:
-        if not isinstance(entry, dict) or to_int(entry.get("gpu"), f"{what}: gpu") is None:
-            raise ParseError(f"{what}: JSON entry without a GPU index: {shown(entry, 80)}")
-    return root
+        require_lines(text, what)
+        entries = [{**body, "gpu": to_int(index, f"{what}: GPU index")} for index, body in human]
+    else:
+        root = embedded_json(text, what)
+        if isinstance(root, dict):
+            root = root.get("gpu_data", [root])
+        if not isinstance(root, list) or not root:
+            raise ParseError(f"{what}: no GPU entries in JSON")
+        for entry in root:
+            if not isinstance(entry, dict) or to_int(entry.get("gpu"), f"{what}: gpu") is None:
+                raise ParseError(f"{what}: JSON entry without a GPU index: {shown(entry, 80)}")
+        entries = root
+    seen: set = set()
+    for entry in entries:
+        gpu = to_int(entry["gpu"], f"{what}: gpu")
+        if gpu in seen:
+            raise ParseError(f"{what}: GPU {gpu} listed twice (glued or garbled output)")
+        seen.add(gpu)
+    return entries
 
 
 def _value_unit(value: Any) -> tuple:
@@ -217,6 +238,9 @@ def parse_static_vram(text: str) -> dict:
     result = {}
     for entry in _gpu_entries(text, "amd-smi static"):
         gpu = to_int(entry["gpu"], "amd-smi static: gpu")
+        if not _STATIC_SECTIONS & entry.keys():
+            raise ParseError(f"amd-smi static: GPU {gpu} has none of static's sections "
+                             f"({', '.join(sorted(entry.keys() - {'gpu'})) or 'nothing'}): not amd-smi static output")
         vram = entry.get("vram")
         size = vram.get("size") if isinstance(vram, dict) else None
         result[gpu] = _mib(size, f"amd-smi static: GPU {gpu} VRAM size")

@@ -162,12 +162,48 @@ def test_static_vram_human_432_gib_board():
         "GPU: 1\n    VRAM: N/A\n"
         "AI_NIC: 0\n    BDF: 0000:e2:00.0\n"
     )
-    vram = parse_static_vram(text)
-    assert vram == {0: 442368, 1: None}
-    assert vram[0] / 1024 == 432  # §12: 442,368 MB = 432 GiB
+    assert parse_static_vram(text) == {0: 432 * 1024, 1: None}  # §12: 442,368 MB = 432 GiB
 
 
 @pytest.mark.parametrize("text", ["", "amd-smi: command not found\n", '[{"gpu": 0, "vram": {"size": "12 TB"}}]'])
 def test_static_vram_garbled_raises(text):
     with pytest.raises(ParseError):
         parse_static_vram(text)
+
+
+STATIC_432 = "GPU: 0\n    VRAM:\n        TYPE: HBM\n        SIZE: 442368 MB\nGPU: 1\n    VRAM:\n        SIZE: 442368 MB\n"
+
+
+def test_only_real_static_output_counts_as_static():
+    list_output = load("amd-smi-list-ainic-mi210.txt")
+    with pytest.raises(ParseError, match="not amd-smi static output"):
+        parse_static_vram(list_output)  # GPU: 0 with BDF/UUID/KFD_ID: `amd-smi list`
+    with pytest.raises(ParseError, match="not amd-smi static output"):
+        parse_static_vram(FABRIC_TEXT)
+    with pytest.raises(ParseError, match="not amd-smi static output"):
+        parse_static_vram(json.dumps([{"gpu": 0, "bdf": "0000:05:00.0"}]))
+    with pytest.raises(ParseError, match="not amd-smi static output"):
+        parse_static_vram(STATIC_432 + "GPU: 2\n")  # cut right after the next block's first line
+
+
+def test_duplicate_gpu_index_raises_instead_of_overwriting():
+    with pytest.raises(ParseError, match="GPU 0 listed twice"):
+        parse_static_vram(STATIC_432.replace("GPU: 1", "GPU: 0"))
+    entry = {"gpu": 0, "vram": {"size": {"value": 442368, "unit": "MB"}}}
+    with pytest.raises(ParseError, match="GPU 0 listed twice"):
+        parse_static_vram(json.dumps([entry, {**entry, "vram": {"size": {"value": 294912, "unit": "MB"}}}]))
+    with pytest.raises(ParseError, match="listed twice"):
+        parse_fabric(FABRIC_TEXT.replace("GPU: 2", "GPU: 1"))
+
+
+def test_human_static_cut_mid_line_or_with_a_repeated_line_raises():
+    with pytest.raises(ParseError, match="mid-line"):
+        parse_static_vram(STATIC_432[: STATIC_432.rindex("442368") + 3])  # SIZE: 442 (MB lost)
+    with pytest.raises(ParseError, match="printed twice"):
+        parse_static_vram(STATIC_432.replace("        SIZE: 442368 MB\n", "        SIZE: 442368 MB\n" * 2, 1))
+
+
+@pytest.mark.parametrize("size", ['"-442368"', '"0x6c000"', '"1_000"', '"9e999"', "1e999", '"' + "9" * 5000 + '"'])
+def test_absurd_vram_sizes_raise(size):
+    with pytest.raises(ParseError):
+        parse_static_vram('[{"gpu": 0, "vram": {"size": {"value": %s, "unit": "MB"}}}]' % size)
