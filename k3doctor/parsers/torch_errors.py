@@ -10,21 +10,24 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from k3doctor.parsers._common import require_text
+from k3doctor.parsers._common import require_text, to_int
 
 # Both the PyTorch >= 2.x layout ("[rank0]:[E1206 ...] [Rank 0] Watchdog ... NumelIn=..") and the
 # legacy one ("[E ProcessGroupNCCL.cpp:737] [Rank 1] Watchdog ...", no NumelIn/NumelOut).
-# "[Rank 0]", "[PG 1 Rank 0]", "[PG 0 (default_pg) Rank 1]", "[PG ID 0 PG GUID 0(default_pg) Rank 1]"
-_RANK_TAG = r"\[(?:PG (?:ID )?(?P<pg>\d+)[^\]]*? )?Rank (?P<rank>\d+)\]"
+# "[Rank 0]", "[PG 1 Rank 0]", "[PG 0 (default_pg) Rank 1]", "[PG ID 0 PG GUID 0(default_pg) Rank 1]";
+# the PG description is bounded so a line of unclosed "[PG 1 " costs linear, not quadratic, time
+_RANK_TAG = r"\[(?:PG (?:ID )?(?P<pg>\d+)[^\][]{0,120}? )?Rank (?P<rank>\d+)\]"
 _WATCHDOG = re.compile(
     _RANK_TAG + r" Watchdog caught collective operation timeout: "
     r"WorkNCCL\(SeqNum=(?P<seq>\d+), OpType=(?P<op>\w+)"
     r"(?:, NumelIn=(?P<numel_in>\d+), NumelOut=(?P<numel_out>\d+))?"
     r", Timeout\(ms\)=(?P<timeout>\d+)\) ran for (?P<ran>\d+) milliseconds"
 )
+# the follow-up line: its rank tag and its counters are found separately (one `tag.*?counters`
+# pattern re-scans the line from every tag: quadratic on a long line)
+_RANK_TAG_ONLY = re.compile(_RANK_TAG)
 _PROGRESS = re.compile(
-    _RANK_TAG + r".*?last enqueued (?:NCCL )?work: (?P<enqueued>-?\d+), "
-    r"last completed (?:NCCL )?work: (?P<completed>-?\d+)"
+    r"last enqueued (?:NCCL )?work: (?P<enqueued>-?\d+), last completed (?:NCCL )?work: (?P<completed>-?\d+)"
 )
 _NCCL_VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+)")
 # (kind, pattern) for NCCL/RCCL error lines; first match per line wins.
@@ -99,11 +102,18 @@ class TorchFailures:
 
 
 def classify(text: str) -> TorchFailures:
-    """Scan a rank's stderr/log for torch.distributed failure lines (ParseError if empty)."""
+    """Scan a rank's stderr/log for torch.distributed failure lines (ParseError if empty).
+
+    A last line without its newline was cut mid-write (a kill, a size cap): its counters may
+    be shortened (``last completed work: 775`` of ``7752``), so it is not read for numbers.
+    Numbers past any real counter's length raise ParseError.
+    """
     require_text(text, "torch.distributed log")
     result = TorchFailures()
     by_rank: dict = {}
-    for line in text.splitlines():
+    lines = text.splitlines()
+    complete = lines if text.endswith(("\n", "\r")) else lines[:-1]
+    for line in complete:
         version = _NCCL_VERSION.search(line)
         if version:
             result.nccl_version = version.group(1)
@@ -111,21 +121,22 @@ def classify(text: str) -> TorchFailures:
         if watchdog:
             group = watchdog.groupdict()
             timeout = WatchdogTimeout(
-                rank=int(group["rank"]), seq=int(group["seq"]), op_type=group["op"],
-                timeout_ms=int(group["timeout"]), ran_for_ms=int(group["ran"]),
-                numel_in=_opt_int(group["numel_in"]), numel_out=_opt_int(group["numel_out"]),
-                pg=_opt_int(group["pg"]),
+                rank=_int(group["rank"]), seq=_int(group["seq"]), op_type=group["op"],
+                timeout_ms=_int(group["timeout"]), ran_for_ms=_int(group["ran"]),
+                numel_in=_int(group["numel_in"]), numel_out=_int(group["numel_out"]),
+                pg=_int(group["pg"]),
             )
             result.watchdog.append(timeout)
             by_rank[timeout.rank] = timeout
             continue
         progress = _PROGRESS.search(line)
-        if progress and int(progress.group("rank")) in by_rank:
-            timeout = by_rank[int(progress.group("rank"))]
-            if progress.group("pg"):
-                timeout.pg = int(progress.group("pg"))
-            timeout.last_enqueued = int(progress.group("enqueued"))
-            timeout.last_completed = int(progress.group("completed"))
+        tag = _RANK_TAG_ONLY.search(line[:progress.start()]) if progress else None
+        if tag and _int(tag.group("rank")) in by_rank:
+            timeout = by_rank[_int(tag.group("rank"))]
+            if tag.group("pg"):
+                timeout.pg = _int(tag.group("pg"))
+            timeout.last_enqueued = _int(progress.group("enqueued"), minimum=-1)
+            timeout.last_completed = _int(progress.group("completed"), minimum=-1)
             continue
         for kind, pattern in _NCCL_ERRORS:
             match = pattern.search(line)
@@ -136,11 +147,11 @@ def classify(text: str) -> TorchFailures:
         else:
             if _COMM_INIT.search(line):
                 result.comm_init_hints.append(line.strip())
-    last = next((line.strip() for line in reversed(text.splitlines()) if line.strip()), "")
+    last = next((line.strip() for line in reversed(lines) if line.strip()), "")
     if _RCCL_LOAD.search(last) and last not in result.comm_init_hints:
         result.comm_init_hints.append(last)
     return result
 
 
-def _opt_int(value: str | None) -> int | None:
-    return None if value is None else int(value)
+def _int(value: str | None, minimum: int = 0) -> int | None:
+    return to_int(value, "torch.distributed log: number", minimum=minimum)

@@ -59,3 +59,23 @@ def test_unrecognised_text_is_unclassified_not_healthy():
 def test_empty_raises(text):
     with pytest.raises(ParseError):
         classify(text)
+
+
+def test_a_last_line_cut_mid_write_gives_no_counters():
+    text = load("torch-nccl-watchdog-timeout-pt25.txt")
+    progress = next(line for line in text.splitlines(keepends=True) if "[PG 1 Rank 0]" in line)
+    head = text[: text.index(progress)]
+    assert classify(head + progress).watchdog[0].last_completed == 7752
+    cut = classify(head + progress[: progress.index("completed NCCL work: 7752") + 24])  # "...: 775", no newline
+    assert cut.watchdog[0].rank == 0 and cut.watchdog[0].last_completed is None
+
+
+@pytest.mark.parametrize("text", [
+    "[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=" + "9" * 5000
+    + ", OpType=ALLREDUCE, Timeout(ms)=1) ran for 2 milliseconds\n",
+    "[Rank " + "1" * 30 + "] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE, "
+    "Timeout(ms)=1) ran for 2 milliseconds\n",
+])
+def test_absurd_numbers_are_a_parse_error_not_a_value_error(text):
+    with pytest.raises(ParseError):
+        classify(text)
