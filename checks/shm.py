@@ -6,6 +6,7 @@ import re
 
 from k3doctor.checks.rack import KFD_PROC_GLOB
 
+from k3doctor.parsers import ParseError
 from k3doctor.readings import Command, Glob
 from k3doctor.registry import check, remediation
 from k3doctor.results import error, fail, passed, skip
@@ -24,14 +25,35 @@ path. While an engine runs they are live: stop it first.
 """)
 
 
+# size first, then the name up to the NUL: a name may hold TABs and newlines, never a NUL or '/'
+LISTING_FORMAT = "%s\\t%f\\0"
+_RECORD = re.compile(r"([0-9]{1,20})\t([^/\0]+)")
+
+
 def stale_entries(listing: str) -> list:
-    """(name, size) of each stale segment from ``find -printf '%f\\t%s\\0'``; others ignored."""
+    """(name, size) of each stale segment from ``find -printf '%s\\t%f\\0'``; other names ignored.
+
+    The size comes first because it cannot hold a TAB: with the name first, ``psm_a<TAB>b``
+    read as ``psm_a`` and --fix would remove a different file.  Every record ends with a NUL,
+    so a listing that does not end with one was cut inside a name: ParseError, since a cut
+    name is also a different file.
+    """
+    if listing and not listing.endswith("\0"):
+        raise ParseError(f"find {SHM}: listing does not end with a NUL: cut off inside a name")
     out = []
-    for record in listing.split("\0"):
-        name, _, size = record.partition("\t")
-        if name and STALE.match(name):
-            out.append((name, int(size) if size.isdigit() else None))
+    for record in listing.split("\0")[:-1]:
+        match = _RECORD.fullmatch(record)
+        if not match:
+            raise ParseError(f"find {SHM}: unexpected record {record[:80]!r} (want size<TAB>name)")
+        size, name = match.groups()
+        if STALE.fullmatch(name):
+            out.append((name, int(size)))
     return sorted(out)
+
+
+def shown(name: str) -> str:
+    """A segment name for a message: as is, or escaped when it holds TABs, newlines or other controls."""
+    return name if name.isprintable() else repr(name)
 
 
 def remove_stale(transport, verdicts, ctx) -> list:
@@ -54,13 +76,13 @@ def remove_stale(transport, verdicts, ctx) -> list:
             out.append(error(f"rm failed (rc {result.rc}): {(result.stderr or result.stdout).strip()[:300]}",
                              evidence={"removing": paths}))
             continue
-        out.append(passed(f"--fix removed {', '.join(paths)}", evidence={"removed": paths}))
+        out.append(passed(f"--fix removed {', '.join(map(shown, paths))}", evidence={"removed": paths}))
     return out
 
 
 @check("shm-clean", title="no stale psm_*/nccl-* segments in /dev/shm", scope="node", remediation=SHM_STALE,
        reads={"shm": Command(("find", SHM, "-mindepth", "1", "-maxdepth", "1", "(", "-name", "psm_*", "-o",
-                                  "-name", "nccl-*", ")", "-printf", "%f\\t%s\\0")),
+                                  "-name", "nccl-*", ")", "-printf", LISTING_FORMAT)),
               "kfd": Glob(KFD_PROC_GLOB)},
        fixer=remove_stale)
 def shm_clean(r, ctx):
@@ -72,5 +94,5 @@ def shm_clean(r, ctx):
     names = [name for name, _ in entries]
     note = (f"; {len(busy)} GPU process(es) running, so they may be live: --fix will not touch them"
             if busy else "; no GPU process is running, `--fix` removes exactly these")
-    return fail(f"{len(names)} stale segment(s) in {SHM}: {', '.join(names)}{note}",
+    return fail(f"{len(names)} stale segment(s) in {SHM}: {', '.join(map(shown, names))}{note}",
                 evidence={"names": names, "sizes": dict(entries), "gpu_processes": busy})

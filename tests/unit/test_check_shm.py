@@ -16,7 +16,7 @@ CHECK = REGISTRY.checks["shm-clean"]
 
 
 def listing(*names):
-    return "".join(f"{n}\t4096\0" for n in names)
+    return "".join(f"4096\t{n}\0" for n in names)
 
 
 def readings(*names, kfd=()):
@@ -54,7 +54,7 @@ def test_stale_segments_fail_listing_them_and_sizes():
 
 
 def test_stale_entries_ignore_lookalikes_and_keep_odd_names_whole():
-    text = "nccl-a b\t10\0ncclx\t1\0sem.x\t2\0psm_\t0\0nccl-multi\nline\t5\0"
+    text = "10\tnccl-a b\0" "1\tncclx\0" "2\tsem.x\0" "0\tpsm_\0" "5\tnccl-multi\nline\0"
     assert shm.stale_entries(text) == [("nccl-a b", 10), ("nccl-multi\nline", 5), ("psm_", 0)]
 
 
