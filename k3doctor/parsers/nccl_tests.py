@@ -66,7 +66,10 @@ def busbw(algbw: float, nranks: int) -> float:
     """
     if isinstance(nranks, bool) or not isinstance(nranks, int) or nranks < 1:
         raise ParseError(f"busbw: rank count {shown(nranks)} is not a positive integer")
-    return to_float(algbw, "busbw: algbw") * 2 * (nranks - 1) / nranks
+    number = to_float(algbw, "busbw: algbw")
+    if number is None:
+        raise ParseError(f"busbw: no algbw ({shown(algbw)})")
+    return number * 2 * (nranks - 1) / nranks
 
 
 def _measure(values: dict, what: str) -> Measure:
