@@ -304,9 +304,12 @@ def analyse(plan: Plan, run_id: str, runs: dict, wall_s: float) -> Outcome:
             elif kind == "missing":
                 reported_missing = [r for r in e.get("ranks", []) if r in node_by_rank]
             elif kind == "size":
-                algbw = float(e["algbw"])
-                out.sizes.append({"bytes": int(e["bytes"]), "time_us": e["time_us"], "algbw_gbs": algbw,
-                                  "busbw_gbs": round(busbw(algbw, plan.world), 3)})
+                try:
+                    algbw = float(e["algbw"])
+                    out.sizes.append({"bytes": int(e["bytes"]), "time_us": e["time_us"], "algbw_gbs": algbw,
+                                      "busbw_gbs": round(busbw(algbw, plan.world), 3)})
+                except (KeyError, TypeError, ValueError):  # ParseError included: nan/inf/garbled algbw
+                    continue  # nothing to judge: the size counts as not measured
             elif kind == "wrong":
                 out.wrong.append({k: e.get(k) for k in ("rank", "bytes", "wrong", "sample", "expected")})
             elif kind == "done" and rank in ended:
