@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from k3doctor.checks.shm import stale_entries
 from k3doctor.parsers import ParseError
+from k3doctor.parsers._common import embedded_json, to_float, to_int, to_percent, to_u32
 from k3doctor.parsers.amdsmi import parse_fabric, parse_static_vram
 from k3doctor.parsers.docker_events import container_from_api, event_from_dict
 from k3doctor.parsers.nccl_tests import busbw, parse_perf
@@ -70,13 +71,14 @@ ALPHABET = st.sampled_from(sorted(set("GPU[]: =#{}\",.-_0123456789abcdefxABCDEFN
 ABSURD = ["9" * 5000, "9" * 25, "1e999", "nan", "inf", "-95", "-1", "0x1f", "1_000", "", "\0"]
 
 
-def outcome(parse, text):
+def outcome(parse, text, sane=True):
     """The parser's result, or None for ParseError; any other exception fails the test."""
     try:
         result = parse(text)
     except ParseError:
         return None
-    _assert_sane_numbers(result)
+    if sane:
+        _assert_sane_numbers(result)
     return result
 
 
@@ -228,3 +230,21 @@ def test_garbled_container_dicts_give_a_container_or_parse_error(d):
 @given(algbw=st.floats() | st.integers() | st.text(ALPHABET, max_size=6), nranks=st.integers(-3, 64) | st.floats())
 def test_busbw_gives_a_number_or_parse_error(algbw, nranks):
     outcome(lambda _: busbw(algbw, nranks), None)
+
+
+NUMBERISH = st.text(alphabet=st.sampled_from(sorted(set("0123456789.-+eExX_ nainfNAI/\t"))), max_size=30)
+
+
+@PROPERTY
+@given(value=NUMBERISH | st.integers() | st.floats() | JSON_VALUES)
+def test_number_helpers_give_a_sane_number_or_parse_error(value):
+    for helper in (to_int, to_u32, to_float, to_percent):
+        number = outcome(lambda v: helper(v, "x"), value)
+        if helper is to_percent and number is not None:
+            assert 0 <= number <= 100
+
+
+@PROPERTY
+@given(text=st.text(alphabet=st.sampled_from(sorted(set('[]{}",:0123456789.eE-NaInfity \n'))), max_size=200))
+def test_embedded_json_gives_a_document_or_parse_error(text):
+    outcome(lambda t: embedded_json(t, "x"), text, sane=False)  # any JSON document, negative numbers too
