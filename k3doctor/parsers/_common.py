@@ -20,9 +20,9 @@ MAX_DIGITS = 20  # 2**64 has 20 decimal digits: no counter a tool prints is long
 
 _JSON_START = re.compile(r"^[\[{]", re.MULTILINE)
 _JSON_ATTEMPTS = 16  # lines starting with [ or { tried before giving up (each try may read to the end)
-_INT = re.compile(r"-?[0-9]{1,%d}" % MAX_DIGITS)
-_FLOAT = re.compile(r"-?(?:[0-9]{1,%d}(?:\.[0-9]{0,%d})?|\.[0-9]{1,%d})(?:[eE][+-]?[0-9]{1,3})?"
-                    % (MAX_DIGITS, MAX_DIGITS, MAX_DIGITS))
+_INT = re.compile(rf"-?[0-9]{{1,{MAX_DIGITS}}}")
+_FLOAT = re.compile(rf"-?(?:[0-9]{{1,{MAX_DIGITS}}}(?:\.[0-9]{{0,{MAX_DIGITS}}})?|\.[0-9]{{1,{MAX_DIGITS}}})"
+                    r"(?:[eE][+-]?[0-9]{1,3})?")
 
 
 def shown(value: Any, limit: int = 60) -> str:

@@ -171,7 +171,8 @@ def test_static_vram_garbled_raises(text):
         parse_static_vram(text)
 
 
-STATIC_432 = "GPU: 0\n    VRAM:\n        TYPE: HBM\n        SIZE: 442368 MB\nGPU: 1\n    VRAM:\n        SIZE: 442368 MB\n"
+STATIC_432 = ("GPU: 0\n    VRAM:\n        TYPE: HBM\n        SIZE: 442368 MB\n"
+              "GPU: 1\n    VRAM:\n        SIZE: 442368 MB\n")
 
 
 def test_only_real_static_output_counts_as_static():
@@ -203,7 +204,8 @@ def test_human_static_cut_mid_line_or_with_a_repeated_line_raises():
         parse_static_vram(STATIC_432.replace("        SIZE: 442368 MB\n", "        SIZE: 442368 MB\n" * 2, 1))
 
 
-@pytest.mark.parametrize("size", ['"-442368"', '"0x6c000"', '"1_000"', '"9e999"', "1e999", '"' + "9" * 5000 + '"'])
+@pytest.mark.parametrize("size", ['"-442368"', '"0x6c000"', '"1_000"', '"9e999"', "1e999",
+                                  '"' + "9" * 5000 + '"'])
 def test_absurd_vram_sizes_raise(size):
     with pytest.raises(ParseError):
-        parse_static_vram('[{"gpu": 0, "vram": {"size": {"value": %s, "unit": "MB"}}}]' % size)
+        parse_static_vram(f'[{{"gpu": 0, "vram": {{"size": {{"value": {size}, "unit": "MB"}}}}}}]')

@@ -106,7 +106,8 @@ def test_showpids_no_pids_counts_only_as_the_whole_answer():
     after_table = table.replace("=" * 90 + "\n", "No KFD PIDs currently running\n" + "=" * 90 + "\n", 1)
     with pytest.raises(ParseError, match="No KFD PIDs"):
         parse_showpids(after_table)
-    before_table = table.replace("KFD process information:\n", "No KFD PIDs currently running\nKFD process information:\n")
+    before_table = table.replace("KFD process information:\n",
+                                 "No KFD PIDs currently running\nKFD process information:\n")
     with pytest.raises(ParseError, match="No KFD PIDs"):
         parse_showpids(before_table)
     without_end = BANNER + "No KFD PIDs currently running\n"

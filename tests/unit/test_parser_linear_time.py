@@ -7,8 +7,8 @@ milliseconds, so the generous bound below only trips on a quadratic regression, 
 import time
 
 import pytest
-
 from k3doctor.checks.shm import stale_entries
+
 from k3doctor.parsers import ParseError
 from k3doctor.parsers.amdsmi import parse_fabric, parse_static_vram
 from k3doctor.parsers.nccl_tests import parse_perf

@@ -13,8 +13,8 @@ import math
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from k3doctor.checks.shm import stale_entries
+
 from k3doctor.parsers import ParseError
 from k3doctor.parsers._common import embedded_json, to_float, to_int, to_percent, to_u32
 from k3doctor.parsers.amdsmi import parse_fabric, parse_static_vram
@@ -146,7 +146,8 @@ def test_mutated_real_output_gives_a_result_or_parse_error(name, data):
 
 @pytest.mark.parametrize("name", NAMES)
 @PROPERTY
-@given(text=st.text(alphabet=ALPHABET, max_size=400) | st.binary(max_size=400).map(lambda b: b.decode("utf-8", "replace")))
+@given(text=st.text(alphabet=ALPHABET, max_size=400)
+       | st.binary(max_size=400).map(lambda b: b.decode("utf-8", "replace")))
 def test_random_text_gives_a_result_or_parse_error(name, text):
     outcome(PARSERS[name][0], text)
 
@@ -239,7 +240,7 @@ NUMBERISH = st.text(alphabet=st.sampled_from(sorted(set("0123456789.-+eExX_ nain
 @given(value=NUMBERISH | st.integers() | st.floats() | JSON_VALUES)
 def test_number_helpers_give_a_sane_number_or_parse_error(value):
     for helper in (to_int, to_u32, to_float, to_percent):
-        number = outcome(lambda v: helper(v, "x"), value)
+        number = outcome(lambda v, helper=helper: helper(v, "x"), value)
         if helper is to_percent and number is not None:
             assert 0 <= number <= 100
 

@@ -2,6 +2,7 @@
 node has, a reading cut at the output cap, a process table glued to "No KFD PIDs", or a Docker
 event it cannot read (which must not hide the containers it can)."""
 from k3doctor.checks import rack  # noqa: F401  (registers rack-free)
+
 from k3doctor.inventory import Settings
 from k3doctor.readings import CommandReading, DockerReading, Readings
 from k3doctor.registry import REGISTRY

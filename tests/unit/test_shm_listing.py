@@ -3,8 +3,8 @@ exactly that file; a listing cut inside a name is an error, never a shorter (dif
 import shlex
 
 import pytest
-
 from k3doctor.checks import shm
+
 from k3doctor.inventory import Settings
 from k3doctor.parsers import ParseError
 from k3doctor.readings import CommandReading, Readings
