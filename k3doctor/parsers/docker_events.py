@@ -58,11 +58,15 @@ def _text(value: Any, what: str, required: bool = True) -> str | None:
 
 
 def _string_map(value: Any, what: str) -> dict:
+    """Docker's attribute and label maps are string -> string (API ``map[string]string``)."""
     if value is None:
         return {}
     if not isinstance(value, dict):
         raise ParseError(f"{what} is not an object: {shown(value)}")
-    return {str(k): v if isinstance(v, str) else str(v) for k, v in value.items()}
+    odd = next(((k, v) for k, v in value.items() if not isinstance(k, str) or not isinstance(v, str)), None)
+    if odd:
+        raise ParseError(f"{what}: {shown(odd[0])} -> {shown(odd[1])} is not a string pair")
+    return dict(value)
 
 
 def event_from_dict(d: Any) -> Event:

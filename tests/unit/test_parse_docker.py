@@ -55,6 +55,7 @@ MODERN = {"Type": "container", "Action": "create", "time": 1760000000, "Actor": 
     {**MODERN, "Actor": {"ID": 12345}},
     {**MODERN, "Actor": "abc"},
     {**MODERN, "Actor": {"ID": "abc", "Attributes": ["name=x"]}},
+    {**MODERN, "Actor": {"ID": "abc", "Attributes": {"exitCode": 10 ** 5000}}},  # str() of it would raise
     {**MODERN, "timeNano": 10 ** 400},  # would overflow the float division
     {**MODERN, "timeNano": "9" * 5000},  # past int()'s digit limit
     {**MODERN, "timeNano": -1},
@@ -76,7 +77,8 @@ def test_container_from_api_list_entry():
 
 @pytest.mark.parametrize("d", [
     {"Names": []}, {"Names": "/x"}, {"Names": [7]}, {"Names": ["/x"], "State": 1},
-    {"Names": ["/x"], "Created": "yesterday"}, {"Names": ["/x"], "Labels": "a=b"}, "x",
+    {"Names": ["/x"], "Created": "yesterday"}, {"Names": ["/x"], "Labels": "a=b"}, {"Names": ["/x"], "Labels": {"a": 1}},
+    "x",
 ])
 def test_garbled_container_entries_raise(d):
     with pytest.raises(ParseError):
