@@ -77,7 +77,8 @@ def test_container_from_api_list_entry():
 
 @pytest.mark.parametrize("d", [
     {"Names": []}, {"Names": "/x"}, {"Names": [7]}, {"Names": ["/x"], "State": 1},
-    {"Names": ["/x"], "Created": "yesterday"}, {"Names": ["/x"], "Labels": "a=b"}, {"Names": ["/x"], "Labels": {"a": 1}},
+    {"Names": ["/x"], "Created": "yesterday"}, {"Names": ["/x"], "Labels": "a=b"},
+    {"Names": ["/x"], "Labels": {"a": 1}},
     "x",
 ])
 def test_garbled_container_entries_raise(d):
