@@ -34,13 +34,13 @@ def probe_evidence(path: str) -> dict:
 
 
 def table(title: str, ref: dict, rows: list) -> str:
-    lines = [f"### {title}", "| size | nccl-tests busbw GB/s | probe busbw GB/s | ratio | probe us | host-timed busbw |",
-             "|---:|---:|---:|---:|---:|---:|"]
+    lines = [f"### {title}", "| size | nccl-tests busbw GB/s | probe busbw GB/s | ratio | nccl-tests us | probe us "
+             "| probe host-timed us |", "|---:|---:|---:|---:|---:|---:|---:|"]
     host = {r["bytes"]: r for r in rows}
-    for size, ref_bw, bw, ratio in side_by_side(ref, rows):
+    for size, ref_us, ref_bw, bw, ratio in side_by_side(ref, rows):
         r = host[size]
-        lines.append(f"| {human(size)} | {ref_bw:.2f} | {bw:.2f} | {ratio:.3f} | {r['time_us']:.1f} | "
-                     f"{r.get('host_busbw_gbs', bw):.2f} |")
+        lines.append(f"| {human(size)} | {ref_bw:.2f} | {bw:.2f} | {ratio:.3f} | {ref_us:.1f} | {r['time_us']:.1f} | "
+                     f"{r.get('host_time_us', r['time_us']):.1f} |")
     return "\n".join(lines)
 
 

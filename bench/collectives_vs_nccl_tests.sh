@@ -5,7 +5,7 @@
 # iteration counts; prints size | nccl-tests busbw | probe busbw | ratio for both collectives.
 # Usage: bench/collectives_vs_nccl_tests.sh OUTDIR
 #   GPUS (default: all torch sees), AR_MIN/AR_MAX (1M/4G), A2A_MIN/A2A_MAX (64K/4G), ITERS (20),
-#   TIMERS (events graph: one probe run per timer), BUILD (nccl-tests build dir, default OUTDIR/nccl-tests),
+#   TIMERS (graph events: one probe run per timer; graph is the probe's default), BUILD (nccl-tests build dir, default OUTDIR/nccl-tests),
 # The probe is started through bench/probe_direct.py: the registered check with this machine's local
 # transport, past the rack prerequisites (UALink sysfs, amd-smi) that an NVIDIA bench host does not have.
 set -uo pipefail
@@ -14,7 +14,7 @@ mkdir -p "$out"
 here=$(cd "$(dirname "$0")" && pwd)
 gpus=${GPUS:-$(python3 -c 'import torch; print(torch.cuda.device_count())')}
 ar_min=${AR_MIN:-1M} ar_max=${AR_MAX:-4G} a2a_min=${A2A_MIN:-64K} a2a_max=${A2A_MAX:-4G} iters=${ITERS:-20}
-timers=${TIMERS:-events graph}
+timers=${TIMERS:-graph events}
 build=${BUILD:-$out/nccl-tests}
 probe() { python3 "$here/probe_direct.py" "$inv" "$@"; }
 bytes() { python3 -c 'import sys; s=sys.argv[1]; m={"K":10,"M":20,"G":30}; print(int(s[:-1]) << m[s[-1]] if s[-1] in m else int(s))' "$1"; }
@@ -43,8 +43,7 @@ printf 'cluster:\n  name: bench\n  gpus_per_node: %s\nnodes:\n  - {name: gpuhost
 reports=()
 for timer in $timers; do
   t0=$SECONDS
-  [ "$timer" = events ] && setting=auto || setting=$timer
-  probe "$out/probe-$timer.json" where=host backend=nccl "timer=$setting" \
+  probe "$out/probe-$timer.json" where=host backend=nccl "timer=$timer" \
     "min_bytes=$(bytes "$ar_min")" "max_bytes=$(bytes "$ar_max")" alltoall_sizes=bytes \
     "alltoall_min_bytes=$(bytes "$a2a_min")" "alltoall_max_bytes=$(bytes "$a2a_max")" "iters=$iters" \
     sweep_s=300 alltoall_s=300 deadline_s=600

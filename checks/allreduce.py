@@ -114,7 +114,8 @@ PARAMS = {
     "warmup_s": 30,
     "sweep_s": 90,
     "alltoall_s": 90,  # the all-to-all sweep (its own stage: a hang there is named `alltoall`)
-    "timer": "auto",  # auto: GPU events (nccl/RCCL), host clock on gloo; graph: a captured graph; host
+    "timer": "auto",  # auto/graph: GPU events around a captured graph of the N calls (nccl/RCCL), host clock on
+    # gloo; events: GPU events around N eager calls (the fallback where capture fails); host: the host clock
     "alltoall": True,  # also sweep all_to_all_single (wide-EP dispatch/combine, §19)
     "alltoall_sizes": "ep",  # ep: tokens x wire bytes per token (§19); bytes: min..max bytes like alltoall_perf
     "alltoall_wires": ["bf16", "fp8", "fp4"],  # §19: 14,336 / 7,168+256 / 3,584+256 bytes per token
@@ -241,8 +242,8 @@ def build_plan(ctx, participants: list) -> tuple:
     if backend not in ("auto", "nccl", "gloo"):
         raise ParamError(f"allreduce-probe.backend must be auto, nccl or gloo, got {backend!r}")
     timer, splits = ctx.param("timer"), ctx.param("alltoall_splits")
-    if timer not in ("auto", "graph", "host"):
-        raise ParamError(f"allreduce-probe.timer must be auto, graph or host, got {timer!r}")
+    if timer not in ("auto", "graph", "events", "host"):
+        raise ParamError(f"allreduce-probe.timer must be auto, graph, events or host, got {timer!r}")
     if splits not in ("even", "uneven"):
         raise ParamError(f"allreduce-probe.alltoall_splits must be even or uneven, got {splits!r}")
     members = []

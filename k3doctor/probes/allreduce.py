@@ -59,7 +59,7 @@ class Plan:
     a2a_gpu: tuple = ()  # all-to-all sweep, ((bytes per rank, split unit bytes, label), ...); empty: none
     a2a_cpu: tuple = ()
     a2a_splits: str = "even"  # or "uneven": every rank sends a different share to each peer
-    timer: str = "auto"  # auto: GPU events where there is a GPU, else host; graph: a captured graph; host
+    timer: str = "auto"  # auto/graph: a captured graph timed by GPU events, else host; events; host
 
     @property
     def nodes(self) -> list:
@@ -370,7 +370,7 @@ def _size_row(out: Outcome, event: dict, world: int) -> None:
     """A ``size`` event -> a figures row (nccl-tests arithmetic) under its collective."""
     op, nbytes = event.get("op", ALL_REDUCE), int(event["bytes"])
     row = {"bytes": nbytes, **figures(op, nbytes, float(event["time_us"]), world)}
-    if event.get("host_us"):
+    if event.get("host_us") and event.get("timer") != "host":  # a host-timed row has one figure
         host = figures(op, nbytes, float(event["host_us"]), world)
         row.update(host_time_us=host["time_us"], host_busbw_gbs=host["busbw_gbs"])
     if op == ALL_TO_ALL:
@@ -378,7 +378,10 @@ def _size_row(out: Outcome, event: dict, world: int) -> None:
         out.alltoall.append(row)
     else:
         out.sizes.append(row)
-    out.timer = event.get("timer") or out.timer
+    timer = str(event.get("timer") or "")
+    if "launch-bound" in timer:  # the GPU may have waited on Python launches: this row reads high
+        row["launch_bound"] = True
+    out.timer = timer.split(" (")[0] or out.timer
 
 
 def _tail(run: NodeRun) -> str:

@@ -85,7 +85,7 @@ def human(size: int) -> str:
 
 
 def side_by_side(reference: dict, probe_rows: list) -> list:
-    """Rows ``(bytes, reference busbw, probe busbw, ratio)`` at every size both measured.
+    """Rows ``(bytes, reference us, reference busbw, probe busbw, ratio)`` at every size both measured.
 
     ``reference`` maps bytes to (time_us, busbw) - an nccl-tests column; the ratio is
     reference time / probe time, which is probe busbw / reference busbw at any world size
@@ -96,5 +96,5 @@ def side_by_side(reference: dict, probe_rows: list) -> list:
         ref = reference.get(row["bytes"])
         if ref is None or not ref[0] or not row["time_us"]:
             continue
-        out.append((row["bytes"], ref[1], row["busbw_gbs"], round(ref[0] / row["time_us"], 3)))
+        out.append((row["bytes"], ref[0], ref[1], row["busbw_gbs"], round(ref[0] / row["time_us"], 3)))
     return out
