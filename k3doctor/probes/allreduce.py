@@ -522,7 +522,7 @@ def _diagnose(plan, transports, deadline_s, *, t0, repeats=1, good_enough=None, 
             why = "; ".join(f"rank {r}: {e}" for r, e in full.errors.items() if full.node_by_rank.get(r) == node)
             diag.findings.append(Finding("node", (node,), f"platform fault on {node}: {why or 'rank never started'}"))
         return diag
-    smoke = full.stage not in ("warmup", "sweep")  # later stages need the sizes that failed
+    smoke = full.stage not in ("warmup", "sweep", "alltoall")  # later stages need the sizes that failed
     singles_plans = [plan.subset([n], f"node {n}", next(ports), smoke) for n in plan.nodes]
     singles = go(singles_plans)
     if singles is None:
