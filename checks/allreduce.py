@@ -374,7 +374,7 @@ def _figures(outcome) -> str:
             f"{'; '.join(parts) or 'no sizes'}; stages {stages}")
 
 
-@check("allreduce-probe", title="torch.distributed all_reduce across every node completes, bounded and timed",
+@check("allreduce-probe", title="torch.distributed all_reduce and all-to-all across every node, bounded and GPU-timed",
        scope="cluster", tier="deep", interaction="active", after=("ualink-state", "fabric-domain", "rack-free"),
        timeout_s=DEADLINE_S, remediation=(NODE_FAULT, FABRIC, INIT_HANG, WRONG_SUM, SLOW, LEFTOVER), params=PARAMS,
        record=record_busbw)

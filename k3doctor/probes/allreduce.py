@@ -23,8 +23,8 @@ from pathlib import Path
 
 from k3doctor.parsers import ParseError
 from k3doctor.parsers.torch_errors import classify
-from k3doctor.probes.collective_figures import ALL_REDUCE, ALL_TO_ALL, figures
 from k3doctor.probes.allreduce_worker import STAGES, TOKEN_PREFIX
+from k3doctor.probes.collective_figures import ALL_REDUCE, ALL_TO_ALL, figures
 from k3doctor.shell import join
 from k3doctor.transport import TransportError
 

@@ -19,6 +19,7 @@ import socket
 import sys
 import threading
 import time
+from functools import partial
 
 STAGES = ("start", "rendezvous", "init", "warmup", "sweep", "alltoall")
 TOKEN_PREFIX = "k3probe:"
@@ -187,7 +188,7 @@ def _rank(st, spec, local):
         if wrong:
             emit(1, ev="wrong", rank=rank, bytes=size, wrong=wrong, sample=view[0].item(), expected=expected)
         view.zero_()  # the timed sums stay 0: no overflow however many iterations
-        _report(st, dist, torch, device, clock.time(lambda: dist.all_reduce(view), spec["iters"]),
+        _report(st, dist, torch, device, clock.time(partial(dist.all_reduce, view), spec["iters"]),
                 op="all_reduce", bytes=size)
     st.end(timer=clock.name)
     del buf, view
@@ -251,7 +252,7 @@ def _alltoall(st, spec, dist, torch, device, clock, sizes):
                      sample=int(out[offset].item()), expected=want)
             offset += n
         _report(st, dist, torch, device,
-                clock.time(lambda: dist.all_to_all_single(out, inp, out_splits, in_splits), spec["iters"]),
+                clock.time(partial(dist.all_to_all_single, out, inp, out_splits, in_splits), spec["iters"]),
                 op="all_to_all", bytes=nbytes, shape=label, splits="uneven" if uneven else "even")
 
 
