@@ -8,7 +8,8 @@ rank per GPU on every node, rendezvous at node 0's data-plane address, each stag
 under its own deadline, a known sum verified, bus bandwidth measured like nccl-tests.
 Then the expert all-to-all (§19/§26: dispatch + combine, small per-step messages) at
 EP-dispatch sizes, each rank checking what it received. Sweeps are timed on the GPU
-(events around back-to-back calls), so small messages measure the fabric, not Python.
+(events around a captured graph of back-to-back calls), so small messages measure the
+fabric, not Python's launches.
 When it fails it re-runs per node and per node pair to say which of the three it was.
 """
 from __future__ import annotations
@@ -273,10 +274,13 @@ def build_plan(ctx, participants: list) -> tuple:
     return plan, once
 
 
-def _rows(evidence_or_outcome, op: str) -> list:
-    get = evidence_or_outcome.get if isinstance(evidence_or_outcome, dict) else \
-        lambda k, d=None: getattr(evidence_or_outcome, k, d)
-    return get("sizes" if op == ALL_REDUCE else "alltoall", None) or []
+_ROWS = {ALL_REDUCE: "sizes", ALL_TO_ALL: "alltoall"}  # where an Outcome and its evidence keep each sweep
+
+
+def _rows(source, op: str) -> list:
+    """The sweep rows of ``op`` from an Outcome or from its evidence dict."""
+    key = _ROWS[op]
+    return (source.get(key) if isinstance(source, dict) else getattr(source, key)) or []
 
 
 def record_busbw(verdicts, ctx) -> dict:
@@ -284,13 +288,14 @@ def record_busbw(verdicts, ctx) -> dict:
     for v in verdicts:
         if v.status == Status.PASS and v.node is None and v.evidence.get("sizes"):
             entry = {"world": v.evidence["world"], "nodes": v.evidence["nodes"]}
-            for op, key in ((ALL_REDUCE, None), (ALL_TO_ALL, "alltoall")):
+            for op in _ROWS:
                 rows = _rows(v.evidence, op)
-                if not rows:
-                    continue
                 figures = {"busbw_gbs": {str(r["bytes"]): r["busbw_gbs"] for r in rows},
                            "time_us": {str(r["bytes"]): r["time_us"] for r in rows}}
-                entry.update(figures) if key is None else entry.update({key: figures})
+                if op == ALL_REDUCE:  # at the top level, where baselines recorded before all-to-all have it
+                    entry.update(figures)
+                elif rows:
+                    entry["alltoall"] = figures
             return {node: entry for node in v.evidence["nodes"]}
     return {}
 

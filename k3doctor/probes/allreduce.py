@@ -325,7 +325,10 @@ def analyse(plan: Plan, run_id: str, runs: dict, wall_s: float) -> Outcome:
             elif kind == "missing":
                 reported_missing = [r for r in e.get("ranks", []) if r in node_by_rank]
             elif kind == "size":
-                _size_row(out, e, plan.world)
+                try:
+                    _size_row(out, e, plan.world)
+                except (KeyError, TypeError, ValueError) as exc:  # a figure that is no figure: that size is unread
+                    out.errors.setdefault(-1, f"unreadable size report {json.dumps(e)[:160]}: {exc}")
             elif kind == "wrong":
                 keys = ("rank", "src", "bytes", "wrong", "sample", "expected") if e.get("op") == ALL_TO_ALL \
                     else ("rank", "bytes", "wrong", "sample", "expected")

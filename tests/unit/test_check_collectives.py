@@ -124,6 +124,14 @@ def test_all_to_all_sizes_missing_from_a_run_fail_it():
     assert not o.ok and o.stage == "alltoall" and o.errors[-1] == "1 of 2 all_to_all sizes reported"
 
 
+def test_a_size_report_without_a_usable_time_is_an_unread_size_never_a_figure():
+    r = healthy()
+    r["a"].stdout = r["a"].stdout.replace('"time_us": 10.0', '"time_us": 0.0', 1)
+    o = analyse(plan(), "r1", r, 9.0)
+    assert not o.ok and len(o.alltoall) == 1 and "unreadable size report" in o.errors[-1]
+    assert "time 0.0 s is not positive" in o.errors[-1]
+
+
 def test_smoke_subset_keeps_one_size_of_each_collective():
     small = plan().subset(["a"], "node a", 29900, smoke=True)
     assert small.sizes_gpu == AR[:1] and small.a2a_gpu == A2A[:1] and small.a2a_splits == "even"
