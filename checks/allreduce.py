@@ -1,4 +1,4 @@
-"""Cross-node torch.distributed all_reduce probe (reference §20, with §13, §16-§18, §28).
+"""Cross-node torch.distributed all_reduce + all-to-all probe (reference §20, §19, with §13, §16-§18, §28).
 
 The wide-EP launch dies - or hangs for 25 minutes - in ncclCommInitRank or the first
 collective when a node's platform, the fabric between two nodes, or RCCL's intermittent
@@ -6,12 +6,27 @@ init hang gets in the way. This probe answers the same question in a few minutes
 recipe's own stack (the container's python, torch and RCCL, its NCCL_* environment): one
 rank per GPU on every node, rendezvous at node 0's data-plane address, each stage timed
 under its own deadline, a known sum verified, bus bandwidth measured like nccl-tests.
+Then the expert all-to-all (§19/§26: dispatch + combine, small per-step messages) at
+EP-dispatch sizes, each rank checking what it received. Sweeps are timed on the GPU
+(events around a captured graph of back-to-back calls), so small messages measure the
+fabric, not Python's launches.
 When it fails it re-runs per node and per node pair to say which of the three it was.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from k3doctor.probes.allreduce import MIN_DEADLINE_S, Member, Plan, diagnose
 from k3doctor.probes.allreduce_worker import STAGES
+from k3doctor.probes.collective_figures import (
+    ALL_REDUCE,
+    ALL_TO_ALL,
+    WIRE_BYTES_PER_TOKEN,
+    byte_sizes,
+    ep_dispatch_sizes,
+    geometric,
+    human,
+)
 from k3doctor.registry import check, remediation
 from k3doctor.results import Status, error, fail, passed, skip, warn
 
@@ -50,9 +65,10 @@ kills healthy loads; if a launch stops at `load RCCL version` with a CPU spinnin
 that is this hang - take a py-spy stack of the ModelRunner, then restart it.
 """)
 
-WRONG_SUM = remediation("ALLREDUCE-WRONG-SUM", "all_reduce returned a wrong sum (data corruption)", """
-Ranks read back a sum other than w(w+1)/2 (the evidence's `wrong` lists rank, message
-bytes, how many elements were wrong, a sample and the expected value). That is silent data
+WRONG_SUM = remediation("ALLREDUCE-WRONG-SUM", "a collective returned wrong data (data corruption)", """
+Ranks read back an all_reduce sum other than w(w+1)/2, or an all-to-all chunk whose bytes are
+not what its sender wrote (the evidence's `wrong` lists rank - and for all-to-all the sending
+rank `src` - message bytes, how many elements were wrong, a sample and the expected value). That is silent data
 corruption, not a hang: a model served on it answers garbage without any error. It is never
 the intermittent ncclCommInitRank hang (§20) that a retry fixes, so a run that summed right
 when re-run does not clear it. Do not launch. Run the UALoE fabric probe on every pair
@@ -61,10 +77,15 @@ for fabric and GPU signatures (§10), recover the nodes (§11), and re-run
 `k3doctor check --only allreduce-probe` several times before launching.
 """)
 
-SLOW = remediation("ALLREDUCE-SLOW", "all_reduce bus bandwidth below the floor", """
-The probe completed with correct sums, but busbw at a size with a configured floor
-(`busbw_floor_gbs`, GB/s by message size in bytes) is below it - below floor x (1 +
-warn_band) is a warning - in every one of `repeats` attempts. A multi-node busbw near
+SLOW = remediation("ALLREDUCE-SLOW", "collective bus bandwidth below its floor or latency above its ceiling", """
+The probe completed with correct data, but at a size with a configured limit the figure
+missed it in every one of `repeats` attempts: busbw below `busbw_floor_gbs` (all_reduce) or
+`alltoall_busbw_floor_gbs`, or latency above `latency_max_us` / `alltoall_latency_max_us`
+(GB/s or us by message size in bytes; within warn_band of the limit is a warning), or the
+same against a recorded baseline. Figures are timed on the GPU (`timer`), as nccl-tests does,
+so a small-message latency miss is the fabric or RCCL's protocol choice, not the launcher.
+An all-to-all that is slow while all_reduce is not points at the expert-dispatch path
+(§19: the all-to-all of dispatch/combine is the second-largest cost). A multi-node busbw near
 ~4.5 GB/s is RCCL's silent TCP fallback: NCCL_MNNVL_ENABLE must be 1 (§16), with
 NCCL_CUMEM_ENABLE=1 (§28). Otherwise compare with `ualoe-fabric` bandwidth of the node
 pairs (§8) and check the rack is free (§3): another job on the fabric halves what you see.
@@ -93,10 +114,25 @@ PARAMS = {
     "init_s": 45,  # communicator init + first tiny all_reduce (§20's probe uses 45 s)
     "warmup_s": 30,
     "sweep_s": 90,
+    "alltoall_s": 90,  # the all-to-all sweep (its own stage: a hang there is named `alltoall`)
+    "timer": "auto",  # auto/graph: GPU events around a captured graph of the N calls (nccl/RCCL), host clock on
+    # gloo; events: GPU events around N eager calls (the fallback where capture fails); host: the host clock
+    "alltoall": True,  # also sweep all_to_all_single (wide-EP dispatch/combine, §19)
+    "alltoall_sizes": "ep",  # ep: tokens x wire bytes per token (§19); bytes: min..max bytes like alltoall_perf
+    "alltoall_wires": ["bf16", "fp8", "fp4"],  # §19: 14,336 / 7,168+256 / 3,584+256 bytes per token
+    "alltoall_min_tokens": 0,  # per-rank tokens, 0: 16 on GPUs, 1 on gloo
+    "alltoall_max_tokens": 0,  # 0: 8192 on GPUs, 16 on gloo
+    "alltoall_min_bytes": 0,  # alltoall_sizes=bytes; 0: 64 KiB on GPUs, 4 KiB on gloo
+    "alltoall_max_bytes": 0,  # 0: 4 GiB on GPUs, 1 MiB on gloo
+    "alltoall_splits": "even",  # uneven: each rank sends a different share to each peer (routed tokens)
     "deadline_s": DEADLINE_S,  # the whole probe, hierarchy included
-    "busbw_floor_gbs": {},  # {bytes: GB/s}; none configured (and no baseline): figures are reported, not judged
+    "busbw_floor_gbs": {},  # all_reduce {bytes: GB/s}; none configured (and no baseline): reported, not judged
+    "latency_max_us": {},  # all_reduce {bytes: us per call}: a latency ceiling for small messages
+    "alltoall_busbw_floor_gbs": {},  # all-to-all {bytes: GB/s}
+    "alltoall_latency_max_us": {},  # all-to-all {bytes: us}
     "baseline_drop": 0.2,  # with `k3doctor baseline record --tier deep`: floor = recorded busbw x (1 - drop)
-    "baseline_min_bytes": 64 << 20,  # smaller messages are latency-bound and too noisy for a baseline floor
+    "baseline_min_bytes": 1 << 20,  # from here up a baseline sets busbw floors, below it latency ceilings
+    "baseline_latency_rise": 0.5,  # latency ceiling = recorded latency x (1 + rise): small messages are noisier
     "warn_band": 0.1,
     "repeats": 2,  # attempts while a figure is below its floor (noisy results)
     "hierarchy": True,  # on failure, re-run per node and per node pair
@@ -104,18 +140,15 @@ PARAMS = {
 }
 
 _DEFAULT_SIZES = {"gpu": (1 << 20, 4 << 30), "cpu": (4 << 10, 1 << 20)}
+_DEFAULT_A2A_BYTES = {"gpu": (64 << 10, 4 << 30), "cpu": (4 << 10, 1 << 20)}
+_DEFAULT_A2A_TOKENS = {"gpu": (16, 8192), "cpu": (1, 16)}
+_OPS = {ALL_REDUCE: ("busbw_floor_gbs", "latency_max_us"), ALL_TO_ALL: ("alltoall_busbw_floor_gbs",
+                                                                       "alltoall_latency_max_us")}
+_NAMES = {ALL_REDUCE: "all_reduce", ALL_TO_ALL: "all-to-all"}
 
 
 class ParamError(ValueError):
     pass
-
-
-def sizes(lo: int, hi: int, factor: int) -> tuple:
-    out, size = [], lo
-    while size <= hi:
-        out.append(size)
-        size *= factor
-    return tuple(out)
 
 
 def _number(ctx, name, minimum, integer=False):
@@ -142,13 +175,58 @@ def parse_inject(text: str, nodes: list) -> tuple:
     return {node: (int(local or 0), stage)}, once
 
 
-def floors_of(raw) -> dict:
+def floors_of(raw, name: str = "busbw_floor_gbs", unit: str = "GB/s") -> dict:
     if not isinstance(raw, dict):
-        raise ParamError(f"allreduce-probe.busbw_floor_gbs must map message bytes to GB/s, got {raw!r}")
+        raise ParamError(f"allreduce-probe.{name} must map message bytes to {unit}, got {raw!r}")
     try:
         return {int(k): float(v) for k, v in raw.items()}
     except (TypeError, ValueError):
-        raise ParamError(f"allreduce-probe.busbw_floor_gbs must map message bytes to GB/s, got {raw!r}") from None
+        raise ParamError(f"allreduce-probe.{name} must map message bytes to {unit}, got {raw!r}") from None
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What a passing sweep is held to, per collective and message size."""
+
+    busbw: dict = field(default_factory=dict)  # op -> {bytes: GB/s floor}
+    latency: dict = field(default_factory=dict)  # op -> {bytes: us ceiling}
+
+    @classmethod
+    def of(cls, value) -> Limits:
+        """A plain {bytes: GB/s} is the all_reduce busbw floors (the probe's original setting)."""
+        return value if isinstance(value, cls) else cls(busbw={ALL_REDUCE: dict(value)})
+
+    def __bool__(self) -> bool:
+        return any(self.busbw.values()) or any(self.latency.values())
+
+    def evidence(self) -> dict:
+        return {f"{op}_{kind}": {str(k): v for k, v in table[op].items()}
+                for kind, table in (("busbw_floor_gbs", self.busbw), ("latency_max_us", self.latency))
+                for op in table if table[op]}
+
+
+def _a2a_sizes(ctx, kind: str, factor: int) -> tuple:
+    """The all-to-all sweep for ``kind`` (gpu or cpu): EP-dispatch shaped or plain bytes."""
+    if not ctx.param("alltoall"):
+        return ()
+    mode = ctx.param("alltoall_sizes")
+    if mode == "bytes":
+        lo = _number(ctx, "alltoall_min_bytes", 0, integer=True) or _DEFAULT_A2A_BYTES[kind][0]
+        hi = _number(ctx, "alltoall_max_bytes", 0, integer=True) or _DEFAULT_A2A_BYTES[kind][1]
+        if hi < lo:
+            raise ParamError(f"allreduce-probe alltoall sizes {lo}..{hi}: min above max")
+        return byte_sizes(lo, hi, factor)
+    if mode != "ep":
+        raise ParamError(f"allreduce-probe.alltoall_sizes must be ep or bytes, got {mode!r}")
+    wires = ctx.param("alltoall_wires")
+    if not isinstance(wires, list) or not wires or any(w not in WIRE_BYTES_PER_TOKEN for w in wires):
+        raise ParamError(f"allreduce-probe.alltoall_wires must list wire formats of {', '.join(WIRE_BYTES_PER_TOKEN)}"
+                         f" (§19), got {wires!r}")
+    lo = _number(ctx, "alltoall_min_tokens", 0, integer=True) or _DEFAULT_A2A_TOKENS[kind][0]
+    hi = _number(ctx, "alltoall_max_tokens", 0, integer=True) or _DEFAULT_A2A_TOKENS[kind][1]
+    if hi < lo:
+        raise ParamError(f"allreduce-probe alltoall tokens {lo}..{hi}: min above max")
+    return ep_dispatch_sizes(lo, hi, factor, wires)
 
 
 def build_plan(ctx, participants: list) -> tuple:
@@ -164,6 +242,11 @@ def build_plan(ctx, participants: list) -> tuple:
     backend = ctx.param("backend")
     if backend not in ("auto", "nccl", "gloo"):
         raise ParamError(f"allreduce-probe.backend must be auto, nccl or gloo, got {backend!r}")
+    timer, splits = ctx.param("timer"), ctx.param("alltoall_splits")
+    if timer not in ("auto", "graph", "events", "host"):
+        raise ParamError(f"allreduce-probe.timer must be auto, graph, events or host, got {timer!r}")
+    if splits not in ("even", "uneven"):
+        raise ParamError(f"allreduce-probe.alltoall_splits must be even or uneven, got {splits!r}")
     members = []
     for name in participants:
         node = ctx.nodes[name]
@@ -182,65 +265,121 @@ def build_plan(ctx, participants: list) -> tuple:
             raise ParamError(f"allreduce-probe.inject_hang: {m.node} runs {m.ranks} rank(s), "
                              f"there is no local rank {inject[m.node][0]}")
     plan = Plan(label="full", members=tuple(members), port=_number(ctx, "port", 1, integer=True),
-                backend=backend, sizes_gpu=sizes(*ranges["gpu"], factor), sizes_cpu=sizes(*ranges["cpu"], factor),
+                backend=backend, sizes_gpu=geometric(*ranges["gpu"], factor),
+                sizes_cpu=geometric(*ranges["cpu"], factor), a2a_gpu=_a2a_sizes(ctx, "gpu", factor),
+                a2a_cpu=_a2a_sizes(ctx, "cpu", factor), a2a_splits=splits, timer=timer,
                 iters=_number(ctx, "iters", 1, integer=True),
                 warmup_iters=_number(ctx, "warmup_iters", 0, integer=True),
                 deadlines=deadlines, inject=inject)
     return plan, once
 
 
+_ROWS = {ALL_REDUCE: "sizes", ALL_TO_ALL: "alltoall"}  # where an Outcome and its evidence keep each sweep
+
+
+def _rows(source, op: str) -> list:
+    """The sweep rows of ``op`` from an Outcome or from its evidence dict."""
+    key = _ROWS[op]
+    return (source.get(key) if isinstance(source, dict) else getattr(source, key)) or []
+
+
 def record_busbw(verdicts, ctx) -> dict:
-    """Baseline entry of a passing run: its busbw per size, kept under every node that took part."""
+    """Baseline entry of a passing run: busbw and latency per size and collective, under every node."""
     for v in verdicts:
         if v.status == Status.PASS and v.node is None and v.evidence.get("sizes"):
-            entry = {"world": v.evidence["world"], "nodes": v.evidence["nodes"],
-                     "busbw_gbs": {str(row["bytes"]): row["busbw_gbs"] for row in v.evidence["sizes"]}}
+            entry = {"world": v.evidence["world"], "nodes": v.evidence["nodes"]}
+            for op in _ROWS:
+                rows = _rows(v.evidence, op)
+                figures = {"busbw_gbs": {str(r["bytes"]): r["busbw_gbs"] for r in rows},
+                           "time_us": {str(r["bytes"]): r["time_us"] for r in rows}}
+                if op == ALL_REDUCE:  # at the top level, where baselines recorded before all-to-all have it
+                    entry.update(figures)
+                elif rows:
+                    entry["alltoall"] = figures
             return {node: entry for node in v.evidence["nodes"]}
     return {}
 
 
-def merged_floors(floors: dict, baseline, world: int, drop: float, min_bytes: int) -> dict:
+def _recorded(baseline, world: int, op: str, metric: str) -> dict:
+    """{bytes: value} that a baseline of the same world size recorded for ``op``; {} when none."""
+    for entry in (baseline or {}).values():
+        if not isinstance(entry, dict) or entry.get("world") != world:
+            continue
+        table = entry if op == ALL_REDUCE else entry.get("alltoall")
+        if isinstance(table, dict) and isinstance(table.get(metric), dict):
+            return {int(k): float(v) for k, v in table[metric].items()}
+    return {}
+
+
+def merged_floors(floors: dict, baseline, world: int, drop: float, min_bytes: int, op: str = ALL_REDUCE) -> dict:
     """Inventory floors, raised to recorded busbw x (1 - drop) where a baseline of the same world size exists."""
-    entries = [e for e in (baseline or {}).values()
-               if isinstance(e, dict) and e.get("world") == world and isinstance(e.get("busbw_gbs"), dict)]
     out = dict(floors)
-    for size, value in (entries[0]["busbw_gbs"].items() if entries else ()):
-        if int(size) >= min_bytes:
-            out[int(size)] = max(out.get(int(size), 0.0), round(float(value) * (1 - drop), 3))
+    for size, value in _recorded(baseline, world, op, "busbw_gbs").items():
+        if size >= min_bytes:
+            out[size] = max(out.get(size, 0.0), round(value * (1 - drop), 3))
     return out
 
 
-def judge_figures(outcome, floors: dict, band: float) -> list:
-    """(status, size, busbw, floor) for every configured floor; a floor at an unmeasured size is an error."""
-    measured = {row["bytes"]: row["busbw_gbs"] for row in outcome.sizes}
+def merged_ceilings(ceilings: dict, baseline, world: int, rise: float, below_bytes: int,
+                    op: str = ALL_REDUCE) -> dict:
+    """Inventory latency ceilings, lowered to recorded latency x (1 + rise) below ``below_bytes``."""
+    out = dict(ceilings)
+    for size, value in _recorded(baseline, world, op, "time_us").items():
+        if size < below_bytes:
+            limit = round(value * (1 + rise), 2)
+            out[size] = min(out.get(size, limit), limit)
+    return out
+
+
+def limits_of(ctx, world: int) -> Limits:
+    """Every busbw floor and latency ceiling the inventory and the baseline set, per collective."""
+    drop, rise = _number(ctx, "baseline_drop", 0), _number(ctx, "baseline_latency_rise", 0)
+    split = _number(ctx, "baseline_min_bytes", 0, integer=True)
+    busbw, latency = {}, {}
+    for op, (floor_name, ceiling_name) in _OPS.items():
+        busbw[op] = merged_floors(floors_of(ctx.param(floor_name), floor_name), ctx.baseline, world, drop, split, op)
+        latency[op] = merged_ceilings(floors_of(ctx.param(ceiling_name), ceiling_name, "us"), ctx.baseline, world,
+                                      rise, split, op)
+    return Limits(busbw=busbw, latency=latency)
+
+
+def judge_figures(outcome, limits, band: float) -> list:
+    """(status, op, metric, size, got, limit) for every limit a figure misses; an unmeasured size is an error."""
+    limits = Limits.of(limits)
     out = []
-    for size, floor in sorted(floors.items()):
-        if size not in measured:
-            out.append(("error", size, None, floor))
-        elif measured[size] < floor:
-            out.append(("fail", size, measured[size], floor))
-        elif measured[size] < floor * (1 + band):
-            out.append(("warn", size, measured[size], floor))
+    for op in (ALL_REDUCE, ALL_TO_ALL):
+        rows = {row["bytes"]: row for row in _rows(outcome, op)}
+        for metric, table, low_is_bad in (("busbw", limits.busbw, True), ("latency", limits.latency, False)):
+            for size, limit in sorted(table.get(op, {}).items()):
+                if size not in rows:
+                    out.append(("error", op, metric, size, None, limit))
+                    continue
+                got = rows[size]["busbw_gbs" if metric == "busbw" else "time_us"]
+                missed = got < limit if low_is_bad else got > limit
+                near = got < limit * (1 + band) if low_is_bad else got > limit / (1 + band)
+                if missed or near:
+                    out.append(("fail" if missed else "warn", op, metric, size, got, limit))
     return out
-
-
-def _human(size: int) -> str:
-    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
-        if size >= 1 << shift and size % (1 << shift) == 0:
-            return f"{size >> shift} {unit}"
-    return f"{size} B"
 
 
 def _figures(outcome) -> str:
     stages = ", ".join(f"{s} {outcome.stage_s[s]:.1f}s" for s in STAGES if s in outcome.stage_s)
-    top = outcome.sizes[-1] if outcome.sizes else None
-    bw = (f"busbw {top['busbw_gbs']:.2f} GB/s (algbw {top['algbw_gbs']:.2f}) at {_human(top['bytes'])}"
-          if top else "no sizes")
-    return (f"all_reduce over {outcome.world} rank(s) on {len(outcome.nodes)} node(s), {outcome.backend}: {bw}, "
-            f"sum verified at {len(outcome.sizes)} size(s); stages {stages}")
+    parts = []
+    for op, verified in ((ALL_REDUCE, "sum verified"), (ALL_TO_ALL, "data verified")):
+        rows = _rows(outcome, op)
+        if not rows:
+            continue
+        top, small = max(rows, key=lambda r: r["bytes"]), min(rows, key=lambda r: r["bytes"])
+        parts.append(f"{_NAMES[op]} busbw {top['busbw_gbs']:.2f} GB/s (algbw {top['algbw_gbs']:.2f}) at "
+                     f"{human(top['bytes'])}, {small['time_us']:.1f} us at {human(small['bytes'])}, "
+                     f"{verified} at {len(rows)} size(s)")
+    timed = f" ({outcome.timer} timing)" if outcome.timer else ""
+    return (f"{' and '.join(_NAMES[op] for op in _OPS if _rows(outcome, op)) or 'all_reduce'} over "
+            f"{outcome.world} rank(s) on {len(outcome.nodes)} node(s), {outcome.backend}{timed}: "
+            f"{'; '.join(parts) or 'no sizes'}; stages {stages}")
 
 
-@check("allreduce-probe", title="torch.distributed all_reduce across every node completes, bounded and timed",
+@check("allreduce-probe", title="torch.distributed all_reduce and all-to-all across every node, bounded and GPU-timed",
        scope="cluster", tier="deep", interaction="active", after=("ualink-state", "fabric-domain", "rack-free"),
        timeout_s=DEADLINE_S, remediation=(NODE_FAULT, FABRIC, INIT_HANG, WRONG_SUM, SLOW, LEFTOVER), params=PARAMS,
        record=record_busbw)
@@ -252,8 +391,7 @@ def allreduce_probe(ctx):
         return verdicts + [skip("no node may take part in the all_reduce probe")]
     try:
         plan, once = build_plan(ctx, participants)
-        floors = merged_floors(floors_of(ctx.param("busbw_floor_gbs")), ctx.baseline, plan.world,
-                               _number(ctx, "baseline_drop", 0), _number(ctx, "baseline_min_bytes", 0, integer=True))
+        floors = limits_of(ctx, plan.world)
         band = _number(ctx, "warn_band", 0)
         repeats = _number(ctx, "repeats", 1, integer=True)
         deadline = _number(ctx, "deadline_s", MIN_DEADLINE_S)  # one full run plus its cleanup reserve
@@ -311,22 +449,30 @@ _CODES = {"node": NODE_FAULT, "node-fabric": FABRIC, "pair": FABRIC, "scale": FA
           "wrong-sum": WRONG_SUM, "unresolved": INIT_HANG}
 
 
-def _figure_verdicts(diag, common: dict, floors: dict, band: float) -> list:
-    full = diag.final
-    problems = judge_figures(full, floors, band)
-    evidence = {**common, **full.evidence(), "floors_gbs": {str(k): v for k, v in floors.items()},
+def _figure_verdicts(diag, common: dict, floors, band: float) -> list:
+    full, limits = diag.final, Limits.of(floors)
+    problems = judge_figures(full, limits, band)
+    evidence = {**common, **full.evidence(), "floors_gbs": {str(k): v for k, v in limits.busbw.get(ALL_REDUCE,
+                                                                                                   {}).items()},
+                "limits": limits.evidence(),
                 "attempt_busbw": [{str(r["bytes"]): r["busbw_gbs"] for r in o.sizes} for o in diag.attempts]}
     if not problems:
-        note = "" if floors else " (no busbw floor configured: figures reported, not judged)"
+        note = "" if limits else " (no busbw floor configured: figures reported, not judged)"
         return [passed(_figures(full) + note, evidence=evidence)]
     out = []
-    for status, size, got, floor in problems:
+    for status, op, metric, size, got, limit in problems:
+        name = f"{_NAMES[op]} {'busbw' if metric == 'busbw' else 'latency'}"
         if status == "error":
-            out.append(error(f"busbw floor set for {_human(size)}, which the sweep did not measure",
-                             evidence=evidence))
+            out.append(error(f"{name} {'floor' if metric == 'busbw' else 'ceiling'} set for {human(size)}, "
+                             "which the sweep did not measure", evidence=evidence))
             continue
         make = fail if status == "fail" else warn
-        out.append(make(f"busbw {got:.2f} GB/s at {_human(size)} is below "
-                        f"{'the floor' if status == 'fail' else 'floor + warn band'} ({floor:g} GB/s) in "
-                        f"{len(diag.attempts)} attempt(s); {_figures(full)}", evidence=evidence, remediation=SLOW))
+        if metric == "busbw":
+            what = (f"{name} {got:.2f} GB/s at {human(size)} is below "
+                    f"{'the floor' if status == 'fail' else 'floor + warn band'} ({limit:g} GB/s)")
+        else:
+            what = (f"{name} {got:.1f} us at {human(size)} is above "
+                    f"{'the ceiling' if status == 'fail' else 'ceiling - warn band'} ({limit:g} us)")
+        out.append(make(f"{what} in {len(diag.attempts)} attempt(s); {_figures(full)}", evidence=evidence,
+                        remediation=SLOW))
     return out

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from k3doctor.parsers import ParseError
-from k3doctor.parsers.nccl_tests import busbw
 from k3doctor.parsers.torch_errors import classify
 from k3doctor.probes.allreduce_worker import STAGES, TOKEN_PREFIX
+from k3doctor.probes.collective_figures import ALL_REDUCE, ALL_TO_ALL, figures
 from k3doctor.shell import join
 from k3doctor.transport import TransportError
 
@@ -56,6 +56,10 @@ class Plan:
     warmup_iters: int
     deadlines: dict  # stage -> seconds
     inject: dict = field(default_factory=dict)  # node -> (local rank, stage): fault injection
+    a2a_gpu: tuple = ()  # all-to-all sweep, ((bytes per rank, split unit bytes, label), ...); empty: none
+    a2a_cpu: tuple = ()
+    a2a_splits: str = "even"  # or "uneven": every rank sends a different share to each peer
+    timer: str = "auto"  # auto/graph: a captured graph timed by GPU events, else host; events; host
 
     @property
     def nodes(self) -> list:
@@ -75,7 +79,8 @@ class Plan:
     def subset(self, nodes, label: str, port: int, smoke: bool) -> Plan:
         """The same probe on fewer nodes (hierarchy); ``smoke`` keeps only the smallest size."""
         members = tuple(m for m in self.members if m.node in nodes)
-        sizes = {} if not smoke else {"sizes_gpu": self.sizes_gpu[:1], "sizes_cpu": self.sizes_cpu[:1]}
+        sizes = {} if not smoke else {"sizes_gpu": self.sizes_gpu[:1], "sizes_cpu": self.sizes_cpu[:1],
+                                      "a2a_gpu": self.a2a_gpu[:1], "a2a_cpu": self.a2a_cpu[:1]}
         return replace(self, label=label, members=members, port=port,
                        inject={n: v for n, v in self.inject.items() if n in nodes}, **sizes)
 
@@ -84,8 +89,16 @@ class Plan:
         return {"node": member.node, "rank_base": self.ranks_of()[member.node][0], "ranks_here": member.ranks,
                 "world": self.world, "master": self.members[0].address, "port": self.port,
                 "backend": self.backend, "sizes_gpu": list(self.sizes_gpu), "sizes_cpu": list(self.sizes_cpu),
+                "a2a_gpu": [list(s) for s in self.a2a_gpu], "a2a_cpu": [list(s) for s in self.a2a_cpu],
+                "a2a_splits": self.a2a_splits, "timer": self.timer,
                 "iters": self.iters, "warmup_iters": self.warmup_iters, "deadlines": dict(self.deadlines),
                 "limit_s": max(limit_s - AGENT_MARGIN_S, 1.0), "inject": stage, "inject_local": local}
+
+    def sweeps(self, backend: str | None) -> tuple:
+        """(all_reduce sizes, all-to-all sizes) a run on ``backend`` sweeps."""
+        if backend == "nccl":
+            return self.sizes_gpu, self.a2a_gpu
+        return self.sizes_cpu, self.a2a_cpu
 
     def limit_s(self) -> float:
         """How long a run may take: its stage deadlines, the agent's kill grace, start-up slack."""
@@ -123,7 +136,9 @@ class Outcome:
     not_started: dict = field(default_factory=dict)  # node -> why its agent never reported
     setup_error: str | None = None  # the probe could not be run at all (no torch, no container)
     stage_s: dict = field(default_factory=dict)  # stage -> slowest rank's seconds
-    sizes: list = field(default_factory=list)  # [{bytes, time_us, algbw_gbs, busbw_gbs}]
+    sizes: list = field(default_factory=list)  # all_reduce [{bytes, time_us, algbw_gbs, busbw_gbs, host_*}]
+    alltoall: list = field(default_factory=list)  # all-to-all rows, same figures plus shape and splits
+    timer: str | None = None  # how time_us was taken: cuda-events, cuda-graph or host
     wrong: list = field(default_factory=list)
     backend: str | None = None
     torch_failure: dict = field(default_factory=dict)  # node -> torch.distributed failure kind
@@ -144,8 +159,10 @@ class Outcome:
             why = "; ".join(f"{n}: {w}" for n, w in self.not_started.items())
             return f"the probe did not start on {', '.join(self.not_started)} ({why})"
         if self.wrong:
-            bad = sorted({(w['rank'], w['bytes']) for w in self.wrong})
-            return f"wrong all_reduce sum on {where}: (rank, bytes) {bad}"
+            sums = sorted({(w["rank"], w["bytes"]) for w in self.wrong if "src" not in w})
+            routed = sorted({(w["rank"], w["src"], w["bytes"]) for w in self.wrong if "src" in w})
+            return "; ".join([f"wrong all_reduce sum on {where}: (rank, bytes) {sums}"] * bool(sums) + [
+                f"wrong all-to-all data on {where}: (rank, from rank, bytes) {routed}"] * bool(routed))
         parts = [f"stopped in stage `{self.stage}` on {where} after {self.wall_s:.1f}s"]
         if self.missing:
             who = ", ".join(f"rank {r} ({self.node_by_rank.get(r, '?')})" for r in self.missing)
@@ -161,6 +178,10 @@ class Outcome:
               "backend": self.backend, "wall_s": self.wall_s, "stage_s": self.stage_s, "launchers": self.launchers}
         if self.sizes:
             ev["sizes"] = self.sizes
+        if self.alltoall:
+            ev["alltoall"] = self.alltoall
+        if self.timer:
+            ev["timer"] = self.timer
         if not self.ok:
             ev.update({k: v for k, v in (
                 ("failed_stage", self.stage), ("missing_ranks", self.missing),
@@ -305,13 +326,13 @@ def analyse(plan: Plan, run_id: str, runs: dict, wall_s: float) -> Outcome:
                 reported_missing = [r for r in e.get("ranks", []) if r in node_by_rank]
             elif kind == "size":
                 try:
-                    algbw = float(e["algbw"])
-                    out.sizes.append({"bytes": int(e["bytes"]), "time_us": e["time_us"], "algbw_gbs": algbw,
-                                      "busbw_gbs": round(busbw(algbw, plan.world), 3)})
-                except (KeyError, TypeError, ValueError):  # ParseError included: nan/inf/garbled algbw
-                    continue  # nothing to judge: the size counts as not measured
+                    _size_row(out, e, plan.world)
+                except (KeyError, TypeError, ValueError) as exc:  # a figure that is no figure: that size is unread
+                    out.errors.setdefault(-1, f"unreadable size report {json.dumps(e)[:160]}: {exc}")
             elif kind == "wrong":
-                out.wrong.append({k: e.get(k) for k in ("rank", "bytes", "wrong", "sample", "expected")})
+                keys = ("rank", "src", "bytes", "wrong", "sample", "expected") if e.get("op") == ALL_TO_ALL \
+                    else ("rank", "bytes", "wrong", "sample", "expected")
+                out.wrong.append({k: e.get(k) for k in keys})
             elif kind == "done" and rank in ended:
                 done.add(rank)
         if run.stderr and (run.rc != 0 or run.timed_out):
@@ -321,20 +342,24 @@ def analyse(plan: Plan, run_id: str, runs: dict, wall_s: float) -> Outcome:
                 kind = None
             if kind and kind != "unclassified":
                 out.torch_failure[node] = kind
-    out.stage_s = {s: max(ended[r][s] for r in ended) for s in STAGES if all(s in ended[r] for r in ended)}
+    ar_sizes, a2a_sizes = plan.sweeps(out.backend)
+    stages = STAGES if a2a_sizes else tuple(s for s in STAGES if s != "alltoall")
+    out.stage_s = {s: max(ended[r][s] for r in ended) for s in stages if all(s in ended[r] for r in ended)}
     setup = [e for e in out.errors.values() if any(s in e for s in _SETUP_ERRORS)]
     if setup:
         out.setup_error = f"torch is not importable by the probe's python ({setup[0][:160]})"
     if out.not_started or out.setup_error:
         return out
-    out.stage = next((s for s in STAGES if not all(s in ended[r] for r in ended)), None)
+    out.stage = next((s for s in stages if not all(s in ended[r] for r in ended)), None)
     if out.stage is None:
-        expected = len(plan.sizes_gpu if out.backend == "nccl" else plan.sizes_cpu)
-        out.ok = not out.wrong and len(done) == plan.world and len(out.sizes) == expected
-        if not out.ok:
-            out.stage = "sweep"  # wrong sums too: the hierarchy must re-run every size, not a smoke test
+        short = [f"{len(got)} of {len(want)} {op} sizes reported" for op, got, want in (
+            (ALL_REDUCE, out.sizes, ar_sizes), (ALL_TO_ALL, out.alltoall, a2a_sizes)) if len(got) != len(want)]
+        out.ok = not out.wrong and len(done) == plan.world and not short
+        if not out.ok:  # wrong data too: the hierarchy must re-run every size, not a smoke test
+            out.stage = "alltoall" if any("src" in w for w in out.wrong) or (
+                not out.wrong and short and len(out.sizes) == len(ar_sizes)) else "sweep"
         if not out.ok and not out.wrong:
-            out.errors.setdefault(-1, f"{len(out.sizes)} of {expected} sizes reported")
+            out.errors.setdefault(-1, "; ".join(short) or "not every rank reported done")
     if out.stage is not None:
         incomplete = [r for r in ended if out.stage not in ended[r]]
         silent = [r for r in incomplete if r not in out.errors or r in out.killed]
@@ -342,6 +367,24 @@ def analyse(plan: Plan, run_id: str, runs: dict, wall_s: float) -> Outcome:
                              else silent or incomplete)
         out.missing_nodes = sorted({node_by_rank[r] for r in out.missing}, key=plan.nodes.index)
     return out
+
+
+def _size_row(out: Outcome, event: dict, world: int) -> None:
+    """A ``size`` event -> a figures row (nccl-tests arithmetic) under its collective."""
+    op, nbytes = event.get("op", ALL_REDUCE), int(event["bytes"])
+    row = {"bytes": nbytes, **figures(op, nbytes, float(event["time_us"]), world)}
+    if event.get("host_us") and event.get("timer") != "host":  # a host-timed row has one figure
+        host = figures(op, nbytes, float(event["host_us"]), world)
+        row.update(host_time_us=host["time_us"], host_busbw_gbs=host["busbw_gbs"])
+    if op == ALL_TO_ALL:
+        row.update(shape=event.get("shape") or "", splits=event.get("splits", "even"))
+        out.alltoall.append(row)
+    else:
+        out.sizes.append(row)
+    timer = str(event.get("timer") or "")
+    if "launch-bound" in timer:  # the GPU may have waited on Python launches: this row reads high
+        row["launch_bound"] = True
+    out.timer = timer.split(" (")[0] or out.timer
 
 
 def _tail(run: NodeRun) -> str:
@@ -482,7 +525,7 @@ def _diagnose(plan, transports, deadline_s, *, t0, repeats=1, good_enough=None, 
             why = "; ".join(f"rank {r}: {e}" for r, e in full.errors.items() if full.node_by_rank.get(r) == node)
             diag.findings.append(Finding("node", (node,), f"platform fault on {node}: {why or 'rank never started'}"))
         return diag
-    smoke = full.stage not in ("warmup", "sweep")  # later stages need the sizes that failed
+    smoke = full.stage not in ("warmup", "sweep", "alltoall")  # later stages need the sizes that failed
     singles_plans = [plan.subset([n], f"node {n}", next(ports), smoke) for n in plan.nodes]
     singles = go(singles_plans)
     if singles is None:

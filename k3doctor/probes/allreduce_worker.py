@@ -19,8 +19,9 @@ import socket
 import sys
 import threading
 import time
+from functools import partial
 
-STAGES = ("start", "rendezvous", "init", "warmup", "sweep")
+STAGES = ("start", "rendezvous", "init", "warmup", "sweep", "alltoall")
 TOKEN_PREFIX = "k3probe:"
 AGENT_KILL_GRACE_S = 3.0  # agent SIGKILLs a rank this long after the rank's own watchdog should have fired
 ENV_PREFIXES = ("NCCL_", "RCCL_", "GLOO_", "TORCH_NCCL_", "HSA_", "HIP_VISIBLE", "CUDA_VISIBLE", "ROCR_")
@@ -177,6 +178,7 @@ def _rank(st, spec, local):
     st.begin("sweep")
     if inject == "sweep":
         _hang()
+    clock = Clock(torch, device, spec.get("timer", "auto"), lambda flag: _any_rank(dist, torch, device, flag))
     for size in sizes:
         view = buf[: size // 4]
         view.fill_(float(rank + 1))
@@ -185,24 +187,185 @@ def _rank(st, spec, local):
         wrong = int((view != expected).sum().item())
         if wrong:
             emit(1, ev="wrong", rank=rank, bytes=size, wrong=wrong, sample=view[0].item(), expected=expected)
-        view.zero_()
-        dist.all_reduce(view)  # per-size warm-up (nccl-tests does the same)
-        _sync(torch, device)
-        started = time.perf_counter()
-        for _ in range(spec["iters"]):
-            dist.all_reduce(view)
-        _sync(torch, device)
-        elapsed = torch.tensor([(time.perf_counter() - started) / spec["iters"]], dtype=torch.float64,
-                               device=device)
-        dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)  # the slowest rank's time, as nccl-tests reports
-        if rank == 0:
-            seconds = elapsed.item()
-            emit(1, ev="size", rank=rank, bytes=size, time_us=round(seconds * 1e6, 2),
-                 algbw=round(size / seconds / 1e9, 3))
-    st.end()
+        view.zero_()  # the timed sums stay 0: no overflow however many iterations
+        _report(st, dist, torch, device, clock.time(partial(dist.all_reduce, view), spec["iters"]),
+                op="all_reduce", bytes=size)
+    st.end(timer=clock.name)
+    del buf, view
+    a2a = spec.get("a2a_gpu" if backend == "nccl" else "a2a_cpu") or []
+    if a2a:
+        st.begin("alltoall")
+        if inject == "alltoall":
+            _hang()
+        _alltoall(st, spec, dist, torch, device, clock, a2a)
+        st.end(timer=clock.name)
     dist.destroy_process_group()
     emit(1, ev="done", rank=rank, t=st.now())
     return 0
+
+
+def split_units(total, world, src, uneven):
+    """How many units (tokens, or bytes) rank ``src`` sends to each rank, summing to ``total``.
+
+    Even: equal shares, the remainder spread from ``src`` on. Uneven: rank d gets a share
+    growing with (src + d) mod world - every rank sends and receives a different amount, the
+    way routed tokens land unevenly on experts. Every rank computes every row, so each
+    knows what to receive without an exchange.
+    """
+    weights = [1 + (src + d) % world for d in range(world)] if uneven else [1] * world
+    shares = [total * w // sum(weights) for w in weights]
+    for i in range(total - sum(shares)):
+        shares[(src + i) % world] += 1
+    return shares
+
+
+def a2a_code(src, dst, world):
+    """The byte every element ``src`` sends to ``dst`` carries (never 0, so a missing chunk shows)."""
+    return (src * world + dst) % 255 + 1
+
+
+def _alltoall(st, spec, dist, torch, device, clock, sizes):
+    """all_to_all_single at every size: verify what each rank received, then time it."""
+    rank, world, uneven = st.rank, spec["world"], spec.get("a2a_splits") == "uneven"
+    most = max(nbytes for nbytes, _, _ in sizes)
+    send = torch.empty(most, dtype=torch.uint8, device=device)
+    recv = torch.empty(2 * most, dtype=torch.uint8, device=device)  # uneven: a rank receives < 2x what it sends
+    for nbytes, unit, label in sizes:
+        units = nbytes // unit
+        rows = [split_units(units, world, src, uneven) for src in range(world)]
+        out_splits = [rows[src][rank] * unit for src in range(world)]
+        in_splits = [n * unit for n in rows[rank]]
+        inp, out = send[:nbytes], recv[: sum(out_splits)]
+        offset = 0
+        for dst, n in enumerate(in_splits):
+            inp[offset:offset + n].fill_(a2a_code(rank, dst, world))
+            offset += n
+        out.zero_()
+        dist.all_to_all_single(out, inp, out_splits, in_splits)
+        _sync(torch, device)
+        offset = 0
+        for src, n in enumerate(out_splits):
+            want = a2a_code(src, rank, world)
+            wrong = int((out[offset:offset + n] != want).sum().item())
+            if wrong:
+                emit(1, ev="wrong", op="all_to_all", rank=rank, src=src, bytes=nbytes, wrong=wrong,
+                     sample=int(out[offset].item()), expected=want)
+            offset += n
+        _report(st, dist, torch, device,
+                clock.time(partial(dist.all_to_all_single, out, inp, out_splits, in_splits), spec["iters"]),
+                op="all_to_all", bytes=nbytes, shape=label, splits="uneven" if uneven else "even")
+
+
+def _any_rank(dist, torch, device, flag):
+    """True on every rank when ``flag`` is true on any: ranks must agree before re-running a collective."""
+    vote = torch.tensor([1.0 if flag else 0.0], device=device)
+    dist.all_reduce(vote, op=dist.ReduceOp.MAX)
+    return vote.item() > 0
+
+
+def _report(st, dist, torch, device, seconds, **row):
+    """The slowest rank's device and host times (conservative; nccl-tests averages over ranks)."""
+    times = torch.tensor([seconds[0] or 0.0, seconds[1]], dtype=torch.float64, device=device)
+    dist.all_reduce(times, op=dist.ReduceOp.MAX)
+    if st.rank == 0:
+        device_s, host_s = times.tolist()
+        emit(1, ev="size", rank=st.rank, time_us=round((device_s or host_s) * 1e6, 3),
+             host_us=round(host_s * 1e6, 3), timer=seconds[2], **row)
+
+
+class Clock:
+    """Times N back-to-back calls of a collective: on the host, and on the GPU where there is one.
+
+    The host figure (perf_counter around N calls and a synchronize) includes the Python
+    launch of every call: at 1 MiB that is the launcher, not the fabric. On a GPU the N
+    calls are captured in a CUDA/HIP graph and one replay is timed with GPU events
+    (nccl-tests -G; ``auto`` and ``graph``): no launch between the collectives. Where a rank
+    cannot capture, every rank falls back to ``events``: GPU events around N eager calls,
+    queued behind a GPU stall so the stream starts only once every call is launched - that
+    still carries torch's per-call stream hand-offs (measured on one H200: 25-40 us a call
+    in some runs, against 1 us in a graph).
+    """
+
+    STALL_TRIES = 5
+
+    def __init__(self, torch, device, timer, any_rank):
+        self.torch, self.device, self.any_rank = torch, device, any_rank
+        self.gpu = device.type == "cuda" and timer != "host"
+        self.graph = self.gpu and timer in ("auto", "graph")
+        self.name = "host" if not self.gpu else "cuda-graph" if self.graph else "cuda-events"
+        self.cycles_per_s = self._calibrate() if self.gpu else None
+
+    def _events(self):
+        return [self.torch.cuda.Event(enable_timing=True) for _ in range(2)]
+
+    def _calibrate(self):
+        """GPU clock cycles per second, from timing the stall kernel itself (None: no stall kernel)."""
+        if not hasattr(self.torch.cuda, "_sleep"):
+            return None
+        start, end = self._events()
+        start.record()
+        self.torch.cuda._sleep(1_000_000)
+        end.record()
+        end.synchronize()
+        return 1_000_000 / max(start.elapsed_time(end) / 1e3, 1e-6)
+
+    def time(self, run, iters):
+        """(device seconds per call or None, host seconds per call, timer used)."""
+        torch = self.torch
+        run()  # per-size warm-up (nccl-tests does the same)
+        _sync(torch, self.device)
+        started = time.perf_counter()
+        for _ in range(iters):
+            run()
+        _sync(torch, self.device)
+        host = (time.perf_counter() - started) / iters
+        if not self.gpu:
+            return None, host, "host"
+        if self.graph:
+            try:
+                seconds = self._graph(run, iters)
+            except Exception:  # noqa: BLE001 - a backend that cannot capture is timed with events
+                seconds = None
+            if not self.any_rank(seconds is None):
+                return seconds, host, "cuda-graph"
+            self.graph, self.name = False, "cuda-events"  # on every rank: the ranks' collectives must match
+        # stall long enough to launch every call (at most 1 ms each) before the first one runs; the GPU clock
+        # moves with load, so a stall that ran out before the last launch on any rank is made 4x longer and
+        # the size re-timed on every rank
+        stall_s = 1e-4 + 1.5 * iters * min(host, 1e-3)
+        for _ in range(self.STALL_TRIES):
+            start, end = self._events()
+            if self.cycles_per_s:
+                torch.cuda._sleep(int(stall_s * self.cycles_per_s))
+            start.record()
+            for _ in range(iters):
+                run()
+            late = bool(self.cycles_per_s) and start.query()
+            end.record()
+            end.synchronize()
+            if not self.any_rank(late):
+                return start.elapsed_time(end) / 1e3 / iters, host, "cuda-events"
+            stall_s *= 4
+        return start.elapsed_time(end) / 1e3 / iters, host, "cuda-events (launch-bound)"
+
+    def _graph(self, run, iters):
+        torch = self.torch
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            run()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(iters):
+                run()
+        graph.replay()
+        start, end = self._events()
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3 / iters
 
 
 def _sync(torch, device):

@@ -63,7 +63,7 @@ def test_healthy_rack_passes_with_figures_and_leaves_nothing(rig, torch_on_nodes
     for row in ev["sizes"]:  # nccl-tests' all_reduce bus bandwidth: algbw * 2(n-1)/n
         assert row["busbw_gbs"] == pytest.approx(row["algbw_gbs"] * 1.5, rel=0.01, abs=0.002)
         assert row["time_us"] > 0
-    assert set(ev["stage_s"]) == {"start", "rendezvous", "init", "warmup", "sweep"}
+    assert set(ev["stage_s"]) == {"start", "rendezvous", "init", "warmup", "sweep", "alltoall"}
     assert "sum verified at 9 size(s)" in r["message"]
     assert ev["cleanup"] == {n: {"killed": [], "left": []} for n in names(rig)}
     nothing_left(rig, run_ids(r))

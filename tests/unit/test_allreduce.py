@@ -393,8 +393,8 @@ def test_leftover_processes_after_cleanup_fail_the_node():
 def test_baseline_records_a_passing_run_and_raises_the_floors_of_large_sizes():
     d = diag_with({1 << 20: 10.0, 1 << 30: 95.0})
     entry = record_busbw(conclude(d, {}, 0.1), None)
-    assert entry == {n: {"world": 2, "nodes": ["a", "b"], "busbw_gbs": {str(1 << 20): 10.0, str(1 << 30): 95.0}}
-                     for n in ("a", "b")}
+    assert entry == {n: {"world": 2, "nodes": ["a", "b"], "busbw_gbs": {str(1 << 20): 10.0, str(1 << 30): 95.0},
+                         "time_us": {str(1 << 20): 1.0, str(1 << 30): 1.0}} for n in ("a", "b")}
     assert record_busbw(conclude(diag_with({1 << 30: 1.0}), {1 << 30: 5.0}, 0.1), None) == {}  # a FAIL records nothing
     floors = merged_floors({1 << 30: 50.0, 4096: 0.1}, entry, 2, 0.2, 64 << 20)
     assert floors == {1 << 30: 76.0, 4096: 0.1}  # 95 x 0.8; 1 MiB is below baseline_min_bytes

@@ -29,8 +29,8 @@ def test_a_torch_log_with_a_5000_digit_counter_is_unclassified_not_a_crash():
     assert o.torch_failure == {}
 
 
-def test_a_nan_bandwidth_is_a_size_not_measured_not_a_nan_result():
-    sizes = ['{"ev": "size", "rank": 0, "bytes": 1048576, "time_us": 10.0, "algbw": NaN}',
+def test_a_nan_time_is_a_size_not_measured_not_a_nan_result():
+    sizes = ['{"ev": "size", "rank": 0, "bytes": 1048576, "time_us": NaN, "algbw": NaN}',
              {"ev": "size", "rank": 0, "bytes": 2097152, "time_us": 20.0, "algbw": 100.0},
              {"ev": "done", "rank": 0}]
     o = analyse(plan(), "r1", run(sizes), 5.0)
