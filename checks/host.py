@@ -173,7 +173,7 @@ def judge_space(wanted: list) -> list:
                                  remediation=EPCHECK_ROOM, evidence=evidence))
         else:
             fine.append((where, evidence))
-    if fine and not verdicts:
+    if fine:
         verdicts.append(passed("; ".join(w for w, _ in fine), evidence={"file systems": [e for _, e in fine]}))
     return verdicts
 
