@@ -162,7 +162,8 @@ def judge_space(wanted: list) -> list:
         evidence = {"paths": [m[0].path for m in members], "available_bytes": fs.available_bytes,
                     "total_bytes": fs.total_bytes, "used_pct": used_pct, "fsid": fs.fsid,
                     "min_free_bytes": need[2], "warn_free_bytes": room[3]}
-        where = f"{_gb(fs.available_bytes)} free on the file system of {names} ({_gb(fs.total_bytes)}, {used_pct} % used)"
+        where = (f"{_gb(fs.available_bytes)} free on the file system of {names} "
+                 f"({_gb(fs.total_bytes)}, {used_pct} % used)")
         if fs.available_bytes < need[2]:
             param = "docker_root_min_free_gb" if need[1] == "Docker root" else "log_min_free_gb"
             verdicts.append(fail(f"only {where}: the {need[1]} needs at least {_gb(need[2])} ({param})",
