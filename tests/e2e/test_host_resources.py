@@ -110,3 +110,31 @@ def test_docker_root_thresholds_apply_per_node_to_the_engines_real_root(rig, tmp
     assert f"Docker root {root}" in fail_message and "(docker_root_min_free_gb)" in fail_message
     assert "log directory /root/k3ep16-logs" in fail_message  # same file system: named once, together
     assert "the epcheck image (~373 GB unpacked, §9) does not fit" in warn_message
+
+
+@pytest.mark.parametrize("scenario, finding, says", [
+    ("host-checkpoint-missing", ("ct13", "FAIL", "CHECKPOINT-INCOMPLETE"),
+     "no checkpoint directory /mnt/k3/Kimi-K3 on this node"),
+    ("host-shard-extra", ("ct17", "FAIL", "CHECKPOINT-INCOMPLETE"),
+     "differs from the copy on ct13, ct14, ct16: not on the other nodes: model-00001-of-00064.safetensors"),
+    ("host-log-dir-missing", ("ct16", "WARN", "HOST-DISK-FULL"),
+     "log directory /root/k3ep16-logs does not exist on this node"),
+    ("host-meminfo-truncated", ("ct14", "ERROR", None),
+     "/proc/meminfo not readable: /proc/meminfo: unexpected line 'MemAvail'"),
+], ids=lambda value: value if isinstance(value, str) and value.startswith("host-") else "")
+def test_each_fault_is_named_once_on_its_node(rig, scenario, finding, says):
+    rig.apply(scenario)
+    rc, doc = run(rig.inventory_path)
+    assert findings(doc) == [finding]
+    assert rc == {"FAIL": 1, "WARN": 0, "ERROR": 2}[finding[1]]
+    [message] = failures(doc)
+    assert says in message
+
+
+def test_a_shard_missing_on_every_node_is_one_rack_finding(rig):
+    rig.apply("host-shard-missing-everywhere")
+    rc, doc = run(rig.inventory_path)
+    assert rc == 1 and findings(doc) == [(None, "FAIL", "CHECKPOINT-UNEXPECTED")]
+    [message] = failures(doc)
+    assert message.startswith("the checkpoint copy the 4 node(s) agree on is not the expected one: 95 shards, "
+                              "expected 96; missing on every node: model-00042-of-00096.safetensors")
