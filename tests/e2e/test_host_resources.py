@@ -112,17 +112,22 @@ def test_docker_root_thresholds_apply_per_node_to_the_engines_real_root(rig, tmp
     assert "the epcheck image (~373 GB unpacked, §9) does not fit" in warn_message
 
 
-@pytest.mark.parametrize("scenario, finding, says", [
-    ("host-checkpoint-missing", ("ct13", "FAIL", "CHECKPOINT-INCOMPLETE"),
-     "no checkpoint directory /mnt/k3/Kimi-K3 on this node"),
-    ("host-shard-extra", ("ct17", "FAIL", "CHECKPOINT-INCOMPLETE"),
-     "differs from the copy on ct13, ct14, ct16: not on the other nodes: model-00001-of-00064.safetensors"),
-    ("host-log-dir-missing", ("ct16", "WARN", "HOST-DISK-FULL"),
-     "log directory /root/k3ep16-logs does not exist on this node"),
-    ("host-meminfo-truncated", ("ct14", "ERROR", None),
-     "/proc/meminfo not readable: /proc/meminfo: unexpected line 'MemAvail'"),
-], ids=lambda value: value if isinstance(value, str) and value.startswith("host-") else "")
-def test_each_fault_is_named_once_on_its_node(rig, scenario, finding, says):
+CASES = {  # scenario: (the one finding, what its message says)
+    "host-checkpoint-missing": (("ct13", "FAIL", "CHECKPOINT-INCOMPLETE"),
+                                "no checkpoint directory /mnt/k3/Kimi-K3 on this node"),
+    "host-shard-extra": (("ct17", "FAIL", "CHECKPOINT-INCOMPLETE"),
+                         "differs from the copy on ct13, ct14, ct16: not on the other nodes: "
+                         "model-00001-of-00064.safetensors"),
+    "host-log-dir-missing": (("ct16", "WARN", "HOST-DISK-FULL"),
+                             "log directory /root/k3ep16-logs does not exist on this node"),
+    "host-meminfo-truncated": (("ct14", "ERROR", None),
+                               "/proc/meminfo not readable: /proc/meminfo: unexpected line 'MemAvail'"),
+}
+
+
+@pytest.mark.parametrize("scenario", CASES)
+def test_each_fault_is_named_once_on_its_node(rig, scenario):
+    finding, says = CASES[scenario]
     rig.apply(scenario)
     rc, doc = run(rig.inventory_path)
     assert findings(doc) == [finding]
