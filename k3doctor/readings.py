@@ -94,19 +94,21 @@ class CommandReading:
     def ok(self) -> bool:
         return self.rc == 0 and not self.timed_out
 
-    def output(self) -> str:
-        """stdout of a successful, complete run; otherwise ReadingUnavailable with the reason
-        (output cut at the cap is a partial answer: never judged as if it were all of it)."""
+    def output(self, label: str | None = None) -> str:
+        """stdout of a successful, complete run; otherwise ReadingUnavailable with the reason (output cut
+        at the cap is a partial answer: never judged as if it were all of it). ``label`` names the command
+        in that reason instead of its full text (for long check-authored scripts)."""
+        name = label or f"`{self.command}`"
         if self.timed_out:
-            raise ReadingUnavailable(f"`{self.command}` timed out and was killed")
+            raise ReadingUnavailable(f"{name} timed out and was killed")
         if self.rc == 127:
-            raise ReadingUnavailable(f"`{self.command}`: command not found ({self.stderr.strip()[:200]})")
+            raise ReadingUnavailable(f"{name}: command not found ({self.stderr.strip()[:200]})")
         if self.rc != 0:
             detail = (self.stderr or self.stdout).strip().splitlines()
             raise ReadingUnavailable(
-                f"`{self.command}` exited {self.rc}: {detail[-1][:200] if detail else 'no output'}")
+                f"{name} exited {self.rc}: {detail[-1][:200] if detail else 'no output'}")
         if self.truncated:
-            raise ReadingUnavailable(f"`{self.command}` printed more than the output cap: its output was cut off")
+            raise ReadingUnavailable(f"{name} printed more than the output cap: its output was cut off")
         return self.stdout
 
 

@@ -32,8 +32,8 @@ IDLE_VRAM_USED = 177 * 2**20  # "idle reads 0% / ~177 MB" (reference §3)
 TUNED_AMDGPU_PARAMS = {"gpu_recovery": 0, "halt_if_hws_hang": 1, "mtype_local": 0, "noretry": 1}
 
 # Paths (relative to a tree, identical to the node's absolute path) bind-mounted into the node.
-BIND_DIRS = ("sys/class", "sys/module", "opt", "root")
-BIND_FILES = ("proc/sys/kernel/random/boot_id", "usr/bin/dmesg")
+BIND_DIRS = ("sys/class", "sys/module", "opt", "root", "mnt")
+BIND_FILES = ("proc/sys/kernel/random/boot_id", "usr/bin/dmesg", "proc/meminfo")
 BIND_PATHS = BIND_DIRS + BIND_FILES
 # Fake tools: node path -> tool name (the fake dispatches on the name it is invoked as).
 # Later fakes (ubench ualoe_p2p.exe / ualoe_bw.exe under root/ubench/build) plug in here.
@@ -101,6 +101,12 @@ class NodeState:
     # Inside our container: absolute path -> "content" | {size: N, [text]} | {entries: N} (a directory of
     # N files) | null (absent); see container_tar().
     container_files: dict[str, Any] = dataclasses.field(default_factory=healthy_container_files)
+    # Host resources (reference §12): /proc/meminfo fields in kB (merged over HEALTHY_MEMINFO_KB); the
+    # checkpoint's shards, name -> bytes or null (absent), merged over healthy_checkpoint(); the log
+    # directory as a tmpfs of its own {size_mib, used_mib} (null: a plain directory on the node's disk).
+    meminfo: dict[str, int] = dataclasses.field(default_factory=dict)
+    checkpoint: dict[str, int | None] = dataclasses.field(default_factory=dict)
+    logs_tmpfs: dict[str, int] | None = None
 
     def __post_init__(self) -> None:
         if not self.boot_id:
@@ -168,6 +174,7 @@ def write_tree(tree: Path, state: NodeState) -> None:
     write_file(tree, "proc/sys/kernel/random/boot_id", state.boot_id + "\n")
     _write_fake_tools(tree, state)
     ubench.install(tree, state.tray, write_file)  # fake ualoe_p2p.exe / ualoe_bw.exe (k3doctor/rig/ubench)
+    _write_host(tree, state)
     for rel, content in state.files.items():
         write_file(tree, rel, content)
     for rel in state.delete:
@@ -234,6 +241,64 @@ def _write_sysfs(tree: Path, s: NodeState) -> None:
 
 def _vram_used(s: NodeState, card: int) -> int:
     return IDLE_VRAM_USED + sum(p["vram_bytes"] for p in s.gpu_processes if p["card"] == card)
+
+
+# ----------------------------------------------------------------------------------------- host resources
+
+# /proc/meminfo of a ~250 GB box (reference §12) with 128 GiB of swap, in the kernel's own layout and
+# field order (the HugePages_* counts are printed without "kB").
+HEALTHY_MEMINFO_KB: dict[str, int] = {
+    "MemTotal": 263724468, "MemFree": 250112096, "MemAvailable": 257981232, "Buffers": 1105920,
+    "Cached": 7214596, "SwapCached": 0, "Active": 3361664, "Inactive": 5529432, "Active(anon)": 1676,
+    "Inactive(anon)": 257056, "Active(file)": 3359988, "Inactive(file)": 5529432, "Unevictable": 16716,
+    "Mlocked": 15024, "SwapTotal": 134217724, "SwapFree": 134217724, "Zswap": 0, "Zswapped": 0, "Dirty": 2976,
+    "Writeback": 0, "AnonPages": 566036, "Mapped": 229744, "Shmem": 9356, "KReclaimable": 1783440,
+    "Slab": 2139960, "SReclaimable": 1783440, "SUnreclaim": 356520, "KernelStack": 40160, "PageTables": 71880,
+    "SecPageTables": 0, "NFS_Unstable": 0, "Bounce": 0, "WritebackTmp": 0, "CommitLimit": 266079956,
+    "Committed_AS": 19434160, "VmallocTotal": 34359738367, "VmallocUsed": 824400, "VmallocChunk": 0,
+    "Percpu": 93600, "AnonHugePages": 0, "ShmemHugePages": 0, "ShmemPmdMapped": 0, "FileHugePages": 0,
+    "FilePmdMapped": 0, "HugePages_Total": 0, "HugePages_Free": 0, "HugePages_Rsvd": 0,
+    "HugePages_Surp": 0, "Hugepagesize": 2048, "Hugetlb": 0, "DirectMap4k": 2048000,
+    "DirectMap2M": 207618048, "DirectMap1G": 58720256,
+}
+CHECKPOINT_DIR = "mnt/k3/Kimi-K3"  # the validated host path, bind-mounted read-only as /models (§12)
+CHECKPOINT_SHARDS = 96
+CHECKPOINT_BYTES = 1_561_306_814_873  # 1.42 TiB (§12)
+LOG_DIR = "root/k3ep16-logs"  # mounted at /logs in the container (§12, §13)
+
+
+def healthy_checkpoint() -> dict[str, int]:
+    """Kimi-K3's 96 shards (§12): name -> bytes, uneven like a real export, 1.42 TiB in all."""
+    sizes = {f"model-{i:05d}-of-{CHECKPOINT_SHARDS:05d}.safetensors": 16_350_000_000 + (i * 7_919_113) % 160_000_000
+             for i in range(1, CHECKPOINT_SHARDS)}
+    sizes[f"model-{CHECKPOINT_SHARDS:05d}-of-{CHECKPOINT_SHARDS:05d}.safetensors"] = (
+        CHECKPOINT_BYTES - sum(sizes.values()))
+    return sizes
+
+
+def meminfo_text(overrides: dict[str, int]) -> str:
+    unknown = set(overrides) - set(HEALTHY_MEMINFO_KB)
+    if unknown:
+        raise ValueError(f"no /proc/meminfo field {sorted(unknown)}")
+    lines = []
+    for name, kb in {**HEALTHY_MEMINFO_KB, **overrides}.items():
+        label = f"{name}:"
+        lines.append(f"{label:<16}{kb:>8}" + ("" if name.startswith("HugePages_") else " kB"))
+    return "\n".join(lines) + "\n"
+
+
+def _write_host(tree: Path, s: NodeState) -> None:
+    """/proc/meminfo, the checkpoint as sparse files (real sizes, no disk used) and the log directory."""
+    write_file(tree, "proc/meminfo", meminfo_text(s.meminfo))
+    shards = {**healthy_checkpoint(), **s.checkpoint}
+    directory = tree / CHECKPOINT_DIR
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, size in shards.items():
+        if size is not None:
+            with open(directory / name, "wb") as f:
+                f.truncate(size)
+    write_file(tree, f"{CHECKPOINT_DIR}/config.json", '{"model_type": "kimi_k3", "num_hidden_layers": 93}\n')
+    (tree / LOG_DIR).mkdir(parents=True, exist_ok=True)
 
 
 # ---------------------------------------------------------------------------------------------- fake tools

@@ -36,6 +36,7 @@ from .fixtures import (
     CONTAINER_FILES_ROOT,
     DEFAULT_TRAYS,
     GPUS_PER_NODE,
+    LOG_DIR,
     NodeState,
     clear_tree,
     container_tar,
@@ -68,8 +69,8 @@ KFD_DEVICE = os.makedev(510, 0)  # /dev/kfd gets a dynamic major on real hosts
 DRM_MAJOR = 226
 START_TIMEOUT_S = 60
 # Host paths the namespace hides or replaces: a workdir below them would be invisible to the node.
-SHADOWED = ("/sys", "/proc", "/dev", "/run", "/var/run", "/opt", "/root", "/usr/bin/dmesg")
-BINARIES = ("unshare", "mount", "mknod", "sshd", "ssh-keygen", "dockerd", "containerd", "runc", "busybox")
+SHADOWED = ("/sys", "/proc", "/dev", "/run", "/var/run", "/opt", "/root", "/mnt", "/usr/bin/dmesg")
+BINARIES = ("unshare", "nsenter", "mount", "mknod", "sshd", "ssh-keygen", "dockerd", "containerd", "runc", "busybox")
 SBIN_PATH = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
 
 
@@ -478,6 +479,8 @@ class Rig:
         for name in state.shm:
             (dev / "shm" / name).write_bytes(b"\0" * 4096)
 
+        self._sync_logs_tmpfs(node)
+
         client = self._clients[node.name]
         self._remove_containers(node, keep=CONTAINER)
         ours = client.containers.list(all=True, filters={"name": f"^{CONTAINER}$"})
@@ -493,6 +496,23 @@ class Rig:
             create = client.containers.run if spec["state"] == "running" else client.containers.create
             kwargs = {"detach": True} if spec["state"] == "running" else {}
             create(image, ["sleep", "infinity"], name=spec["name"], network_mode="none", **kwargs)
+
+    def _sync_logs_tmpfs(self, node: RigNode) -> None:
+        """The log directory as a small tmpfs of its own, filled up, when the state asks: a real full file
+        system (mounted in the node's namespace only; a previous one is unmounted first)."""
+        target = f"/{LOG_DIR}"
+        enter = ["nsenter", f"--mount=/proc/{node.ns_pid}/ns/mnt", "--"]
+        with open(f"/proc/{node.ns_pid}/mountinfo") as f:
+            if any(line.split()[4] == target for line in f):
+                self._run(*enter, "umount", "-l", target)
+        spec = node.state.logs_tmpfs
+        if not spec:
+            return
+        self._run(*enter, "mount", "-t", "tmpfs", "-o", f"mode=0755,size={spec['size_mib']}m", "k3rig-logs", target)
+        line = b"[aiter] fmoe_g1u1 tuned kernel not found, falling back to default\n"  # an unquieted AITER log
+        with open(node.root / LOG_DIR / "k3ep16-serve.log", "wb") as log:
+            for _ in range(spec["used_mib"]):
+                log.write((line * (2**20 // len(line) + 1))[: 2**20])
 
     @staticmethod
     def _sync_container_files(container, state: NodeState) -> None:
@@ -526,6 +546,10 @@ class Rig:
                     "rocm_smi": "/opt/rocm/bin/rocm-smi",
                     "ubench_dir": "/root/ubench/build",
                 },
+                # The nodes' Docker roots are on this machine's disk, which is small and shared; no epcheck
+                # image is ever pulled here.
+                "checks": {"host-resources": {"docker_root_min_free_gb": 1, "docker_root_warn_free_gb": 0,
+                                              "log_min_free_gb": 1}},
             },
             "ssh": {"known_hosts": str(self.known_hosts), "connect_timeout_s": 5, "command_timeout_s": 10},
             "defaults": {"user": "root", "port": SSH_PORT, "identity_file": str(self.identity_file), "sudo": False},

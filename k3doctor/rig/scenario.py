@@ -9,8 +9,8 @@ Schema (every key optional)::
         cards:                  # per-card UALink overrides (card index -> CARD_FIELDS)
           1: {accel_state: unconfigured}
 
-Dict fields (``cards``, ``tools``, ``files``, ``container_files``) are merged into the healthy values,
-everything else replaces them.
+Dict fields (``cards``, ``tools``, ``files``, ``container_files``, ``meminfo``, ``checkpoint``) are merged
+into the healthy values, everything else replaces them.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from .fixtures import CARD_FIELDS, GPUS_PER_NODE, NodeState
 
 SCENARIO_DIR = Path(__file__).with_name("scenarios")
 FIXED_FIELDS = ("tray", "rack_trays")
-MERGED_FIELDS = ("cards", "tools", "files", "container_files")
+MERGED_FIELDS = ("cards", "tools", "files", "container_files", "meminfo", "checkpoint")
 CONTAINER_STATES = ("running", "created")
 
 
@@ -80,6 +80,9 @@ def _validate(state: NodeState, where: str) -> None:
     for p in state.gpu_processes:
         if set(p) != {"pid", "name", "card", "vram_bytes"}:
             raise ValueError(f"{where}: gpu_processes entries need exactly pid, name, card, vram_bytes: {p}")
+    if state.logs_tmpfs is not None and (set(state.logs_tmpfs) != {"size_mib", "used_mib"}
+                                         or not 0 <= state.logs_tmpfs["used_mib"] < state.logs_tmpfs["size_mib"]):
+        raise ValueError(f"{where}: logs_tmpfs is {{size_mib: N, used_mib: M}} with 0 <= M < N: {state.logs_tmpfs}")
     for c in state.containers:
         if c.get("state") not in CONTAINER_STATES or not c.get("name") or set(c) - {"name", "state", "image"}:
             raise ValueError(f"{where}: containers entries are {{name, state: running|created, [image]}}: {c}")

@@ -1,0 +1,73 @@
+"""File-system figures from coreutils: ``stat -f`` (statvfs) lines and ``find -printf`` listings.
+
+``stat -f -c STATFS_FORMAT PATH`` prints one line per path: file-system id (hex), fundamental block
+size, total blocks, blocks available to non-root users (what ``df`` calls Available), free blocks,
+then the path as given. ``find ... -printf FIND_FORMAT`` prints one NUL-terminated record per file:
+type letter (``f`` regular, ``l`` broken symlink under ``-L``, ``d`` directory ...), size in bytes,
+name. A listing that does not end in NUL was cut off.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from k3doctor.parsers import ParseError
+
+STATFS_FORMAT = "%i %S %b %a %f %n"
+FIND_FORMAT = "%y %s %f\\0"
+_STATFS = re.compile(r"^([0-9a-f]+) (\d+) (\d+) (\d+) (\d+) (/.*)$")
+_FIND = re.compile(r"^([a-zA-Z]) (\d+) ([^/]+)$", re.DOTALL)
+
+
+@dataclass(frozen=True)
+class StatFs:
+    """statvfs of the file system holding ``path``."""
+
+    path: str
+    fsid: str
+    block_size: int
+    blocks: int
+    available_blocks: int  # f_bavail: what non-root writers get, as `df` shows it
+    free_blocks: int  # f_bfree: including the root-reserved blocks
+
+    @property
+    def total_bytes(self) -> int:
+        return self.blocks * self.block_size
+
+    @property
+    def available_bytes(self) -> int:
+        return self.available_blocks * self.block_size
+
+
+@dataclass(frozen=True)
+class ListedFile:
+    name: str
+    type: str  # find %y
+    size: int  # bytes (of the link itself when it is a broken symlink)
+
+
+def parse_statfs_line(line: str) -> StatFs:
+    """One ``stat -f -c STATFS_FORMAT`` line; ParseError unless it has every field and adds up."""
+    match = _STATFS.match(line)
+    if not match:
+        raise ParseError(f"stat -f: unexpected line {line!r:.120}")
+    fsid, size, blocks, avail, free, path = match.groups()
+    fs = StatFs(path, fsid, int(size), int(blocks), int(avail), int(free))
+    if fs.block_size == 0 or fs.available_blocks > fs.blocks or fs.free_blocks > fs.blocks:
+        raise ParseError(f"stat -f: absurd figures for {path}: {line!r:.120}")
+    return fs
+
+
+def parse_find_listing(text: str) -> list:
+    """``find -printf FIND_FORMAT`` output as ListedFile records, in output order."""
+    if not text:
+        return []
+    if not text.endswith("\0"):
+        raise ParseError(f"find listing cut off after {text.count(chr(0))} record(s): {text[-80:]!r}")
+    out = []
+    for record in text[:-1].split("\0"):
+        match = _FIND.match(record)
+        if not match:
+            raise ParseError(f"find listing: unexpected record {record!r:.120}")
+        out.append(ListedFile(match.group(3), match.group(1), int(match.group(2))))
+    return out

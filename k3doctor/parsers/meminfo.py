@@ -1,0 +1,36 @@
+"""``/proc/meminfo``: the kernel's memory counters (``Name:   <n> kB``, a few without unit).
+
+The host-resources check needs ``MemTotal`` and ``SwapTotal`` (reference §12); a file that lacks
+either, or has a line that is not ``Name: number [kB]``, was cut off or is not meminfo at all.
+"""
+from __future__ import annotations
+
+import re
+
+from k3doctor.parsers import ParseError
+from k3doctor.parsers._common import require_text
+
+REQUIRED = ("MemTotal", "SwapTotal")
+_LINE = re.compile(r"^([A-Za-z][A-Za-z0-9_()]*):\s+(\d+)(?: (kB))?$")
+
+
+def parse_meminfo(text: str) -> dict:
+    """``{field: value}``, kB fields converted to bytes (unitless fields such as HugePages_Total
+    stay counts). ParseError on a garbled line, a repeated field or a missing MemTotal/SwapTotal."""
+    out: dict = {}
+    for line in require_text(text, "/proc/meminfo").splitlines():
+        if not line.strip():
+            continue
+        match = _LINE.match(line.strip())
+        if not match:
+            raise ParseError(f"/proc/meminfo: unexpected line {line!r:.120}")
+        name, value, unit = match.groups()
+        if name in out:
+            raise ParseError(f"/proc/meminfo: {name} appears twice")
+        out[name] = int(value) * (1024 if unit else 1)
+    missing = [name for name in REQUIRED if name not in out]
+    if missing:
+        raise ParseError(f"/proc/meminfo: no {' or '.join(missing)} (cut off?)")
+    if out["MemTotal"] == 0:
+        raise ParseError("/proc/meminfo: MemTotal is 0")
+    return out
