@@ -8,8 +8,8 @@ import re
 
 from k3doctor.parsers import ParseError
 from k3doctor.readings import Command
-from k3doctor.registry import check, remediation
-from k3doctor.results import error, fail, passed, skip, warn
+from k3doctor.registry import Param, check, remediation
+from k3doctor.results import fail, passed, skip, warn
 from k3doctor.shell import quote
 
 ROCJITSU, PATCH = "rocjitsu-store", "patch-integrity"
@@ -32,6 +32,14 @@ PATCH_PARAMS = {  # §14 byte sizes for gfx1250-atom-20260918-ep8
     "marker_file": f"{ATOM}/model_ops/attention_mla.py",
     "marker_count": 3,
 }
+def _sizes_problem(files) -> str | None:
+    """patch-integrity.files: absolute paths in the container -> byte sizes."""
+    if not all(isinstance(k, str) and k.startswith("/") and isinstance(v, int) and not isinstance(v, bool) and v >= 0
+               for k, v in files.items()):
+        return "a mapping of absolute file paths to byte sizes"
+    return None
+
+
 _STAT_LINE = re.compile(r"^(\d+) (/.*)$")
 _NO_CONTAINER = ("No such container", "is not running")
 # what stat/grep say about a file that is not there (busybox "can't stat", coreutils "cannot stat[x]")
@@ -158,7 +166,7 @@ def _rocjitsu_paths(settings) -> tuple:
 def _rocjitsu_reads(settings) -> dict:
     c = settings.container
     prefix, hook, translator, store = _rocjitsu_paths(settings)
-    return {"stat": exec_in(c, "stat", "-c", "%s %n", prefix, hook, translator, store),
+    return {"stat": exec_in(c, "stat", "-c", "%s %n", "--", prefix, hook, translator, store),
             "count": exec_in(c, "sh", "-c", f"ls -A {quote(store)} 2>/dev/null | wc -l"),
             "env": exec_in(c, "env")}
 
@@ -269,7 +277,7 @@ def rocjitsu_store(r, ctx):
 
 def _patch_reads(settings) -> dict:
     c = settings.container
-    return {"stat": exec_in(c, "stat", "-c", "%s %n", *settings.param("files")),
+    return {"stat": exec_in(c, "stat", "-c", "%s %n", "--", *settings.param("files")),
             "marker": exec_in(c, "grep", "-c", "--", settings.param("marker"), settings.param("marker_file"))}
 
 
@@ -279,8 +287,6 @@ def patch_needed(required: str, image, needs: str) -> tuple:
         return True, "patch-integrity.required=yes"
     if required == "no":
         return False, "patch-integrity.required=no"
-    if required != "auto":
-        raise ValueError(f"patch-integrity.required must be auto, yes or no, not {required!r}")
     if image is None:
         return False, ("the inventory declares no `image:`, so whether PR #2380 is needed is unknown; declare it "
                        "or set patch-integrity.required=yes")
@@ -291,15 +297,14 @@ def patch_needed(required: str, image, needs: str) -> tuple:
 
 
 @check(PATCH, title="ATOM PR #2380 files at their exact sizes with 3 markers (20260918 image only)",
-       scope="node", remediation=PATCH_BAD, params=PATCH_PARAMS, reads=_patch_reads)
+       scope="node", remediation=PATCH_BAD, reads=_patch_reads,
+       params={**PATCH_PARAMS, "required": Param("auto", choices=("auto", "yes", "no")),
+               "files": Param(PATCH_PARAMS["files"], validate=lambda files, nodes: _sizes_problem(files))})
 def patch_integrity(r, ctx):
     """§14: a 0-byte file from an interrupted `docker cp` passes every import check; sizes do not lie.
     Whether the patch is needed follows the inventory's image tag (§0.2)."""
     c, p = ctx.settings.container, ctx.param
-    try:
-        needed, why = patch_needed(p("required"), ctx.settings.image, p("image_needs_patch"))
-    except ValueError as exc:
-        return error(str(exc))
+    needed, why = patch_needed(p("required"), ctx.settings.image, p("image_needs_patch"))
     if not needed:
         return skip(why)
     try:
