@@ -353,8 +353,22 @@ def explain_cmd(code):
         click.echo(f"\nRaised by: {', '.join(users)}")
 
 
+def _quiet_logging() -> None:
+    """k3doctor's own warnings as one ``k3doctor: ...`` line each; paramiko's thread tracebacks (a
+    banner timeout logs 20 lines) never reach stderr: the node's ERROR already says what failed."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("k3doctor: %(message)s"))
+    own = logging.getLogger("k3doctor")
+    own.addHandler(handler)
+    own.propagate = False
+    quiet = logging.getLogger("paramiko")
+    quiet.addHandler(logging.NullHandler())
+    quiet.propagate = False
+
+
 def main(argv=None):
     """Entry point: click's usage errors exit 3 (not click's 2, which means inconclusive here)."""
+    _quiet_logging()
     try:
         cli.main(args=argv, prog_name="k3doctor", standalone_mode=False)
     except click.UsageError as exc:
