@@ -8,6 +8,7 @@ import re
 
 from k3doctor.parsers import ParseError
 from k3doctor.readings import Command
+from k3doctor.redaction import EnvValues
 from k3doctor.registry import Param, check, remediation
 from k3doctor.results import fail, passed, skip, warn
 from k3doctor.shell import quote
@@ -104,8 +105,11 @@ class ContainerMissing(Exception):
     """`docker exec` could not run in our container: it does not exist or is not running."""
 
 
-def exec_in(container: str, *argv) -> Command:
-    return Command(("docker", "exec", container, *argv))
+ROCJITSU_ENV = ("LD_LIBRARY_PATH", "HSA_TOOLS_LIB", "HSA_HOTSWAP_VERBOSE")  # §2: the variables judged
+
+
+def exec_in(container: str, *argv, saved=None) -> Command:
+    return Command(("docker", "exec", container, *argv), saved=saved)
 
 
 def exec_stdout(reading, container: str, tolerated=None) -> str:
@@ -168,7 +172,7 @@ def _rocjitsu_reads(settings) -> dict:
     prefix, hook, translator, store = _rocjitsu_paths(settings)
     return {"stat": exec_in(c, "stat", "-c", "%s %n", "--", prefix, hook, translator, store),
             "count": exec_in(c, "sh", "-c", f"ls -A {quote(store)} 2>/dev/null | wc -l"),
-            "env": exec_in(c, "env")}
+            "env": exec_in(c, "env", saved=EnvValues(ROCJITSU_ENV))}
 
 
 def read_prefix(r, settings) -> dict:
@@ -192,7 +196,7 @@ def judge_a0(found: dict, p) -> list:
     """§2: exact sizes and count; the image's own prefix named as such; environment in its working form."""
     evidence = {"hook": _bytes(found["hook"]), "translator": _bytes(found["translator"]),
                 "store entries": found["entries"],
-                **{k: found["env"].get(k) for k in ("LD_LIBRARY_PATH", "HSA_TOOLS_LIB", "HSA_HOTSWAP_VERBOSE")}}
+                **{k: found["env"].get(k) for k in ROCJITSU_ENV}}
     prefix = found["prefix"]
     if not found["prefix_present"]:
         return [fail(f"{prefix} not found in the container (known issue `FAIL: HOTSWAP=1 but {prefix} not found`; "

@@ -198,7 +198,8 @@ class _Validator:
             entry = self.mapping(item, where, NODE_KEYS)
             entry["_line"] = item.start_mark.line + 1
             entry["_node"] = item
-            if "name" not in entry:
+            entry["_given"] = {k.value for k, _ in item.value} if isinstance(item, yaml.MappingNode) else set()
+            if "name" not in entry["_given"]:
                 self.problem(item, f"{where}.name", "missing; every node needs a unique name")
             out.append(entry)
         return out
@@ -278,7 +279,7 @@ def parse_inventory(text: str, path: str = "<inventory>", registry=None) -> Inve
             v.problem(entry["_node"], f"nodes: {name}", f"duplicate node name (first at line {seen[name]})")
         seen[name] = entry["_line"]
         login = {**defaults, **{k: entry[k] for k in LOGIN_KEYS if k in entry}}
-        if login.get("transport", "ssh") == "ssh" and "host" not in entry:
+        if login.get("transport", "ssh") == "ssh" and "host" not in entry["_given"]:
             v.problem(entry["_node"], f"nodes: {name}.host", "missing; an SSH node needs host: (or transport: local)")
         nodes.append(Node(
             name=name, host=entry.get("host"), settings=_merge_settings(cluster, entry),

@@ -37,13 +37,16 @@ def decode(data: bytes, path: str) -> str:
     for bom, name in _BOMS:
         if data.startswith(bom):
             raise YAMLInputError([f"{path}:1: the file is {name}; save it as UTF-8"])
+    if b"\x00" in data:
+        line = data[:data.index(b"\x00")].count(b"\n") + 1
+        raise YAMLInputError([f"{path}:{line}: NUL bytes: the file looks like UTF-16 without a byte order mark; "
+                              "save it as UTF-8"])
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         line = data[:exc.start].count(b"\n") + 1
-        hint = " (it looks like UTF-16)" if b"\x00" in data[:200] else " (latin-1 or another legacy encoding?)"
-        raise YAMLInputError([f"{path}:{line}: not UTF-8: byte 0x{data[exc.start]:02x}{hint}; "
-                              "save the file as UTF-8"]) from None
+        raise YAMLInputError([f"{path}:{line}: not UTF-8: byte 0x{data[exc.start]:02x} (latin-1 or another legacy "
+                              "encoding?); save the file as UTF-8"]) from None
 
 
 def compose(text: str, path: str):
