@@ -33,11 +33,16 @@ PATCH_PARAMS = {  # §14 byte sizes for gfx1250-atom-20260918-ep8
     "marker_file": f"{ATOM}/model_ops/attention_mla.py",
     "marker_count": 3,
 }
+def _path_problem(path) -> str | None:
+    """A path in the container: absolute, so it never reaches stat or grep as an option."""
+    return None if isinstance(path, str) and path.startswith("/") else "an absolute path in the container"
+
+
 def _sizes_problem(files) -> str | None:
     """patch-integrity.files: absolute paths in the container -> byte sizes."""
-    if not all(isinstance(k, str) and k.startswith("/") and isinstance(v, int) and not isinstance(v, bool) and v >= 0
+    if not all(_path_problem(k) is None and isinstance(v, int) and not isinstance(v, bool) and v >= 0
                for k, v in files.items()):
-        return "a mapping of absolute file paths to byte sizes"
+        return "a mapping of absolute paths in the container to byte sizes"
     return None
 
 
@@ -250,7 +255,8 @@ def judge_env(found: dict, evidence: dict) -> list:
 
 
 @check(ROCJITSU, title="A0: rocjitsu translation prefix of the right sizes and active; B0: none active",
-       scope="node", remediation=(PREFIX, ENV, ON_B0, STEPPING), params=ROCJITSU_PARAMS, reads=_rocjitsu_reads)
+       scope="node", remediation=(PREFIX, ENV, ON_B0, STEPPING), reads=_rocjitsu_reads,
+       params={**ROCJITSU_PARAMS, "prefix": Param(ROCJITSU_PARAMS["prefix"], validate=lambda v, nodes: _path_problem(v))})
 def rocjitsu_store(r, ctx):
     """§1, §2: running the other stepping's code objects does not crash - it answers `!` with HTTP 200."""
     stepping = ctx.settings.stepping
@@ -303,7 +309,8 @@ def patch_needed(required: str, image, needs: str) -> tuple:
 @check(PATCH, title="ATOM PR #2380 files at their exact sizes with 3 markers (20260918 image only)",
        scope="node", remediation=PATCH_BAD, reads=_patch_reads,
        params={**PATCH_PARAMS, "required": Param("auto", choices=("auto", "yes", "no")),
-               "files": Param(PATCH_PARAMS["files"], validate=lambda files, nodes: _sizes_problem(files))})
+               "files": Param(PATCH_PARAMS["files"], validate=lambda files, nodes: _sizes_problem(files)),
+               "marker_file": Param(PATCH_PARAMS["marker_file"], validate=lambda v, nodes: _path_problem(v))})
 def patch_integrity(r, ctx):
     """§14: a 0-byte file from an interrupted `docker cp` passes every import check; sizes do not lie.
     Whether the patch is needed follows the inventory's image tag (§0.2)."""
