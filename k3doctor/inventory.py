@@ -119,7 +119,7 @@ def _word(pattern: str, what: str):
 # Docker's own rule for container names; a name starting with `-` would reach docker as an option.
 _container = _word(r"[A-Za-z0-9][A-Za-z0-9_.-]*", "a Docker container name ([A-Za-z0-9][A-Za-z0-9_.-]*)")
 _node_name = _word(r"[A-Za-z0-9][A-Za-z0-9_.:@+-]*", "a node name (letters, digits, . _ : @ + -; not starting with -)")
-_host = _word(r"[A-Za-z0-9_\[][A-Za-z0-9_.:%\[\]-]*", "a host name or IP address")
+_host = _word(r"[A-Za-z0-9_:\[][A-Za-z0-9_.:%\[\]-]*", "a host name or IP address")
 _user = _word(r"[A-Za-z0-9_][A-Za-z0-9_.@$-]*", "a user name (not starting with -)")
 _tool = _word(r"[^-\s][^\s]*", "a tool path or command name (no spaces, not starting with -)")
 _env_name = _word(r"[A-Za-z_][A-Za-z0-9_]*", "an environment variable name")

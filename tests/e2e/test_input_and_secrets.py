@@ -217,3 +217,16 @@ def test_a_baseline_file_is_created_private(rig, tmp_path):
     rc, _, err = k3("baseline", "record", "--nodes", rig.inventory_path, "-o", out)
     assert rc == 0, err
     assert stat.S_IMODE(out.stat().st_mode) == 0o600
+
+
+@pytest.mark.parametrize("command,data,needle", [
+    ("--baseline", "nodes: {a: caf\xe9}\n".encode("latin-1"), ":1: not UTF-8: byte 0xe9"),
+    ("--baseline", b"nodes: {a: !!python/name:os.system x}\n", ":1: nodes.a: YAML tag !!python/name:os.system"),
+    ("--baseline", b"nodes: {a: {}, a: {}}\n", ":1: nodes.a: duplicate key"),
+    ("judge", b"[" * 100000 + b"]" * 100000, ": damaged readings file: nested too deeply"),
+])
+def test_baseline_and_readings_files_are_read_as_carefully(tmp_path, command, data, needle):
+    path = tmp_path / "file"
+    path.write_bytes(data)
+    args = ("judge", path) if command == "judge" else ("check", "--baseline", path)
+    one_line_exit_3(*k3(*args), f"{path}{needle}")
