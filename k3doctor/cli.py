@@ -334,7 +334,8 @@ def list_cmd(verbose):
             click.echo(f"\n{c.name}: {why}")
             click.echo(f"  remediation codes: {', '.join(c.remediations) or '-'}")
             for param, default in c.params.items():
-                click.echo(f"  {c.name}.{param} = {default!r}")
+                choices = c.param_specs[param].choices
+                click.echo(f"  {c.name}.{param} = {default!r}" + (f"  (one of {', '.join(choices)})" if choices else ""))
 
 
 @cli.command("explain")
@@ -356,14 +357,13 @@ def explain_cmd(code):
 def _quiet_logging() -> None:
     """k3doctor's own warnings as one ``k3doctor: ...`` line each; paramiko's thread tracebacks (a
     banner timeout logs 20 lines) never reach stderr: the node's ERROR already says what failed."""
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("k3doctor: %(message)s"))
-    own = logging.getLogger("k3doctor")
-    own.addHandler(handler)
-    own.propagate = False
-    quiet = logging.getLogger("paramiko")
-    quiet.addHandler(logging.NullHandler())
-    quiet.propagate = False
+    own, quiet = logging.getLogger("k3doctor"), logging.getLogger("paramiko")
+    if not own.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("k3doctor: %(message)s"))
+        own.addHandler(handler)
+        quiet.addHandler(logging.NullHandler())
+    own.propagate = quiet.propagate = False
 
 
 def main(argv=None):

@@ -49,7 +49,8 @@ def one_line_exit_3(rc, out, err, needle):
     (b"nodes:\n  - {name: \"he\\0re\", transport: local}\n", ":2: nodes[0].name: control character U+0000"),
     (b"nodes:\n  - {name: here, transport: local, container: --privileged}\n",
      ":2: nodes[0].container: expected a Docker container name"),
-])
+], ids=["latin-1", "utf-16", "python-tag", "custom-tag", "list-key", "deep", "prefix-null", "window-inf",
+        "deadline-inf", "duplicate-key", "nul-in-name", "option-as-container"])
 def test_an_inventory_no_one_should_write_is_one_line_exit_3(tmp_path, data, needle):
     path = tmp_path / "inv.yaml"
     path.write_bytes(data)
@@ -224,7 +225,8 @@ def test_a_baseline_file_is_created_private(rig, tmp_path):
     ("--baseline", b"nodes: {a: !!python/name:os.system x}\n", ":1: nodes.a: YAML tag !!python/name:os.system"),
     ("--baseline", b"nodes: {a: {}, a: {}}\n", ":1: nodes.a: duplicate key"),
     ("judge", b"[" * 100000 + b"]" * 100000, ": damaged readings file: nested too deeply"),
-])
+], ids=["baseline-latin-1", "baseline-tag", "baseline-duplicate-key", "readings-deep"])  # short ids: the test id
+# goes into the environment of every subprocess (PYTEST_CURRENT_TEST)
 def test_baseline_and_readings_files_are_read_as_carefully(tmp_path, command, data, needle):
     path = tmp_path / "file"
     path.write_bytes(data)

@@ -69,7 +69,7 @@ def test_a_utf8_bom_is_fine(tmp_path):
     ("ssh: {node_deadline_s: 1e7}\n" + NODES, f"expected a positive number of seconds, at most {MAX_SECONDS:g}"),
     ("nodes: " + "[" * 40 + "]" * 40 + "\n", "inv.yaml:1: nodes" + "[0]" * 23 + ": nested too deeply"),
     ("nodes: " + "[" * 5000 + "]" * 5000 + "\n", "inv.yaml:1: nested too deeply"),
-])
+], ids=lambda p: p[:60] if isinstance(p, str) else None)
 def test_yaml_no_user_file_needs_is_one_line_per_problem(text, expected):
     got = problems(text)
     assert expected in got[0], got
