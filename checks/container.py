@@ -8,8 +8,9 @@ import re
 
 from k3doctor.parsers import ParseError
 from k3doctor.readings import Command
-from k3doctor.registry import check, remediation
-from k3doctor.results import error, fail, passed, skip, warn
+from k3doctor.redaction import EnvValues
+from k3doctor.registry import Param, check, remediation
+from k3doctor.results import fail, passed, skip, warn
 from k3doctor.shell import quote
 
 ROCJITSU, PATCH = "rocjitsu-store", "patch-integrity"
@@ -32,6 +33,19 @@ PATCH_PARAMS = {  # §14 byte sizes for gfx1250-atom-20260918-ep8
     "marker_file": f"{ATOM}/model_ops/attention_mla.py",
     "marker_count": 3,
 }
+def _path_problem(path) -> str | None:
+    """A path in the container: absolute, so it never reaches stat or grep as an option."""
+    return None if isinstance(path, str) and path.startswith("/") else "an absolute path in the container"
+
+
+def _sizes_problem(files) -> str | None:
+    """patch-integrity.files: absolute paths in the container -> byte sizes."""
+    if not all(_path_problem(k) is None and isinstance(v, int) and not isinstance(v, bool) and v >= 0
+               for k, v in files.items()):
+        return "a mapping of absolute paths in the container to byte sizes"
+    return None
+
+
 _STAT_LINE = re.compile(r"^(\d+) (/.*)$")
 _NO_CONTAINER = ("No such container", "is not running")
 # what stat/grep say about a file that is not there (busybox "can't stat", coreutils "cannot stat[x]")
@@ -96,8 +110,11 @@ class ContainerMissing(Exception):
     """`docker exec` could not run in our container: it does not exist or is not running."""
 
 
-def exec_in(container: str, *argv) -> Command:
-    return Command(("docker", "exec", container, *argv))
+ROCJITSU_ENV = ("LD_LIBRARY_PATH", "HSA_TOOLS_LIB", "HSA_HOTSWAP_VERBOSE")  # §2: the variables judged
+
+
+def exec_in(container: str, *argv, saved=None) -> Command:
+    return Command(("docker", "exec", container, *argv), saved=saved)
 
 
 def exec_stdout(reading, container: str, tolerated=None) -> str:
@@ -158,9 +175,9 @@ def _rocjitsu_paths(settings) -> tuple:
 def _rocjitsu_reads(settings) -> dict:
     c = settings.container
     prefix, hook, translator, store = _rocjitsu_paths(settings)
-    return {"stat": exec_in(c, "stat", "-c", "%s %n", prefix, hook, translator, store),
+    return {"stat": exec_in(c, "stat", "-c", "%s %n", "--", prefix, hook, translator, store),
             "count": exec_in(c, "sh", "-c", f"ls -A {quote(store)} 2>/dev/null | wc -l"),
-            "env": exec_in(c, "env")}
+            "env": exec_in(c, "env", saved=EnvValues(ROCJITSU_ENV))}
 
 
 def read_prefix(r, settings) -> dict:
@@ -184,7 +201,7 @@ def judge_a0(found: dict, p) -> list:
     """§2: exact sizes and count; the image's own prefix named as such; environment in its working form."""
     evidence = {"hook": _bytes(found["hook"]), "translator": _bytes(found["translator"]),
                 "store entries": found["entries"],
-                **{k: found["env"].get(k) for k in ("LD_LIBRARY_PATH", "HSA_TOOLS_LIB", "HSA_HOTSWAP_VERBOSE")}}
+                **{k: found["env"].get(k) for k in ROCJITSU_ENV}}
     prefix = found["prefix"]
     if not found["prefix_present"]:
         return [fail(f"{prefix} not found in the container (known issue `FAIL: HOTSWAP=1 but {prefix} not found`; "
@@ -238,7 +255,8 @@ def judge_env(found: dict, evidence: dict) -> list:
 
 
 @check(ROCJITSU, title="A0: rocjitsu translation prefix of the right sizes and active; B0: none active",
-       scope="node", remediation=(PREFIX, ENV, ON_B0, STEPPING), params=ROCJITSU_PARAMS, reads=_rocjitsu_reads)
+       scope="node", remediation=(PREFIX, ENV, ON_B0, STEPPING), reads=_rocjitsu_reads,
+       params={**ROCJITSU_PARAMS, "prefix": Param(ROCJITSU_PARAMS["prefix"], validate=lambda v, nodes: _path_problem(v))})
 def rocjitsu_store(r, ctx):
     """§1, §2: running the other stepping's code objects does not crash - it answers `!` with HTTP 200."""
     stepping = ctx.settings.stepping
@@ -269,7 +287,7 @@ def rocjitsu_store(r, ctx):
 
 def _patch_reads(settings) -> dict:
     c = settings.container
-    return {"stat": exec_in(c, "stat", "-c", "%s %n", *settings.param("files")),
+    return {"stat": exec_in(c, "stat", "-c", "%s %n", "--", *settings.param("files")),
             "marker": exec_in(c, "grep", "-c", "--", settings.param("marker"), settings.param("marker_file"))}
 
 
@@ -279,8 +297,6 @@ def patch_needed(required: str, image, needs: str) -> tuple:
         return True, "patch-integrity.required=yes"
     if required == "no":
         return False, "patch-integrity.required=no"
-    if required != "auto":
-        raise ValueError(f"patch-integrity.required must be auto, yes or no, not {required!r}")
     if image is None:
         return False, ("the inventory declares no `image:`, so whether PR #2380 is needed is unknown; declare it "
                        "or set patch-integrity.required=yes")
@@ -291,15 +307,15 @@ def patch_needed(required: str, image, needs: str) -> tuple:
 
 
 @check(PATCH, title="ATOM PR #2380 files at their exact sizes with 3 markers (20260918 image only)",
-       scope="node", remediation=PATCH_BAD, params=PATCH_PARAMS, reads=_patch_reads)
+       scope="node", remediation=PATCH_BAD, reads=_patch_reads,
+       params={**PATCH_PARAMS, "required": Param("auto", choices=("auto", "yes", "no")),
+               "files": Param(PATCH_PARAMS["files"], validate=lambda files, nodes: _sizes_problem(files)),
+               "marker_file": Param(PATCH_PARAMS["marker_file"], validate=lambda v, nodes: _path_problem(v))})
 def patch_integrity(r, ctx):
     """§14: a 0-byte file from an interrupted `docker cp` passes every import check; sizes do not lie.
     Whether the patch is needed follows the inventory's image tag (§0.2)."""
     c, p = ctx.settings.container, ctx.param
-    try:
-        needed, why = patch_needed(p("required"), ctx.settings.image, p("image_needs_patch"))
-    except ValueError as exc:
-        return error(str(exc))
+    needed, why = patch_needed(p("required"), ctx.settings.image, p("image_needs_patch"))
     if not needed:
         return skip(why)
     try:

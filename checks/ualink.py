@@ -17,7 +17,7 @@ from k3doctor.checks.amdgpu import VENDOR_GLOB, amd_cards
 from k3doctor.parsers import ParseError
 from k3doctor.parsers._common import UINT32_MAX, to_int, to_u32
 from k3doctor.readings import Command, File, Glob, ReadingUnavailable
-from k3doctor.registry import check, remediation
+from k3doctor.registry import Param, check, remediation
 from k3doctor.results import error, fail, passed, warn
 
 UALINK_DIR = "/sys/class/drm/card*/device/ualink"
@@ -421,12 +421,10 @@ def _reads(settings) -> dict:
        remediation=(NOT_ACTIVE, STUCK, CARD_INVALID, LANES, LOCAL_ACCELS, MISSING, DRIFT), reads=_reads,
        record=record,
        params={"accepted_states": ["active"], "tolerated_states": ["ready"], "unconfigured_grace_s": 60,
-               "link_types": ["UALoE", "UALink"], "half_station": "fail"})
+               "link_types": ["UALoE", "UALink"], "half_station": Param("fail", choices=("fail", "warn"))})
 def ualink_state(r, ctx):
     """§6/§28: a card that is not active, unset, half-trained or odd-one-out keeps the fabric from forming
     (or hangs it); with --baseline, any card whose readings changed since the healthy record FAILs."""
-    if ctx.param("half_station") not in ("fail", "warn"):
-        return error(f"parameter half_station is {ctx.param('half_station')!r}; use fail or warn")
     cards = ualink_cards(r)
     if not cards:
         return fail(f"no GPU exposes {UALINK_DIR}/ (amdgpu not loaded, or no UALink driver)",

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from k3doctor.probes import ualoe
-from k3doctor.registry import check, remediation
+from k3doctor.registry import Param, check, remediation
 
 P2P = remediation("UALOE-P2P", "fabric p2p between two nodes failed or produced no result", """
 ubench 07 could not share memory across the fabric between the pair named in the report (§8).
@@ -52,7 +52,8 @@ matches your own shell.
        tier="deep", interaction="active", after=("ualink-state", "fabric-domain", "rack-free"),
        remediation=(P2P, TCP, SLOW, STALE), record=lambda verdicts, ctx: ualoe.known_good(verdicts),
        params={
-           "pairs": "quick",  # quick (ring: every node in two pairs), all, or a,b;c,d
+           "pairs": Param("quick", validate=ualoe.plan_problem),  # quick (ring: every node in two pairs), all,
+           # or a,b;c,d
            "gpu": 0,  # GPU index used on both sides; -1: all GPUs, aggregate mode (§8 pitfall 1)
            "p2p_port": 55559,
            "bw_port": 55560,

@@ -6,18 +6,40 @@ Exit codes: 0 ready to launch (warnings allowed), 1 a check failed, 2 inconclusi
 """
 from __future__ import annotations
 
+import logging
+import math
+import os
 import sys
 
 import click
 
 from . import __version__
-from .inventory import InventoryError, like, load_inventory, localhost_inventory
-from .registry import REGISTRY, load_checks
+from .inventory import InventoryError, load_inventory, localhost_inventory, unset_password_variables
+from .registry import MAX_SECONDS, REGISTRY, load_checks
 from .report import render_json, render_junit, render_table
 from .results import Status, overall
 from .runner import RunOptions, run_checks, select_checks
 
 EXIT_USAGE = 3
+PRIVATE = 0o600  # saved readings, baselines and reports can hold evidence from the nodes
+
+
+class Seconds(click.ParamType):
+    """A time setting: finite, above ``minimum``, at most a day (``inf``/``nan`` would never end)."""
+
+    name = "seconds"
+
+    def __init__(self, minimum: float = 0.1):
+        self.minimum = minimum
+
+    def convert(self, value, param, ctx):
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        if not (math.isfinite(seconds) and self.minimum <= seconds <= MAX_SECONDS):
+            self.fail(f"{value!r} is not a number of seconds in [{self.minimum:g}, {MAX_SECONDS:g}]", param, ctx)
+        return seconds
 
 
 def _names(value: str) -> tuple:
@@ -56,11 +78,11 @@ def cli():
               show_default=True)
 @click.option("--parallel", type=click.IntRange(1, 1024), default=64, show_default=True,
               help="Nodes handled at once.")
-@click.option("--timeout", type=click.FloatRange(0.1), default=None, metavar="S",
+@click.option("--timeout", type=Seconds(), default=None, metavar="S",
               help="Per-command timeout in seconds (default: inventory ssh.command_timeout_s).")
-@click.option("--connect-timeout", type=click.FloatRange(0.1), default=None, metavar="S",
+@click.option("--connect-timeout", type=Seconds(), default=None, metavar="S",
               help="SSH connect timeout (default: inventory ssh.connect_timeout_s).")
-@click.option("--node-deadline", type=click.FloatRange(0.1), default=None, metavar="S",
+@click.option("--node-deadline", type=Seconds(), default=None, metavar="S",
               help="Deadline for all of one node's reads (default: inventory ssh.node_deadline_s).")
 @click.option("--accept-unknown-hosts", is_flag=True,
               help="Accept host keys missing from known_hosts (never accepts a changed key).")
@@ -74,12 +96,13 @@ def cli():
               help="Node pairs for the fabric probe: quick, all, or a,b;c,d (= --set ualoe-fabric.pairs=PLAN).")
 @click.option("--save-readings", type=click.Path(dir_okay=False, writable=True), default=None,
               help="Also save every raw reading to this JSON file (re-judge it later with `k3doctor judge`).")
-@click.option("-o", "--output", type=click.File("w", lazy=False), default="-", help="Write the report here.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True), default="-",
+              help="Write the report here (created 0600: it may hold evidence).")
 @click.option("-v", "--verbose", is_flag=True, help="Show evidence and passing results.")
 def check_cmd(inventory, only, skip, tier, fmt, parallel, timeout, connect_timeout, node_deadline,
               accept_unknown_hosts, fix, baseline_path, overrides, pairs, save_readings, output, verbose):
     """Run the checks and report READY TO LAUNCH / DO NOT LAUNCH / INCONCLUSIVE."""
-    inv = _inventory(inventory)
+    inv = _inventory(inventory, logins=True)
     if pairs:
         overrides += (f"ualoe-fabric.pairs={pairs}",)
     apply_overrides(inv, overrides)
@@ -91,7 +114,8 @@ def check_cmd(inventory, only, skip, tier, fmt, parallel, timeout, connect_timeo
     opts = RunOptions(parallel=parallel, command_timeout_s=timeout, connect_timeout_s=connect_timeout,
                       node_deadline_s=node_deadline, accept_unknown_hosts=accept_unknown_hosts, fix=fix,
                       baseline=baseline, progress=_progress())
-    saved = _open_for_writing(save_readings) if save_readings else None  # fail before, not after, the run
+    saved = private_file(save_readings) if save_readings else None  # fail before, not after, the run
+    output = private_file(output) if output != "-" else sys.stdout
     report = run_checks(inv, checks, opts)
     if saved:
         from . import snapshot
@@ -101,9 +125,12 @@ def check_cmd(inventory, only, skip, tier, fmt, parallel, timeout, connect_timeo
     _emit(report, checks, fmt, output, verbose)
 
 
-def _open_for_writing(path: str):
+def private_file(path: str):
+    """``path`` opened for writing, readable by its owner only (also when it existed before)."""
     try:
-        return open(path, "w", encoding="utf-8")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE)
+        os.fchmod(fd, PRIVATE)
+        return os.fdopen(fd, "w", encoding="utf-8")
     except OSError as exc:
         raise click.UsageError(f"cannot write {path}: {exc.strerror}") from None
 
@@ -116,6 +143,8 @@ def _emit(report, checks, fmt, output, verbose):
     else:
         text = render_table(report, checks, verbose=verbose)
     click.echo(text, file=output)
+    if output is not sys.stdout:
+        output.close()
     sys.exit(overall(report.results).exit_code)
 
 
@@ -128,7 +157,8 @@ def _emit(report, checks, fmt, output, verbose):
               help="Baseline file for drift checks.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "junit"]), default="table",
               show_default=True)
-@click.option("-o", "--output", type=click.File("w", lazy=False), default="-", help="Write the report here.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True), default="-",
+              help="Write the report here (created 0600: it may hold evidence).")
 @click.option("-v", "--verbose", is_flag=True, help="Show evidence and passing results.")
 def judge_cmd(readings_file, only, skip, overrides, baseline_path, fmt, output, verbose):
     """Judge readings saved by `check --save-readings` again, offline (no node is contacted)."""
@@ -152,23 +182,29 @@ def judge_cmd(readings_file, only, skip, overrides, baseline_path, fmt, output, 
     except KeyError as exc:
         raise click.UsageError(f"unknown check(s): {exc.args[0]} (see `k3doctor list`)") from None
     baseline = _read_baseline(baseline_path) if baseline_path else None
+    output = private_file(output) if output != "-" else sys.stdout
     report = run_checks(inv, checks, RunOptions(replay=(saved, unreachable), baseline=baseline))
     _emit(report, checks, fmt, output, verbose)
 
 
-def _inventory(path):
-    """Plugins loaded, then the inventory (validated against their parameters) or exit 3."""
+def _inventory(path, logins=False):
+    """Plugins loaded, then the inventory (validated against their parameters) or exit 3;
+    ``logins``: also every ``password_env`` variable must be set (not for offline judging)."""
     _load_plugins()
     try:
-        return load_inventory(path, REGISTRY) if path else localhost_inventory()
+        inv = load_inventory(path, REGISTRY) if path else localhost_inventory()
+        problems = unset_password_variables(inv) if logins else []
+        if problems:
+            raise InventoryError(problems)
+        return inv
     except InventoryError as exc:
         click.echo(f"k3doctor: invalid inventory:\n{exc}", err=True)
         sys.exit(EXIT_USAGE)
 
 
 def apply_overrides(inv, overrides) -> None:
-    """``--set check.param=value``: typed like the parameter's default, applied to every node."""
-    import yaml
+    """``--set check.param=value``: checked against the parameter's declaration, applied to every node."""
+    from . import safeyaml
 
     for item in overrides:
         key, sep, raw = item.partition("=")
@@ -177,26 +213,30 @@ def apply_overrides(inv, overrides) -> None:
         if not (sep and dot) or chk is None or param not in chk.params:
             raise click.UsageError(f"--set {item!r}: expected CHECK.PARAM=VALUE with a parameter from "
                                    "`k3doctor list -v`")
-        default = chk.params[param]
         try:
-            value = raw if isinstance(default, str) else yaml.safe_load(raw)
-        except yaml.YAMLError:
-            raise click.UsageError(f"--set {item!r}: {raw!r} is not a valid value") from None
-        ok, expected = like(default)(value)
-        if not ok:
+            value = raw if isinstance(chk.params[param], str) else safeyaml.load(raw, "value")
+            wrong = safeyaml.control_character(value) if isinstance(value, str) else None
+        except safeyaml.YAMLInputError as exc:
+            wrong = exc.problems[0].split(": ", 2)[-1]
+        if wrong:
+            raise click.UsageError(f"--set {item!r}: {raw!r} is not a valid value ({wrong})")
+        expected = chk.param_problem(param, value, [n.name for n in inv.nodes])
+        if expected:
             raise click.UsageError(f"--set {item!r}: {param} takes {expected}")
         for settings in [inv.cluster] + [n.settings for n in inv.nodes]:
             settings.checks.setdefault(name, {})[param] = value
 
 
 def _read_baseline(path: str) -> dict:
-    import yaml
+    from . import safeyaml
 
     try:
-        with open(path, encoding="utf-8") as fh:
-            data = yaml.safe_load(fh)
-    except (OSError, yaml.YAMLError) as exc:
-        raise click.UsageError(f"cannot read baseline {path}: {exc}") from None
+        with open(path, "rb") as fh:
+            data = safeyaml.load(safeyaml.decode(fh.read(), path), path)
+    except OSError as exc:
+        raise click.UsageError(f"cannot read baseline {path}: {exc.strerror}") from None
+    except safeyaml.YAMLInputError as exc:
+        raise click.UsageError(f"cannot read baseline {exc.problems[0]}") from None
     if not isinstance(data, dict) or not isinstance(data.get("nodes"), dict) or \
             not all(isinstance(entry, dict) for entry in data["nodes"].values()):
         raise click.UsageError(f"{path} is not a k3doctor baseline (`nodes:` must map node -> check -> data)")
@@ -221,14 +261,14 @@ def baseline_record_cmd(inventory, output, accept_unknown_hosts, tier):
 
     import yaml
 
-    inv = _inventory(inventory)
+    inv = _inventory(inventory, logins=True)
     keepers = tuple(c.name for c in select_checks(REGISTRY, tier=tier) if c.record is not None)
     checks = select_checks(REGISTRY, only=keepers)  # + the prerequisites an active probe needs
     report = run_checks(inv, checks, RunOptions(record=True, accept_unknown_hosts=accept_unknown_hosts,
                                                 progress=_progress()))
     doc = {"schema": "k3doctor.baseline/1", "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
            "inventory": inv.path, "nodes": report.records}
-    with open(output, "w", encoding="utf-8") as fh:
+    with private_file(output) as fh:
         yaml.safe_dump(doc, fh, sort_keys=False)
     for node, why in report.unreachable.items():
         click.echo(f"k3doctor: {node} not recorded: {why}", err=True)
@@ -294,7 +334,8 @@ def list_cmd(verbose):
             click.echo(f"\n{c.name}: {why}")
             click.echo(f"  remediation codes: {', '.join(c.remediations) or '-'}")
             for param, default in c.params.items():
-                click.echo(f"  {c.name}.{param} = {default!r}")
+                choices = c.param_specs[param].choices
+                click.echo(f"  {c.name}.{param} = {default!r}" + (f"  (one of {', '.join(choices)})" if choices else ""))
 
 
 @cli.command("explain")
@@ -313,8 +354,21 @@ def explain_cmd(code):
         click.echo(f"\nRaised by: {', '.join(users)}")
 
 
+def _quiet_logging() -> None:
+    """k3doctor's own warnings as one ``k3doctor: ...`` line each; paramiko's thread tracebacks (a
+    banner timeout logs 20 lines) never reach stderr: the node's ERROR already says what failed."""
+    own, quiet = logging.getLogger("k3doctor"), logging.getLogger("paramiko")
+    if not own.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("k3doctor: %(message)s"))
+        own.addHandler(handler)
+        quiet.addHandler(logging.NullHandler())
+    own.propagate = quiet.propagate = False
+
+
 def main(argv=None):
     """Entry point: click's usage errors exit 3 (not click's 2, which means inconclusive here)."""
+    _quiet_logging()
     try:
         cli.main(args=argv, prog_name="k3doctor", standalone_mode=False)
     except click.UsageError as exc:

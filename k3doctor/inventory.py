@@ -7,9 +7,13 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 from dataclasses import dataclass, field
 
 import yaml
+
+from .registry import MAX_SECONDS
+from .safeyaml import YAMLInputError, by_line, compose, decode, plain
 
 STEPPINGS = ("A0", "B0")
 DEFAULT_TOOLS = {
@@ -21,12 +25,8 @@ DEFAULT_TOOLS = {
 }
 
 
-class InventoryError(Exception):
+class InventoryError(YAMLInputError):
     """Every problem found, one per line, as ``file:line: key: message``."""
-
-    def __init__(self, problems: list):
-        self.problems = problems
-        super().__init__("\n".join(problems))
 
 
 @dataclass
@@ -89,7 +89,8 @@ class Inventory:
 # --- schema -----------------------------------------------------------------------------
 
 def _str(v):
-    return isinstance(v, str) and v != "", "a non-empty string"
+    return isinstance(v, str) and v.strip() != "" and not any(c in v for c in "\n\t"), \
+        "a non-empty one-line string"
 
 
 def _bool(v):
@@ -105,7 +106,23 @@ def _posint(v):
 
 
 def _seconds(v):
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0, "a positive number of seconds"
+    return (isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v <= MAX_SECONDS,
+            f"a positive number of seconds, at most {MAX_SECONDS:g}")
+
+
+def _word(pattern: str, what: str):
+    """Rule for a name that reaches a command line or a report: never an option, no odd characters."""
+    regex = re.compile(pattern)
+    return lambda v: (isinstance(v, str) and regex.fullmatch(v) is not None, what)
+
+
+# Docker's own rule for container names; a name starting with `-` would reach docker as an option.
+_container = _word(r"[A-Za-z0-9][A-Za-z0-9_.-]*", "a Docker container name ([A-Za-z0-9][A-Za-z0-9_.-]*)")
+_node_name = _word(r"[A-Za-z0-9][A-Za-z0-9_.:@+-]*", "a node name (letters, digits, . _ : @ + -; not starting with -)")
+_host = _word(r"[A-Za-z0-9_:\[][A-Za-z0-9_.:%\[\]-]*", "a host name or IP address")
+_user = _word(r"[A-Za-z0-9_][A-Za-z0-9_.@$-]*", "a user name (not starting with -)")
+_tool = _word(r"[^-\s][^\s]*", "a tool path or command name (no spaces, not starting with -)")
+_env_name = _word(r"[A-Za-z_][A-Za-z0-9_]*", "an environment variable name")
 
 
 def _stepping(v):
@@ -116,20 +133,21 @@ def _transport(v):
     return v in ("ssh", "local"), "ssh or local"
 
 
-SETTINGS_KEYS = {"container": _str, "image": _str, "stepping": _stepping, "hbm_gib_per_gpu": _posint,
+SETTINGS_KEYS = {"container": _container, "image": _str, "stepping": _stepping, "hbm_gib_per_gpu": _posint,
                  "gpus_per_node": _posint, "tools": "tools", "checks": "checks"}
 CLUSTER_KEYS = {"name": _str, **SETTINGS_KEYS}
 SSH_KEYS = {"known_hosts": _str, "accept_unknown_hosts": _bool, "ssh_config": _str,
             "connect_timeout_s": _seconds, "command_timeout_s": _seconds, "node_deadline_s": _seconds}
-LOGIN_KEYS = {"port": _port, "user": _str, "identity_file": _str, "password_env": _str, "sudo": _bool,
+LOGIN_KEYS = {"port": _port, "user": _user, "identity_file": _str, "password_env": _env_name, "sudo": _bool,
               "transport": _transport}
-NODE_KEYS = {"name": _str, "host": _str, "data_ip": _str, **LOGIN_KEYS, **SETTINGS_KEYS}
+NODE_KEYS = {"name": _node_name, "host": _host, "data_ip": _host, **LOGIN_KEYS, **SETTINGS_KEYS}
 TOP_KEYS = {"cluster": CLUSTER_KEYS, "ssh": SSH_KEYS, "defaults": LOGIN_KEYS, "nodes": "nodes"}
 
 
 class _Validator:
     def __init__(self, path: str, registry=None):
         self.path, self.registry, self.problems = path, registry, []
+        self.pending = []  # (YAML node, key, check, {param: value}) checked by check_params
 
     def problem(self, node, key: str, message: str):
         line = node.start_mark.line + 1 if node is not None else 1
@@ -158,11 +176,11 @@ class _Validator:
             elif rule == "nodes":
                 out[name] = self.nodes(vnode, where)
             elif rule == "tools":
-                out[name] = self.mapping(vnode, where, {k: _str for k in DEFAULT_TOOLS})
+                out[name] = self.mapping(vnode, where, {k: _tool for k in DEFAULT_TOOLS})
             elif rule == "checks":
                 out[name] = self.checks(vnode, where)
             else:
-                value = yaml.safe_load(yaml.serialize(vnode))
+                value = plain(vnode)
                 ok, expected = rule(value)
                 if not ok:
                     self.problem(vnode, where, f"expected {expected}, got {value!r}")
@@ -180,22 +198,24 @@ class _Validator:
             entry = self.mapping(item, where, NODE_KEYS)
             entry["_line"] = item.start_mark.line + 1
             entry["_node"] = item
-            if "name" not in entry:
+            entry["_given"] = {k.value for k, _ in item.value} if isinstance(item, yaml.MappingNode) else set()
+            if "name" not in entry["_given"]:
                 self.problem(item, f"{where}.name", "missing; every node needs a unique name")
             out.append(entry)
         return out
 
     def checks(self, node, key: str) -> dict:
-        """``checks: {check-name: {param: value}}`` against the params the checks declare."""
+        """``checks: {check-name: {param: value}}`` against the params the checks declare.
+
+        Values are checked once the node names are known (:meth:`check_params`): some rules
+        (a fabric pair plan) name nodes."""
         if self.registry is None:
-            return yaml.safe_load(yaml.serialize(node)) or {}
-        raw = {}
+            return plain(node) or {}
         known = self.registry.checks
-        schema = {name: {p: like(default) for p, default in chk.params.items()}
-                  for name, chk in known.items()}
         if not isinstance(node, yaml.MappingNode):
             self.problem(node, key, "expected a mapping of check-name: {param: value}")
-            return raw
+            return {}
+        raw = {}
         for knode, vnode in node.value:
             name = knode.value
             if name not in known:
@@ -203,27 +223,27 @@ class _Validator:
                 self.problem(knode, f"{key}.{name}", "no such check" + (f" (did you mean '{close[0]}'?)"
                                                                          if close else "; see `k3doctor list`"))
                 continue
-            if not schema[name]:
+            if not known[name].params:
                 self.problem(knode, f"{key}.{name}", "this check has no tunable parameters")
                 continue
-            raw[name] = self.mapping(vnode, f"{key}.{name}", schema[name])
+            raw[name] = self.mapping(vnode, f"{key}.{name}", {p: _any for p in known[name].params})
+            if isinstance(vnode, yaml.MappingNode):
+                self.pending.append((vnode, f"{key}.{name}", known[name], raw[name]))
         return raw
 
+    def check_params(self, nodes: list) -> None:
+        """Every check parameter given in the file, against its declaration (type, range, choices)."""
+        for vnode, where, chk, params in self.pending:
+            lines = {k.value: v for k, v in vnode.value}
+            for param, value in list(params.items()):
+                wrong = chk.param_problem(param, value, nodes)
+                if wrong:
+                    self.problem(lines[param], f"{where}.{param}", f"expected {wrong}, got {value!r}")
+                    del params[param]
 
-def like(default):
-    """Validator accepting values of the same kind as a parameter's default."""
-    if isinstance(default, bool):
-        return _bool
-    if isinstance(default, (int, float)):
-        return lambda v: (isinstance(v, (int, float)) and not isinstance(v, bool),
-                          f"a number like the default {default!r}")
-    if isinstance(default, (list, tuple)):
-        return lambda v: (isinstance(v, list), f"a list like the default {list(default)!r}")
-    if isinstance(default, dict):
-        return lambda v: (isinstance(v, dict), "a mapping")
-    if default is None:  # "not pinned" by default: any scalar pins it
-        return lambda v: (v is None or isinstance(v, (str, int, float)), "a string or number")
-    return lambda v: (v is None or isinstance(v, str), "a string")
+
+def _any(v):
+    return True, ""
 
 
 def _merge_settings(base: Settings, raw: dict, cluster_name=None) -> Settings:
@@ -239,13 +259,9 @@ def _merge_settings(base: Settings, raw: dict, cluster_name=None) -> Settings:
 
 def parse_inventory(text: str, path: str = "<inventory>", registry=None) -> Inventory:
     try:
-        root = yaml.compose(text)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = f"{mark.line + 1}:{mark.column + 1}" if mark else "1"
-        raise InventoryError([f"{path}:{line}: YAML syntax error: {exc.problem or exc}"]) from None
-    except yaml.YAMLError as exc:
-        raise InventoryError([f"{path}:1: YAML error: {exc}"]) from None
+        root = compose(text, path)
+    except YAMLInputError as exc:
+        raise InventoryError(exc.problems) from None
     v = _Validator(path, registry)
     if root is None:
         raise InventoryError([f"{path}:1: the inventory is empty; it needs at least `nodes:`"])
@@ -263,24 +279,34 @@ def parse_inventory(text: str, path: str = "<inventory>", registry=None) -> Inve
             v.problem(entry["_node"], f"nodes: {name}", f"duplicate node name (first at line {seen[name]})")
         seen[name] = entry["_line"]
         login = {**defaults, **{k: entry[k] for k in LOGIN_KEYS if k in entry}}
-        if login.get("transport", "ssh") == "ssh" and "host" not in entry:
+        if login.get("transport", "ssh") == "ssh" and "host" not in entry["_given"]:
             v.problem(entry["_node"], f"nodes: {name}.host", "missing; an SSH node needs host: (or transport: local)")
         nodes.append(Node(
             name=name, host=entry.get("host"), settings=_merge_settings(cluster, entry),
             data_ip=entry.get("data_ip"), line=entry["_line"], **login))
+    v.check_params([n.name for n in nodes])
     if v.problems:
-        raise InventoryError(v.problems)
+        raise InventoryError(by_line(v.problems, path))
     ssh = SSHSettings(**top.get("ssh", {}))
     return Inventory(path=path, nodes=nodes, ssh=ssh, cluster=cluster, text=text)
 
 
 def load_inventory(path: str, registry=None) -> Inventory:
     try:
-        with open(os.path.expanduser(path), encoding="utf-8") as fh:
-            text = fh.read()
+        with open(os.path.expanduser(path), "rb") as fh:
+            text = decode(fh.read(), path)
     except OSError as exc:
         raise InventoryError([f"{path}: cannot read inventory: {exc.strerror}"]) from None
+    except YAMLInputError as exc:
+        raise InventoryError(exc.problems) from None
     return parse_inventory(text, path, registry)
+
+
+def unset_password_variables(inv: Inventory) -> list:
+    """``password_env`` variables that are not set: each an error before the run (a login that
+    silently drops to key-only auth would read as "authentication refused" much later)."""
+    return [f"{inv.path}:{n.line}: nodes: {n.name}.password_env: environment variable {n.password_env} is not set"
+            for n in inv.nodes if n.password_env and n.transport == "ssh" and n.password_env not in os.environ]
 
 
 def localhost_inventory() -> Inventory:

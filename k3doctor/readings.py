@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .redaction import DockerFields
+
 
 @dataclass(frozen=True)
 class File:
@@ -33,10 +35,14 @@ class Glob:
 
 @dataclass(frozen=True)
 class Command:
-    """Run argv on the node (each word shell-quoted by the gatherer) under its own timeout."""
+    """Run argv on the node (each word shell-quoted by the gatherer) under its own timeout.
+
+    ``saved``: what a saved copy of the output may keep, for output that can hold secrets
+    (e.g. ``redaction.EnvValues`` for ``env``); None: all of it."""
 
     argv: tuple
     timeout_s: float | None = None
+    saved: object = None
 
     def __post_init__(self):
         object.__setattr__(self, "argv", tuple(str(a) for a in self.argv))
@@ -49,9 +55,13 @@ def sh(script: str, timeout_s: float | None = None) -> Command:
 
 @dataclass(frozen=True)
 class Docker:
-    """The node's Docker engine, read with the Docker SDK: all containers and recent events."""
+    """The node's Docker engine, read with the Docker SDK: all containers and recent events.
+
+    ``saved``: the fields a saved copy keeps (command lines, labels, mounts of other users'
+    containers are redacted)."""
 
     events_since_s: int = 1800
+    saved: DockerFields = DockerFields()
 
 
 class ReadingUnavailable(Exception):

@@ -9,6 +9,7 @@ through the ``k3doctor.checks`` entry-point group (pluggy-style discovery, no pl
 from __future__ import annotations
 
 import importlib
+import math
 import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -19,6 +20,74 @@ SCOPES = ("node", "gpu", "cluster", "node-pair")
 TIERS = ("fast", "deep")
 INTERACTIONS = ("passive", "active", "disruptive")
 ENTRY_POINT_GROUP = "k3doctor.checks"
+MAX_SECONDS = 86400.0  # no time setting may exceed a day: a run always ends (a bigger one is a typo or `.inf`)
+MAX_MAGNITUDE = 2 ** 63  # no count, size or port beyond what an int64 holds
+
+
+@dataclass(frozen=True)
+class Param:
+    """A check parameter: its documented default and what else it accepts, declared once and
+    enforced wherever a value comes in (inventory ``checks:``, ``--set``, ``--pairs``), before
+    anything runs. A plain default in ``params=`` means "a value of the default's kind"; numbers
+    are always finite, and a name ending in ``_s`` / ``_min`` is a duration, bounded by a day.
+
+    ``validate(value, nodes)`` may add a rule of its own: it returns what is wrong (``None``:
+    fine); ``nodes`` are the inventory's node names, or ``None`` where they are not known yet.
+    """
+
+    default: object
+    choices: tuple = ()
+    minimum: float | None = None
+    maximum: float | None = None
+    validate: Callable | None = None
+
+    def problem(self, value, nodes=None) -> str | None:
+        """None when ``value`` is acceptable, else what is expected (``a number like ...``)."""
+        if self.choices:
+            if value not in self.choices:
+                return f"one of {', '.join(map(str, self.choices))}"
+        else:
+            ok, expected = like(self.default)(value)
+            if not ok:
+                return expected
+        if _is_number(value):
+            if not math.isfinite(value) or abs(value) > MAX_MAGNITUDE:
+                return "a finite number"
+            if (self.minimum is not None and value < self.minimum) or \
+                    (self.maximum is not None and value > self.maximum):
+                low = "" if self.minimum is None else f"{self.minimum:g}"
+                high = "" if self.maximum is None else f"{self.maximum:g}"
+                return f"a number in [{low}, {high}]" if low and high else \
+                    f"a number >= {low}" if low else f"a number <= {high}"
+        return self.validate(value, nodes) if self.validate else None
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def like(default):
+    """Rule ``value -> (ok, expected)`` accepting values of the same kind as a parameter's default."""
+    if isinstance(default, bool):
+        return lambda v: (isinstance(v, bool), "true or false")
+    if _is_number(default):
+        return lambda v: (_is_number(v), f"a number like the default {default!r}")
+    if isinstance(default, (list, tuple)):
+        return lambda v: (isinstance(v, list), f"a list like the default {list(default)!r}")
+    if isinstance(default, dict):
+        return lambda v: (isinstance(v, dict), "a mapping")
+    if default is None:  # "not pinned" by default: any scalar pins it
+        return lambda v: (v is None or isinstance(v, (str, int, float)), "a string or number")
+    return lambda v: (isinstance(v, str), "a string")
+
+
+def as_param(name: str, declared) -> Param:
+    """A ``params=`` entry as a :class:`Param`; durations by name (``*_s``, ``*_min``) get their bounds."""
+    if isinstance(declared, Param):
+        return declared
+    if _is_number(declared) and name.endswith(("_s", "_min")):
+        return Param(declared, minimum=0, maximum=MAX_SECONDS if name.endswith("_s") else MAX_SECONDS / 60)
+    return Param(declared)
 
 
 @dataclass(frozen=True)
@@ -41,10 +110,19 @@ class Check:
     after: tuple = ()
     timeout_s: float | None = None
     remediations: tuple = ()
-    params: dict = field(default_factory=dict)  # tunables with defaults; inventory `checks:` overrides
+    params: dict = field(default_factory=dict)  # tunables: name -> default or Param; inventory `checks:` overrides
     record: Callable | None = None  # (readings, ctx) -> plain data kept by `k3doctor baseline record`
     fixer: Callable | None = None  # (transport, verdicts, ctx) -> verdicts; runs only with --fix
     doc: str = ""
+    param_specs: dict = field(default_factory=dict, init=False)  # name -> Param (``params`` keeps the defaults)
+
+    def __post_init__(self):
+        self.param_specs = {name: as_param(name, p) for name, p in self.params.items()}
+        self.params = {name: spec.default for name, spec in self.param_specs.items()}
+
+    def param_problem(self, name: str, value, nodes=None) -> str | None:
+        """What is wrong with ``value`` for parameter ``name`` (None: acceptable)."""
+        return self.param_specs[name].problem(value, nodes)
 
     def readings_for(self, settings) -> dict:
         """The check's reading specs for one node, given that node's settings."""

@@ -6,6 +6,7 @@ added, never renamed, within a schema version.
 from __future__ import annotations
 
 import json
+import re
 import time
 import xml.etree.ElementTree as ET
 
@@ -16,6 +17,13 @@ from .results import Status, overall, worst
 
 SCHEMA = "k3doctor.report/1"
 CLUSTER_COLUMN = "cluster"
+_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ufffe\uffff]")
+
+
+def printable(text: str) -> str:
+    """Report text with control characters from readings (ESC, NUL, ...) shown as ``\\xNN``: they
+    can neither drive the terminal nor make the JUnit file invalid XML."""
+    return _UNPRINTABLE.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 def _where(r) -> str:
@@ -53,7 +61,7 @@ def render_table(report, checks, verbose: bool = False) -> str:
     lines.append("")
     tail = f" - see `k3doctor explain {codes[0]}`" if codes else ""
     lines.append(f"{verdict.text} ({_counts(report.results)}; {report.duration_s:.1f}s){tail}")
-    return "\n".join(lines)
+    return printable("\n".join(lines))
 
 
 def _counts(results) -> str:
@@ -106,4 +114,4 @@ def render_junit(report, checks) -> str:
             ET.SubElement(case, "system-out").text = text
     for key, value in counts.items():
         suite.set(key, str(value))
-    return ET.tostring(suite, encoding="unicode", xml_declaration=True)
+    return printable(ET.tostring(suite, encoding="unicode", xml_declaration=True))

@@ -12,7 +12,7 @@ import os
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .gather import gather
 from .inventory import Inventory, Node
@@ -124,12 +124,12 @@ def run_checks(inv: Inventory, checks: list, opts: RunOptions = None) -> RunRepo
     command_timeout = opts.command_timeout_s or inv.ssh.command_timeout_s
     deadline = opts.node_deadline_s or inv.ssh.node_deadline_s
 
-    transports, readings, unreachable, results_by_node, records = {}, {}, {}, {}, {}
+    transports, readings, unreachable, results_by_node, records, specs_by_node = {}, {}, {}, {}, {}, {}
     baseline = opts.baseline or {}
 
     def visit(node: Node):
-        specs_by_check = {c.name: c.readings_for(node.settings) for c in passive}
-        wanted = [s for specs in specs_by_check.values() for s in specs.values()]
+        specs_by_check = specs_by_node[node.name] = _specs_of(passive, node.settings)
+        wanted = [s for specs in specs_by_check.values() if isinstance(specs, dict) for s in specs.values()]
         try:
             if opts.replay:
                 transport, got = None, _replayed(node.name, wanted, *opts.replay)
@@ -147,6 +147,9 @@ def run_checks(inv: Inventory, checks: list, opts: RunOptions = None) -> RunRepo
         readings[node.name] = got
         out = []
         for chk in passive:
+            if isinstance(specs_by_check[chk.name], Result):  # its reads could not be built for this node
+                out.append(replace(specs_by_check[chk.name], node=node.name))
+                continue
             r = Readings({name: got[spec] for name, spec in specs_by_check[chk.name].items()})
             ctx = Context(chk, node.settings, node=node.name,
                           baseline=baseline.get(node.name, {}).get(chk.name), fix=opts.fix)
@@ -176,8 +179,8 @@ def run_checks(inv: Inventory, checks: list, opts: RunOptions = None) -> RunRepo
         reachable = [n for n in inv.nodes if n.name in readings]
         for chk in cluster:
             per_node = {n.name: Readings({name: readings[n.name][spec]
-                                          for name, spec in chk.readings_for(n.settings).items()})
-                        for n in reachable}
+                                          for name, spec in specs_by_node[n.name][chk.name].items()})
+                        for n in reachable if isinstance(specs_by_node[n.name][chk.name], dict)}
             ctx = Context(chk, inv.cluster, nodes={n.name: n for n in reachable},
                           baseline={n: entry.get(chk.name) for n, entry in baseline.items()})
             results += _to_results(chk, None, judge_safely(chk.judge, per_node, ctx)) if reachable else []
@@ -209,6 +212,19 @@ def run_checks(inv: Inventory, checks: list, opts: RunOptions = None) -> RunRepo
                      duration_s=round(time.monotonic() - started, 3),
                      round_trips={name: t.round_trips for name, t in transports.items()},
                      unreachable=unreachable, readings=readings, records=records)
+
+
+def _specs_of(checks: list, settings) -> dict:
+    """check name -> its reading specs on one node, or the ERROR when building them failed there
+    (a bug in a check's ``reads``: that check on that node, never every node)."""
+    out = {}
+    for chk in checks:
+        try:
+            out[chk.name] = chk.readings_for(settings)
+        except Exception as exc:
+            out[chk.name] = Result(chk.name, None, Status.ERROR,
+                                   f"internal error in check (its readings): {type(exc).__name__}: {exc}")
+    return out
 
 
 def _fix_and_rejudge(chk, transport, verdicts, ctx, specs: dict, command_timeout, deadline) -> list:

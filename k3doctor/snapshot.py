@@ -9,6 +9,7 @@ import dataclasses
 import json
 
 from . import readings as rd
+from . import redaction
 
 SCHEMA = "k3doctor.readings/1"
 _SPECS = {cls.__name__: cls for cls in (rd.File, rd.Exists, rd.Glob, rd.Command, rd.Docker)}
@@ -20,7 +21,10 @@ class SnapshotError(Exception):
 
 
 def _encode_spec(spec) -> dict:
-    return {"kind": type(spec).__name__, **dataclasses.asdict(spec)}
+    fields = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}
+    if fields.get("saved") is not None:
+        fields["saved"] = {"kind": type(spec.saved).__name__, **dataclasses.asdict(spec.saved)}
+    return {"kind": type(spec).__name__, **fields}
 
 
 def _decode_spec(data: dict):
@@ -28,7 +32,17 @@ def _decode_spec(data: dict):
     cls = _SPECS[fields.pop("kind")]
     if cls is rd.Command:
         fields["argv"] = tuple(fields["argv"])
+    if isinstance(fields.get("saved"), dict):
+        saved = dict(fields["saved"])
+        fields["saved"] = redaction.KINDS[saved.pop("kind")](**saved)
     return cls(**fields)
+
+
+def saved_copy(spec, reading):
+    """A reading as it may leave this machine: only what ``spec.saved`` keeps (secrets stay on the node)."""
+    if getattr(spec, "saved", None) is None or isinstance(reading, rd.Unavailable):
+        return reading
+    return spec.saved.redact(reading)
 
 
 def _encode_reading(value):
@@ -50,8 +64,9 @@ def _decode_reading(data: dict):
 
 
 def dump(report, inventory_text: str, overrides=()) -> str:
-    """JSON of every node's readings plus the inventory and ``--set`` overrides they were taken with."""
-    nodes = {node: [{"spec": _encode_spec(s), "reading": _encode_reading(v)} for s, v in got.items()]
+    """JSON of every node's readings (as far as each spec lets them be saved) plus the inventory and
+    ``--set`` overrides they were taken with."""
+    nodes = {node: [{"spec": _encode_spec(s), "reading": _encode_reading(saved_copy(s, v))} for s, v in got.items()]
              for node, got in report.readings.items()}
     return json.dumps({"schema": SCHEMA, "inventory": inventory_text, "overrides": list(overrides),
                        "unreachable": report.unreachable, "nodes": nodes}, default=str)
@@ -69,6 +84,8 @@ def load(text: str) -> tuple:
         nodes = {node: {_decode_spec(e["spec"]): _decode_reading(e["reading"]) for e in entries}
                  for node, entries in doc["nodes"].items()}
         return doc["inventory"], doc.get("overrides", []), nodes, doc.get("unreachable", {})
+    except RecursionError:
+        raise SnapshotError("damaged readings file: nested too deeply") from None
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         if isinstance(exc, SnapshotError):
             raise

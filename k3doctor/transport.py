@@ -91,6 +91,54 @@ class _AcceptForThisRun(paramiko.MissingHostKeyPolicy):
         client.get_host_keys().add(hostname, key.get_name(), key)
 
 
+class _RevokedHostKey(paramiko.SSHException):
+    """The node presented a key that a known_hosts ``@revoked`` line names."""
+
+
+class _RefuseRevoked(paramiko.MissingHostKeyPolicy):
+    """Refuse a revoked key before any other policy may accept it. Revoked keys are left out of the
+    known keys, so paramiko always asks the policy about them."""
+
+    def __init__(self, revoked: set, policy: paramiko.MissingHostKeyPolicy):
+        self.revoked, self.policy = revoked, policy
+
+    def missing_host_key(self, client, hostname, key):
+        if (key.get_name(), key.get_base64()) in self.revoked:
+            raise _RevokedHostKey(f"{hostname} {key.get_name()}")
+        return self.policy.missing_host_key(client, hostname, key)
+
+
+def load_known_hosts(host_keys: paramiko.HostKeys, path: str) -> set:
+    """Add a known_hosts file's keys to ``host_keys``; returns its revoked keys as (type, base64).
+
+    OpenSSH markers: a ``@revoked`` key is refused for every host (its host pattern is usually
+    ``*``, which paramiko cannot match), and is never trusted even if another line lists it;
+    ``@cert-authority`` lines are skipped (paramiko does not verify host certificates)."""
+    revoked, entries = set(), []
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for number, line in enumerate(fh, 1):
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            marker, _, rest = line.partition(" ") if line.startswith("@") else ("", "", line)
+            if marker == "@cert-authority":
+                continue
+            if marker not in ("", "@revoked"):
+                raise paramiko.hostkeys.InvalidHostKey(line, ValueError(f"line {number}: unknown marker {marker}"))
+            entry = paramiko.hostkeys.HostKeyEntry.from_line(rest.strip(), number)
+            if entry is None:  # a key type paramiko does not know: OpenSSH would not use it either
+                continue
+            if marker:
+                revoked.add((entry.key.get_name(), entry.key.get_base64()))
+            else:
+                entries.append(entry)
+    for entry in entries:
+        if (entry.key.get_name(), entry.key.get_base64()) not in revoked:
+            for name in entry.hostnames:
+                host_keys.add(name, entry.key.get_name(), entry.key)
+    return revoked
+
+
 class Transport:
     """Common surface: ``run`` a shell command with a deadline, get a Docker client, close."""
 
@@ -185,6 +233,13 @@ class LocalTransport(Transport):
         return docker.from_env(timeout=30)
 
 
+def _handshake_done(client: paramiko.SSHClient) -> bool:
+    """Whether the server got as far as its host key (a silent port times out before: paramiko then
+    reports a confusing "No existing session")."""
+    transport = client.get_transport()
+    return transport is not None and transport.host_key is not None
+
+
 class SSHTransport(Transport):
     """paramiko connection, opened once; every ``run`` is one exec channel on it."""
 
@@ -225,14 +280,18 @@ class SSHTransport(Transport):
     def _login(t: SSHTarget, sock) -> paramiko.SSHClient:
         client = paramiko.SSHClient()
         files = [t.known_hosts] if t.known_hosts else [os.path.expanduser("~/.ssh/known_hosts"), GLOBAL_KNOWN_HOSTS]
+        revoked = set()
         for path in (f for f in files if os.path.exists(f)):
             try:
-                client.load_system_host_keys(path)  # "system" keys are never written back
+                revoked |= load_known_hosts(client.get_host_keys(), path)  # never written back
             except (OSError, paramiko.hostkeys.InvalidHostKey) as exc:
                 raise TransportError(f"cannot use known_hosts file {path}: {exc}") from None
-        client.set_missing_host_key_policy(
-            _AcceptForThisRun() if t.accept_unknown_hosts else paramiko.RejectPolicy())
+        client.set_missing_host_key_policy(_RefuseRevoked(
+            revoked, _AcceptForThisRun() if t.accept_unknown_hosts else paramiko.RejectPolicy()))
         where = f"{t.user}@{t.host}:{t.port}"
+        if t.identity_file and not os.path.isfile(t.identity_file):
+            raise TransportError(f"identity file {t.identity_file} for {where} does not exist "
+                                 "(identity_file in the inventory or IdentityFile in the ssh config)")
         try:
             client.connect(
                 t.host, port=t.port, username=t.user, key_filename=t.identity_file, password=t.password,
@@ -245,18 +304,27 @@ class SSHTransport(Transport):
                 f"host key of {t.host}:{t.port} does NOT match known_hosts ({t.known_hosts or '~/.ssh/known_hosts'})"
                 " - refusing to connect; if the node was reinstalled, verify its key and replace the entry "
                 f"(ssh-keygen -R '[{t.host}]:{t.port}')") from None
+        except _RevokedHostKey as exc:
+            client.close()
+            raise TransportError(
+                f"host key of {t.host}:{t.port} ({exc}) is marked @revoked in known_hosts - refusing to connect") from None
         except paramiko.AuthenticationException:
             client.close()
             raise TransportError(
                 f"authentication refused for {where} (identity file {t.identity_file or 'agent/default keys'});"
                 " check the key is in the node's authorized_keys or give password_env") from None
         except paramiko.SSHException as exc:
+            handshake = _handshake_done(client)
             client.close()
             if "not found in known_hosts" in str(exc):
                 raise TransportError(
                     f"host key of {t.host}:{t.port} is unknown (not in {t.known_hosts or '~/.ssh/known_hosts'});"
                     " add it (ssh-keyscan -p PORT HOST >> known_hosts) after verifying it, or pass"
                     " --accept-unknown-hosts") from None
+            if not handshake:
+                raise TransportError(
+                    f"no SSH handshake from {where} within {t.connect_timeout_s:g}s (sshd hung or overloaded, "
+                    "or not an SSH port)") from None
             raise TransportError(f"SSH to {where} failed: {exc}") from None
         except TimeoutError:
             client.close()

@@ -66,6 +66,18 @@ def plan_pairs(plan: str, nodes: list) -> list:
     return pairs
 
 
+def plan_problem(plan, nodes) -> str | None:
+    """What is wrong with a pair plan, checked before the run (``nodes`` None: its shape only)."""
+    if not isinstance(plan, str):
+        return "a pair plan: quick, all, or a,b;c,d"
+    named = [n.strip() for item in plan.split(";") for n in item.split(",")]
+    try:
+        plan_pairs(plan, named if nodes is None else list(nodes))
+    except PlanError as exc:
+        return "a pair plan: " + str(exc).split(": ", 1)[-1]
+    return None
+
+
 def schedule(pairs: list) -> list:
     """Rounds of node-disjoint pairs, in plan order: pairs sharing a node never run at once."""
     rounds, left = [], list(pairs)

@@ -174,8 +174,6 @@ def test_other_image_skips_with_reason_and_required_overrides():
     [v] = judge(PATCH, patch_readings(), image=None)
     assert v.status == Status.SKIP and "declares no `image:`" in v.message
     assert judge(PATCH, patch_readings(), required="no")[0].status == Status.SKIP
-    [v] = judge(PATCH, patch_readings(), required="maybe")
-    assert v.status == Status.ERROR and "auto, yes or no" in v.message
 
 
 def test_patch_container_missing_fails():

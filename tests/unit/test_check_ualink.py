@@ -317,8 +317,3 @@ def test_several_half_stations_of_a_card_make_one_finding():
     assert [v.gpu for v in verdicts] == [0, 1, 2, 3]
     assert verdicts[0].message == ("card0 station_lane_en_bitmap 33ffffffffffffffff: half-enabled station(s) "
                                    "0 reads '3' (port 1 down, port 0 up), 1 reads '3' (port 1 down, port 0 up)")
-
-
-def test_unknown_half_station_policy_is_a_clear_error():
-    (v,) = judge(readings(), half_station="maybe")
-    assert v.status == Status.ERROR and "use fail or warn" in v.message

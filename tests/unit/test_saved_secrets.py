@@ -1,0 +1,63 @@
+"""Saved readings keep what the judges need and nothing else (issue 9 §4): secrets stay on the node."""
+import json
+
+from k3doctor import snapshot
+from k3doctor.readings import Command, CommandReading, Docker, DockerReading, Unavailable
+from k3doctor.redaction import REDACTED, EnvValues
+from k3doctor.runner import RunReport
+
+ENV = ("PATH=/usr/bin\nHF_TOKEN=hf_SECRETSECRET\nLD_LIBRARY_PATH=/app/rjprefix/lib:/opt/rocm/lib\n"
+       "MULTI=first line\nsecond line of a secret value\nHSA_TOOLS_LIB=/app/rjprefix/lib/libhsa_hotswap_rocjitsu.so\n")
+CONTAINERS = [
+    {"Id": "f00", "Names": ["/k3ep16"], "Image": "rocm/fw", "State": "running", "Status": "Up 1 h", "Created": 1,
+     "Command": "sleep infinity", "Labels": {"owner": "k3"}},
+    {"Id": "ba5", "Names": ["/sglang-bench"], "Image": "lmsys/sglang", "State": "running", "Status": "Up", "Created": 2,
+     "Command": "python -m sglang --api-key sk-SECRETSECRET", "Labels": {"token": "lbl-SECRETSECRET"},
+     "Mounts": [{"Source": "/home/alice/.cache/SECRETSECRET"}]},
+]
+EVENTS = [{"Type": "container", "Action": "create", "time": 5, "timeNano": 5_000_000_000,
+           "Actor": {"ID": "ba5", "Attributes": {"name": "sglang-bench", "image": "lmsys/sglang",
+                                                 "token": "lbl-SECRETSECRET"}}}]
+
+
+def dumped(readings: dict) -> str:
+    report = RunReport(results=[], nodes=["ct13"], duration_s=0.1, readings={"ct13": readings})
+    return snapshot.dump(report, "nodes:\n  - {name: ct13, host: h}\n")
+
+
+def test_env_keeps_every_name_and_only_the_values_a_rule_names():
+    spec = Command(("docker", "exec", "k3ep16", "env"), saved=EnvValues(("LD_LIBRARY_PATH", "HSA_TOOLS_LIB")))
+    text = dumped({spec: CommandReading("docker exec k3ep16 env", 0, ENV, "")})
+    assert "SECRETSECRET" not in text and "second line" not in text
+    _, _, saved, _ = snapshot.load(text)
+    (reading,) = saved["ct13"].values()
+    assert reading.stdout.splitlines() == [
+        f"PATH={REDACTED}", f"HF_TOKEN={REDACTED}", "LD_LIBRARY_PATH=/app/rjprefix/lib:/opt/rocm/lib",
+        f"MULTI={REDACTED}", "HSA_TOOLS_LIB=/app/rjprefix/lib/libhsa_hotswap_rocjitsu.so"]
+    assert list(saved["ct13"]) == [spec]  # the declaration round-trips, so the same check finds its reading
+
+
+def test_docker_keeps_what_rack_free_judges_and_redacts_command_lines_labels_and_mounts():
+    spec = Docker(events_since_s=1800)
+    text = dumped({spec: DockerReading(containers=CONTAINERS, events=EVENTS, now=10.0)})
+    assert "SECRETSECRET" not in text and "sglang --api-key" not in text
+    _, _, saved, _ = snapshot.load(text)
+    reading = saved["ct13"][spec]
+    ours, theirs = reading.containers
+    assert (theirs["Names"], theirs["Image"], theirs["State"], theirs["Created"]) == (
+        ["/sglang-bench"], "lmsys/sglang", "running", 2)
+    assert theirs["Command"] == REDACTED and theirs["Labels"] == {"token": REDACTED}
+    assert theirs["Mounts"] == REDACTED and ours["Command"] == REDACTED
+    (event,) = reading.events
+    assert event["Action"] == "create" and event["Actor"] == {
+        "ID": "ba5", "Attributes": {"name": "sglang-bench", "image": "lmsys/sglang", "token": REDACTED}}
+
+
+def test_readings_without_a_declaration_and_unavailable_ones_are_saved_as_they_are():
+    plain, env = Command(("dmesg",)), Command(("env",), saved=EnvValues())
+    text = dumped({plain: CommandReading("dmesg", 0, "[ 1.0] amdgpu: HBM 432 GiB\n", ""),
+                   env: Unavailable("node deadline reached")})
+    _, _, saved, _ = snapshot.load(text)
+    assert saved["ct13"][plain].stdout == "[ 1.0] amdgpu: HBM 432 GiB\n"
+    assert json.loads(text)["nodes"]["ct13"][1]["reading"] == {"kind": "Unavailable",
+                                                               "reason": "node deadline reached"}
