@@ -256,7 +256,8 @@ def judge_env(found: dict, evidence: dict) -> list:
 
 @check(ROCJITSU, title="A0: rocjitsu translation prefix of the right sizes and active; B0: none active",
        scope="node", remediation=(PREFIX, ENV, ON_B0, STEPPING), reads=_rocjitsu_reads,
-       params={**ROCJITSU_PARAMS, "prefix": Param(ROCJITSU_PARAMS["prefix"], validate=lambda v, nodes: _path_problem(v))})
+       params={**ROCJITSU_PARAMS,
+               "prefix": Param(ROCJITSU_PARAMS["prefix"], validate=lambda v, nodes: _path_problem(v))})
 def rocjitsu_store(r, ctx):
     """§1, §2: running the other stepping's code objects does not crash - it answers `!` with HTTP 200."""
     stepping = ctx.settings.stepping

@@ -335,7 +335,8 @@ def list_cmd(verbose):
             click.echo(f"  remediation codes: {', '.join(c.remediations) or '-'}")
             for param, default in c.params.items():
                 choices = c.param_specs[param].choices
-                click.echo(f"  {c.name}.{param} = {default!r}" + (f"  (one of {', '.join(choices)})" if choices else ""))
+                one_of = f"  (one of {', '.join(choices)})" if choices else ""
+                click.echo(f"  {c.name}.{param} = {default!r}{one_of}")
 
 
 @cli.command("explain")

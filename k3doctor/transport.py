@@ -307,7 +307,8 @@ class SSHTransport(Transport):
         except _RevokedHostKey as exc:
             client.close()
             raise TransportError(
-                f"host key of {t.host}:{t.port} ({exc}) is marked @revoked in known_hosts - refusing to connect") from None
+                f"host key of {t.host}:{t.port} ({exc}) is marked @revoked in known_hosts - "
+                "refusing to connect") from None
         except paramiko.AuthenticationException:
             client.close()
             raise TransportError(

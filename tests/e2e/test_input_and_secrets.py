@@ -156,7 +156,8 @@ def test_revoked_known_hosts_lines_are_honoured_and_do_not_spoil_the_file(rig, t
     path = tmp_path / "inv.yaml"
     path.write_text(yaml.safe_dump(inv))
 
-    known.write_text("\n".join([f"@revoked * {unrelated}", "@cert-authority *.example ssh-ed25519 AAAA", *lines]) + "\n")
+    known.write_text("\n".join([f"@revoked * {unrelated}", "@cert-authority *.example ssh-ed25519 AAAA", *lines])
+                     + "\n")
     rc, doc = k3json("check", "--nodes", path, "--only", "amdgpu-driver")
     assert rc == 0, doc["results"]  # one revoked key elsewhere leaves every other key usable
 

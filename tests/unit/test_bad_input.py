@@ -78,7 +78,7 @@ def test_yaml_no_user_file_needs_is_one_line_per_problem(text, expected):
 def test_aliases_are_walked_once_not_exponentially():
     laughs = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
         f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n"
-        for p, c in zip("abcdefgh", "bcdefghi"))
+        for p, c in zip("abcdefgh", "bcdefghi", strict=True))
     got = problems(laughs + NODES)
     assert got[0] == "inv.yaml:1: a: unknown key; known keys: cluster, ssh, defaults, nodes"
 
