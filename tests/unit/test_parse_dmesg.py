@@ -1,7 +1,8 @@
 import pytest
 
 from k3doctor.parsers import ParseError
-from k3doctor.parsers.dmesg import BLOCK, INFO, accid_to_location, find_signatures, parse_line, parse_log
+from k3doctor.model.gpu import accid_to_location
+from k3doctor.parsers.dmesg import BLOCK, INFO, find_signatures, parse_line, parse_log
 from tests.corpus import load
 
 # Constructed from reference §8 (importer-side fabric signatures, `amdgpu <BDF>:` prefix), §6
