@@ -26,14 +26,14 @@ from k3doctor.model.kernel_log import BOOT_ID, DMESG, UPTIME, KernelLog
 from k3doctor.parsers import ParseError
 from k3doctor.parsers.dmesg import BLOCK, WARN, scan
 from k3doctor.readings import Glob, ReadingUnavailable
-from k3doctor.registry import REGISTRY, CheckSettings, check, remediation
+from k3doctor.registry import REGISTRY, CheckSettings, RegistryError, check, remediation
 from k3doctor.results import error, fail, passed, warn
 
 SEVERITIES = {"fail": fail, "warn": warn}
 SINCE = ("amdgpu-load", "boot")  # where a rule's window starts (window parameter "amdgpu-load")
 SAMPLE_LINES = 5  # raw lines kept per finding in the evidence
 
-WEDGED = remediation("KERNEL-GPU-WEDGED", "a GPU is wedged (MES / SDMA residue in the kernel log)", """
+WEDGED = remediation("GPU-WEDGED", "a GPU is wedged (MES / SDMA residue in the kernel log)", """
 `MES ... failed to respond to msg=REMOVE_QUEUE`, `MES ring buffer is full` and expired SDMA fence
 fallback timers mean the GPU's scheduler is wedged - expected with gpu_recovery=0 after a hung or
 killed engine or a multi-node abort (§10). The node is unhealthy even at 0% VRAM and with no
@@ -43,7 +43,7 @@ Remedy (§11): BMC Redfish `ForceRestart` of the tray, then perf_setup (§5). Ne
 reboot` or Redfish `GracefulRestart` on a wedged GPU: shutdown blocks unloading amdgpu.
 """)
 
-PAGE_FAULT = remediation("KERNEL-GPU-PAGE-FAULT", "a GPU logged a no-retry page fault", """
+PAGE_FAULT = remediation("GPU-PAGE-FAULT", "a GPU logged a no-retry page fault", """
 `[gfxhub0] no-retry page fault` (`Faulty UTCL2 client ID: TCP`, `PERMISSION_FAULTS`) is the
 gfx1250 platform issue under high-pressure runs (§10): ModelRunner dies (`exitcode=-6`) ~96 s later
 and the other ranks hang in Gloo/collectives. After such a fault multi-process runs can hang in
@@ -52,7 +52,7 @@ hang for 20+ minutes: reboot the tray (Redfish ForceRestart, then perf_setup, §
 it again. Capture dmesg before and after every run to tie a fault to its run.
 """)
 
-RESET = remediation("KERNEL-GPU-RESET", "a GPU timed out a ring, was reset or lost VRAM", """
+RESET = remediation("GPU-HUNG-RESET", "a GPU timed out a ring, was reset or lost VRAM", """
 A ring timeout (`ring <name> timeout, signaled seq=..., emitted seq=...`), `GPU reset begin!` and
 `VRAM is lost due to GPU reset!` mean a job hung the GPU and the driver reset it. On these racks
 amdgpu must run with gpu_recovery=0 so a hang halts the GPU for diagnosis instead (§5): a reset
@@ -62,7 +62,7 @@ on it is dead and its memory gone. Reload amdgpu the bring-up way (ifoe first, t
 (§11), and find the job named in the finding's `Process` detail.
 """)
 
-RAS = remediation("KERNEL-GPU-RAS", "a GPU reported an uncorrectable memory/RAS error", """
+RAS = remediation("GPU-RAS-ERROR", "a GPU reported an uncorrectable memory/RAS error", """
 Poison consumed, an uncorrectable RAS count, an ACA bank with UC/PCC/poison/deferred status, or
 `Saved bad pages N reaches threshold value M` are hardware errors of that GPU (AMD's node tooling
 reads the same lines, §28). The GPU cannot be trusted for a long run: keep the node out, reset the
@@ -70,7 +70,7 @@ tray (§11) and have the board checked; a bad-page threshold needs the board's R
 (`amd-smi bad-pages` lists the retired pages). A recoverable APEI record is a warning: watch it.
 """)
 
-HOST_CRASH = remediation("KERNEL-HOST-CRASH", "the host crashed in the previous boot (fatal BERT record)", """
+HOST_CRASH = remediation("HOST-CRASHED", "the host crashed in the previous boot (fatal BERT record)", """
 A BERT `event severity: fatal` record (e.g. `fru_text: Perr: CPU0`, bank 19 status
 `baa000000005080b`) is a real host crash reported at this boot (§10; seen on CT1, CT2, CT3,
 CT12, CT15 - CT15 twice in 30 min). Keep the tray out of long multi-node runs and report it to the
@@ -78,7 +78,7 @@ platform team. Not this: the `mce ... Bank 62` line with its BERT record for MSR
 a warm reboot is noise (`benign_bert_msrs`), and so is `mana ... Failed to query link config: -71`.
 """)
 
-FABRIC = remediation("KERNEL-FABRIC", "the UALink/IFoE fabric failed between two GPUs (importer's log)", """
+FABRIC = remediation("FABRIC-IMPORT-FAILED", "the UALink/IFoE fabric failed between two GPUs (importer's log)", """
 `IMPORT: NPA-RSP timeout from remote AccId:<n>`, `HELLO: Send failed`, `IMPORT: connection setup
 failed`, `XA import failed` and `LSDMA PIO error` are fabric data-path faults, logged by the
 importer only (§8); they were seen while every card read `active`. The remote AccId names the
@@ -88,7 +88,7 @@ cabling and its data-plane NIC (§4, §18), reload amdgpu (`modprobe ifoe` first
 tray (§11), then prove the path with `k3doctor check --only ualoe-fabric --pairs <a>,<b>`.
 """)
 
-UALINK_INIT = remediation("KERNEL-UALINK-INIT", "the driver failed to bring up a card's UALink", """
+UALINK_INIT = remediation("UALINK-INIT-FAILED", "the driver failed to bring up a card's UALink", """
 `Failed to set NPA config`, `Failed to start UALink manager` and `Failed to init UALink sw r=<n>`
 mean the card's UALink accelerator never came up (§6); `UALINK: deactivating accelerator` after
 the load means it went down again. Confirm `lsmod | grep ^ifoe` (ifoe must load before amdgpu,
@@ -146,6 +146,8 @@ RULES = tuple(Rule(*fields) for fields in (
 BENIGN_MSR_SIGNATURES = {"fatal_hw_error", "recoverable_hw_error"}  # BERT records judged by their MSRs (§10)
 
 for _rule in RULES:  # `k3doctor explain RULE` for every built-in rule
+    if _rule.id in REGISTRY.remediations:
+        raise RegistryError(f"kernel-health rule id {_rule.id} is already a remediation code")
     remediation(_rule.id, f"{_rule.what} ({_rule.section})",
                 f"kernel-health rule {_rule.id}: {_rule.what} (reference {_rule.section}); fires on the "
                 f"parser signature `{_rule.signature}`, {_rule.severity.upper()}, judged since "
