@@ -228,12 +228,11 @@ def _check_window(window: str) -> None:
 
 @dataclass
 class NodeLog:
-    """What one node contributes: its log's findings per rule, and its cards' addresses and accel ids."""
+    """What one node's log contributes: its findings per rule, and its cards' PCI addresses."""
 
     node: str
     log: KernelLog
     bdfs: dict
-    accel_ids: dict
     hits: list  # (rule, finding, window description)
     window: str  # the window of the amdgpu-load rules, said in the PASS
 
@@ -248,33 +247,32 @@ def _read_node(node: str, r, params) -> NodeLog:
     log = KernelLog.read(dmesg, r.get("uptime"), r.get("boot_id"))
     site = tuple((rule.id, BLOCK if rule.severity == "fail" else WARN, re.compile(rule.pattern))
                  for rule in rules if rule.pattern is not None)
-    findings = scan(log.lines, site)
     benign = {m.lower() for m in params.param("benign_bert_msrs")}
     by_signature = {}
     for rule in rules:
         by_signature.setdefault(rule.id if rule.pattern is not None else rule.signature, []).append(rule)
+    windows = {since: window_start(log, since, window) for since in SINCE}
     hits = []
-    for finding in findings:
+    for finding in scan(log.lines, site):
         if finding.signature in BENIGN_MSR_SIGNATURES and finding.details.get("msr") \
                 and set(finding.details["msr"]) <= benign:
             continue  # §10: warm-reboot residue
+        age = log.age_s(finding.seconds)
         for rule in by_signature.get(finding.signature, ()):
-            start, max_age, what = window_start(log, rule.since, window)
-            age = log.age_s(finding.seconds)
+            start, max_age, what = windows[rule.since]
             if finding.index >= start and (max_age is None or age is None or age <= max_age):
                 hits.append((rule, finding, what))
-    return NodeLog(node, log, card_bdfs(r["uevents"]), accel_ids(r["ualink"]), hits,
-                   window_start(log, "amdgpu-load", window)[2])
+    return NodeLog(node, log, card_bdfs(r["uevents"]), hits, windows["amdgpu-load"][2])
 
 
 def _age(seconds) -> str:
     return "age unknown (no monotonic stamp)" if seconds is None else f"{seconds:.0f}s ago"
 
 
-def _attribute(seen: NodeLog, finding, logs: dict, gpus_per_node: int) -> tuple:
-    """(node at fault, card or None, how) for one finding seen in ``seen``'s log."""
+def _attribute(seen: NodeLog, finding, owners: dict, gpus_per_node: int) -> tuple:
+    """(node at fault, card or None, how) for one finding seen in ``seen``'s log (``owners``: node -> accel ids)."""
     if finding.accid is not None:
-        node, card, how = locate_accid(finding.accid, {n: lg.accel_ids for n, lg in logs.items()}, gpus_per_node)
+        node, card, how = locate_accid(finding.accid, owners, gpus_per_node)
         if node is None:
             return seen.node, None, f"remote AccId:{finding.accid} is owned by no node: {how}"
         return node, card, f"remote AccId:{finding.accid} = {node} card{card} ({how})"
@@ -286,28 +284,42 @@ def _attribute(seen: NodeLog, finding, logs: dict, gpus_per_node: int) -> tuple:
     return seen.node, None, "the line names no PCI address"
 
 
-def _verdicts(logs: dict, gpus_per_node: int) -> list:
-    """One verdict per (rule, node at fault, card, node whose log showed it), newest age and count."""
+def _verdicts(logs: dict, owners: dict, gpus_per_node: int) -> list:
+    """One verdict per fault: (remediation, node at fault, card, node whose log showed it).
+
+    The signatures of one fault (ring timeout -> GPU reset -> VRAM lost; NPA-RSP timeout, HELLO and
+    setup failures towards one remote GPU) are named together, led by the first rule of the table,
+    with every rule id and its count in the message and evidence.
+    """
+    order = {rule.id: i for i, rule in enumerate(RULES)}  # site rules after the built-in ones
     groups: dict = {}
     for seen in logs.values():
         for rule, finding, what in seen.hits:
-            node, card, how = _attribute(seen, finding, logs, gpus_per_node)
-            key = (rule.id, node, card, seen.node)
-            groups.setdefault(key, (rule, how, what, seen, []))[4].append(finding)
+            node, card, how = _attribute(seen, finding, owners, gpus_per_node)
+            group = groups.setdefault((rule.remediation, node, card, seen.node), {"seen": seen, "window": what,
+                                                                                 "how": {}, "hits": {}})
+            group["hits"].setdefault(rule.id, (rule, []))[1].append(finding)
+            group["how"].setdefault(rule.id, how)
     out = []
-    for (_, node, card, seen_on), (rule, how, what, seen, found) in groups.items():
+    for (remedy, node, card, seen_on), group in groups.items():
+        hits = sorted(group["hits"].values(), key=lambda h: order.get(h[0].id, len(order)))
+        (lead, lead_found), seen = hits[0], group["seen"]
+        found = [f for _, fs in hits for f in fs]
         ages = [seen.log.age_s(f.seconds) for f in found]
         known = [a for a in ages if a is not None]
-        newest = _age(min(known)) if known else _age(None)
         where = "" if seen_on == node else f", seen in {seen_on}'s kernel log"
-        text = found[-1].lines[0] if found[-1].lines else found[-1].line
-        count = f"{len(found)} time(s), newest {newest}" if len(found) > 1 else newest
-        out.append(SEVERITIES[rule.severity](
-            f"{rule.what} [{rule.id}, {rule.section}]: {how}{where}; {count}: {text.strip()[:160]}",
-            node=node, gpu=card, remediation=rule.remediation,
-            evidence={"rule": rule.id, "section": rule.section, "seen_in": seen_on, "attribution": how,
-                      "window": what, "count": len(found), "ages_s": [None if a is None else round(a) for a in ages],
-                      "boot_id": seen.log.boot_id, "details": found[-1].details,
+        ids = ", ".join(f"{r.id}" + (f" x{len(fs)}" if len(fs) > 1 else "") for r, fs in hits)
+        sections = ", ".join(dict.fromkeys(r.section for r, _ in hits))
+        text = lead_found[-1].line.strip()[:160]
+        worst = "fail" if any(r.severity == "fail" for r, _ in hits) else "warn"
+        out.append(SEVERITIES[worst](
+            f"{lead.what} [{ids}; {sections}]: {group['how'][lead.id]}{where}; newest "
+            f"{_age(min(known)) if known else _age(None)}: {text}",
+            node=node, gpu=card, remediation=remedy,
+            evidence={"rule": lead.id, "rules": {r.id: len(fs) for r, fs in hits}, "sections": sections,
+                      "seen_in": seen_on, "attribution": group["how"][lead.id], "window": group["window"],
+                      "ages_s": [None if a is None else round(a) for a in ages], "boot_id": seen.log.boot_id,
+                      "details": lead_found[-1].details,
                       "lines": [line for f in found[-SAMPLE_LINES:] for line in f.lines[:SAMPLE_LINES]]}))
     return out
 
@@ -326,21 +338,30 @@ def kernel_health(per_node, ctx):
 
     Cluster scope so that an ``AccId`` seen in one node's log is put on the node and card that own it.
     """
-    logs, verdicts = {}, []
+    logs, owners, verdicts = {}, {}, []
     for node, r in per_node.items():
         params = CheckSettings(ctx.nodes[node].settings, ctx.check) if node in ctx.nodes else ctx.settings
+        try:  # a node whose log is unreadable still owns its accel ids
+            owners[node] = accel_ids(r["ualink"])
+        except ReadingUnavailable:
+            owners[node] = {}
         try:
             logs[node] = _read_node(node, r, params)
         except RuleError as exc:
             verdicts.append(error(f"kernel-health parameters: {exc}", node=node))
-        except (ReadingUnavailable, ParseError) as exc:
-            verdicts.append(error(f"kernel log not readable, not judged: {exc} (a restricted dmesg needs "
-                                  "root: `sudo: true` in the inventory)", node=node))
-    verdicts += _verdicts(logs, ctx.settings.gpus_per_node)
+        except ReadingUnavailable as exc:
+            verdicts.append(error(f"kernel log not readable, not judged: {exc} (a restricted dmesg needs root: "
+                                  "`sudo: true` in the inventory)", node=node))
+        except ParseError as exc:
+            verdicts.append(error(f"kernel log not judged: {exc}", node=node))
+    verdicts += _verdicts(logs, owners, ctx.settings.gpus_per_node)
     faulty = {v.node for v in verdicts}
     for node, seen in logs.items():
-        if node not in faulty:
-            verdicts.append(passed(f"kernel log clean ({len(seen.log.lines)} lines of the current boot, judged "
-                                   f"{seen.window}; fatal BERT records over the whole boot)", node=node,
-                                   evidence={"boot_id": seen.log.boot_id, "lines": len(seen.log.lines)}))
+        if node in faulty:
+            continue
+        elsewhere = sorted({v.node for v in verdicts if v.evidence.get("seen_in") == node})
+        others = f"; it shows faults of {', '.join(elsewhere)}, reported there" if elsewhere else ""
+        verdicts.append(passed(f"no fault of this node in its kernel log ({len(seen.log.lines)} lines of the "
+                               f"current boot, judged {seen.window}; fatal BERT records over the whole boot{others})",
+                               node=node, evidence={"boot_id": seen.log.boot_id, "lines": len(seen.log.lines)}))
     return verdicts
