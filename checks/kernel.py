@@ -130,13 +130,15 @@ RULES = tuple(Rule(*fields) for fields in (
     ("KERNEL-BERT-FATAL", "fatal_hw_error", "fail", "§10", HOST_CRASH,
      "fatal hardware error record (BERT/APEI): the host crashed", "boot"),
     ("KERNEL-NPA-RSP-TIMEOUT", "npa_rsp_timeout", "fail", "§8", FABRIC, "fabric: NPA-RSP timeout from the remote GPU"),
-    ("KERNEL-HELLO-SEND-FAILED", "hello_send_failed", "fail", "§8", FABRIC, "fabric: HELLO send to the remote GPU failed"),
+    ("KERNEL-HELLO-SEND-FAILED", "hello_send_failed", "fail", "§8", FABRIC,
+     "fabric: HELLO send to the remote GPU failed"),
     ("KERNEL-IMPORT-SETUP-FAILED", "import_setup_failed", "fail", "§8", FABRIC,
      "fabric: connection setup with the remote GPU failed"),
     ("KERNEL-XA-IMPORT-FAILED", "xa_import_failed", "fail", "§8", FABRIC, "fabric: XA import of a remote handle failed"),
     ("KERNEL-LSDMA-PIO-ERROR", "lsdma_pio_error", "fail", "§8", FABRIC, "fabric: LSDMA PIO error"),
     ("KERNEL-LSDMA-PIO-COPY", "lsdma_pio_copy_failed", "fail", "§8", FABRIC, "fabric: LSDMA PIO failed to copy memory"),
-    ("KERNEL-UALINK-NPA-CONFIG", "ualink_npa_config_failed", "fail", "§6", UALINK_INIT, "UALink: failed to set NPA config"),
+    ("KERNEL-UALINK-NPA-CONFIG", "ualink_npa_config_failed", "fail", "§6", UALINK_INIT,
+     "UALink: failed to set NPA config"),
     ("KERNEL-UALINK-MANAGER", "ualink_manager_failed", "fail", "§6", UALINK_INIT,
      "UALink: failed to start the UALink manager"),
     ("KERNEL-UALINK-SW-INIT", "ualink_sw_init_failed", "fail", "§6", UALINK_INIT, "UALink: failed to init UALink sw"),
@@ -296,8 +298,8 @@ def _verdicts(logs: dict, owners: dict, gpus_per_node: int) -> list:
     for seen in logs.values():
         for rule, finding, what in seen.hits:
             node, card, how = _attribute(seen, finding, owners, gpus_per_node)
-            group = groups.setdefault((rule.remediation, node, card, seen.node), {"seen": seen, "window": what,
-                                                                                 "how": {}, "hits": {}})
+            group = groups.setdefault((rule.remediation, node, card, seen.node),
+                                      {"seen": seen, "window": what, "how": {}, "hits": {}})
             group["hits"].setdefault(rule.id, (rule, []))[1].append(finding)
             group["how"].setdefault(rule.id, how)
     out = []

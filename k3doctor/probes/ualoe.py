@@ -408,7 +408,6 @@ def kill_pids(pids) -> str:
     return KILL_FN + f'for p in {" ".join(str(int(p)) for p in pids)}; do k "$p"; done; true'
 
 
-
 ACCEL_SCRIPT = ('for f in /sys/class/drm/card*/device/ualink/accel_id; do '
                 '[ -e "$f" ] && printf "%s %s\\n" "$f" "$(cat "$f" 2>/dev/null)"; done; true')
 SHORT_S = 15.0  # bookkeeping commands (process tables, kills, kernel log)

@@ -130,7 +130,7 @@ def clean(node="ct14", tray=14):
 @pytest.mark.parametrize("flavour", FLAVOURS)
 def test_page_fault_corpus_is_one_finding_on_its_card(flavour):
     log = reflavour(load("dmesg-amdgpu-pagefault-noretry.txt"), flavour)
-    verdicts = judge({"ct13": node_readings(log, 13, bdfs=["0000:c6:00.0", "0000:c7:00.0", "0000:c8:00.0", "0000:c9:00.0"])})
+    verdicts = judge({"ct13": node_readings(log, 13, bdfs=[f"0000:c{b}:00.0" for b in "6789"])})
     assert found(verdicts) == [("FAIL", "ct13", 0, "KERNEL-PAGE-FAULT")]
     [v] = [v for v in verdicts if v.status == Status.FAIL]
     assert v.remediation == "GPU-PAGE-FAULT" and v.evidence["rules"] == {"KERNEL-PAGE-FAULT": 2}
@@ -146,7 +146,7 @@ def test_page_fault_corpus_is_one_finding_on_its_card(flavour):
 @pytest.mark.parametrize("flavour", FLAVOURS)
 def test_ring_timeout_reset_and_mes_corpus(flavour):
     log = reflavour(load("dmesg-amdgpu-ring-timeout-gpu-reset.txt"), flavour)
-    verdicts = judge({"ct13": node_readings(log, 13, bdfs=["0000:c5:00.0", "0000:c6:00.0", "0000:c7:00.0", "0000:c8:00.0"])})
+    verdicts = judge({"ct13": node_readings(log, 13, bdfs=[f"0000:c{b}:00.0" for b in "5678"])})
     assert found(verdicts) == [("FAIL", "ct13", 0, "KERNEL-GPU-RESET", "KERNEL-RING-TIMEOUT"),
                                ("FAIL", "ct13", 0, "KERNEL-MES-REMOVE-QUEUE")]
     timeout = next(v for v in verdicts if v.evidence.get("rule") == "KERNEL-RING-TIMEOUT")
@@ -240,8 +240,8 @@ def test_site_rules_add_override_and_silence():
     site = {"SITE-SMU-BUSY": {"pattern": r"SMU: I'm not done", "severity": "warn", "remediation": "GPU-HUNG-RESET",
                               "what": "SMU busy", "section": "site runbook"},
             "KERNEL-MES-RING-FULL": {"severity": "warn"}}
-    assert found(judge({"ct13": log}, rules=site)) == [("WARN", "ct13", 0, "SITE-SMU-BUSY"),
-                                                        ("WARN", "ct13", 1, "KERNEL-MES-RING-FULL")]
+    assert found(judge({"ct13": log}, rules=site)) == [
+        ("WARN", "ct13", 0, "SITE-SMU-BUSY"), ("WARN", "ct13", 1, "KERNEL-MES-RING-FULL")]
     assert found(judge({"ct13": log, "ct14": log}, rules=site, node_params={"ct14": {"silence": ["SITE-SMU-BUSY"]}})
                  ) == [("WARN", "ct13", 0, "SITE-SMU-BUSY"), ("WARN", "ct13", 1, "KERNEL-MES-RING-FULL"),
                        ("WARN", "ct14", 1, "KERNEL-MES-RING-FULL")]

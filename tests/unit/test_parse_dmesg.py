@@ -148,7 +148,8 @@ def test_accid_to_location(accid, location):
 
 OLD_RING_TIMEOUT = """\
 [  312.441002] [drm:amdgpu_job_timedout [amdgpu]] *ERROR* ring gfx timeout, signaled seq=37811, emitted seq=37813
-[  312.441010] [drm:amdgpu_job_timedout [amdgpu]] *ERROR* Process information: process python3 pid 4471 thread python3:cs0 pid 4480
+[  312.441010] [drm:amdgpu_job_timedout [amdgpu]] *ERROR* Process information: process python3 pid 4471 \
+thread python3:cs0 pid 4480
 [  312.441020] amdgpu 0000:03:00.0: amdgpu: GPU reset begin!
 """
 
@@ -164,7 +165,8 @@ def test_detail_lines_never_attach_to_an_event_of_another_source():
     text = ("[ 10.000000] [drm] Fence fallback timer expired on ring sdma0\n"
             "[ 10.100000] ring gfx timeout\n"  # no PCI address, no drm tag: nothing can attach to it
             "[ 10.200000] amdgpu 0000:c6:00.0: amdgpu:  for process bystander pid 7 thread x pid 7)\n"
-            "[ 10.300000] amdgpu 0000:c6:00.0: amdgpu: [gfxhub0] no-retry page fault (src_id:0 ring:24 vmid:3 pasid:9)\n"
+            "[ 10.300000] amdgpu 0000:c6:00.0: amdgpu: [gfxhub0] no-retry page fault "
+            "(src_id:0 ring:24 vmid:3 pasid:9)\n"
             "[ 10.400000] amdgpu 0000:c7:00.0: amdgpu:  for process other pid 8 thread other pid 8)\n"
             "[ 10.500000] amdgpu 0000:c6:00.0: amdgpu:  for process owner pid 9 thread owner pid 9)\n")
     fence, timeout, fault = find_signatures(text)
