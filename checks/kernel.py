@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from k3doctor.model.gpu import UALINK_GLOB, UEVENT_GLOB, accel_ids, card_bdfs, card_for_bdf, locate_accid
 from k3doctor.model.kernel_log import BOOT_ID, DMESG, UPTIME, KernelLog
 from k3doctor.parsers import ParseError
-from k3doctor.parsers.dmesg import BLOCK, WARN, scan
+from k3doctor.parsers.dmesg import BLOCK, SIGNATURE_NAMES, WARN, scan
 from k3doctor.readings import Glob, ReadingUnavailable
 from k3doctor.registry import REGISTRY, CheckSettings, RegistryError, check, remediation
 from k3doctor.results import error, fail, passed, warn
@@ -174,9 +174,10 @@ def rules_for(params) -> tuple:
             raise RuleError(f"rules.{rule_id}: unknown field(s) {', '.join(sorted(unknown))}")
         base = table.get(rule_id)
         if base is None:
-            if "signature" not in spec and "pattern" not in spec:
-                raise RuleError(f"rules.{rule_id}: a new rule needs a signature (parser name) or a pattern (regex)")
-            base = Rule(rule_id, spec.get("signature", rule_id), "fail", "site rule", WEDGED, rule_id)
+            if ("signature" in spec) == ("pattern" in spec) or "remediation" not in spec:
+                raise RuleError(f"rules.{rule_id}: a new rule needs a remediation code and either a signature "
+                                "(parser name) or a pattern (regex)")
+            base = Rule(rule_id, spec.get("signature", rule_id), "fail", "site rule", spec["remediation"], rule_id)
         rule = replace(base, **{k: str(v) for k, v in spec.items()})
         _validate(rule)
         table[rule_id] = rule
@@ -194,6 +195,9 @@ def _validate(rule: Rule) -> None:
         raise RuleError(f"rules.{rule.id}: since {rule.since!r} is not {' or '.join(SINCE)}")
     if rule.remediation not in REMEDIATIONS:
         raise RuleError(f"rules.{rule.id}: remediation {rule.remediation!r} is not one of {', '.join(REMEDIATIONS)}")
+    if rule.pattern is None and rule.signature not in SIGNATURE_NAMES:
+        raise RuleError(f"rules.{rule.id}: signature {rule.signature!r} is not a parser signature "
+                        f"({', '.join(SIGNATURE_NAMES)})")
     if rule.pattern is not None:
         if len(rule.pattern) > 200:
             raise RuleError(f"rules.{rule.id}: pattern longer than 200 characters")

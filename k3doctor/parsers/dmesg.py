@@ -105,6 +105,9 @@ _HW_FIELDS = tuple(re.compile(p) for p in (
 _ACA_START = "Accelerator Check Architecture events logged"
 _ACA_REG = re.compile(r"^ACA\[(?P<bank>\d{1,3}/\d{1,3})\]\.(?P<reg>[A-Z_]{1,16})=(?P<value>0x[0-9a-fA-F]{1,16})")
 _ACA_STATUS_BITS = {"valid": 63, "uc": 61, "pcc": 57, "deferred": 44, "poison": 43}  # MCA_STATUS (AMD)
+# Every signature name a finding can carry (line signatures, then the grouped [Hardware Error] records).
+SIGNATURE_NAMES = (*(name for name, _, _ in _SIGNATURES), "fatal_hw_error", "recoverable_hw_error",
+                   "hw_error_record", "aca_uncorrectable", "aca_correctable")
 
 
 @dataclass(frozen=True)

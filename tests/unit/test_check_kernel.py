@@ -247,6 +247,13 @@ def test_site_rules_add_override_and_silence():
                        ("WARN", "ct14", 1, "KERNEL-MES-RING-FULL")]
     [bad] = judge({"ct13": log}, rules={"SITE-X": {"pattern": "(", "remediation": "GPU-HUNG-RESET"}})
     assert bad.status == Status.ERROR and "rules.SITE-X: pattern '(' is not a regex" in bad.message
+    [bad] = judge({"ct13": log}, rules={"SITE-Y": {"signature": "no_such", "remediation": "GPU-WEDGED"}})
+    assert bad.status == Status.ERROR and "signature 'no_such' is not a parser signature" in bad.message
+    [bad] = judge({"ct13": log}, rules={"SITE-Z": {"pattern": "x"}})
+    assert bad.status == Status.ERROR and "needs a remediation code" in bad.message
+    corrected = {"SITE-ACA-CE": {"signature": "aca_correctable", "severity": "warn", "remediation": "GPU-RAS-ERROR"}}
+    assert found(judge({"ct13": stamped("amdgpu 0000:01:00.0: {1}[Hardware Error]: ACA[01/01].STATUS=0x9000000000000000",
+                                        500)}, rules=corrected)) == [("WARN", "ct13", 0, "SITE-ACA-CE")]
     [bad] = judge({"ct13": log}, silence=["KERNEL-NOPE"])
     assert bad.status == Status.ERROR and "silence: no rule KERNEL-NOPE" in bad.message
 
