@@ -2,12 +2,12 @@
 GPU count and HBM size per GPU (sysfs, cross-checked with amd-smi), and HBM agreement across the rack."""
 from __future__ import annotations
 
-import re
 from collections import Counter
 
+from k3doctor.model.gpu import VENDOR_GLOB, amd_cards, card_of
+from k3doctor.model.kernel_log import DMESG, LOAD_LINE, KernelLog
 from k3doctor.parsers import ParseError
 from k3doctor.parsers.amdsmi import parse_static_vram
-from k3doctor.parsers.dmesg import parse_line
 from k3doctor.readings import Command, Exists, File, Glob, ReadingUnavailable
 from k3doctor.registry import check, remediation
 from k3doctor.results import error, fail, passed, skip, warn
@@ -16,11 +16,7 @@ PARAMS = "/sys/module/amdgpu/parameters"
 REQUIRED = {"gpu_recovery": "0", "halt_if_hws_hang": "1"}
 TUNED = {"mtype_local": "0", "noretry": "1"}
 IFOE = "/sys/module/ifoe"
-VENDOR_GLOB = "/sys/class/drm/card*/device/vendor"
 VRAM_GLOB = "/sys/class/drm/card*/device/mem_info_vram_total"
-AMD_VENDOR = "0x1002"
-_CARD_FILE = re.compile(r"/card(\d+)/device/[^/]+$")
-_DMESG_STAMP = re.compile(r"^\d+\.\d+$")
 _RELOAD_NOTE = """They are load-time parameters: only an unload/reload changes them, and reloading
 amdgpu retrains the UALink links (§5, §6) - weigh that: plan it for an idle tray, never
 under a job, and wait for every accel_state to read `active` again afterwards."""
@@ -83,14 +79,10 @@ OOMs the smaller ones. Replace the odd node with one of the majority's board typ
 """)
 
 
-def card_of(path: str) -> int:
-    return int(_CARD_FILE.search(path).group(1))
-
-
 @check("amdgpu-driver", title="/dev/kfd present, amdgpu loaded with gpu_recovery=0 halt_if_hws_hang=1 after ifoe",
        scope="node", remediation=(AMDGPU_PARAMS, NO_KFD, IFOE_MISSING, UNTUNED),
        params={"require_tuned": False},
-       reads={"kfd": Exists("/dev/kfd"), "ifoe": Exists(IFOE), "dmesg": Command(("dmesg",)),
+       reads={"kfd": Exists("/dev/kfd"), "ifoe": Exists(IFOE), "dmesg": DMESG,
               **{p: File(f"{PARAMS}/{p}") for p in (*REQUIRED, *TUNED)}})
 def amdgpu_driver(r, ctx):
     """§5: without the bring-up parameters a HWS hang resets the GPU and the run dies with an
@@ -146,39 +138,27 @@ def _ifoe_state(r, evidence: dict) -> tuple:
 
 def ifoe_load_order(dmesg) -> tuple:
     """("before" | "after" | None, why) from the first ifoe line and amdgpu's init line in dmesg."""
-    # imported here: at the top it would register ualink's checks before this module's (report order)
-    from k3doctor.checks.ualink import LOAD_LINE
-
     if dmesg is None or not dmesg.ok:
         return None, "load order not determinable: dmesg not readable"
-    first = {}
-    for raw in dmesg.stdout.splitlines():
-        line = parse_line(raw)
-        if line.timestamp is None or not _DMESG_STAMP.match(line.timestamp):
-            continue
-        if "ifoe" not in first and line.text.startswith("ifoe"):
-            first["ifoe"] = (float(line.timestamp), line.text)
-        elif "amdgpu" not in first and LOAD_LINE in line.text:
-            first["amdgpu"] = (float(line.timestamp), line.text)
-    if len(first) < 2:
-        missing = " and ".join(k for k in ("ifoe", "amdgpu") if k not in first)
+    try:
+        log = KernelLog.read(dmesg)
+    except (ReadingUnavailable, ParseError) as exc:
+        return None, f"load order not determinable: {exc}"
+    first = {"ifoe": log.first(lambda line: line.text.startswith("ifoe")),
+             "amdgpu": log.first(lambda line: LOAD_LINE in line.text)}
+    missing = " and ".join(k for k, v in first.items() if v is None)
+    if missing:
         return None, f"load order not determinable: no {missing} line with a boot timestamp in dmesg (rotated?)"
     (t_ifoe, _), (t_amdgpu, _) = first["ifoe"], first["amdgpu"]
     why = f"dmesg: ifoe at {t_ifoe:.3f}s, amdgpu init at {t_amdgpu:.3f}s"
     return ("before" if t_ifoe < t_amdgpu else "after"), why
 
 
-def amd_cards(r) -> list:
-    """Card indices whose PCI vendor is AMD (a BMC's VGA card is card0 on many servers)."""
-    return sorted(card_of(p) for p, reading in r["vendors"].items()
-                  if reading.exists and reading.text().lower() == AMD_VENDOR)
-
-
 def hbm_gib(r) -> dict:
     """card -> HBM size in whole GiB (mem_info_vram_total, rounded: drivers reserve a few MiB)."""
     vram = {card_of(p): reading for p, reading in r["vram"].items()}
     out = {}
-    for card in amd_cards(r):
+    for card in amd_cards(r["vendors"]):
         if card not in vram:
             out[card] = None
             continue
@@ -191,7 +171,7 @@ def hbm_gib(r) -> dict:
 
 def record_inventory(r, ctx) -> dict:
     """Baseline entry: GPU count and HBM per card, for drift reports (old -> new)."""
-    return {"gpus": len(amd_cards(r)), "hbm_gib": hbm_gib(r)}
+    return {"gpus": len(amd_cards(r["vendors"])), "hbm_gib": hbm_gib(r)}
 
 
 INVENTORY_READS = {"vendors": Glob(VENDOR_GLOB), "vram": Glob(VRAM_GLOB)}
@@ -231,7 +211,7 @@ def amdsmi_cross_check(r, cards: list, sizes: dict, tolerance_gib: float, eviden
        reads=_inventory_reads, record=record_inventory)
 def gpu_inventory(r, ctx):
     """§12: wide EP assumes 4 GPUs per node and a KV budget computed for one HBM size."""
-    cards, sizes = amd_cards(r), hbm_gib(r)
+    cards, sizes = amd_cards(r["vendors"]), hbm_gib(r)
     want_gpus, want_hbm = ctx.settings.gpus_per_node, ctx.settings.hbm_gib_per_gpu
     evidence = {"AMD cards": [f"card{c}" for c in cards], "HBM GiB": {f"card{c}": g for c, g in sizes.items()}}
     verdicts = []

@@ -12,34 +12,27 @@ from collections import Counter
 from dataclasses import dataclass
 from itertools import zip_longest
 
-from k3doctor.checks.amdgpu import VENDOR_GLOB, amd_cards
-
+from k3doctor.model.gpu import UALINK_DIR, UALINK_GLOB, VENDOR_GLOB, amd_cards
+from k3doctor.model.kernel_log import BOOT_ID, DMESG, UPTIME, seconds_since_amdgpu_load
 from k3doctor.parsers import ParseError
 from k3doctor.parsers._common import UINT32_MAX, to_int, to_u32
-from k3doctor.readings import Command, File, Glob, ReadingUnavailable
+from k3doctor.readings import Glob, ReadingUnavailable
 from k3doctor.registry import Param, check, remediation
 from k3doctor.results import error, fail, passed, warn
 
-UALINK_DIR = "/sys/class/drm/card*/device/ualink"
 UALINK_READS = {
-    "ualink": Glob(f"{UALINK_DIR}/*"),
+    "ualink": Glob(UALINK_GLOB),
     "ualink_stations": Glob(f"{UALINK_DIR}/stations/lane_en_bitmap"),  # older layout (§6)
     "ualink_setup": Glob(f"{UALINK_DIR}/setup/local_accels"),  # older layout (§6)
 }
 OLD_LAYOUT = {"stations/lane_en_bitmap": "station_lane_en_bitmap", "setup/local_accels": "local_accels"}
 BITMAP = "station_lane_en_bitmap"
-BOOT_ID = "/proc/sys/kernel/random/boot_id"
-# amdgpu_init() prints this once per module load; its dmesg stamp vs /proc/uptime = seconds since load.
-LOAD_LINE = "amdgpu kernel modesetting enabled"
-DMESG = Command(("dmesg",))  # the same reading amdgpu-driver takes: gathered once per node
-UPTIME = File("/proc/uptime")
 STATIONS = 18  # nibbles in station_lane_en_bitmap (§28)
 HALF_NIBBLES = {"3": "port 1 down, port 0 up", "c": "port 0 down, port 1 up"}  # CVS monitor reading (§28)
 RECORDED_FIELDS = ("accel_id", "local_accels", BITMAP, "link_type")
 SUMMARY = ("accel_state", *RECORDED_FIELDS)
 
 _PATH = re.compile(r"^/sys/class/drm/card(\d+)/device/ualink/(.+)$")
-_STAMP = re.compile(r"^\[\s*(\d+(?:\.\d+)?)\]")
 
 NOT_ACTIVE = remediation("UALINK-NOT-ACTIVE", "a GPU's UALink accelerator is not active", """
 Every GPU's ualink/accel_state must read `active` before anything multi-node (§6);
@@ -184,26 +177,6 @@ def groups(values: dict, name=str) -> str:
     return "; ".join(f"{value} on {', '.join(keys)}" for value, keys in by_value.items())
 
 
-def seconds_since_load(uptime_reading, dmesg_reading):
-    """(seconds since amdgpu was loaded, how that was found); None when it cannot be told.
-
-    sysfs has no module load time, so this compares amdgpu's last init line in dmesg with
-    /proc/uptime. A wrapped ring buffer or restricted dmesg leaves it unknown.
-    """
-    if uptime_reading is None or uptime_reading.content is None or dmesg_reading is None or not dmesg_reading.ok:
-        return None, "amdgpu load time unknown (/proc/uptime and dmesg not readable)"
-    try:
-        uptime = float(uptime_reading.content.split()[0])
-    except (ValueError, IndexError):
-        return None, f"amdgpu load time unknown (/proc/uptime read {uptime_reading.content[:60]!r})"
-    loads = [line for line in dmesg_reading.stdout.splitlines() if LOAD_LINE in line]
-    stamp = _STAMP.match(loads[-1]) if loads else None
-    if stamp is None:
-        return None, f"amdgpu load time unknown (no timestamped '{LOAD_LINE}' line in dmesg)"
-    since = max(0.0, uptime - float(stamp.group(1)))
-    return since, f"amdgpu loaded {since:.0f}s ago"
-
-
 def _unconfigured(card: Card, ctx, load) -> object:
     """§6: normal for ~60 s after load; past that, the stuck signature gets its own remedy."""
     grace = ctx.param("unconfigured_grace_s")
@@ -323,7 +296,7 @@ def _missing_verdicts(r, cards: dict, up: dict, expected: int) -> list:
     """§6 needs `active` on ALL GPUs, so a GPU without ualink/ FAILs too: AMD cards (PCI vendor)
     lacking it by number, any shortfall beyond them as one node line (gpu-inventory owns the count)."""
     try:
-        named = [n for n in amd_cards(r) if n not in cards]
+        named = [n for n in amd_cards(r["vendors"]) if n not in cards]
     except (ReadingUnavailable, ParseError):
         named = []
     seen = {"ualink cards": [_c(n) for n in cards]}
@@ -414,7 +387,7 @@ def drift_verdicts(cards: dict, baseline, boot_id) -> list:
 
 
 def _reads(settings) -> dict:
-    return {**UALINK_READS, "uptime": UPTIME, "dmesg": DMESG, "boot_id": File(BOOT_ID), "vendors": Glob(VENDOR_GLOB)}
+    return {**UALINK_READS, "uptime": UPTIME, "dmesg": DMESG, "boot_id": BOOT_ID, "vendors": Glob(VENDOR_GLOB)}
 
 
 @check("ualink-state", title="every GPU's UALink state, identity, lanes and local accels are sane", scope="gpu",
@@ -429,7 +402,7 @@ def ualink_state(r, ctx):
     if not cards:
         return fail(f"no GPU exposes {UALINK_DIR}/ (amdgpu not loaded, or no UALink driver)",
                     evidence={"glob": UALINK_READS["ualink"].pattern}, remediation=NOT_ACTIVE)
-    load = seconds_since_load(r.get("uptime"), r.get("dmesg"))
+    load = seconds_since_amdgpu_load(r.get("uptime"), r.get("dmesg"))
     verdicts = []
     for card in cards.values():
         try:

@@ -1,9 +1,13 @@
-"""Kernel log lines (dmesg / journalctl) and the amdgpu/UALink signatures that gate a node.
+"""Kernel log lines (dmesg / journalctl) and the amdgpu/UALink/host signatures that gate a node.
 
 A node with a wedged GPU, MES/SDMA residue, no-retry page faults or a fatal BERT record is
 excluded even at 0% VRAM (reference §3, §10); fabric faults show up only in the importer's
-dmesg (§8); UALink activation lines say when a card went ACTIVE (§6).  The log flavours
-differ only in their prefix, so every line is first reduced to (timestamp, level, text).
+dmesg (§8); UALink activation lines say when a card went ACTIVE (§6); RAS / ACA records are
+the vocabulary of AMD's own node tooling (§28).  The log flavours differ only in their
+prefix, so every line is first reduced to (timestamp, level, text).
+
+Every pattern is bounded (no unbounded ``.*`` / ``\\S+``), so a 40 kB line costs linear time,
+and any input either parses or raises :class:`ParseError`.
 """
 from __future__ import annotations
 
@@ -13,60 +17,97 @@ from dataclasses import dataclass, field
 from k3doctor.parsers import ParseError
 from k3doctor.parsers._common import require_text
 
-_DECODED = re.compile(r"^(?P<facility>[a-z]+)\s*:(?P<level>[a-z]+)\s*:\s?(?P<rest>.*)$")  # dmesg --decode
+_DECODED = re.compile(r"^(?P<facility>[a-z]{1,10})\s{0,8}:(?P<level>[a-z]{1,10})\s{0,8}:\s?(?P<rest>.*)$",
+                      re.DOTALL)  # dmesg --decode
+_MONOTONIC = re.compile(r"^\[\s{0,12}(?P<ts>[0-9]{1,12}\.[0-9]{1,9})\]\s?(?P<text>.*)$", re.DOTALL)  # [ 47.9]
 _STAMPS = (
-    re.compile(r"^\[\s*(?P<ts>\d+\.\d+)\]\s?(?P<text>.*)$"),  # [ 4778.915423]
-    re.compile(r"^\[(?P<ts>[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4})\]\s?(?P<text>.*)$"),  # dmesg -T
-    re.compile(r"^(?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[,.]?\d*(?:[+-]\d\d:?\d\d|Z)?) (?P<text>.*)$"),  # iso
+    _MONOTONIC,
+    re.compile(r"^\[(?P<ts>[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4})\]\s?(?P<text>.*)$",
+               re.DOTALL),  # dmesg -T
+    re.compile(r"^(?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[,.][0-9]{1,9})?(?:[+-]\d\d:?\d\d|Z)?) (?P<text>.*)$",
+               re.DOTALL),  # iso
 )
 _JOURNAL = re.compile(  # journalctl -k (short / short-iso)
-    r"^(?P<ts>[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d|\d{4}-\d\d-\d\dT\S+) \S+ kernel: (?P<text>.*)$"
-)
+    r"^(?P<ts>[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d|\d{4}-\d\d-\d\dT[0-9:.,+Z-]{8,40}) [^\s]{1,255} kernel: "
+    r"(?P<text>.*)$", re.DOTALL)
+# journalctl separators: "-- Boot <id> --" (systemd >= 246), "-- Reboot --", "-- Logs begin at ... --"
+_MARKER = re.compile(r"^-- (?:Boot (?P<boot>[0-9a-f]{32}) --|Reboot --|.{0,200} --)$")
 _BDF = re.compile(r"\bamdgpu (?P<bdf>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]):")
+_DRM_TAG = re.compile(r"^\[(?P<tag>drm:[\w.]{1,80}) \[amdgpu\]\]")  # [drm:amdgpu_job_timedout [amdgpu]]
+_ACCID = "(?P<accid>[0-9]{1,10})"
 
 BLOCK, WARN, INFO = "BLOCK", "WARN", "INFO"  # severity hints, as in the reference's §0.3 table
 
 # (name, severity hint, pattern).  First match wins; named groups land in Finding.details
 # (``accid`` goes to Finding.accid).
 _SIGNATURES = tuple((name, severity, re.compile(pattern, flags)) for name, severity, pattern, flags in (
-    # §10 wedged GPU / post-fault residue
-    ("mes_remove_queue_failed", BLOCK, r"MES.*remove.?queue", re.IGNORECASE),
+    # §10 wedged GPU / post-fault residue (Helios-R runbook: any `MES.*remove.?queue` is a stop)
+    ("mes_remove_queue_failed", BLOCK, r"MES.{0,120}?remove.?queue", re.IGNORECASE),
     ("mes_ring_full", BLOCK, r"MES ring buffer is full", 0),
-    ("fence_fallback_timer_expired", BLOCK, r"fence fallback timer expired on ring (?P<ring>\S+)", re.IGNORECASE),
+    ("fence_fallback_timer_expired", BLOCK, r"fence fallback timer expired on ring (?P<ring>[^\s,]{1,64})",
+     re.IGNORECASE),
     ("no_retry_page_fault", BLOCK,
-     r"\[(?P<hub>\w+)\] no-retry page fault(?: \(src_id:\d+ ring:\d+ vmid:(?P<vmid>\d+) pasid:(?P<pasid>\d+)\))?", 0),
-    ("ring_timeout", BLOCK, r"\bring (?P<ring>\S+) timeout", 0),
+     r"\[(?P<hub>\w{1,32})\] no-retry page fault"
+     r"(?: \(src_id:\d{1,10} ring:\d{1,10} vmid:(?P<vmid>\d{1,10}) pasid:(?P<pasid>\d{1,10})\))?", 0),
+    ("ring_timeout", BLOCK, r"\bring (?P<ring>[^\s,]{1,64}) timeout", 0),  # new and *ERROR* (older) wording
     ("gpu_reset", BLOCK, r"GPU reset begin", 0),
-    ("fatal_hw_error", BLOCK, r"event severity: fatal", 0),  # BERT/APEI fatal: real host crash
+    ("vram_lost", BLOCK, r"VRAM is lost due to GPU reset", 0),
     ("ras_poison_consumed", BLOCK, r"poison is consumed", re.IGNORECASE),
     ("ras_bad_page_threshold", BLOCK,
-     r"Saved bad pages (?P<bad_pages>\d+) reaches threshold value (?P<threshold>\d+)", 0),
+     r"Saved bad pages (?P<bad_pages>\d{1,10}) reaches threshold value (?P<threshold>\d{1,10})", 0),
+    ("ras_uncorrectable", BLOCK, r"(?P<count>\d{1,10}) (?:new )?uncorrectable hardware errors detected in "
+                                 r"(?:total in )?(?P<block>\w{1,32}) block", 0),
     # §8 fabric data path (importer side)
-    ("npa_rsp_timeout", BLOCK, r"IMPORT: NPA-RSP timeout from remote AccId:\s*(?P<accid>\d+)", 0),
-    ("lsdma_pio_error", BLOCK, r"LSDMA PIO error status bits (?P<status>0x[0-9a-fA-F]+)", 0),
+    ("npa_rsp_timeout", BLOCK, rf"IMPORT: NPA-RSP timeout from remote AccId:\s?{_ACCID}", 0),
+    ("lsdma_pio_error", BLOCK, r"LSDMA PIO error status bits (?P<status>0x[0-9a-fA-F]{1,16})", 0),
     ("lsdma_pio_copy_failed", BLOCK, r"LSDMA PIO failed to copy memory", 0),
-    ("hello_send_failed", BLOCK, r"HELLO: Send failed to remote AccId:\s*(?P<accid>\d+)", 0),
-    ("import_setup_failed", BLOCK, r"IMPORT: connection setup failed with remote AccId:\s*(?P<accid>\d+)", 0),
-    ("xa_import_failed", BLOCK, r"IMPORT: XA import failed for handle:\s*(?P<handle>\S+)", 0),
+    ("hello_send_failed", BLOCK, rf"HELLO: Send failed to remote AccId:\s?{_ACCID}", 0),
+    ("import_setup_failed", BLOCK, rf"IMPORT: connection setup failed with remote AccId:\s?{_ACCID}", 0),
+    ("xa_import_failed", BLOCK, r"IMPORT: XA import failed for handle:\s?(?P<handle>[0-9a-fA-Fx:]{1,40})", 0),
     # §6 UALink bring-up
     ("ualink_activating", INFO,
-     r"UALINK: activating accelerator accel_id=(?P<accid>\d+) \(accel_state=(?P<accel_state>\d+)\)", 0),
-    ("ualink_active", INFO, r"UALINK: accelerator accel_id=(?P<accid>\d+) is now ACTIVE", 0),
+     rf"UALINK: activating accelerator accel_id={_ACCID} \(accel_state=(?P<accel_state>\d{{1,3}})\)", 0),
+    ("ualink_active", INFO, rf"UALINK: accelerator accel_id={_ACCID} is now ACTIVE", 0),
     ("ualink_deactivating", WARN, r"UALINK: deactivating accelerator", 0),
     ("ualink_npa_config_failed", BLOCK, r"Failed to set NPA config", 0),
     ("ualink_manager_failed", BLOCK, r"Failed to start UALink manager", 0),
-    ("ualink_sw_init_failed", BLOCK, r"Failed to init UALink sw r=(?P<r>-?\d+)", 0),
+    ("ualink_sw_init_failed", BLOCK, r"Failed to init UALink sw r=(?P<r>-?\d{1,6})", 0),
 ))
 
-# Follow-up lines of a page fault / ring timeout (same BDF) that complete its details.
+# Follow-up lines of a page fault / ring timeout (same source) that complete its details; the old
+# ring-timeout wording says `Process information: process <name> pid <n>`.
 _DETAIL_LINES = tuple(re.compile(p) for p in (
-    r"(?:for process|Process) (?P<process>\S+) pid (?P<pid>\d+)",
-    r"in page starting at address (?P<address>0x[0-9a-fA-F]+) from IH client 0x[0-9a-fA-F]+ \((?P<ih_client>\w+)\)",
-    r"VM_L2_PROTECTION_FAULT_STATUS:\s*(?P<fault_status>0x[0-9a-fA-F]+)",
-    r"Faulty UTCL2 client ID: (?P<faulty_client>\S+)",
-    r"PERMISSION_FAULTS: (?P<permission_faults>0x[0-9a-fA-F]+)",
+    r"(?:for process|Process information: process|Process) (?P<process>[^\s]{1,64}) pid (?P<pid>\d{1,10})",
+    r"in page starting at address (?P<address>0x[0-9a-fA-F]{1,16}) from IH client 0x[0-9a-fA-F]{1,8} "
+    r"\((?P<ih_client>\w{1,32})\)",
+    r"VM_L2_PROTECTION_FAULT_STATUS:\s?(?P<fault_status>0x[0-9a-fA-F]{1,16})",
+    r"Faulty UTCL2 client ID: (?P<faulty_client>[^\s]{1,32})",
+    r"PERMISSION_FAULTS: (?P<permission_faults>0x[0-9a-fA-F]{1,8})",
 ))
+# The rest of the VM_L2 fault-status dump: part of the event, nothing kept from it.
+_DUMP_LINE = re.compile(r"\s(?:MORE_FAULTS|WALKER_ERROR|MAPPING_ERROR|RW|CID): 0x[0-9a-fA-F]{1,8}$")
 _WITH_DETAILS = {"no_retry_page_fault", "ring_timeout"}
+
+# RAS / APEI / BERT / ACA records: `[Hardware Error]:` lines that belong together (§10, §28).  The tag
+# before `[Hardware Error]` (`{N}` and/or `amdgpu <BDF>:`) says which record a line belongs to; an
+# `mce: [Hardware Error]: ...` line is a one-line machine-check report, not part of such a record.
+_HW = re.compile(r"^(?P<tag>(?:amdgpu [0-9a-fA-F:.]{12}: )?(?:\{\d{1,6}\})?)\[Hardware Error\]: ?(?P<body>.*)$",
+                 re.DOTALL)
+_HW_START = re.compile(r"^Hardware error from APEI Generic Hardware Error Source: ?(?P<source>\d{1,6})")
+_HW_SEVERITY = re.compile(r"^event severity: (?P<severity>\w{1,20})")
+_HW_FIELDS = tuple(re.compile(p) for p in (
+    r"^\s{0,8}fru_text: (?P<fru_text>.{1,40})$",
+    r"^\s{0,8}section_type: (?P<section_type>.{1,60})$",
+    r"^\s{0,8}MSR Address: (?P<msr>0x[0-9a-fA-F]{1,16})",
+    r"^\s{0,8}device_id: (?P<device>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])",
+    r"^\s{0,8}vendor_id: (?P<vendor_id>0x[0-9a-fA-F]{1,4}), device_id: (?P<device_id>0x[0-9a-fA-F]{1,4})",
+))
+_ACA_START = "Accelerator Check Architecture events logged"
+_ACA_REG = re.compile(r"^ACA\[(?P<bank>\d{1,3}/\d{1,3})\]\.(?P<reg>[A-Z_]{1,16})=(?P<value>0x[0-9a-fA-F]{1,16})")
+_ACA_STATUS_BITS = {"valid": 63, "uc": 61, "pcc": 57, "deferred": 44, "poison": 43}  # MCA_STATUS (AMD)
+# Every signature name a finding can carry (line signatures, then the grouped [Hardware Error] records).
+SIGNATURE_NAMES = (*(name for name, _, _ in _SIGNATURES), "fatal_hw_error", "recoverable_hw_error",
+                   "hw_error_record", "aca_uncorrectable", "aca_correctable")
 
 
 @dataclass(frozen=True)
@@ -78,10 +119,21 @@ class LogLine:
     text: str
     raw: str
 
+    @property
+    def seconds(self) -> float | None:
+        """Seconds since boot for the monotonic ``[ 4778.915423]`` stamp; None for wall-clock flavours."""
+        if self.timestamp is None or not _MONOTONIC.match(f"[{self.timestamp}]"):
+            return None
+        return float(self.timestamp)
+
 
 @dataclass
 class Finding:
-    """A signature hit: ``severity`` is a hint (BLOCK/WARN/INFO); ``line`` is the raw line."""
+    """A signature hit: ``severity`` is a hint (BLOCK/WARN/INFO); ``line`` is the raw first line.
+
+    ``index`` is the position of that line in the parsed log (windows are cut by position, so
+    they work for every flavour); ``lines`` holds every raw line of a multi-line record.
+    """
 
     signature: str
     severity: str
@@ -90,6 +142,9 @@ class Finding:
     bdf: str | None = None
     accid: int | None = None
     details: dict = field(default_factory=dict)
+    index: int = 0
+    seconds: float | None = None
+    lines: list = field(default_factory=list)
 
 
 def parse_line(line: str) -> LogLine:
@@ -106,59 +161,190 @@ def parse_line(line: str) -> LogLine:
     return LogLine(None, level, rest, line)
 
 
-def parse_log(text: str) -> list:
-    """All non-blank lines as ``LogLine``; raises ParseError if none carries a known prefix.
+def boot_marker(line: LogLine):
+    """``(True, boot id or None)`` for a journalctl ``-- Boot <id> --`` / ``-- Reboot --`` line, else None."""
+    if line.timestamp is not None or line.level is not None:
+        return None
+    match = _MARKER.match(line.raw.strip())
+    if match is None or not (match.group("boot") or line.raw.strip() == "-- Reboot --"):
+        return None
+    return True, match.group("boot")
 
-    A capture with no timestamped line is not a kernel log (e.g. ``dmesg: read kernel buffer
-    failed: Operation not permitted``) and must not read as "no signatures found".
+
+def parse_log(text: str) -> list:
+    """All non-blank lines as ``LogLine``; raises ParseError unless most lines carry a known prefix.
+
+    A capture whose lines are mostly unprefixed is not a kernel log (e.g. ``dmesg: read kernel
+    buffer failed: Operation not permitted``, a wrapper's usage text) and must not read as "no
+    signatures found".  Unprefixed continuation lines and journalctl ``-- ... --`` separators
+    are kept (they belong to the log) but do not count as evidence that it is one.
     """
     require_text(text, "kernel log")
     lines = [parse_line(line) for line in text.splitlines() if line.strip()]
-    if all(line.timestamp is None and line.level is None for line in lines):
-        raise ParseError(f"kernel log: no dmesg/journalctl line prefix found in {lines[0].text!r:.80}")
+    if not lines:
+        raise ParseError("kernel log: no line with text")
+    content = [line for line in lines if not _MARKER.match(line.raw.strip())]
+    prefixed = sum(1 for line in content if line.timestamp is not None or line.level is not None)
+    if not content or 2 * prefixed <= len(content):
+        sample = (content or lines)[0].raw
+        raise ParseError(f"kernel log: {len(content) - prefixed} of {len(content)} line(s) carry no "
+                         f"dmesg/journalctl prefix, e.g. {sample!r:.80}")
     return lines
 
 
-def find_signatures(text: str) -> list:
-    """``list[Finding]`` for the §6/§8/§10 signatures in a kernel log, in log order.
+def find_signatures(text: str, extra=()) -> list:
+    """``list[Finding]`` for the §6/§8/§10/§28 signatures in a kernel log text, in log order."""
+    return scan(parse_log(text), extra)
 
-    Host noise from §10 (``mce`` warm-reboot records, ``mana … -71``) matches nothing here.
+
+def scan(lines: list, extra=()) -> list:
+    """``list[Finding]`` for the signatures in parsed lines (``extra``: more ``(name, severity, regex)``).
+
+    Host noise from §10 (``mce`` warm-reboot records, ``mana … -71``) matches no signature.
     Page-fault and ring-timeout findings collect details (process, pid, IH client, faulty
-    UTCL2 client, fault status, PERMISSION_FAULTS) from the following lines of the same BDF.
+    UTCL2 client, fault status, PERMISSION_FAULTS) from the following lines of the *same source*
+    (the line's PCI address, else its ``[drm:func [amdgpu]]`` tag): a line with neither never
+    completes another event.  ``[Hardware Error]`` lines are grouped into one finding per record:
+    APEI/BERT records by severity (``fatal_hw_error``, ``recoverable_hw_error``, other severities
+    ``hw_error_record``), ACA bank dumps into ``aca_uncorrectable`` / ``aca_correctable`` from
+    each bank's MCA STATUS bits.
     """
+    signatures = (*_SIGNATURES, *extra)
     findings: list = []
-    open_finding: Finding | None = None
-    for entry in parse_log(text):
-        bdf_match = _BDF.search(entry.text)
-        bdf = bdf_match.group("bdf") if bdf_match else None
-        for name, severity, pattern in _SIGNATURES:
+    detail_open: Finding | None = None
+    record: _Record | None = None
+    for index, entry in enumerate(lines):
+        hw = _HW.match(entry.text)
+        if hw is not None:
+            record = _hw_line(record, hw.group("tag"), hw.group("body"), entry, index, findings)
+            detail_open = None
+            continue
+        if record is not None:
+            findings.append(record.finish())
+            record = None
+        source = _source(entry.text)
+        for name, severity, pattern in signatures:
             match = pattern.search(entry.text)
             if match:
                 details = {k: v for k, v in match.groupdict().items() if v is not None}
                 accid = details.pop("accid", None)
-                open_finding = Finding(name, severity, entry.raw, entry.timestamp, bdf,
-                                       None if accid is None else int(accid), details)
-                findings.append(open_finding)
-                if name not in _WITH_DETAILS:
-                    open_finding = None
+                finding = Finding(name, severity, entry.raw, entry.timestamp, _bdf(entry.text),
+                                  None if accid is None else int(accid), details, index, entry.seconds,
+                                  [entry.raw])
+                findings.append(finding)
+                detail_open = (finding, source) if name in _WITH_DETAILS and source is not None else None
                 break
         else:
-            if open_finding is not None and bdf == open_finding.bdf:
-                for pattern in _DETAIL_LINES:
-                    match = pattern.search(entry.text)
-                    if match:
-                        for key, value in match.groupdict().items():
-                            open_finding.details.setdefault(key, value)
+            if detail_open is not None and source == detail_open[1]:
+                if not _add_details(detail_open[0], entry):
+                    detail_open = None  # the event's own source moved on: later lines are not its details
+    if record is not None:
+        findings.append(record.finish())
+    findings.sort(key=lambda f: f.index)
     return findings
 
 
-def accid_to_location(accid: int, gpus_per_node: int = 4) -> tuple:
-    """Global AccId -> (tray 1-based, position within the tray's AccId range) (§6).
+def _bdf(text: str) -> str | None:
+    match = _BDF.search(text[:200])
+    return match.group("bdf").lower() if match else None
 
-    Tray N owns AccIds 4(N-1)…4(N-1)+3, so AccId 51 is CT13, 4th accelerator: ``(13, 3)``.
-    The position is not the card index (``local_accels`` can read ``3 2 1 0``); map it to a
-    card through each card's ``accel_id``.
-    """
-    if accid < 0 or gpus_per_node <= 0:
-        raise ValueError(f"invalid AccId {accid} / gpus_per_node {gpus_per_node}")
-    return accid // gpus_per_node + 1, accid % gpus_per_node
+
+def _source(text: str) -> str | None:
+    """Who printed a line: its PCI address, else its ``[drm:func [amdgpu]]`` tag, else unknown (None)."""
+    bdf = _bdf(text)
+    if bdf is not None:
+        return bdf
+    tag = _DRM_TAG.match(text)
+    return tag.group("tag") if tag else None
+
+
+def _add_details(finding: Finding, entry: LogLine) -> bool:
+    found = False
+    for pattern in _DETAIL_LINES:
+        match = pattern.search(entry.text)
+        if match:
+            found = True
+            for key, value in match.groupdict().items():
+                finding.details.setdefault(key, value)
+    if found or _DUMP_LINE.search(entry.text):
+        finding.lines.append(entry.raw)
+        return True
+    return False
+
+
+@dataclass
+class _Record:
+    """An APEI/BERT or ACA ``[Hardware Error]`` record being collected."""
+
+    kind: str  # "apei" | "aca"
+    tag: str
+    first: LogLine
+    index: int
+    details: dict = field(default_factory=dict)
+    banks: dict = field(default_factory=dict)  # ACA bank "01/01" -> {register: value}
+    lines: list = field(default_factory=list)
+
+    def finish(self) -> Finding:
+        bdf = _bdf(self.tag)
+        if self.kind == "aca":
+            name, severity = self._aca()
+        else:
+            level = self.details.get("severity", "").lower()
+            name, severity = {"fatal": ("fatal_hw_error", BLOCK), "recoverable": ("recoverable_hw_error", WARN)
+                              }.get(level, ("hw_error_record", INFO))
+            bdf = bdf or (self.details.get("devices") or [None])[0]
+        details = {k: v for k, v in self.details.items() if k != "devices"}
+        return Finding(name, severity, self.first.raw, self.first.timestamp, bdf, None, details, self.index,
+                       self.first.seconds, self.lines)
+
+    def _aca(self) -> tuple:
+        """Worst bank: valid with UC, PCC, deferred or poison set is uncorrectable; valid otherwise correctable."""
+        worst, classes = None, {}
+        for bank, regs in self.banks.items():
+            status = int(regs.get("STATUS", "0x0"), 16)
+            bits = {name for name, bit in _ACA_STATUS_BITS.items() if status >> bit & 1}
+            if "valid" not in bits:
+                continue
+            classes[bank] = sorted(bits - {"valid"}) or ["corrected"]
+            bad = bits & {"uc", "pcc", "deferred", "poison"}
+            worst = "uncorrectable" if bad or worst == "uncorrectable" else "correctable"
+        self.details["banks"] = {b: {"status": r.get("STATUS"), "ipid": r.get("IPID"), "class": classes.get(b)}
+                                 for b, r in self.banks.items()}
+        if worst == "uncorrectable":
+            return "aca_uncorrectable", BLOCK
+        return ("aca_correctable", INFO) if worst else ("hw_error_record", INFO)
+
+
+def _hw_line(record, tag: str, body: str, entry: LogLine, index: int, findings: list):
+    """Add one ``[Hardware Error]`` line to the open record, or close it and open the next."""
+    start = _HW_START.match(body)
+    severity = _HW_SEVERITY.match(body)
+    new_kind = "aca" if body.startswith(_ACA_START) else "apei" if start else None
+    if severity and (record is None or record.tag != tag or record.kind != "apei" or "severity" in record.details):
+        new_kind = "apei"
+    aca = _ACA_REG.match(body)
+    if aca and (record is None or record.tag != tag or record.kind != "aca"):
+        new_kind = "aca"
+    if record is not None and (new_kind is not None or record.tag != tag):
+        findings.append(record.finish())
+        record = None
+    if record is None:
+        record = _Record(new_kind or "apei", tag, entry, index)
+    record.lines.append(entry.raw)
+    if start:
+        record.details["source"] = start.group("source")
+    if severity:
+        record.details["severity"] = severity.group("severity")
+    if aca:
+        record.banks.setdefault(aca.group("bank"), {})[aca.group("reg")] = aca.group("value")
+    for pattern in _HW_FIELDS:
+        match = pattern.match(body)
+        if match:
+            for key, value in match.groupdict().items():
+                if key == "msr":
+                    record.details.setdefault("msr", []).append(value.lower())
+                elif key == "device":
+                    record.details.setdefault("devices", []).append(value.lower())
+                else:
+                    record.details.setdefault(key, value.strip())
+    return record

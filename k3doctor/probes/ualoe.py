@@ -18,8 +18,9 @@ import uuid
 from dataclasses import dataclass, field
 from itertools import combinations
 
+from k3doctor.model.gpu import locate_accid, parse_accel_ids
 from k3doctor.parsers import ParseError
-from k3doctor.parsers.dmesg import accid_to_location, find_signatures, parse_log
+from k3doctor.parsers.dmesg import find_signatures, parse_log
 from k3doctor.results import Status, Verdict, error, fail, passed, skip, warn
 from k3doctor.shell import quote
 from k3doctor.transport import TransportError
@@ -28,7 +29,6 @@ TOOLS = ("ualoe_p2p.exe", "ualoe_bw.exe")
 METRICS = ("read", "write", "bidir")
 FABRIC_SIGNATURES = ("npa_rsp_timeout", "lsdma_pio_error", "lsdma_pio_copy_failed", "hello_send_failed",
                      "import_setup_failed", "xa_import_failed")
-U32_UNSET = 4294967295
 
 
 class PlanError(ValueError):
@@ -280,16 +280,6 @@ def listening(text: str, port: int) -> bool | None:
     return bool(inodes & listen)
 
 
-def parse_accel_ids(text: str) -> dict:
-    """{accel id: card index} from ``<path> <value>`` lines of ualink/accel_id (unset ids skipped)."""
-    out = {}
-    for line in text.splitlines():
-        m = re.search(r"/card(\d+)/device/ualink/accel_id\s+(\d+)\s*$", line)
-        if m and int(m.group(2)) != U32_UNSET:
-            out[int(m.group(2))] = int(m.group(1))
-    return out
-
-
 def fabric_findings(log: str, marker: str | None) -> list:
     """§8 fabric signatures in the kernel log lines after ``marker`` (the pre-run last line)."""
     lines = log.splitlines()
@@ -300,16 +290,6 @@ def fabric_findings(log: str, marker: str | None) -> list:
         return []
     parse_log(log)  # a capture that is not a kernel log raises ParseError
     return [f for f in find_signatures(text) if f.signature in FABRIC_SIGNATURES]
-
-
-def locate_accid(accid: int, accel_ids: dict, gpus_per_node: int) -> tuple:
-    """(node or None, card or None, how): sysfs accel_id files first, the §6 formula otherwise."""
-    for node, ids in accel_ids.items():
-        if accid in ids:
-            return node, ids[accid], "sysfs accel_id"
-    tray, position = accid_to_location(accid, gpus_per_node)
-    return None, None, f"§6 formula: tray CT{tray}, accelerator {position} of that tray (no inventory node " \
-                       "reports this accel_id)"
 
 
 # ------------------------------------------------------------------------------------ judgement
@@ -438,7 +418,6 @@ def kill_recorded(pidfiles) -> str:
 
 def kill_pids(pids) -> str:
     return KILL_FN + f'for p in {" ".join(str(int(p)) for p in pids)}; do k "$p"; done; true'
-
 
 
 ACCEL_SCRIPT = ('for f in /sys/class/drm/card*/device/ualink/accel_id; do '

@@ -44,7 +44,7 @@ def readings(overrides=None, layout="new", uptime="5000.12 9000.00", load_stamp=
         "ualink": flat, "ualink_stations": stations, "ualink_setup": setup,
         "uptime": FileReading("/proc/uptime", f"{uptime} 1234.5\n"),
         "dmesg": CommandReading("dmesg", 0, f"[    1.000000] Linux version 6.8\n{dmesg}", ""),
-        "boot_id": FileReading(ualink.BOOT_ID, f"{boot_id}\n"),
+        "boot_id": FileReading(ualink.BOOT_ID.path, f"{boot_id}\n"),
         "vendors": {f"/sys/class/drm/card{c}/device/vendor": FileReading(f"/sys/class/drm/card{c}/device/vendor",
                                                                         "0x1002\n") for c in range(4)},
     })

@@ -1,7 +1,8 @@
 import pytest
 
+from k3doctor.model.gpu import accid_to_location
 from k3doctor.parsers import ParseError
-from k3doctor.parsers.dmesg import BLOCK, INFO, accid_to_location, find_signatures, parse_line, parse_log
+from k3doctor.parsers.dmesg import BLOCK, INFO, find_signatures, parse_line, parse_log
 from tests.corpus import load
 
 # Constructed from reference §8 (importer-side fabric signatures, `amdgpu <BDF>:` prefix), §6
@@ -63,11 +64,18 @@ def test_ring_timeout_gpu_reset_corpus():
 def test_iso_decoded_ras_fixture():
     text = load("dmesg-iso-amdgpu-ras-nodescraper-fixture.txt")
     findings = find_signatures(text)
-    assert _names(findings) == ["ras_poison_consumed", "ras_bad_page_threshold"]  # APEI "recoverable" is not
+    # the APEI record and the ACA dump are one finding each (their [Hardware Error] lines grouped)
+    assert _names(findings) == ["ras_poison_consumed", "ras_bad_page_threshold", "recoverable_hw_error",
+                                "aca_uncorrectable"]
     assert findings[0].bdf == "0000:01:00.0"
     assert findings[1].bdf == "0000:02:00.0"
     assert findings[1].details == {"bad_pages": "150", "threshold": "128"}
     assert findings[1].timestamp == "2026-01-07T10:02:01,345678-06:00"
+    apei, aca = findings[2:]
+    assert (apei.bdf, apei.details["severity"], apei.details["section_type"], len(apei.lines)) == (
+        "0000:11:01.0", "recoverable", "PCIe error", 13)
+    assert apei.details["vendor_id"] == "0x1002" and apei.details["device_id"] == "0x74a1"
+    assert (aca.bdf, len(aca.lines), aca.details["banks"]["01/01"]["class"]) == ("0000:03:00.0", 11, ["poison"])
     lines = parse_log(text)
     assert len(lines) == 71
     assert all(line.level in ("info", "warn", "err") for line in lines)
@@ -134,3 +142,62 @@ def test_not_a_kernel_log_raises(text):
 @pytest.mark.parametrize("accid, location", [(0, (1, 0)), (3, (1, 3)), (4, (2, 0)), (51, (13, 3)), (63, (16, 3))])
 def test_accid_to_location(accid, location):
     assert accid_to_location(accid) == location
+
+
+# --- gaps closed in issue 7 ----------------------------------------------------------------------
+
+OLD_RING_TIMEOUT = """\
+[  312.441002] [drm:amdgpu_job_timedout [amdgpu]] *ERROR* ring gfx timeout, signaled seq=37811, emitted seq=37813
+[  312.441010] [drm:amdgpu_job_timedout [amdgpu]] *ERROR* Process information: process python3 pid 4471 \
+thread python3:cs0 pid 4480
+[  312.441020] amdgpu 0000:03:00.0: amdgpu: GPU reset begin!
+"""
+
+
+def test_older_ring_timeout_wording_keeps_its_process():
+    timeout, reset = find_signatures(OLD_RING_TIMEOUT)
+    assert (timeout.signature, timeout.bdf) == ("ring_timeout", None)
+    assert timeout.details == {"ring": "gfx", "process": "python3", "pid": "4471"}
+    assert (reset.signature, reset.bdf) == ("gpu_reset", "0000:03:00.0")
+
+
+def test_detail_lines_never_attach_to_an_event_of_another_source():
+    text = ("[ 10.000000] [drm] Fence fallback timer expired on ring sdma0\n"
+            "[ 10.100000] ring gfx timeout\n"  # no PCI address, no drm tag: nothing can attach to it
+            "[ 10.200000] amdgpu 0000:c6:00.0: amdgpu:  for process bystander pid 7 thread x pid 7)\n"
+            "[ 10.300000] amdgpu 0000:c6:00.0: amdgpu: [gfxhub0] no-retry page fault "
+            "(src_id:0 ring:24 vmid:3 pasid:9)\n"
+            "[ 10.400000] amdgpu 0000:c7:00.0: amdgpu:  for process other pid 8 thread other pid 8)\n"
+            "[ 10.500000] amdgpu 0000:c6:00.0: amdgpu:  for process owner pid 9 thread owner pid 9)\n")
+    fence, timeout, fault = find_signatures(text)
+    assert timeout.details == {"ring": "gfx"}
+    assert fault.details["process"] == "owner" and fault.details["pid"] == "9"
+
+
+def test_bert_records_group_and_mce_is_a_line_of_its_own():
+    text = ("[    2.000000] mce: [Hardware Error]: CPU 0/48: Machine Check: 0 Bank 62: a0002000003d0800\n"
+            "[    2.100000] BERT: Error records from previous boot:\n"
+            "[    2.100001] [Hardware Error]: event severity: fatal\n"
+            "[    2.100002] [Hardware Error]:  fru_text: Perr: CPU0\n"
+            "[    2.100003] [Hardware Error]:    MSR Address: 0xC00023E1\n"
+            "[    2.200000] {2}[Hardware Error]: event severity: corrected\n")
+    fatal, corrected = find_signatures(text)
+    assert fatal.signature == "fatal_hw_error" and fatal.details == {
+        "severity": "fatal", "fru_text": "Perr: CPU0", "msr": ["0xc00023e1"]}
+    assert corrected.signature == "hw_error_record" and len(fatal.lines) == 3
+
+
+@pytest.mark.parametrize("text", [
+    "Usage:\n dmesg [options]\n\nDisplay or control the kernel ring buffer.\n[ 1.0] not enough\n",
+    "-- No entries --\n",
+    "\x1c\x85 x\n",
+])
+def test_mostly_unprefixed_text_is_not_a_kernel_log(text):
+    with pytest.raises(ParseError):
+        parse_log(text)
+
+
+def test_a_huge_accid_is_bounded_not_a_crash():
+    findings = find_signatures("[ 1.000000] amdgpu 0001:01:00.0: IMPORT: NPA-RSP timeout from remote AccId:"
+                               + "9" * 5000 + "\n")
+    assert [f.accid for f in findings] == [9999999999]

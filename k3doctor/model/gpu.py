@@ -1,0 +1,100 @@
+"""The GPU/sysfs view checks and probes share: AMD cards, PCI address -> card, accel id -> node + card.
+
+Card numbers come from sysfs paths (``/sys/class/drm/cardN/device/...``); a card's PCI address from
+its ``uevent`` (``PCI_SLOT_NAME``); its global UALink accelerator id only from its own
+``ualink/accel_id`` file (§6: never card index = AccId mod 4).  A kernel-log line printed by the
+IFoE/AFM function ``.1`` belongs to the GPU at ``.0`` on the same bus (§28: map by bus).
+"""
+from __future__ import annotations
+
+import re
+
+from k3doctor.parsers._common import UINT32_MAX
+
+DRM = "/sys/class/drm/card*/device"
+VENDOR_GLOB = f"{DRM}/vendor"
+UEVENT_GLOB = f"{DRM}/uevent"
+UALINK_DIR = f"{DRM}/ualink"
+UALINK_GLOB = f"{UALINK_DIR}/*"  # every ualink file of every card (accel_id among them)
+AMD_VENDOR = "0x1002"
+_CARD_FILE = re.compile(r"/card(\d+)/device/[^/]+$")
+_ACCEL_ID_FILE = re.compile(r"/card(\d+)/device/ualink/accel_id$")
+_SLOT = re.compile(r"^PCI_SLOT_NAME=(?P<bdf>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])\s*$", re.MULTILINE)
+
+
+def card_of(path: str) -> int:
+    """Card number of a ``/sys/class/drm/cardN/device/<file>`` path."""
+    return int(_CARD_FILE.search(path).group(1))
+
+
+def amd_cards(vendors: dict) -> list:
+    """Card indices whose PCI vendor is AMD (a BMC's VGA card is card0 on many servers)."""
+    return sorted(card_of(p) for p, reading in vendors.items()
+                  if reading.exists and reading.text().lower() == AMD_VENDOR)
+
+
+def card_bdfs(uevents: dict) -> dict:
+    """card -> PCI address (lower case) from each card's ``device/uevent`` reading; unreadable ones left out."""
+    out = {}
+    for path, reading in uevents.items():
+        match = _CARD_FILE.search(path)
+        slot = _SLOT.search(reading.content or "") if match and not reading.error else None
+        if slot:
+            out[int(match.group(1))] = slot.group("bdf").lower()
+    return dict(sorted(out.items()))
+
+
+def card_for_bdf(bdf: str, bdfs: dict):
+    """The card at PCI address ``bdf``, matched by domain:bus:device (function .1 is the GPU's IFoE device)."""
+    want = bdf.lower().rsplit(".", 1)[0]
+    for card, address in bdfs.items():
+        if address.rsplit(".", 1)[0] == want:
+            return card
+    return None
+
+
+def _accel_entry(path: str, value: str):
+    """(accel id, card) for one accel_id file, None when unset (UINT32_MAX) or not a number."""
+    match = _ACCEL_ID_FILE.search(path)
+    value = (value or "").strip()
+    if not match or not value.isascii() or not value.isdigit() or int(value) == UINT32_MAX:
+        return None
+    return int(value), int(match.group(1))
+
+
+def accel_ids(ualink_files: dict) -> dict:
+    """{accel id: card} from the ``ualink/*`` glob readings (only the accel_id files are used)."""
+    entries = (_accel_entry(p, r.content) for p, r in ualink_files.items() if not r.error and r.content)
+    return dict(e for e in entries if e is not None)
+
+
+def parse_accel_ids(text: str) -> dict:
+    """{accel id: card} from ``<path> <value>`` lines of ualink/accel_id (unset ids skipped)."""
+    entries = (_accel_entry(*line.rsplit(None, 1)) for line in text.splitlines() if len(line.split()) == 2)
+    return dict(e for e in entries if e is not None)
+
+
+def accid_to_location(accid: int, gpus_per_node: int = 4) -> tuple:
+    """Global AccId -> (tray 1-based, position within the tray's AccId range) (§6).
+
+    Tray N owns AccIds 4(N-1)…4(N-1)+3, so AccId 51 is CT13, 4th accelerator: ``(13, 3)``.
+    The position is not the card index (``local_accels`` can read ``3 2 1 0``); map it to a
+    card through each card's ``accel_id``.
+    """
+    if accid < 0 or gpus_per_node <= 0:
+        raise ValueError(f"invalid AccId {accid} / gpus_per_node {gpus_per_node}")
+    return accid // gpus_per_node + 1, accid % gpus_per_node
+
+
+def locate_accid(accid: int, accel_ids_by_node: dict, gpus_per_node: int) -> tuple:
+    """(node or None, card or None, how): every node's sysfs accel_id files first, the §6 formula otherwise.
+
+    Two nodes claiming one id (a fabric misconfiguration) are both named in ``how``.
+    """
+    owners = [(node, ids[accid]) for node, ids in accel_ids_by_node.items() if accid in ids]
+    if owners:
+        others = "".join(f"; also claimed by {n} card{c}" for n, c in owners[1:])
+        return owners[0][0], owners[0][1], f"sysfs accel_id{others}"
+    tray, position = accid_to_location(accid, gpus_per_node)
+    return None, None, f"§6 formula: tray CT{tray}, accelerator {position} of that tray (no inventory node " \
+                       "reports this accel_id)"

@@ -1,0 +1,100 @@
+"""The kernel-log view checks share: one node's current-boot kernel log, when amdgpu last loaded, ages.
+
+There is one ``dmesg`` reading per node (``DMESG``, declared by every check that needs it and
+gathered once) plus ``/proc/uptime`` and the boot id.  sysfs has no module load time, so "when
+did amdgpu load" is amdgpu_init()'s line (``LOAD_LINE``, printed once per module load) in the
+log; its monotonic stamp against /proc/uptime gives seconds since the load (§5, §6).  Only the
+current boot is judged: a journalctl capture spanning boots is cut at its last boot marker, and
+one whose last marker names another boot than ``/proc/sys/kernel/random/boot_id`` is refused (§10).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from k3doctor.parsers import ParseError
+from k3doctor.parsers.dmesg import boot_marker, parse_log
+from k3doctor.readings import Command, File, ReadingUnavailable
+
+LOAD_LINE = "amdgpu kernel modesetting enabled"
+DMESG = Command(("dmesg",))
+UPTIME = File("/proc/uptime")
+BOOT_ID = File("/proc/sys/kernel/random/boot_id")
+CLOCK_SLACK_S = 5.0  # dmesg and /proc/uptime are read moments apart: a stamp this far past uptime is fine
+
+
+def read_uptime(reading):
+    """Seconds since boot from a /proc/uptime reading; ``(None, why)`` when unreadable or absurd."""
+    if reading is None or reading.content is None:
+        return None, "/proc/uptime not readable"
+    try:
+        value = float(reading.content.split()[0])
+    except (ValueError, IndexError):
+        return None, f"/proc/uptime read {reading.content[:60]!r}"
+    if not 0 <= value < 1e9:
+        return None, f"/proc/uptime read {reading.content[:60]!r}"
+    return value, f"up {value:.0f}s"
+
+
+@dataclass
+class KernelLog:
+    """A node's kernel log lines of the current boot, with what is known about the clock."""
+
+    lines: list  # parsers.dmesg.LogLine, current boot only
+    uptime_s: float | None = None
+    boot_id: str | None = None
+    earlier_boots: int = 0  # lines of previous boots left out (journalctl captures)
+
+    @classmethod
+    def read(cls, dmesg, uptime=None, boot_id=None) -> KernelLog:
+        """From the readings; an unreadable dmesg raises ReadingUnavailable, a non-log ParseError."""
+        lines = parse_log(dmesg.output())
+        current = boot_id.content.strip() if boot_id is not None and boot_id.content else None
+        cut, last_boot = 0, None
+        for index, line in enumerate(lines):
+            marker = boot_marker(line)
+            if marker is not None:
+                cut, last_boot = index + 1, marker[1]
+        if last_boot and current and last_boot != current.replace("-", "").lower():
+            raise ParseError(f"kernel log: its last boot ({last_boot}) is not the current boot ({current})")
+        if cut and cut == len(lines):
+            raise ParseError("kernel log: no line of the current boot after its last boot marker")
+        return cls(lines[cut:], read_uptime(uptime)[0], current, cut)
+
+    def amdgpu_loads(self) -> list:
+        """Indices of amdgpu_init()'s lines, in log order (one per module load)."""
+        return [i for i, line in enumerate(self.lines) if LOAD_LINE in line.text]
+
+    def first(self, predicate):
+        """(seconds since boot, line) of the first line with a monotonic stamp matching ``predicate``."""
+        for line in self.lines:
+            if line.seconds is not None and predicate(line):
+                return line.seconds, line
+        return None
+
+    def age_s(self, seconds):
+        """How long ago a line with monotonic stamp ``seconds`` was logged; None when it cannot be told."""
+        if seconds is None or self.uptime_s is None or seconds > self.uptime_s + CLOCK_SLACK_S:
+            return None
+        return max(0.0, self.uptime_s - seconds)
+
+
+def seconds_since_amdgpu_load(uptime_reading, dmesg_reading) -> tuple:
+    """(seconds since amdgpu was last loaded, how that was found); None when it cannot be told.
+
+    A wrapped ring buffer, a restricted dmesg or a wall-clock-only log leaves it unknown.
+    """
+    if uptime_reading is None or uptime_reading.content is None or dmesg_reading is None or not dmesg_reading.ok:
+        return None, "amdgpu load time unknown (/proc/uptime and dmesg not readable)"
+    uptime, why = read_uptime(uptime_reading)
+    if uptime is None:
+        return None, f"amdgpu load time unknown ({why})"
+    try:
+        log = KernelLog.read(dmesg_reading, uptime_reading)
+    except (ReadingUnavailable, ParseError) as exc:
+        return None, f"amdgpu load time unknown ({exc})"
+    loads = log.amdgpu_loads()
+    stamp = log.lines[loads[-1]].seconds if loads else None
+    if stamp is None:
+        return None, f"amdgpu load time unknown (no timestamped '{LOAD_LINE}' line in dmesg)"
+    since = max(0.0, uptime - stamp)
+    return since, f"amdgpu loaded {since:.0f}s ago"
