@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import re
 
+from k3doctor.model.container import ROCJITSU_HOOK as HOOK
+from k3doctor.model.container import ROCJITSU_PREFIX, parse_env
 from k3doctor.parsers import ParseError
 from k3doctor.readings import Command
 from k3doctor.registry import check, remediation
@@ -13,14 +15,12 @@ from k3doctor.results import error, fail, passed, skip, warn
 from k3doctor.shell import quote
 
 ROCJITSU, PATCH = "rocjitsu-store", "patch-integrity"
-HOOK = "lib/libhsa_hotswap_rocjitsu.so"
 TRANSLATOR = "lib/librocjitsu_gfx1250_b0_to_a0.so.0.3.0"
-TRANSLATOR_STEM = "librocjitsu_gfx1250_b0_to_a0.so"
 STORE = "share/rocjitsu/translations/gfx1250-b0-a0/v1"
+TRIO = ("LD_LIBRARY_PATH", "HSA_TOOLS_LIB", "HSA_HOTSWAP_VERBOSE")  # the A0 translation environment (§2)
 ROCJITSU_PARAMS = {  # §2 table: required prefix, and the image's own (known-bad) one
-    "prefix": "/app/rjprefix", "hook_bytes": 129112, "translator_bytes": 8002216, "store_entries": 1976,
+    "prefix": ROCJITSU_PREFIX, "hook_bytes": 129112, "translator_bytes": 8002216, "store_entries": 1976,
     "image_hook_bytes": 143217, "image_translator_bytes": 7531385, "image_store_entries": 170,
-    "check_env": True,
 }
 ATOM = "/app/ATOM/atom"
 PATCH_PARAMS = {  # §14 byte sizes for gfx1250-atom-20260918-ep8
@@ -59,16 +59,6 @@ that cluster ask AMD for it by these sizes) and re-verify the sizes: `docker cp`
 `docker rm`, and an interrupted copy leaves 0-byte files (§14). `FAIL: HOTSWAP=1 but
 /app/rjprefix not found` means the same. Never fall back to HOTSWAP=0 on A0: any number
 produced without translation is void.
-""")
-
-ENV = remediation("ROCJITSU-ENV", "translation environment not set the way that works", """
-On A0 all three, in this form (§2): LD_LIBRARY_PATH starting with /app/rjprefix/lib (first
-position is what makes the populated store reachable), HSA_TOOLS_LIB=
-/app/rjprefix/lib/libhsa_hotswap_rocjitsu.so (the hook; pointing it at
-librocjitsu_gfx1250_b0_to_a0.so is silently ignored - no OnLoad), HSA_HOTSWAP_VERBOSE=1
-(without it the success lines are never printed). Do not combine with the ROCm debug agent
-(same HSA tool slot). If your launch script exports them per rank instead of the container,
-set rocjitsu-store.check_env=false and check the ranks' environment (§16).
 """)
 
 ON_B0 = remediation("ROCJITSU-ON-B0", "populated translation prefix active on B0 silicon", """
@@ -132,11 +122,6 @@ def parse_stat(text: str) -> dict:
     return sizes
 
 
-def parse_env(text: str) -> dict:
-    """``env`` -> {name: value} (continuation lines of multi-line values are dropped)."""
-    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
-
-
 def parse_count(text: str, what: str) -> int:
     value = text.strip()
     if not value.isdigit():
@@ -160,7 +145,8 @@ def _rocjitsu_reads(settings) -> dict:
     prefix, hook, translator, store = _rocjitsu_paths(settings)
     return {"stat": exec_in(c, "stat", "-c", "%s %n", prefix, hook, translator, store),
             "count": exec_in(c, "sh", "-c", f"ls -A {quote(store)} 2>/dev/null | wc -l"),
-            "env": exec_in(c, "env")}
+            # only the translation trio leaves the container: its environment holds tokens
+            "env": exec_in(c, "sh", "-c", f"env | grep -E '^({'|'.join(TRIO)})=' || true")}
 
 
 def read_prefix(r, settings) -> dict:
@@ -184,7 +170,7 @@ def judge_a0(found: dict, p) -> list:
     """§2: exact sizes and count; the image's own prefix named as such; environment in its working form."""
     evidence = {"hook": _bytes(found["hook"]), "translator": _bytes(found["translator"]),
                 "store entries": found["entries"],
-                **{k: found["env"].get(k) for k in ("LD_LIBRARY_PATH", "HSA_TOOLS_LIB", "HSA_HOTSWAP_VERBOSE")}}
+                **{k: found["env"].get(k) for k in TRIO}}
     prefix = found["prefix"]
     if not found["prefix_present"]:
         return [fail(f"{prefix} not found in the container (known issue `FAIL: HOTSWAP=1 but {prefix} not found`; "
@@ -211,34 +197,11 @@ def judge_a0(found: dict, p) -> list:
             verdicts.append(fail(f"translation store has {found['entries']} entries, need {p('store_entries'):,} "
                                  "(a near-empty store translates nothing: every token `!`)", remediation=PREFIX,
                                  evidence=evidence))
-    if p("check_env"):
-        verdicts += judge_env(found, evidence)
     return verdicts
 
 
-def judge_env(found: dict, evidence: dict) -> list:
-    env, hook, lib = found["env"], found["hook_path"], f"{found['prefix']}/lib"
-    out = []
-    first = env.get("LD_LIBRARY_PATH", "").split(":")[0].rstrip("/")
-    if first != lib:
-        out.append(fail(f"LD_LIBRARY_PATH must start with {lib} (first position makes the populated store "
-                        f"reachable, §2); it starts with {first or '(unset)'!r}", remediation=ENV, evidence=evidence))
-    tools = env.get("HSA_TOOLS_LIB")
-    if tools and TRANSLATOR_STEM in tools.rsplit("/", 1)[-1]:
-        out.append(fail(f"HSA_TOOLS_LIB points at the translator {tools}: silently ignored (it has no OnLoad); it "
-                        f"must be the hook {hook} (§2)", remediation=ENV, evidence=evidence))
-    elif tools != hook:
-        out.append(fail(f"HSA_TOOLS_LIB is {tools or '(unset)'!r}, must be {hook} (§2)", remediation=ENV,
-                        evidence=evidence))
-    if env.get("HSA_HOTSWAP_VERBOSE") != "1":
-        out.append(warn(f"HSA_HOTSWAP_VERBOSE is {env.get('HSA_HOTSWAP_VERBOSE') or '(unset)'!r}, set 1: without "
-                        "it the translation success lines are never printed, so the run cannot be proven (§2)",
-                        remediation=ENV, evidence=evidence))
-    return out
-
-
 @check(ROCJITSU, title="A0: rocjitsu translation prefix of the right sizes and active; B0: none active",
-       scope="node", remediation=(PREFIX, ENV, ON_B0, STEPPING), params=ROCJITSU_PARAMS, reads=_rocjitsu_reads)
+       scope="node", remediation=(PREFIX, ON_B0, STEPPING), params=ROCJITSU_PARAMS, reads=_rocjitsu_reads)
 def rocjitsu_store(r, ctx):
     """§1, §2: running the other stepping's code objects does not crash - it answers `!` with HTTP 200."""
     stepping = ctx.settings.stepping
@@ -255,7 +218,7 @@ def rocjitsu_store(r, ctx):
     if stepping == "A0":
         return judge_a0(found, ctx.param) or passed(
             f"A0: {found['prefix']} hook {found['hook']:,} B, translator {found['translator']:,} B, "
-            f"{found['entries']:,} store entries, environment set")
+            f"{found['entries']:,} store entries (its environment is judged by launch-config)")
     if found["entries"] == ctx.param("store_entries") and env_active(found):
         return warn(f"B0 silicon with the populated {found['entries']:,}-entry prefix active (HSA_TOOLS_LIB / "
                     "LD_LIBRARY_PATH point at it): untested configuration (§1, §27 item 7)", remediation=ON_B0,

@@ -6,7 +6,8 @@ from __future__ import annotations
 import re
 
 from k3doctor.parsers import ParseError
-from k3doctor.parsers.docker_events import Container, event_from_dict
+from k3doctor.model.container import container_from_api
+from k3doctor.parsers.docker_events import event_from_dict
 from k3doctor.parsers.rocmsmi import parse_showmemuse, parse_showpids
 from k3doctor.readings import Command, Docker, Glob, ReadingUnavailable
 from k3doctor.registry import check, remediation
@@ -39,16 +40,6 @@ def _reads(settings) -> dict:
             "kfd": Glob(KFD_PROC_GLOB),
             "pids": Command((settings.tools["rocm_smi"], "--showpids")),
             "memuse": Command((settings.tools["rocm_smi"], "--showmemuse"))}
-
-
-def container_from_api(d: dict) -> Container:
-    """A Docker API/SDK container-list dict (``Names: ["/x"]``, ``Created`` epoch) as a Container."""
-    names = d.get("Names") or []
-    if not names or not isinstance(names, list):
-        raise ParseError(f"docker container list: entry without Names: {d!r:.120}")
-    return Container(name=names[0].lstrip("/"), state=d.get("State"), status=d.get("Status", ""),
-                     image=d.get("Image", ""), created=d.get("Created"), id=d.get("Id"),
-                     labels=dict(d.get("Labels") or {}))
 
 
 def _age(now: float, then) -> str:
