@@ -9,7 +9,8 @@ Schema (every key optional)::
         cards:                  # per-card UALink overrides (card index -> CARD_FIELDS)
           1: {accel_state: unconfigured}
 
-Dict fields (``cards``, ``tools``, ``files``, ``container_files``) are merged into the healthy values,
+Dict fields (``cards``, ``tools``, ``files``, ``container_files``, ``container_env``, ``container_run``,
+``launch_args``) are merged into the healthy values,
 everything else replaces them.
 """
 
@@ -25,7 +26,7 @@ from .fixtures import CARD_FIELDS, GPUS_PER_NODE, NodeState
 
 SCENARIO_DIR = Path(__file__).with_name("scenarios")
 FIXED_FIELDS = ("tray", "rack_trays")
-MERGED_FIELDS = ("cards", "tools", "files", "container_files")
+MERGED_FIELDS = ("cards", "tools", "files", "container_files", "container_env", "container_run", "launch_args")
 CONTAINER_STATES = ("running", "created")
 
 
