@@ -473,6 +473,7 @@ class NodeFacts:
     image_id: str | None
     launch: list | None
     named: set  # variables / flags already named on this node
+    stepping: str | None = None
 
 
 def judge_node(r, node, first: bool, p) -> tuple:
@@ -517,7 +518,9 @@ def judge_node(r, node, first: bool, p) -> tuple:
         if r["tcp6"].exists:
             listeners += network.parse_proc_net_tcp(r["tcp6"].text())
         verdicts += judge_ports(listeners, network.own_addresses(routes) | {_ip(node.address)}, launch, first, p)
-    return verdicts, NodeFacts(env=sources[0].env, image_id=c.image_id, launch=launch, named=named)
+    named |= set(p("ignore"))
+    return verdicts, NodeFacts(env=sources[0].env, image_id=c.image_id, launch=launch, named=named,
+                               stepping=settings.stepping)
 
 
 def _ip(address: str):
@@ -557,8 +560,11 @@ _ABSENT = object()
 
 
 def judge_env_drift(facts: dict) -> list:
-    """Same variables with the same values on every node; an odd node is named with both values."""
-    names = sorted({n for f in facts.values() for n in f.env})
+    """Same variables with the same values on every node; an odd node is named with both values.
+    Variables a stepping rule judges are left out where the nodes' declared steppings differ."""
+    mixed = len({f.stepping for f in facts.values()}) > 1
+    per_stepping = {n for rule in DEPRECATED + trio_rules(ROCJITSU_PREFIX) if rule.stepping for n in rule.reads}
+    names = sorted({n for f in facts.values() for n in f.env} - (per_stepping if mixed else set()))
     out = []
     for name in names:
         values = {node: f.env.get(name, _ABSENT) for node, f in facts.items()}
@@ -602,9 +608,8 @@ def _without_rank(argv: list) -> tuple:
     return program, flags
 
 
-def judge_launch_drift(facts: dict, addresses: dict, gpus: int) -> list:
-    """§17: the same command everywhere except --data-parallel-rank = gpus x node place; the master IP
-    is node 0's data_ip. ``facts`` and ``addresses`` are in inventory order."""
+def judge_launch_drift(facts: dict) -> list:
+    """§17: the same command on every node except --data-parallel-rank (flags already named are skipped)."""
     with_cmd = {n: f.launch for n, f in facts.items() if f.launch}
     if not with_cmd:
         return []
@@ -628,12 +633,23 @@ def judge_launch_drift(facts: dict, addresses: dict, gpus: int) -> list:
             out.append(fail(f"launch command has {flag} {_flag_value(values[n])}, the other nodes {_flag_value(top)} "
                             "(§17: every node runs the same command except --data-parallel-rank)", node=n,
                             remediation=ARGS, evidence={flag: _flag_value(values[n]), "other nodes": _flag_value(top)}))
-    nodes = list(facts)
-    if len(with_cmd) != len(nodes):
+    return out
+
+
+def judge_placement(facts: dict, addresses: dict, gpus: int) -> list:
+    """§17, §18: --data-parallel-rank = gpus x the node's place in inventory order, and the master IP is
+    node 0's data_ip; judged only when every node's command was read (a missing node shifts places)."""
+    nodes, out = list(facts), []
+    with_cmd = {n: f.launch for n, f in facts.items() if f.launch}
+    if not with_cmd or len(with_cmd) != len(nodes):
         return out
+    flags = parse_flags(with_cmd[nodes[0]])
+    if _int(flags, "--data-parallel-size", 0) != _int(flags, "--data-parallel-size-local", gpus) * len(nodes):
+        return out  # not every node of the job was read (unreachable): places are unknown
     for place, n in enumerate(nodes):
         rank = parse_flags(with_cmd[n]).get("--data-parallel-rank", UNSET)
         if rank != str(place * gpus):
+            facts[n].named.add("--data-parallel-rank")
             out.append(fail(f"--data-parallel-rank is {rank}, node {place} in node order needs {place * gpus} "
                             f"(ranks {', '.join(str(i * gpus) for i in range(len(nodes)))}, §17)", node=n,
                             remediation=ARGS, evidence={"--data-parallel-rank": rank, "expected": place * gpus}))
@@ -641,6 +657,7 @@ def judge_launch_drift(facts: dict, addresses: dict, gpus: int) -> list:
     for n in nodes:
         ip = parse_flags(with_cmd[n]).get("--data-parallel-master-ip", UNSET)
         if ip != master and "--data-parallel-master-ip" not in facts[n].named:
+            facts[n].named.add("--data-parallel-master-ip")
             out.append(fail(f"--data-parallel-master-ip is {ip}, must be node 0 ({nodes[0]})'s data-plane address "
                             f"{master} (§17, §18)", node=n, remediation=ARGS,
                             evidence={"--data-parallel-master-ip": ip, "node 0 data_ip": master}))
@@ -675,8 +692,9 @@ def launch_config(per_node, ctx):
         verdicts += mine or [passed(_summary(node, p, per_node[node.name]), node=node.name)]
     facts = {n: f for n, f in facts.items() if f is not None}
     gpus = ctx.settings.gpus_per_node
-    drift = judge_env_drift(facts) + judge_image_drift(facts) + judge_launch_drift(
-        facts, {n.name: n.address for n in nodes if n.name in facts}, gpus)
+    addresses = {n.name: n.address for n in nodes if n.name in facts}
+    drift = judge_placement(facts, addresses, gpus)  # first: it names the flags the command drift then skips
+    drift += judge_env_drift(facts) + judge_image_drift(facts) + judge_launch_drift(facts)
     if drift:  # a node that passed alone but is odd across nodes: its PASS goes
         odd = {v.node for v in drift}
         verdicts = [v for v in verdicts if not (v.status == Status.PASS and (v.node in odd or None in odd))]

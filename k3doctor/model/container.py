@@ -25,6 +25,7 @@ _SECRET_FLAG = re.compile(r"^--?[\w-]*(token|secret|passw|api[-_]?key|credential
 # A word that makes a command the model server's launch (§17).
 _SERVER_WORDS = ("--data-parallel-size", "--data-parallel-rank", "atom.entrypoints", "openai_server")
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+_REDIRECTION = re.compile(r"^\d*[<>]")
 RANK_PREFIX = "ATOM::DP"  # process title of ATOM's engine ranks, e.g. ATOM::DP4TP0 (§16)
 _NEWLINE_STANDIN = "\x01"  # newlines inside a value travel as \x01 (records are NUL-separated in environ)
 
@@ -90,6 +91,7 @@ def _server_command(words) -> list | None:
             segment = segment[1:]
         if segment and segment[0] == "exec":
             segment = segment[1:]
+        segment = segment[:next((i for i, w in enumerate(segment) if _REDIRECTION.match(w)), len(segment))]
         if any(any(w.startswith(s) or s in w for s in _SERVER_WORDS) for w in segment):
             return redact_argv(segment)
     return None
@@ -113,11 +115,13 @@ def launch_from_script(text: str) -> list | None:
 
 
 def launch_from_argv(argv) -> list | None:
-    """The server command of a container's Entrypoint + Cmd (``sh -c 'script'`` included)."""
+    """The server command of a container's Entrypoint + Cmd (``sh -c 'script'`` included). A word with
+    blanks in it outside ``sh -c`` is a script nobody parses here: it is dropped, not kept."""
     argv = [str(a) for a in argv or ()]
-    if len(argv) >= 3 and argv[0].rsplit("/", 1)[-1] in ("sh", "bash", "dash") and argv[1] == "-c":
-        return launch_from_script(argv[2])
-    return _server_command(argv)
+    for i in range(len(argv) - 2):
+        if argv[i].rsplit("/", 1)[-1] in ("sh", "bash", "dash") and argv[i + 1] == "-c":
+            return launch_from_script(argv[i + 2])
+    return _server_command([w for w in argv if not re.search(r"\s", w)])
 
 
 _HOST_KEYS = ("NetworkMode", "IpcMode", "PidMode", "ShmSize", "CapAdd", "SecurityOpt", "GroupAdd", "Privileged")
@@ -185,11 +189,20 @@ class RankProcess:
         return int(match.group(1)) if match else None
 
 
+def environ_filter(keep, source: str) -> str:
+    """Shell pipeline printing a NUL-separated environ file (``source``, a shell word) one variable a
+    line: ``NAME=VALUE`` for ``keep`` names (newlines in the value as \\x01), ``NAME`` for the rest."""
+    names = " " + " ".join(sorted(keep)) + " "
+    return (f"tr '\\000\\n' '\\n\\001' < {source} | "
+            f"awk -v keep={quote(names)} '{{ n = $0; sub(/=.*/, \"\", n); "
+            "if (index(keep, \" \" n \" \")) print; else print n }'")
+
+
 def rank_env_script(container: str, keep) -> str:
     """Shell that prints every ATOM rank process in ``container``'s mount namespace (``--pid=host``
     makes them visible from the host, §16) with its environment: ``NAME=VALUE`` for ``keep`` names,
     ``NAME`` alone for the rest. The values of other variables never leave the node."""
-    names = " " + " ".join(sorted(keep)) + " "
+    environ = '"$d/environ"'
     return (
         f"p=$(docker inspect -f '{{{{.State.Pid}}}}' {quote(container)}) || exit 3; "
         '[ "$p" -gt 0 ] 2>/dev/null || { echo "@notrunning"; exit 0; }; '
@@ -199,9 +212,7 @@ def rank_env_script(container: str, keep) -> str:
         f'case "$c" in {RANK_PREFIX}*) ;; *) continue ;; esac; '
         '[ "$(readlink "$d/ns/mnt" 2>/dev/null)" = "$ns" ] || continue; '
         'echo "@rank ${d#/proc/} $c"; '
-        "tr '\\000\\n' '\\n\\001' < \"$d/environ\" | "
-        f"awk -v keep={quote(names)} '{{ n = $0; sub(/=.*/, \"\", n); "
-        "if (index(keep, \" \" n \" \")) print; else print n }'; "
+        f"{environ_filter(keep, environ)}; "
         "done"
     )
 
