@@ -192,8 +192,8 @@ def _is(name, *values):
 DEPRECATED = (  # §16 "Deprecated / inert", §23, §1
     EnvRule("MEGA_WIRE", ("MEGA_WIRE", "MEGA_DISPATCH_WIRE"),
             lambda e: "MEGA_WIRE" in e and e["MEGA_WIRE"] != e.get("MEGA_DISPATCH_WIRE"), Status.FAIL,
-            "MEGA_WIRE={MEGA_WIRE} differs from MEGA_DISPATCH_WIRE={MEGA_DISPATCH_WIRE}: aiter and ATOM raise `MEGA_WIRE "
-            "was renamed to MEGA_DISPATCH_WIRE` at import; remove MEGA_WIRE (§16, §0.2)", INERT),
+            "MEGA_WIRE={MEGA_WIRE} differs from MEGA_DISPATCH_WIRE={MEGA_DISPATCH_WIRE}: aiter and ATOM raise "
+            "`MEGA_WIRE was renamed to MEGA_DISPATCH_WIRE` at import; remove MEGA_WIRE (§16, §0.2)", INERT),
     EnvRule("MEGA_WIRE", ("MEGA_WIRE",), lambda e: "MEGA_WIRE" in e, Status.WARN,
             "MEGA_WIRE={MEGA_WIRE} is still exported beside MEGA_DISPATCH_WIRE: renamed and no longer read; remove it "
             "(§16, §0.2)", INERT),
@@ -219,8 +219,8 @@ PAIRS = (  # §16 "Must be set together"
     EnvRule("AITER_CUSTOM_AR_USE_SYMM_MEM", ("ATOM_USE_CUSTOM_ALL_GATHER", "AITER_CUSTOM_AR_USE_SYMM_MEM"),
             lambda e: e.get("ATOM_USE_CUSTOM_ALL_GATHER", "1") == "1" and e.get("AITER_CUSTOM_AR_USE_SYMM_MEM") != "1",
             Status.FAIL, "ATOM_USE_CUSTOM_ALL_GATHER={ATOM_USE_CUSTOM_ALL_GATHER} (ATOM main defaults it to 1) without "
-            "AITER_CUSTOM_AR_USE_SYMM_MEM=1 (it is {AITER_CUSTOM_AR_USE_SYMM_MEM}): `assert not ca_comm.disabled` kills "
-            "the ModelRunner while HTTP stays up (§16)", PAIR),
+            "AITER_CUSTOM_AR_USE_SYMM_MEM=1 (it is {AITER_CUSTOM_AR_USE_SYMM_MEM}): `assert not ca_comm.disabled` "
+            "kills the ModelRunner while HTTP stays up (§16)", PAIR),
     EnvRule("ATOM_MORI_V2", ("ATOM_MORI_V2_FUSED", "ATOM_MORI_V2"),
             lambda e: e.get("ATOM_MORI_V2_FUSED") == "1" and e.get("ATOM_MORI_V2") != "1", Status.FAIL,
             "ATOM_MORI_V2_FUSED=1 is ignored without ATOM_MORI_V2=1 (it is {ATOM_MORI_V2}) (§16)", PAIR),
@@ -228,12 +228,13 @@ PAIRS = (  # §16 "Must be set together"
             lambda e: e.get("ATOM_UNFUSED_GATHER_KV_B_PROJ") == "1"
             and e.get("ATOM_USE_TRITON_MLA_SHUFFLE_KV", "0") != "0", Status.FAIL,
             "ATOM_UNFUSED_GATHER_KV_B_PROJ=1 with ATOM_USE_TRITON_MLA_SHUFFLE_KV={ATOM_USE_TRITON_MLA_SHUFFLE_KV}: the "
-            "unfused fallback refuses the shuffled-KV layout (NotImplementedError at construction); set it 0 (§14, §16)",
+            "unfused fallback refuses the shuffled-KV layout (NotImplementedError at construction); set it 0 "
+            "(§14, §16)",
             PAIR),
     EnvRule("ATOM_USE_TRITON_MLA", ("ATOM_USE_TRITON_MLA_SHUFFLE_KV", "ATOM_USE_TRITON_MLA"),
             lambda e: e.get("ATOM_USE_TRITON_MLA_SHUFFLE_KV") == "1" and e.get("ATOM_USE_TRITON_MLA") != "1",
-            Status.FAIL, "ATOM_USE_TRITON_MLA_SHUFFLE_KV=1 requires ATOM_USE_TRITON_MLA=1 (it is {ATOM_USE_TRITON_MLA}) "
-            "(§16)", PAIR),
+            Status.FAIL, "ATOM_USE_TRITON_MLA_SHUFFLE_KV=1 requires ATOM_USE_TRITON_MLA=1 "
+            "(it is {ATOM_USE_TRITON_MLA}) (§16)", PAIR),
     EnvRule("ATOM_MEGA_COMBINE_WIRE", ("ATOM_MEGA_COMBINE_WIRE",), _is("ATOM_MEGA_COMBINE_WIRE", "fp4", "fp8"),
             Status.FAIL, "ATOM_MEGA_COMBINE_WIRE={ATOM_MEGA_COMBINE_WIRE} requires AITER #5176, which the 20260918 "
             "image predates (§16)", PAIR, profiles=("config-a", "config-b")),
@@ -255,8 +256,8 @@ def trio_rules(prefix: str) -> tuple:
                 "reachable, §2)", TRIO, stepping="A0"),
         EnvRule("HSA_TOOLS_LIB", ("HSA_TOOLS_LIB",),
                 lambda e: ROCJITSU_TRANSLATOR_STEM in (e.get("HSA_TOOLS_LIB") or "").rsplit("/", 1)[-1], Status.FAIL,
-                f"HSA_TOOLS_LIB={{HSA_TOOLS_LIB}} points at the translator: silently ignored (it has no OnLoad); it must "
-                f"be the hook {hook} (§2)", TRIO, stepping="A0"),
+                f"HSA_TOOLS_LIB={{HSA_TOOLS_LIB}} points at the translator: silently ignored (it has no OnLoad); "
+                f"it must be the hook {hook} (§2)", TRIO, stepping="A0"),
         EnvRule("HSA_TOOLS_LIB", ("HSA_TOOLS_LIB",), lambda e: e.get("HSA_TOOLS_LIB") != hook, Status.FAIL,
                 f"HSA_TOOLS_LIB={{HSA_TOOLS_LIB}}, must be {hook}: without the hook nothing is translated and every "
                 "token is `!` (§2)", TRIO, stepping="A0"),
@@ -487,7 +488,8 @@ def judge_node(r, node, first: bool, p) -> tuple:
     verdicts, named = [], set()
     if not c.running:
         verdicts.append(fail(f"container {c.name} is {c.status}, not running: start it (`docker start`; files added "
-                             "with docker cp survive a stop, §13)", remediation=CONTAINER, evidence={"status": c.status}))
+                             "with docker cp survive a stop, §13)", remediation=CONTAINER,
+                             evidence={"status": c.status}))
     if settings.image and c.image != settings.image:
         verdicts.append(fail(f"container {c.name} runs image {c.image}, the inventory expects {settings.image} (§13)",
                              remediation=CONTAINER, evidence={"image": c.image, "expected": settings.image}))
@@ -539,7 +541,8 @@ def _launch(c: ContainerView, script):
     if script.get("error"):
         return fail(f"{where} named in the inventory: {script['error']} (§17)", remediation=ARGS), where
     if not script.get("launch"):
-        return error(f"{where} starts no model server (no --data-parallel-size / atom.entrypoints command found)"), where
+        why = "no --data-parallel-size / atom.entrypoints command found"
+        return error(f"{where} starts no model server ({why})"), where
     return script["launch"], where
 
 
@@ -706,6 +709,7 @@ def _summary(node, p, r) -> str:
     where = f"{len(ranks)} running ATOM rank(s)' environment" if ranks else f"{node.settings.container} environment"
     ports = "ports held by the running engine" if ranks else "launch ports free"
     script = r["container"].script
-    launch = " and launch command as §17" if r["container"].record.get("launch") or (script and script["launch"]) else ""
+    has_launch = r["container"].record.get("launch") or (script and script["launch"])
+    launch = " and launch command as §17" if has_launch else ""
     return (f"{where} as profile {p('profile')} (§16), socket interfaces carry {node.address} (§18), run options as "
             f"§13{launch}, {ports}")

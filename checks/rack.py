@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import re
 
-from k3doctor.parsers import ParseError
 from k3doctor.model.container import container_from_api
+from k3doctor.parsers import ParseError
 from k3doctor.parsers.docker_events import event_from_dict
 from k3doctor.parsers.rocmsmi import parse_showmemuse, parse_showpids
 from k3doctor.readings import Command, Docker, Glob, ReadingUnavailable

@@ -15,9 +15,9 @@ from collections.abc import Iterable
 from .model.container import launch_from_script, record_from_inspect
 from .readings import (
     Command,
+    CommandReading,
     ContainerInspect,
     ContainerReading,
-    CommandReading,
     Docker,
     DockerReading,
     Exists,
@@ -249,9 +249,39 @@ def gather(transport, specs: Iterable, *, command_timeout_s: float, deadline_s: 
     shell_specs = [s for s in specs if not isinstance(s, (Docker, ContainerInspect))]
     results = gather_shell(transport, shell_specs, command_timeout_s=command_timeout_s,
                            deadline_s=deadline_s)
-    for spec in specs:
-        if isinstance(spec, Docker):
-            results[spec] = gather_docker(transport, spec)
-        elif isinstance(spec, ContainerInspect):
-            results[spec] = gather_container(transport, spec)
+    engine = _SharedEngine(transport)
+    try:
+        for spec in specs:
+            if isinstance(spec, Docker):
+                results[spec] = gather_docker(engine, spec)
+            elif isinstance(spec, ContainerInspect):
+                results[spec] = gather_container(engine, spec)
+    finally:
+        engine.close()
     return results
+
+
+class _SharedEngine:
+    """One Docker SDK client (one channel on the node's connection) for every engine reading of a node."""
+
+    def __init__(self, transport):
+        self.node, self._transport, self._client = transport.node, transport, None
+
+    def docker(self):
+        if self._client is None:
+            self._client = self._transport.docker()
+        return _Borrowed(self._client)
+
+    def close(self):
+        if self._client is not None:
+            self._client.close()
+
+
+class _Borrowed:
+    """The shared client as one reading sees it: closing it is the engine's job, not the reading's."""
+
+    def __init__(self, client):
+        self.api = client.api
+
+    def close(self):
+        pass

@@ -537,7 +537,8 @@ def launch_script(state: NodeState, rank: int, master_ip: str) -> str:
     for flag, value in launch_args(state, rank, master_ip).items():
         words.append(flag if value is True else f"{flag} {value}")
     body = " \\\n    ".join(["exec python3 -m atom.entrypoints.openai_server", *words])
-    return "#!/bin/sh\n# Kimi-K3 wide-EP, reference §17\n" + "".join(f"{line}\n" for line in state.launch_prelude) + body + "\n"
+    prelude = "".join(f"{line}\n" for line in state.launch_prelude)
+    return "#!/bin/sh\n# Kimi-K3 wide-EP, reference §17\n" + prelude + body + "\n"
 
 
 RANK_PROCESS = ("import ctypes, sys, time; ctypes.CDLL(None).prctl(15, sys.argv[1].encode(), 0, 0, 0); "

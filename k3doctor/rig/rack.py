@@ -539,7 +539,8 @@ class Rig:
             return
         for argv in rank_commands(node.state, rank) + listener_commands(node.state, node.host):
             container.exec_run(argv, detach=True)
-        titles = {f"ATOM::DP{rank + i}TP0" for i in range(GPUS_PER_NODE)} if node.state.atom_ranks is not None else set()
+        ranks = node.state.atom_ranks is not None
+        titles = {f"ATOM::DP{rank + i}TP0" for i in range(GPUS_PER_NODE)} if ranks else set()
         deadline = time.monotonic() + START_TIMEOUT_S
         while not (_named_processes(titles) >= titles and all(_accepts(node.host, p) for p in node.state.listeners)):
             if time.monotonic() > deadline:

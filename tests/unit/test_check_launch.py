@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from k3doctor.checks import launch as lc
+
 from k3doctor.inventory import Node, Settings
 from k3doctor.model import network
 from k3doctor.model.container import (
@@ -269,7 +269,8 @@ def test_container_missing_stopped_or_wrong_image():
     assert "is exited, not running" in v.message
     a = attrs()
     a["Config"]["Image"] = "rocm/fw-bringup:gfx1250-atom-dev-20260729"
-    assert "the inventory expects rocm/fw-bringup:gfx1250-atom-20260918-ep8" in only(judge({"ct13": readings(a)})).message
+    expects = "the inventory expects rocm/fw-bringup:gfx1250-atom-20260918-ep8"
+    assert expects in only(judge({"ct13": readings(a)})).message
 
 
 # ----------------------------------------------------------------------------- launch command (§17, §21, §22)
