@@ -8,6 +8,7 @@ Values of variables that no rule names never leave the node: readings keep their
 """
 from __future__ import annotations
 
+import ipaddress
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -359,13 +360,13 @@ def judge_env(env: dict, rules, stepping, profile: str, ignore=()) -> list:
     return out
 
 
-def judge_ifnames(env: dict, links: set, routes: list, data_ip: str) -> list:
+def judge_ifnames(env: dict, links: set, routes: list, data_ip: str, ignore=()) -> list:
     """§18: each *_SOCKET_IFNAME names an interface that exists and carries the node's data_ip."""
     carriers = network.carriers(routes, data_ip)
     out = []
     for var in SOCKET_IFNAMES:
         value = env.get(var)
-        if not value:
+        if not value or var in ignore:
             continue  # unset: the profile rule names it
         wanted = [w.lstrip("=") for w in value.split(",") if w and not w.startswith("^")]
         exact = value.startswith("=")
@@ -500,7 +501,7 @@ def judge_node(r, node, first: bool, p) -> tuple:
     rules = _all_rules(p)
     for source in sources:
         found = judge_env(source.env, rules, settings.stepping, p("profile"), set(p("ignore")))
-        found += judge_ifnames(source.env, links, routes, node.address)
+        found += judge_ifnames(source.env, links, routes, node.address, set(p("ignore")))
         for subject, v in found:
             named.add(subject)
             v.message = f"{source.label}: {v.message}"
@@ -519,16 +520,11 @@ def judge_node(r, node, first: bool, p) -> tuple:
         listeners = network.parse_proc_net_tcp(r["tcp"].text())  # raises when unreadable: never "free" unread
         if r["tcp6"].exists:
             listeners += network.parse_proc_net_tcp(r["tcp6"].text())
-        verdicts += judge_ports(listeners, network.own_addresses(routes) | {_ip(node.address)}, launch, first, p)
+        own = network.own_addresses(routes) | {ipaddress.ip_address(node.address)}
+        verdicts += judge_ports(listeners, own, launch, first, p)
     named |= set(p("ignore"))
     return verdicts, NodeFacts(env=sources[0].env, image_id=c.image_id, launch=launch, named=named,
                                stepping=settings.stepping)
-
-
-def _ip(address: str):
-    import ipaddress
-
-    return ipaddress.ip_address(address)
 
 
 def _launch(c: ContainerView, script):
