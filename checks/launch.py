@@ -303,8 +303,14 @@ def _all_rules(p) -> tuple:
 
 
 def kept_names(p) -> set:
-    """Variables whose values the rules read: the only values that leave the node."""
-    return {name for rule in _all_rules(p) for name in rule.reads}
+    """Variables whose values the rules read: the only values that leave the node. An unknown profile
+    reads every profile's names here; the judge then reports the bad parameter for the node."""
+    try:
+        rules = _all_rules(p)
+    except ValueError:
+        rules = _all_rules(lambda name: "config-a" if name == "profile" else p(name))
+        rules += tuple(rule for want in PROFILES.values() for rule in profile_rules(want))
+    return {name for rule in rules for name in rule.reads}
 
 
 def _reads(settings) -> dict:

@@ -133,6 +133,8 @@ def test_profiles_and_overrides():
         "ct13": readings(attrs(env={"AITER_LOG_LEVEL": None}))})) == []
     [err] = judge(profile="config-z")[:1]
     assert err.status == Status.ERROR and "profile must be one of config-a" in err.message
+    bad = Settings(container="k3ep16", checks={CHK.name: {"profile": "config-z"}})
+    assert "ATOM_DP_SESSION_AFFINITY" in CHK.readings_for(bad)["container"].keep  # reads, then the judge says why
 
 
 # ----------------------------------------------------------------------------- pairs (§16)
