@@ -338,7 +338,7 @@ def env_sources(container: ContainerView, ranks) -> list:
     if not ranks:
         return [Source(f"container {container.name}", container.env)]
     groups: dict = {}
-    for rank in sorted(ranks, key=lambda r: (r.rank is None, r.rank, r.pid)):
+    for rank in sorted(ranks, key=lambda r: (-1 if r.rank is None else r.rank, r.pid)):
         groups.setdefault(tuple(sorted(rank.env.items())), []).append(rank)
     return [Source("rank " + ", ".join(f"{r.title} (pid {r.pid})" for r in members), dict(key))
             for key, members in groups.items()]
