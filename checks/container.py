@@ -6,22 +6,21 @@ from __future__ import annotations
 
 import re
 
+from k3doctor.model.container import ROCJITSU_HOOK as HOOK
+from k3doctor.model.container import ROCJITSU_PREFIX, parse_env
 from k3doctor.parsers import ParseError
 from k3doctor.readings import Command
-from k3doctor.redaction import EnvValues
 from k3doctor.registry import Param, check, remediation
 from k3doctor.results import fail, passed, skip, warn
 from k3doctor.shell import quote
 
 ROCJITSU, PATCH = "rocjitsu-store", "patch-integrity"
-HOOK = "lib/libhsa_hotswap_rocjitsu.so"
 TRANSLATOR = "lib/librocjitsu_gfx1250_b0_to_a0.so.0.3.0"
-TRANSLATOR_STEM = "librocjitsu_gfx1250_b0_to_a0.so"
 STORE = "share/rocjitsu/translations/gfx1250-b0-a0/v1"
+TRIO = ("LD_LIBRARY_PATH", "HSA_TOOLS_LIB", "HSA_HOTSWAP_VERBOSE")  # the A0 translation environment (§2)
 ROCJITSU_PARAMS = {  # §2 table: required prefix, and the image's own (known-bad) one
-    "prefix": "/app/rjprefix", "hook_bytes": 129112, "translator_bytes": 8002216, "store_entries": 1976,
+    "prefix": ROCJITSU_PREFIX, "hook_bytes": 129112, "translator_bytes": 8002216, "store_entries": 1976,
     "image_hook_bytes": 143217, "image_translator_bytes": 7531385, "image_store_entries": 170,
-    "check_env": True,
 }
 ATOM = "/app/ATOM/atom"
 PATCH_PARAMS = {  # §14 byte sizes for gfx1250-atom-20260918-ep8
@@ -75,16 +74,6 @@ that cluster ask AMD for it by these sizes) and re-verify the sizes: `docker cp`
 produced without translation is void.
 """)
 
-ENV = remediation("ROCJITSU-ENV", "translation environment not set the way that works", """
-On A0 all three, in this form (§2): LD_LIBRARY_PATH starting with /app/rjprefix/lib (first
-position is what makes the populated store reachable), HSA_TOOLS_LIB=
-/app/rjprefix/lib/libhsa_hotswap_rocjitsu.so (the hook; pointing it at
-librocjitsu_gfx1250_b0_to_a0.so is silently ignored - no OnLoad), HSA_HOTSWAP_VERBOSE=1
-(without it the success lines are never printed). Do not combine with the ROCm debug agent
-(same HSA tool slot). If your launch script exports them per rank instead of the container,
-set rocjitsu-store.check_env=false and check the ranks' environment (§16).
-""")
-
 ON_B0 = remediation("ROCJITSU-ON-B0", "populated translation prefix active on B0 silicon", """
 The 20260918 image ships B0 code objects, so B0 silicon needs no translation (§0.2, §1).
 A populated (1,976-entry) prefix active on B0 was never tested and may rewrite valid B0
@@ -110,7 +99,6 @@ class ContainerMissing(Exception):
     """`docker exec` could not run in our container: it does not exist or is not running."""
 
 
-ROCJITSU_ENV = ("LD_LIBRARY_PATH", "HSA_TOOLS_LIB", "HSA_HOTSWAP_VERBOSE")  # §2: the variables judged
 
 
 def exec_in(container: str, *argv, saved=None) -> Command:
@@ -149,11 +137,6 @@ def parse_stat(text: str) -> dict:
     return sizes
 
 
-def parse_env(text: str) -> dict:
-    """``env`` -> {name: value} (continuation lines of multi-line values are dropped)."""
-    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
-
-
 def parse_count(text: str, what: str) -> int:
     value = text.strip()
     if not value.isdigit():
@@ -177,7 +160,8 @@ def _rocjitsu_reads(settings) -> dict:
     prefix, hook, translator, store = _rocjitsu_paths(settings)
     return {"stat": exec_in(c, "stat", "-c", "%s %n", "--", prefix, hook, translator, store),
             "count": exec_in(c, "sh", "-c", f"ls -A {quote(store)} 2>/dev/null | wc -l"),
-            "env": exec_in(c, "env", saved=EnvValues(ROCJITSU_ENV))}
+            # only the translation trio leaves the container: its environment holds tokens
+            "env": exec_in(c, "sh", "-c", f"env | grep -E '^({'|'.join(TRIO)})=' || true")}
 
 
 def read_prefix(r, settings) -> dict:
@@ -201,7 +185,7 @@ def judge_a0(found: dict, p) -> list:
     """§2: exact sizes and count; the image's own prefix named as such; environment in its working form."""
     evidence = {"hook": _bytes(found["hook"]), "translator": _bytes(found["translator"]),
                 "store entries": found["entries"],
-                **{k: found["env"].get(k) for k in ROCJITSU_ENV}}
+                **{k: found["env"].get(k) for k in TRIO}}
     prefix = found["prefix"]
     if not found["prefix_present"]:
         return [fail(f"{prefix} not found in the container (known issue `FAIL: HOTSWAP=1 but {prefix} not found`; "
@@ -228,34 +212,11 @@ def judge_a0(found: dict, p) -> list:
             verdicts.append(fail(f"translation store has {found['entries']} entries, need {p('store_entries'):,} "
                                  "(a near-empty store translates nothing: every token `!`)", remediation=PREFIX,
                                  evidence=evidence))
-    if p("check_env"):
-        verdicts += judge_env(found, evidence)
     return verdicts
 
 
-def judge_env(found: dict, evidence: dict) -> list:
-    env, hook, lib = found["env"], found["hook_path"], f"{found['prefix']}/lib"
-    out = []
-    first = env.get("LD_LIBRARY_PATH", "").split(":")[0].rstrip("/")
-    if first != lib:
-        out.append(fail(f"LD_LIBRARY_PATH must start with {lib} (first position makes the populated store "
-                        f"reachable, §2); it starts with {first or '(unset)'!r}", remediation=ENV, evidence=evidence))
-    tools = env.get("HSA_TOOLS_LIB")
-    if tools and TRANSLATOR_STEM in tools.rsplit("/", 1)[-1]:
-        out.append(fail(f"HSA_TOOLS_LIB points at the translator {tools}: silently ignored (it has no OnLoad); it "
-                        f"must be the hook {hook} (§2)", remediation=ENV, evidence=evidence))
-    elif tools != hook:
-        out.append(fail(f"HSA_TOOLS_LIB is {tools or '(unset)'!r}, must be {hook} (§2)", remediation=ENV,
-                        evidence=evidence))
-    if env.get("HSA_HOTSWAP_VERBOSE") != "1":
-        out.append(warn(f"HSA_HOTSWAP_VERBOSE is {env.get('HSA_HOTSWAP_VERBOSE') or '(unset)'!r}, set 1: without "
-                        "it the translation success lines are never printed, so the run cannot be proven (§2)",
-                        remediation=ENV, evidence=evidence))
-    return out
-
-
 @check(ROCJITSU, title="A0: rocjitsu translation prefix of the right sizes and active; B0: none active",
-       scope="node", remediation=(PREFIX, ENV, ON_B0, STEPPING), reads=_rocjitsu_reads,
+       scope="node", remediation=(PREFIX, ON_B0, STEPPING), reads=_rocjitsu_reads,
        params={**ROCJITSU_PARAMS,
                "prefix": Param(ROCJITSU_PARAMS["prefix"], validate=lambda v, nodes: _path_problem(v))})
 def rocjitsu_store(r, ctx):
@@ -274,7 +235,7 @@ def rocjitsu_store(r, ctx):
     if stepping == "A0":
         return judge_a0(found, ctx.param) or passed(
             f"A0: {found['prefix']} hook {found['hook']:,} B, translator {found['translator']:,} B, "
-            f"{found['entries']:,} store entries, environment set")
+            f"{found['entries']:,} store entries (its environment is judged by launch-config)")
     if found["entries"] == ctx.param("store_entries") and env_active(found):
         return warn(f"B0 silicon with the populated {found['entries']:,}-entry prefix active (HSA_TOOLS_LIB / "
                     "LD_LIBRARY_PATH point at it): untested configuration (§1, §27 item 7)", remediation=ON_B0,

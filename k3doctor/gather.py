@@ -12,9 +12,12 @@ import secrets
 import time
 from collections.abc import Iterable
 
+from .model.container import launch_from_script, record_from_inspect
 from .readings import (
     Command,
     CommandReading,
+    ContainerInspect,
+    ContainerReading,
     Docker,
     DockerReading,
     Exists,
@@ -181,6 +184,48 @@ def gather_docker(transport, spec: Docker) -> object:
             client.close()
 
 
+def gather_container(transport, spec: ContainerInspect) -> object:
+    """Our container's inspect (and launch script) via the SDK, redacted before it is kept anywhere."""
+    import docker
+
+    client = None
+    try:
+        client = transport.docker()
+        try:
+            attrs = client.api.inspect_container(spec.container)
+        except docker.errors.NotFound:
+            return ContainerReading(None)
+        script = None
+        if spec.launch_script:
+            script = {"path": spec.launch_script, "launch": None, "error": None}
+            try:
+                script["launch"] = launch_from_script(_archived_text(client.api, spec.container, spec.launch_script))
+            except docker.errors.NotFound:
+                script["error"] = "no such file in the container"
+        return ContainerReading(record_from_inspect(attrs, set(spec.keep)), script)
+    except TransportError as exc:
+        return Unavailable(str(exc))
+    except Exception as exc:  # docker SDK raises many types; all mean "could not read the engine"
+        return Unavailable(f"Docker engine on {transport.node}: container {spec.container} not readable: {_short(exc)}")
+    finally:
+        if client is not None:
+            client.close()
+
+
+def _archived_text(api, container: str, path: str, cap_bytes: int = 1 << 20) -> str:
+    """A file of a container through the archive API (a tar of one member)."""
+    import io
+    import tarfile
+
+    stream, _ = api.get_archive(container, path)
+    data = b"".join(stream)
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        member = next((m for m in tar.getmembers() if m.isfile()), None)
+        if member is None:
+            raise ValueError(f"{path} is not a regular file")
+        return tar.extractfile(member).read(cap_bytes).decode("utf-8", "replace")
+
+
 def _engine_now(stamp: str) -> float:
     """The engine's clock (RFC 3339, nanoseconds), so the events window is right even when clocks are skewed."""
     from datetime import datetime
@@ -201,10 +246,42 @@ def _short(exc: Exception) -> str:
 def gather(transport, specs: Iterable, *, command_timeout_s: float, deadline_s: float) -> dict:
     """All of a node's readings: the shell ones in one script, Docker ones through the SDK."""
     specs = list(dict.fromkeys(specs))  # de-duplicate, keep order
-    shell_specs = [s for s in specs if not isinstance(s, Docker)]
+    shell_specs = [s for s in specs if not isinstance(s, (Docker, ContainerInspect))]
     results = gather_shell(transport, shell_specs, command_timeout_s=command_timeout_s,
                            deadline_s=deadline_s)
-    for spec in specs:
-        if isinstance(spec, Docker):
-            results[spec] = gather_docker(transport, spec)
+    engine = _SharedEngine(transport)
+    try:
+        for spec in specs:
+            if isinstance(spec, Docker):
+                results[spec] = gather_docker(engine, spec)
+            elif isinstance(spec, ContainerInspect):
+                results[spec] = gather_container(engine, spec)
+    finally:
+        engine.close()
     return results
+
+
+class _SharedEngine:
+    """One Docker SDK client (one channel on the node's connection) for every engine reading of a node."""
+
+    def __init__(self, transport):
+        self.node, self._transport, self._client = transport.node, transport, None
+
+    def docker(self):
+        if self._client is None:
+            self._client = self._transport.docker()
+        return _Borrowed(self._client)
+
+    def close(self):
+        if self._client is not None:
+            self._client.close()
+
+
+class _Borrowed:
+    """The shared client as one reading sees it: closing it is the engine's job, not the reading's."""
+
+    def __init__(self, client):
+        self.api = client.api
+
+    def close(self):
+        pass

@@ -1,7 +1,7 @@
 """What a check can ask to read on a node, and what comes back.
 
 A check declares its readings as data (``File``, ``Glob``, ``Exists``, ``Command``,
-``Docker``); the gatherer turns every reading of every check of a node into one remote
+``Docker``, ``ContainerInspect``); the gatherer turns every reading of every check of a node into one remote
 script, so a node costs one SSH round trip per phase however many checks run. Judges get
 the results by the names they declared and never do I/O themselves.
 """
@@ -62,6 +62,19 @@ class Docker:
 
     events_since_s: int = 1800
     saved: DockerFields = DockerFields()
+
+
+@dataclass(frozen=True)
+class ContainerInspect:
+    """One container through the Docker API (``docker inspect``), plus the launch command out of a
+    script inside it; only the values of the ``keep`` variables survive the reading (the rest by name)."""
+
+    container: str
+    keep: tuple = ()
+    launch_script: str | None = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "keep", tuple(sorted(set(self.keep))))
 
 
 class ReadingUnavailable(Exception):
@@ -127,6 +140,12 @@ class DockerReading:
     containers: list = field(default_factory=list)  # docker SDK container attrs (dicts)
     events: list = field(default_factory=list)  # docker SDK event dicts
     now: float = 0.0  # engine-side "now" the events window was taken against
+
+
+@dataclass
+class ContainerReading:
+    record: dict | None  # k3doctor.model.container.record_from_inspect; None: no such container
+    script: dict | None = None  # {"path", "launch": argv or None, "error": why it was not read or None}
 
 
 @dataclass

@@ -12,8 +12,10 @@ from . import readings as rd
 from . import redaction
 
 SCHEMA = "k3doctor.readings/1"
-_SPECS = {cls.__name__: cls for cls in (rd.File, rd.Exists, rd.Glob, rd.Command, rd.Docker)}
-_READINGS = {cls.__name__: cls for cls in (rd.FileReading, rd.CommandReading, rd.DockerReading, rd.Unavailable)}
+_SPECS = {cls.__name__: cls for cls in (rd.File, rd.Exists, rd.Glob, rd.Command, rd.Docker,
+                                        rd.ContainerInspect)}
+_READINGS = {cls.__name__: cls for cls in (rd.FileReading, rd.CommandReading, rd.DockerReading, rd.Unavailable,
+                                           rd.ContainerReading)}
 
 
 class SnapshotError(Exception):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import os
 import shlex
 import shutil
@@ -36,11 +37,16 @@ from .fixtures import (
     CONTAINER_FILES_ROOT,
     DEFAULT_TRAYS,
     GPUS_PER_NODE,
+    LAUNCH_SCRIPT,
     LOG_DIR,
     NodeState,
     clear_tree,
+    container_env,
     container_tar,
+    launch_script,
+    listener_commands,
     node_name,
+    rank_commands,
     write_tree,
 )
 
@@ -65,6 +71,7 @@ CONTAINER_RUN: dict[str, Any] = dict(
     security_opt=["seccomp=unconfined"],
     group_add=["39", "105"],
 )
+SPEC_LABEL = "k3rig.spec"  # digest of our container's run options, env and processes
 KFD_DEVICE = os.makedev(510, 0)  # /dev/kfd gets a dynamic major on real hosts
 DRM_MAJOR = 226
 START_TIMEOUT_S = 60
@@ -483,12 +490,18 @@ class Rig:
 
         client = self._clients[node.name]
         self._remove_containers(node, keep=CONTAINER)
+        run = self._our_run_options(node)
         ours = client.containers.list(all=True, filters={"name": f"^{CONTAINER}$"})
+        if ours and ours[0].labels.get(SPEC_LABEL) != run["labels"][SPEC_LABEL]:
+            ours[0].remove(force=True)  # run options cannot change on a container: run it again
+            ours = []
+        fresh = not ours or ours[0].status != "running"
         if not ours:
-            client.containers.run(IMAGE, name=CONTAINER, detach=True, **CONTAINER_RUN)
+            client.containers.run(IMAGE, name=CONTAINER, detach=True, **run)
         elif ours[0].status != "running":
             ours[0].start()
         self._sync_container_files(client.containers.get(CONTAINER), state)
+        self._sync_launch(node, client.containers.get(CONTAINER), start_processes=fresh)
         for spec in state.containers:
             image = spec.get("image", IMAGE)
             if not client.images.list(name=image):
@@ -513,6 +526,45 @@ class Rig:
         with open(node.root / LOG_DIR / "k3ep16-serve.log", "wb") as log:
             for _ in range(spec["used_mib"]):
                 log.write((line * (2**20 // len(line) + 1))[: 2**20])
+    def _our_run_options(self, node: RigNode) -> dict[str, Any]:
+        """Our container's ``docker run`` keywords on this node: CONTAINER_RUN plus the validated
+        environment (§16), fake GPU device nodes, the read-only model bind (§13) and the state's
+        overrides; labelled with a digest of everything, so a changed scenario recreates it."""
+        devices = node.dir / "devices"
+        (devices / "dri").mkdir(parents=True, exist_ok=True)
+        (node.dir / "models").mkdir(exist_ok=True)
+        _mknod(devices / "kfd", KFD_DEVICE, True)
+        for c in range(GPUS_PER_NODE):
+            _mknod(devices / "dri" / f"card{c}", os.makedev(DRM_MAJOR, c), True)
+            _mknod(devices / "dri" / f"renderD{128 + c}", os.makedev(DRM_MAJOR, 128 + c), True)
+        run: dict[str, Any] = {
+            **CONTAINER_RUN, "environment": container_env(node.state),
+            "devices": [f"{devices}/kfd:/dev/kfd:rwm", f"{devices}/dri:/dev/dri:rwm"],
+            "volumes": {**CONTAINER_RUN["volumes"], str(node.dir / "models"): {"bind": "/models", "mode": "ro"}},
+        }
+        run.update(node.state.container_run)
+        digest = json.dumps([run, node.state.atom_ranks, node.state.listeners], sort_keys=True, default=str)
+        run["labels"] = {SPEC_LABEL: hashlib.sha256(digest.encode()).hexdigest()[:16]}
+        return run
+
+    def _sync_launch(self, node: RigNode, container, start_processes: bool) -> None:
+        """The launch script in the container (§17); on a fresh container also this node's ATOM rank
+        processes and port holders, waited for until they show."""
+        rank = (node.index - 1) * GPUS_PER_NODE
+        text = launch_script(node.state, rank, self.nodes[0].host)
+        if not container.put_archive("/", container_tar({LAUNCH_SCRIPT: text})):
+            raise RuntimeError(f"{node.name}: docker refused the launch script")
+        if not start_processes:
+            return
+        for argv in rank_commands(node.state, rank) + listener_commands(node.state, node.host):
+            container.exec_run(argv, detach=True)
+        ranks = node.state.atom_ranks is not None
+        titles = {f"ATOM::DP{rank + i}TP0" for i in range(GPUS_PER_NODE)} if ranks else set()
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not (_named_processes(titles) >= titles and all(_accepts(node.host, p) for p in node.state.listeners)):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{node.name}: ATOM rank processes / port holders did not come up")
+            time.sleep(0.1)
 
     @staticmethod
     def _sync_container_files(container, state: NodeState) -> None:
@@ -549,7 +601,8 @@ class Rig:
                 # The nodes' Docker roots are on this machine's disk, which is small and shared; no epcheck
                 # image is ever pulled here.
                 "checks": {"host-resources": {"docker_root_min_free_gb": 1, "docker_root_warn_free_gb": 0,
-                                              "log_min_free_gb": 1}},
+                                              "log_min_free_gb": 1},
+                           "launch-config": {"launch_script": LAUNCH_SCRIPT}},
             },
             "ssh": {"known_hosts": str(self.known_hosts), "connect_timeout_s": 5, "command_timeout_s": 10},
             "defaults": {"user": "root", "port": SSH_PORT, "identity_file": str(self.identity_file), "sudo": False},
@@ -564,6 +617,22 @@ def _mknod(path: Path, device: int, present: bool) -> None:
     if present:
         os.mknod(path, stat.S_IFCHR | 0o666, device)
         os.chmod(path, 0o666)
+
+
+def _named_processes(titles: set[str]) -> set[str]:
+    found = set()
+    for proc in psutil.process_iter(["name"]):
+        if proc.info["name"] in titles:
+            found.add(proc.info["name"])
+    return found
+
+
+def _accepts(host: str, port: int) -> bool:
+    try:
+        socket.create_connection((host, port), timeout=1).close()
+        return True
+    except OSError:
+        return False
 
 
 def _listens(pid: int, host: str, port: int) -> bool:

@@ -9,8 +9,9 @@ Schema (every key optional)::
         cards:                  # per-card UALink overrides (card index -> CARD_FIELDS)
           1: {accel_state: unconfigured}
 
-Dict fields (``cards``, ``tools``, ``files``, ``container_files``, ``meminfo``, ``checkpoint``) are merged
-into the healthy values, everything else replaces them.
+Dict fields (``cards``, ``tools``, ``files``, ``container_files``, ``meminfo``, ``checkpoint``,
+``container_env``, ``container_run``, ``launch_args``) are merged into the healthy values, everything else
+replaces them.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from .fixtures import CARD_FIELDS, GPUS_PER_NODE, NodeState
 
 SCENARIO_DIR = Path(__file__).with_name("scenarios")
 FIXED_FIELDS = ("tray", "rack_trays")
-MERGED_FIELDS = ("cards", "tools", "files", "container_files", "meminfo", "checkpoint")
+MERGED_FIELDS = ("cards", "tools", "files", "container_files", "meminfo", "checkpoint", "container_env",
+                 "container_run", "launch_args")
 CONTAINER_STATES = ("running", "created")
 
 

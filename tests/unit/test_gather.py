@@ -52,13 +52,14 @@ def test_inventory_values_cannot_escape_their_shell_word(tmp_path):
 
 
 def test_command_timeout_kills_the_command_and_its_children():
-    spec = Command(("sh", "-c", "sleep 300 & sleep 301; echo never"), timeout_s=1)
+    bg, fg = (f"{300 + secrets.randbelow(10**6) / 10**7:.7f}" for _ in range(2))  # sleeps no other run shares
+    spec = Command(("sh", "-c", f"sleep {bg} & sleep {fg}; echo never"), timeout_s=1)
     got, _ = run([spec, Command(("echo", "after"))])
     assert got[spec].timed_out
     assert "never" not in got[spec].stdout
     assert got[Command(("echo", "after"))].output() == "after\n"  # later readings still happen
-    leftovers = [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] in (["sleep", "300"],
-                                                                                        ["sleep", "301"])]
+    leftovers = [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] in (["sleep", bg],
+                                                                                        ["sleep", fg])]
     _, alive = psutil.wait_procs(leftovers, timeout=5)  # signalled; give a loaded box a moment to reap
     assert alive == []
 

@@ -1,0 +1,108 @@
+"""A node's network as launch checks need it (reference §17, §18): which interfaces exist, which
+addresses each one carries, and which TCP ports are taken.
+
+"Carries" is the kernel's own answer: the ``local`` routes of ``ip -4 route show table local``
+(an address on ``enp1s0f1`` gives ``local 10.210.11.14 dev enp1s0f1``; ``lo`` carries all of
+``127.0.0.0/8``), not a string match on ``ip addr``.
+"""
+from __future__ import annotations
+
+import ipaddress
+import re
+from dataclasses import dataclass
+
+from k3doctor.parsers import ParseError
+
+_LINK = re.compile(r"^\d+:\s+([^:@\s]+)(?:@\S+)?:\s+<")
+_TCP_LISTEN = "0A"
+WILDCARDS = (ipaddress.ip_address("0.0.0.0"), ipaddress.ip_address("::"))
+
+
+def parse_links(text: str) -> set:
+    """``ip -o link show`` -> interface names (``veth1@if5`` -> ``veth1``)."""
+    names = set()
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        match = _LINK.match(line)
+        if not match:
+            raise ParseError(f"ip -o link show: unexpected line {line!r:.120}")
+        names.add(match.group(1))
+    if not names:
+        raise ParseError("ip -o link show: no interfaces at all (not even lo)")
+    return names
+
+
+@dataclass(frozen=True)
+class LocalRoute:
+    network: ipaddress.IPv4Network
+    dev: str
+
+
+def parse_local_routes(text: str) -> list:
+    """``ip -4 route show table local`` -> the ``local`` routes (what each interface answers for)."""
+    routes = []
+    for line in text.splitlines():
+        words = line.split()
+        if not words or words[0] != "local":
+            continue
+        try:
+            network = ipaddress.ip_network(words[1], strict=False)
+            dev = words[words.index("dev") + 1]
+        except (IndexError, ValueError):
+            raise ParseError(f"ip route show table local: unexpected line {line!r:.120}") from None
+        routes.append(LocalRoute(network, dev))
+    if not routes:
+        raise ParseError("ip route show table local: no local routes at all (not even 127.0.0.0/8 on lo)")
+    return routes
+
+
+def carriers(routes: list, address: str) -> set:
+    """Interfaces whose local routes contain ``address``."""
+    ip = ipaddress.ip_address(address)
+    return {r.dev for r in routes if ip in r.network}
+
+
+def own_addresses(routes: list) -> set:
+    """The node's own single addresses (host routes), e.g. 127.0.0.1 and the data-plane address."""
+    return {r.network.network_address for r in routes if r.network.num_addresses == 1}
+
+
+@dataclass(frozen=True)
+class Listener:
+    address: ipaddress._BaseAddress
+    port: int
+
+
+def _address(hex_text: str):
+    raw = bytes.fromhex(hex_text)
+    if len(raw) == 4:
+        return ipaddress.IPv4Address(raw[::-1])
+    if len(raw) == 16:  # four host-order 32-bit words
+        v6 = ipaddress.IPv6Address(b"".join(raw[i:i + 4][::-1] for i in range(0, 16, 4)))
+        return v6.ipv4_mapped or v6
+    raise ValueError(hex_text)
+
+
+def parse_proc_net_tcp(text: str) -> list:
+    """``/proc/net/tcp`` or ``/proc/net/tcp6`` -> the listening sockets."""
+    lines = text.splitlines()
+    if not lines or not lines[0].split()[:2] == ["sl", "local_address"]:
+        raise ParseError(f"/proc/net/tcp: no header (got {lines[0] if lines else ''!r:.80})")
+    out = []
+    for line in lines[1:]:
+        fields = line.split()
+        try:
+            local, state = fields[1], fields[3]
+            addr, port = local.split(":")
+            if state == _TCP_LISTEN:
+                out.append(Listener(_address(addr), int(port, 16)))
+        except (IndexError, ValueError):
+            raise ParseError(f"/proc/net/tcp: unexpected line {line!r:.120}") from None
+    return out
+
+
+def blocking(listeners: list, port: int, addresses: set) -> list:
+    """Listeners that keep a server from binding ``port`` on every address: on the port and bound to a
+    wildcard or to one of ``addresses`` (the node's own)."""
+    return [s for s in listeners if s.port == port and (s.address in WILDCARDS or s.address in addresses)]
