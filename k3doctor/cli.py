@@ -279,6 +279,37 @@ def demo_cmd(scenario, list_scenarios, verbose):
     sys.exit(overall(report.results).exit_code)
 
 
+@cli.command("gate")
+@click.option("--endpoint", required=True, metavar="URL", help="The model server, e.g. http://node0:8000.")
+@click.option("--model", default=None, metavar="NAME",
+              help="The model string clients will send (default: the recipe's served name).")
+@click.option("--chat-max-tokens", type=click.IntRange(1, 1_000_000), default=4096, show_default=True,
+              help="max_tokens of the chat probe (thinking needs room: < ~3500 is suspect).")
+@click.option("--deadline", type=click.FloatRange(1, 3600), default=300, show_default=True, metavar="S",
+              help="The whole gate ends by then.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "junit"]), default="table",
+              show_default=True)
+@click.option("-o", "--output", type=click.File("w", lazy=False), default="-", help="Write the report here.")
+@click.option("-v", "--verbose", is_flag=True, help="Show evidence and passing results.")
+def gate_cmd(endpoint, model, chat_max_tokens, deadline, fmt, output, verbose):
+    """Sanity gate before any benchmark: served name, real text (not `!`), a chat answer with content."""
+    import time
+
+    from .gate import STEPS, GateSettings, run_gate
+    from .runner import RunReport
+
+    settings = GateSettings(chat_max_tokens=chat_max_tokens, deadline_s=deadline,
+                            request_timeout_s=min(deadline, GateSettings.request_timeout_s),
+                            **({"model": model} if model else {}))
+    started = time.monotonic()
+    try:
+        where, results = run_gate(endpoint, settings)
+    except ValueError as exc:
+        raise click.UsageError(f"--endpoint: {exc}") from None
+    report = RunReport(results=results, nodes=[where], duration_s=round(time.monotonic() - started, 3))
+    _emit(report, STEPS, fmt, output, verbose)
+
+
 @cli.command("list")
 @click.option("-v", "--verbose", is_flag=True, help="Also show each check's parameters and defaults.")
 def list_cmd(verbose):
@@ -301,6 +332,8 @@ def list_cmd(verbose):
 @click.argument("code")
 def explain_cmd(code):
     """Print what to do about a remediation CODE shown in a report."""
+    from . import gate  # noqa: F401  (registers the gate's codes)
+
     _load_plugins()
     rem = REGISTRY.remediations.get(code) or REGISTRY.remediations.get(code.upper())
     if rem is None:
