@@ -279,6 +279,75 @@ def demo_cmd(scenario, list_scenarios, verbose):
     sys.exit(overall(report.results).exit_code)
 
 
+@cli.command("triage")
+@click.option("--nodes", "inventory", metavar="INVENTORY.yaml",
+              help="Inventory: read our container's server log on every node (default: this machine).")
+@click.option("--logs", "logs_dir", type=click.Path(exists=True, file_okay=False), default=None,
+              help="Judge log files copied off the cluster instead (one per node or per rank), offline.")
+@click.option("--log", "log_paths", multiple=True, metavar="NODE=PATH",
+              help="Read this file on NODE instead of the container's output (repeatable).")
+@click.option("--stepping", type=click.Choice(["A0", "B0"]), default=None,
+              help="Declared stepping (default: the inventory's), for the translation proof lines (§2).")
+@click.option("--tail", type=click.IntRange(100, 10_000_000), default=200_000, show_default=True,
+              help="Lines of each container log to read.")
+@click.option("--endpoint", default=None, metavar="URL", help="Also run the sanity gate against this server.")
+@click.option("--timeout", type=click.FloatRange(1, 3600), default=60, show_default=True, metavar="S",
+              help="Per-node read timeout.")
+@click.option("--accept-unknown-hosts", is_flag=True, help="Accept host keys missing from known_hosts.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "junit"]), default="table",
+              show_default=True)
+@click.option("-o", "--output", type=click.File("w", lazy=False), default="-", help="Write the report here.")
+@click.option("-v", "--verbose", is_flag=True, help="Show evidence and passing results.")
+def triage_cmd(inventory, logs_dir, log_paths, stepping, tail, endpoint, timeout, accept_unknown_hosts, fmt,
+               output, verbose):
+    """Why is it stuck, and which rank? Reads every node's server log and names the rank at fault."""
+    import time
+
+    from . import triage
+    from .runner import RunReport, make_transport
+    from .gate import Step
+    from .triage.judge import STEPS, Layout
+
+    started = time.monotonic()
+    inv = _inventory(inventory)
+    paths = {}
+    for item in log_paths:
+        node, sep, path = item.partition("=")
+        if not sep or node not in {n.name for n in inv.nodes} or not path.startswith("/"):
+            raise click.UsageError(f"--log {item!r}: expected NODE=/absolute/path with a node of the inventory")
+        paths[node] = path
+    # Offline without an inventory nobody knows the node names: node<i> holds ranks per_node * i ...
+    names = tuple(n.name for n in inv.nodes) if inventory or not logs_dir else ()
+    layout = Layout(nodes=names, per_node=inv.cluster.gpus_per_node, stepping=stepping or inv.cluster.stepping)
+    if logs_dir:
+        parsed, problems = triage.read_log_dir(logs_dir)
+        problems, now = {f"{logs_dir}": "; ".join(problems)} if problems else {}, None
+    else:
+        opts = RunOptions(accept_unknown_hosts=accept_unknown_hosts)
+        parsed, problems, now = triage.read_node_logs(
+            inv, lambda node: make_transport(node, inv, opts), tail=tail, paths=paths,
+            deadline_s=timeout + 5, timeout_s=timeout)
+    results = triage.triage_results(parsed, layout, now=now, problems=problems)
+    steps = [Step(name, name) for name in STEPS]
+    if endpoint:
+        from .gate import STEPS as GATE_STEPS
+        from .gate import run_gate
+
+        try:
+            results += run_gate(endpoint)[1]
+        except ValueError as exc:
+            raise click.UsageError(f"--endpoint: {exc}") from None
+        steps += list(GATE_STEPS)
+    nodes = list(dict.fromkeys([*layout.nodes, *(r.node for r in results if r.node)]))
+    report = RunReport(results=results, nodes=nodes, duration_s=round(time.monotonic() - started, 3))
+    first = triage.most_likely(results)
+    if first and fmt == "table":
+        where = f"{first.node} gpu{first.gpu} (rank {first.evidence.get('rank')})" if first.node else "cluster"
+        click.echo(f"Most likely cause: {first.message}\n  where: {where}\n  do: k3doctor explain "
+                   f"{first.remediation}\n", file=output)
+    _emit(report, steps, fmt, output, verbose)
+
+
 @cli.command("gate")
 @click.option("--endpoint", required=True, metavar="URL", help="The model server, e.g. http://node0:8000.")
 @click.option("--model", default=None, metavar="NAME",
@@ -333,6 +402,7 @@ def list_cmd(verbose):
 def explain_cmd(code):
     """Print what to do about a remediation CODE shown in a report."""
     from . import gate  # noqa: F401  (registers the gate's codes)
+    from .triage import judge  # noqa: F401  (and triage's)
 
     _load_plugins()
     rem = REGISTRY.remediations.get(code) or REGISTRY.remediations.get(code.upper())

@@ -1,0 +1,137 @@
+"""`k3doctor triage` end to end: the real CLI reads every simulated node's container output over real SSH
+(`docker logs` against the node's real dockerd) and names the node and rank at fault (§19–§25).
+
+The log lines are written into our container's own stdout (its PID 1's fd 1), so `docker logs` serves them
+exactly as it would an engine's output; only the ATOM engine itself is simulated (k3doctor.rig.server_log).
+"""
+import docker
+import pytest
+import yaml
+
+from k3doctor.rig import server_log as L
+from tests.e2e.cli import k3, k3json
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+def fresh(rig):
+    """Every node's k3ep16 recreated (an empty log), before and after the test."""
+    def renew():
+        for node in rig.nodes:
+            client = docker.DockerClient(base_url=f"unix://{node.docker_socket}", timeout=30)
+            try:
+                client.containers.get("k3ep16").remove(force=True)
+            except docker.errors.NotFound:
+                pass
+            finally:
+                client.close()
+        rig.apply("healthy")
+    renew()
+    yield rig
+    renew()
+
+
+def write_logs(rig, logs: dict):
+    """Node index -> lines, printed by that node's container (what `docker logs` returns)."""
+    for index, lines in logs.items():
+        node = rig.nodes[index]
+        client = docker.DockerClient(base_url=f"unix://{node.docker_socket}", timeout=30)
+        try:
+            container = client.containers.get("k3ep16")
+            pid = container.attrs["State"]["Pid"]
+            text = "\n".join(lines) + "\n"
+            rc, out = container.exec_run(["sh", "-c", f'printf "%s" "$0" > /proc/{pid}/fd/1', text])
+            assert rc == 0, out
+        finally:
+            client.close()
+
+
+def findings(doc):
+    return sorted((r["check"], r["node"], r["gpu"], r["status"], r["remediation"])
+                  for r in doc["results"] if r["status"] in ("FAIL", "WARN", "ERROR"))
+
+
+def triage(rig, *args):
+    return k3json("triage", "--nodes", rig.inventory_path, *args)
+
+
+def test_healthy_logs_give_no_finding(fresh):
+    write_logs(fresh, L.node_logs())
+    rc, doc = triage(fresh)
+    assert rc == 0, doc
+    assert findings(doc) == []
+    assert "16 rank(s)" in doc["results"][0]["message"]
+
+
+def test_the_missing_participant_of_15_timed_out_ranks_is_named(fresh):
+    write_logs(fresh, L.node_logs(extra=L.missing_participant(stalled=11)))
+    rc, doc = triage(fresh)
+    assert rc == 1
+    assert findings(doc) == [("triage-collective", "ct16", 3, "FAIL", "TRIAGE-MISSING-PARTICIPANT")]
+
+
+def test_a_rank_stopped_at_load_rccl_version(fresh):
+    write_logs(fresh, L.node_logs(ranks={6: {"stop_at": "rccl"}}))
+    rc, out, _ = k3("triage", "--nodes", fresh.inventory_path)
+    assert rc == 1
+    first = out.splitlines()[:3]
+    assert first[0].startswith("Most likely cause: rank 6 (ct14) stopped at `load RCCL version`")
+    assert "ct14 gpu2 (rank 6)" in first[1] and "TRIAGE-RCCL-INIT-HANG" in first[2]
+
+
+def test_kv_budget_collision_names_the_rank_and_the_cause(fresh):
+    write_logs(fresh, L.node_logs(ranks={9: {"stop_at": "load"}}, extra={9: L.KV_COLLISION}))
+    rc, doc = triage(fresh)
+    assert rc == 1 and findings(doc) == [("triage-kv", "ct16", 1, "FAIL", "TRIAGE-KV-COLLISION")]
+
+
+def test_config_and_fatal_lines_on_one_node_only(fresh):
+    write_logs(fresh, L.node_logs(ranks={12: {"max_model_len": "16384"}}, extra={13: L.TRITON}))
+    rc, doc = triage(fresh)
+    assert rc == 1 and findings(doc) == [
+        ("triage-config", "ct17", 0, "FAIL", "TRIAGE-MAX-MODEL-LEN"),
+        ("triage-fatal", "ct17", 1, "FAIL", "TRIAGE-TRITON-CODE-OBJECT")]
+
+
+def test_a0_declared_and_nothing_translated(fresh, tmp_path):
+    inv = yaml.safe_load(fresh.inventory_path.read_text())
+    inv["cluster"]["stepping"] = "A0"
+    path = tmp_path / "inv.yaml"
+    path.write_text(yaml.safe_dump(inv))
+    write_logs(fresh, {i: lines for i, lines in L.node_logs(stepping="A0").items() if i != 2} |
+               {2: L.node_logs(stepping="B0")[2]})
+    rc, doc = k3json("triage", "--nodes", path)
+    assert rc == 1
+    assert findings(doc) == [("triage-config", "ct16", g, "FAIL", "TRIAGE-NOT-TRANSLATING") for g in range(4)]
+
+
+def test_an_unreadable_node_is_an_error_for_it_and_the_others_are_judged(fresh):
+    write_logs(fresh, L.node_logs(extra=L.missing_participant(stalled=3)))
+    client = docker.DockerClient(base_url=f"unix://{fresh.nodes[3].docker_socket}", timeout=30)
+    client.containers.get("k3ep16").remove(force=True)
+    client.close()
+    rc, doc = triage(fresh)
+    assert rc == 1  # the fault seen on the readable nodes still outranks the unreadable one
+    assert ("triage-startup", "ct17", None, "ERROR", None) in findings(doc)
+    assert ("triage-collective", "ct13", 3, "FAIL", "TRIAGE-MISSING-PARTICIPANT") in findings(doc)
+
+
+def test_a_log_file_on_a_node_and_offline_log_files(fresh, tmp_path):
+    logs = L.node_logs(extra=L.missing_participant(stalled=14))
+    for index, lines in logs.items():
+        (tmp_path / f"{fresh.nodes[index].name}.log").write_text("\n".join(lines) + "\n")
+    rc, doc = k3json("triage", "--logs", tmp_path, "--nodes", fresh.inventory_path)
+    assert rc == 1 and findings(doc) == [("triage-collective", "ct17", 2, "FAIL", "TRIAGE-MISSING-PARTICIPANT")]
+    rc, doc = k3json("triage", "--logs", tmp_path)  # no inventory: the node is named by its position
+    assert rc == 1 and findings(doc) == [("triage-collective", "node3", 2, "FAIL", "TRIAGE-MISSING-PARTICIPANT")]
+    node = fresh.nodes[1]
+    (node.tree / "root/atom.log").write_text("\n".join(L.node_logs(ranks={5: {"kv": "-4.67"}})[1]) + "\n")
+    write_logs(fresh, {i: lines for i, lines in L.node_logs().items() if i != 1})
+    rc, doc = triage(fresh, "--log", f"{node.name}=/root/atom.log")
+    assert rc == 1 and findings(doc) == [("triage-kv", "ct14", 1, "FAIL", "TRIAGE-KV-NEGATIVE")]
+
+
+def test_bad_log_option_is_a_usage_error(rig):
+    rc, _, err = k3("triage", "--nodes", rig.inventory_path, "--log", "nosuchnode=/x")
+    assert rc == 3 and "Traceback" not in err
