@@ -291,6 +291,10 @@ def demo_cmd(scenario, list_scenarios, verbose):
 @click.option("--tail", type=click.IntRange(100, 10_000_000), default=200_000, show_default=True,
               help="Lines of each container log to read.")
 @click.option("--endpoint", default=None, metavar="URL", help="Also run the sanity gate against this server.")
+@click.option("--stacks", is_flag=True, help="Also take py-spy stacks of every ModelRunner (ATOM::DP*TP0), "
+              "from the host by PID; py-spy must be installed on the nodes (never installed for you).")
+@click.option("--py-spy", "py_spy", default="py-spy", show_default=True, metavar="PATH",
+              help="py-spy on the nodes, for --stacks.")
 @click.option("--timeout", type=click.FloatRange(1, 3600), default=60, show_default=True, metavar="S",
               help="Per-node read timeout.")
 @click.option("--accept-unknown-hosts", is_flag=True, help="Accept host keys missing from known_hosts.")
@@ -298,8 +302,8 @@ def demo_cmd(scenario, list_scenarios, verbose):
               show_default=True)
 @click.option("-o", "--output", type=click.File("w", lazy=False), default="-", help="Write the report here.")
 @click.option("-v", "--verbose", is_flag=True, help="Show evidence and passing results.")
-def triage_cmd(inventory, logs_dir, log_paths, stepping, tail, endpoint, timeout, accept_unknown_hosts, fmt,
-               output, verbose):
+def triage_cmd(inventory, logs_dir, log_paths, stepping, tail, endpoint, stacks, py_spy, timeout,
+               accept_unknown_hosts, fmt, output, verbose):
     """Why is it stuck, and which rank? Reads every node's server log and names the rank at fault."""
     import time
 
@@ -319,15 +323,18 @@ def triage_cmd(inventory, logs_dir, log_paths, stepping, tail, endpoint, timeout
     # Offline without an inventory nobody knows the node names: node<i> holds ranks per_node * i ...
     names = tuple(n.name for n in inv.nodes) if inventory or not logs_dir else ()
     layout = Layout(nodes=names, per_node=inv.cluster.gpus_per_node, stepping=stepping or inv.cluster.stepping)
+    if logs_dir and stacks:
+        raise click.UsageError("--stacks reads live processes: it cannot be combined with --logs")
+    dumps = {}
     if logs_dir:
         parsed, problems = triage.read_log_dir(logs_dir)
         problems, now = {f"{logs_dir}": "; ".join(problems)} if problems else {}, None
     else:
         opts = RunOptions(accept_unknown_hosts=accept_unknown_hosts)
-        parsed, problems, now = triage.read_node_logs(
+        parsed, problems, now, dumps = triage.read_node_logs(
             inv, lambda node: make_transport(node, inv, opts), tail=tail, paths=paths,
-            deadline_s=timeout + 5, timeout_s=timeout)
-    results = triage.triage_results(parsed, layout, now=now, problems=problems)
+            deadline_s=timeout + 5, timeout_s=timeout, py_spy=py_spy if stacks else None)
+    results = triage.stack_results(dumps, layout) + triage.triage_results(parsed, layout, now=now, problems=problems)
     steps = [Step(name, name) for name in STEPS]
     if endpoint:
         from .gate import STEPS as GATE_STEPS
@@ -402,7 +409,7 @@ def list_cmd(verbose):
 def explain_cmd(code):
     """Print what to do about a remediation CODE shown in a report."""
     from . import gate  # noqa: F401  (registers the gate's codes)
-    from .triage import judge  # noqa: F401  (and triage's)
+    from .triage import judge, stacks  # noqa: F401  (and triage's)
 
     _load_plugins()
     rem = REGISTRY.remediations.get(code) or REGISTRY.remediations.get(code.upper())

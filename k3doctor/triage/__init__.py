@@ -13,9 +13,12 @@ from pathlib import Path
 from ..gather import gather
 from ..parsers import ParseError
 from ..parsers.atom_log import parse_log
-from ..readings import Command, ReadingUnavailable
+from ..parsers.pyspy import parse_dump
+from ..readings import Command, ReadingUnavailable, sh
 from ..results import Result, Status
+from ..shell import quote
 from . import judge as judges
+from . import stacks
 
 _RANK_IN_NAME = re.compile(r"(?:rank|dp)[_-]?(\d{1,3})(?!\d)", re.IGNORECASE)
 MAX_LOG_BYTES = 32 << 20
@@ -55,8 +58,22 @@ def _log_command(node, tail: int, path: str | None) -> Command:
     return Command(("docker", "logs", "--timestamps", "--tail", str(tail), "--", node.settings.container))
 
 
-def read_node_logs(inv, make_transport, *, tail: int, paths: dict, deadline_s: float, timeout_s: float) -> tuple:
-    """(parsed lines of every node, node -> why unreadable, latest node clock) over one SSH round trip each."""
+NO_PYSPY = "K3DOCTOR-NO-PYSPY"
+
+
+def _stacks_command(node, py_spy: str, timeout_s: float) -> Command:
+    """py-spy dumps of our container's ModelRunners, by host PID (§20: --pid host); nothing is installed."""
+    tool, per_dump = quote(py_spy), max(5, int(timeout_s / 4))
+    return sh(f"command -v {tool} >/dev/null 2>&1 || {{ echo {NO_PYSPY}; exit 0; }}; "
+              f"docker top {quote(node.settings.container)} -eo pid,args | while read -r pid args; do "
+              f'case "$args" in *ATOM::DP*TP0*) timeout {per_dump} {tool} dump --pid "$pid" </dev/null || '
+              f'echo "K3DOCTOR-PYSPY-FAILED $pid";; esac; done')
+
+
+def read_node_logs(inv, make_transport, *, tail: int, paths: dict, deadline_s: float, timeout_s: float,
+                   py_spy: str | None = None) -> tuple:
+    """(parsed lines of every node, node -> why unreadable, latest node clock, node -> stack dump text)
+    over one SSH round trip each; stacks only when ``py_spy`` names the tool."""
     clock = Command(("date", "+%s"))
 
     def visit(node):
@@ -64,29 +81,62 @@ def read_node_logs(inv, make_transport, *, tail: int, paths: dict, deadline_s: f
         try:
             transport.connect()
             spec = _log_command(node, tail, paths.get(node.name))
-            got = gather(transport, [spec, clock], command_timeout_s=timeout_s, deadline_s=deadline_s)
+            dumps = _stacks_command(node, py_spy, timeout_s) if py_spy else None
+            wanted = [spec, clock] + ([dumps] if dumps else [])
+            got = gather(transport, wanted, command_timeout_s=timeout_s, deadline_s=deadline_s)
+            stack_text = got[dumps].output() if dumps else None
             reading = got[spec]
             text = reading.output()
             if reading.truncated:
                 raise ReadingUnavailable("log output was cut at the size limit: pass a smaller --tail")
             now = float(got[clock].output().strip())
             # docker logs puts the engine's stderr on stderr: both are the server's log
-            return parse_log(text + "\n" + (reading.stderr if not paths.get(node.name) else "")), now, None
+            lines = parse_log(text + "\n" + (reading.stderr if not paths.get(node.name) else ""))
+            return lines, now, None, stack_text
         except Exception as exc:  # this node only: the others are still read
-            return [], None, f"{type(exc).__name__}: {exc}" if not isinstance(exc, (ReadingUnavailable,
-                                                                                     ParseError)) else str(exc)
+            why = str(exc) if isinstance(exc, (ReadingUnavailable, ParseError)) else f"{type(exc).__name__}: {exc}"
+            return [], None, why, None
         finally:
             transport.close()
 
-    parsed, problems, clocks = [], {}, []
+    parsed, problems, clocks, dumps = [], {}, [], {}
     with ThreadPoolExecutor(max_workers=max(1, min(64, len(inv.nodes)))) as pool:
-        for node, (lines, now, why) in zip(inv.nodes, pool.map(visit, inv.nodes)):
+        for node, (lines, now, why, stack_text) in zip(inv.nodes, pool.map(visit, inv.nodes)):
             parsed += lines
             if why:
                 problems[node.name] = why
             elif now is not None:
                 clocks.append(now)
-    return parsed, problems, (max(clocks) if clocks else None)
+            if stack_text is not None:
+                dumps[node.name] = stack_text
+    return parsed, problems, (max(clocks) if clocks else None), dumps
+
+
+def stack_results(dumps: dict, layout: judges.Layout) -> list:
+    """Results of the py-spy step: per node a SKIP when the tool is missing, an ERROR when a dump is
+    unreadable, then the classification over every rank that was read."""
+    results, procs = [], []
+    for node, text in dumps.items():
+        if text.strip() == NO_PYSPY:
+            results.append(Result("triage-stacks", node, Status.SKIP, "py-spy is not installed on this node",
+                                  remediation=stacks.NO_PYSPY))
+            continue
+        failed = [ln.split()[-1] for ln in text.splitlines() if ln.startswith("K3DOCTOR-PYSPY-FAILED")]
+        if failed:
+            results.append(Result("triage-stacks", node, Status.ERROR, f"py-spy could not read PID(s) {', '.join(failed)}"))
+        body = "\n".join(ln for ln in text.splitlines() if not ln.startswith("K3DOCTOR-PYSPY-FAILED"))
+        if not body.strip():
+            if not failed:
+                results.append(Result("triage-stacks", node, Status.SKIP, "no ATOM::DP*TP0 process in the container"))
+            continue
+        try:
+            procs += parse_dump(body)
+        except ParseError as exc:
+            results.append(Result("triage-stacks", node, Status.ERROR, f"unparseable py-spy output: {exc}"))
+    for step, verdict in stacks.judge_stacks(procs, layout):
+        results.append(Result(step, verdict.node, verdict.status, verdict.message, gpu=verdict.gpu,
+                              evidence=verdict.evidence, remediation=verdict.remediation))
+    return results
 
 
 def triage_results(parsed: list, layout: judges.Layout, *, now: float | None, problems: dict) -> list:

@@ -12,7 +12,7 @@ from ..parsers.atom_log import stage_of
 from ..registry import remediation
 from ..results import Verdict, fail, passed, warn
 
-STEPS = ("triage-collective", "triage-startup", "triage-kv", "triage-config", "triage-fatal")
+STEPS = ("triage-collective", "triage-stacks", "triage-startup", "triage-kv", "triage-config", "triage-fatal")
 
 MISSING = remediation("TRIAGE-MISSING-PARTICIPANT", "one rank did not join a collective the others timed out in", """
 N-1 ranks timed out waiting (`_sync_dp_state failed: Timed out waiting …ms`, watchdog timeouts) and one

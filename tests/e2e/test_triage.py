@@ -4,6 +4,9 @@
 The log lines are written into our container's own stdout (its PID 1's fd 1), so `docker logs` serves them
 exactly as it would an engine's output; only the ATOM engine itself is simulated (k3doctor.rig.server_log).
 """
+import time
+from pathlib import Path
+
 import docker
 import pytest
 import yaml
@@ -135,3 +138,47 @@ def test_a_log_file_on_a_node_and_offline_log_files(fresh, tmp_path):
 def test_bad_log_option_is_a_usage_error(rig):
     rc, _, err = k3("triage", "--nodes", rig.inventory_path, "--log", "nosuchnode=/x")
     assert rc == 3 and "Traceback" not in err
+
+
+STUCK = Path(__file__).resolve().parents[1] / "stuck_ranks.py"
+
+
+def start_ranks(rig, where: dict):
+    """rank -> 'idle' | 'nccl': a real Python ModelRunner stand-in inside its node's k3ep16."""
+    code = STUCK.read_text()
+    for rank, how in where.items():
+        node = rig.nodes[rank // 4]
+        client = docker.DockerClient(base_url=f"unix://{node.docker_socket}", timeout=30)
+        try:
+            container = client.containers.get("k3ep16")
+            rc, out = container.exec_run(["sh", "-c", 'printf "%s" "$0" > /tmp/stuck_ranks.py', code])
+            assert rc == 0, out
+            container.exec_run(["/usr/bin/python3", "/tmp/stuck_ranks.py", str(rank), how], detach=True)
+        finally:
+            client.close()
+
+
+@pytest.mark.skipif(not Path("/usr/local/bin/py-spy").exists() and not Path("/usr/bin/py-spy").exists(),
+                    reason="py-spy is not installed for the nodes (scripts/install.sh installs it)")
+def test_live_stacks_name_the_rank_stuck_in_ncclCommInitRank(fresh):
+    write_logs(fresh, L.node_logs())
+    start_ranks(fresh, {r: ("nccl" if r == 7 else "idle") for r in range(16)})
+    deadline = time.monotonic() + 90
+    while True:  # until every rank has reached the frame it waits in
+        rc, doc = triage(fresh, "--stacks")
+        stacks = [r for r in doc["results"] if r["check"] == "triage-stacks"]
+        if (stacks and "16 ModelRunner" in str(doc)) or any(r["status"] == "FAIL" for r in stacks) \
+                or time.monotonic() > deadline:
+            break
+        time.sleep(2)
+    assert rc == 1, doc
+    assert findings(doc) == [("triage-stacks", "ct14", 3, "FAIL", "TRIAGE-COLLECTIVE-HANG")]
+
+
+def test_without_py_spy_on_the_nodes_the_stacks_are_skipped_with_how_to_get_it(fresh):
+    write_logs(fresh, L.node_logs())
+    rc, doc = triage(fresh, "--stacks", "--py-spy", "/nonexistent/py-spy")
+    assert rc == 0, doc
+    skipped = [r for r in doc["results"] if r["check"] == "triage-stacks"]
+    assert {(r["node"], r["status"], r["remediation"]) for r in skipped} == {
+        (n.name, "SKIP", "TRIAGE-NO-PYSPY") for n in fresh.nodes}
