@@ -131,9 +131,12 @@ def _emit(report, checks, fmt, output, verbose):
 @click.option("-o", "--output", type=click.File("w", lazy=False), default="-", help="Write the report here.")
 @click.option("-v", "--verbose", is_flag=True, help="Show evidence and passing results.")
 def judge_cmd(readings_file, only, skip, overrides, baseline_path, fmt, output, verbose):
-    """Judge readings saved by `check --save-readings` again, offline (no node is contacted)."""
+    """Judge readings saved by `check --save-readings` (or a `triage -o x.tar.gz` bundle) again, offline."""
     from . import snapshot
     from .inventory import parse_inventory
+
+    if readings_file.endswith((".tar.gz", ".tgz")):
+        return _judge_bundle(readings_file, fmt, output, verbose)
 
     _load_plugins()
     try:
@@ -300,7 +303,8 @@ def demo_cmd(scenario, list_scenarios, verbose):
 @click.option("--accept-unknown-hosts", is_flag=True, help="Accept host keys missing from known_hosts.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "junit"]), default="table",
               show_default=True)
-@click.option("-o", "--output", type=click.File("w", lazy=False), default="-", help="Write the report here.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default="-",
+              help="Write the report here; a .tar.gz keeps everything read (secrets redacted) for `k3doctor judge`.")
 @click.option("-v", "--verbose", is_flag=True, help="Show evidence and passing results.")
 def triage_cmd(inventory, logs_dir, log_paths, stepping, tail, endpoint, stacks, py_spy, timeout,
                accept_unknown_hosts, fmt, output, verbose):
@@ -308,9 +312,8 @@ def triage_cmd(inventory, logs_dir, log_paths, stepping, tail, endpoint, stacks,
     import time
 
     from . import triage
-    from .runner import RunReport, make_transport
-    from .gate import Step
-    from .triage.judge import STEPS, Layout
+    from .runner import make_transport
+    from .triage.judge import Layout
 
     started = time.monotonic()
     inv = _inventory(inventory)
@@ -320,39 +323,86 @@ def triage_cmd(inventory, logs_dir, log_paths, stepping, tail, endpoint, stacks,
         if not sep or node not in {n.name for n in inv.nodes} or not path.startswith("/"):
             raise click.UsageError(f"--log {item!r}: expected NODE=/absolute/path with a node of the inventory")
         paths[node] = path
+    if logs_dir and stacks:
+        raise click.UsageError("--stacks reads live processes: it cannot be combined with --logs")
+    bundle = output.endswith((".tar.gz", ".tgz"))
+    out = None if bundle else _open_for_writing(output) if output != "-" else sys.stdout
     # Offline without an inventory nobody knows the node names: node<i> holds ranks per_node * i ...
     names = tuple(n.name for n in inv.nodes) if inventory or not logs_dir else ()
     layout = Layout(nodes=names, per_node=inv.cluster.gpus_per_node, stepping=stepping or inv.cluster.stepping)
-    if logs_dir and stacks:
-        raise click.UsageError("--stacks reads live processes: it cannot be combined with --logs")
-    dumps = {}
+    dumps, now = {}, None
     if logs_dir:
-        parsed, problems = triage.read_log_dir(logs_dir)
-        problems, now = {f"{logs_dir}": "; ".join(problems)} if problems else {}, None
+        texts, unread = triage.read_log_dir(logs_dir)
+        problems = {logs_dir: "; ".join(unread)} if unread else {}
     else:
         opts = RunOptions(accept_unknown_hosts=accept_unknown_hosts)
-        parsed, problems, now, dumps = triage.read_node_logs(
+        texts, problems, now, dumps = triage.read_node_logs(
             inv, lambda node: make_transport(node, inv, opts), tail=tail, paths=paths,
             deadline_s=timeout + 5, timeout_s=timeout, py_spy=py_spy if stacks else None)
-    results = triage.stack_results(dumps, layout) + triage.triage_results(parsed, layout, now=now, problems=problems)
-    steps = [Step(name, name) for name in STEPS]
+    results = triage.judge_all(texts, dumps, layout, now=now, problems=problems)
     if endpoint:
-        from .gate import STEPS as GATE_STEPS
         from .gate import run_gate
 
         try:
             results += run_gate(endpoint)[1]
         except ValueError as exc:
             raise click.UsageError(f"--endpoint: {exc}") from None
-        steps += list(GATE_STEPS)
+    report = _triage_report(results, layout, time.monotonic() - started, gate=bool(endpoint))
+    if bundle:
+        from .report import render_json
+        from .triage import bundle as bundles
+
+        manifest = {"layout": {"nodes": list(layout.nodes), "per_node": layout.per_node,
+                               "stepping": layout.stepping}, "now": now, "problems": problems,
+                    "duration_s": report[0].duration_s}
+        bundles.write(output, texts=texts, dumps=dumps, manifest=manifest, report_json=render_json(report[0]))
+        click.echo(f"k3doctor: triage bundle written to {output} (re-judge with `k3doctor judge {output}`)", err=True)
+    _emit_triage(report, fmt, out or sys.stdout, verbose)
+
+
+def _triage_report(results, layout, duration_s, gate=False):
+    """(RunReport, steps) of a triage: nodes in layout order, then any other node a result names."""
+    from .gate import STEPS as GATE_STEPS
+    from .gate import Step
+    from .runner import RunReport
+    from .triage.judge import STEPS
+
     nodes = list(dict.fromkeys([*layout.nodes, *(r.node for r in results if r.node)]))
-    report = RunReport(results=results, nodes=nodes, duration_s=round(time.monotonic() - started, 3))
-    first = triage.most_likely(results)
+    steps = [Step(name, name) for name in STEPS] + (list(GATE_STEPS) if gate else [])
+    return RunReport(results=results, nodes=nodes, duration_s=round(duration_s, 3)), steps
+
+
+def _emit_triage(report, fmt, output, verbose):
+    """The most likely cause first (table), then the usual report and exit code."""
+    from . import triage
+
+    first = triage.most_likely(report[0].results)
     if first and fmt == "table":
         where = f"{first.node} gpu{first.gpu} (rank {first.evidence.get('rank')})" if first.node else "cluster"
         click.echo(f"Most likely cause: {first.message}\n  where: {where}\n  do: k3doctor explain "
                    f"{first.remediation}\n", file=output)
-    _emit(report, steps, fmt, output, verbose)
+    _emit(report[0], report[1], fmt, output, verbose)
+
+
+def _judge_bundle(path, fmt, output, verbose):
+    """`k3doctor judge triage.tar.gz`: the bundle's logs and stacks judged again, offline."""
+    import time
+
+    from . import triage
+    from .triage import bundle as bundles
+    from .triage.judge import Layout
+
+    started = time.monotonic()
+    try:
+        manifest, texts, dumps = bundles.read(path)
+        lay = manifest["layout"]
+        layout = Layout(nodes=tuple(lay["nodes"]), per_node=int(lay["per_node"]), stepping=lay.get("stepping"))
+        now, problems = manifest.get("now"), dict(manifest.get("problems") or {})
+    except (bundles.BundleError, KeyError, TypeError, ValueError) as exc:
+        click.echo(f"k3doctor: cannot judge {path}: {exc}", err=True)
+        sys.exit(EXIT_USAGE)
+    results = triage.judge_all(texts, dumps, layout, now=now, problems=problems)
+    _emit_triage(_triage_report(results, layout, time.monotonic() - started), fmt, output, verbose)
 
 
 @cli.command("gate")

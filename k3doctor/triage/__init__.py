@@ -35,20 +35,30 @@ def group_by_rank(parsed: list) -> dict:
 
 
 def read_log_dir(path: str) -> tuple:
-    """(parsed lines of every file, problems): one file per node or per rank (rank from the file name)."""
-    parsed, problems = [], []
+    """({file name: text}, problems): log files copied off the cluster, one per node or per rank."""
+    texts, problems = {}, []
     files = sorted(p for p in Path(path).iterdir() if p.is_file())
     if not files:
         problems.append(f"{path}: no log files")
     for file in files:
-        m = _RANK_IN_NAME.search(file.name)
         try:
             if file.stat().st_size > MAX_LOG_BYTES:
                 raise ParseError(f"larger than {MAX_LOG_BYTES >> 20} MiB: pass its tail")
-            text = file.read_bytes().decode("utf-8", "replace")
-            parsed += parse_log(text, default_rank=int(m.group(1)) if m else None)
+            texts[file.name] = file.read_bytes().decode("utf-8", "replace")
         except (OSError, ParseError) as exc:
             problems.append(f"{file.name}: {exc}")
+    return texts, problems
+
+
+def parse_sources(texts: dict) -> tuple:
+    """(every parsed line, {source: why unparseable}); a rank in a source's name is its lines' default."""
+    parsed, problems = [], {}
+    for name, text in texts.items():
+        m = _RANK_IN_NAME.search(name)
+        try:
+            parsed += parse_log(text, default_rank=int(m.group(1)) if m else None)
+        except ParseError as exc:
+            problems[name] = str(exc)
     return parsed, problems
 
 
@@ -72,8 +82,8 @@ def _stacks_command(node, py_spy: str, timeout_s: float) -> Command:
 
 def read_node_logs(inv, make_transport, *, tail: int, paths: dict, deadline_s: float, timeout_s: float,
                    py_spy: str | None = None) -> tuple:
-    """(parsed lines of every node, node -> why unreadable, latest node clock, node -> stack dump text)
-    over one SSH round trip each; stacks only when ``py_spy`` names the tool."""
+    """({node: log text}, {node: why unreadable}, latest node clock, {node: stack dump text}) over one SSH
+    round trip each; stacks only when ``py_spy`` names the tool."""
     clock = Command(("date", "+%s"))
 
     def visit(node):
@@ -91,25 +101,25 @@ def read_node_logs(inv, make_transport, *, tail: int, paths: dict, deadline_s: f
                 raise ReadingUnavailable("log output was cut at the size limit: pass a smaller --tail")
             now = float(got[clock].output().strip())
             # docker logs puts the engine's stderr on stderr: both are the server's log
-            lines = parse_log(text + "\n" + (reading.stderr if not paths.get(node.name) else ""))
-            return lines, now, None, stack_text
+            return text + "\n" + (reading.stderr if not paths.get(node.name) else ""), now, None, stack_text
         except Exception as exc:  # this node only: the others are still read
             why = str(exc) if isinstance(exc, (ReadingUnavailable, ParseError)) else f"{type(exc).__name__}: {exc}"
-            return [], None, why, None
+            return None, None, why, None
         finally:
             transport.close()
 
-    parsed, problems, clocks, dumps = [], {}, [], {}
+    texts, problems, clocks, dumps = {}, {}, [], {}
     with ThreadPoolExecutor(max_workers=max(1, min(64, len(inv.nodes)))) as pool:
-        for node, (lines, now, why, stack_text) in zip(inv.nodes, pool.map(visit, inv.nodes)):
-            parsed += lines
+        for node, (text, now, why, stack_text) in zip(inv.nodes, pool.map(visit, inv.nodes)):
+            if text is not None:
+                texts[node.name] = text
             if why:
                 problems[node.name] = why
             elif now is not None:
                 clocks.append(now)
             if stack_text is not None:
                 dumps[node.name] = stack_text
-    return parsed, problems, (max(clocks) if clocks else None), dumps
+    return texts, problems, (max(clocks) if clocks else None), dumps
 
 
 def stack_results(dumps: dict, layout: judges.Layout) -> list:
@@ -166,3 +176,9 @@ def most_likely(results: list):
         return None
     order = {step: i for i, step in enumerate(judges.STEPS)}
     return min(bad, key=lambda r: (-r.status.severity, order.get(r.check, len(order))))
+
+
+def judge_all(texts: dict, dumps: dict, layout: judges.Layout, *, now: float | None, problems: dict) -> list:
+    """Every triage result from what was read (live, from files, or from a bundle): one code path."""
+    parsed, unparseable = parse_sources(texts)
+    return stack_results(dumps, layout) + triage_results(parsed, layout, now=now, problems={**problems, **unparseable})

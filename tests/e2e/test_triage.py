@@ -182,3 +182,32 @@ def test_without_py_spy_on_the_nodes_the_stacks_are_skipped_with_how_to_get_it(f
     skipped = [r for r in doc["results"] if r["check"] == "triage-stacks"]
     assert {(r["node"], r["status"], r["remediation"]) for r in skipped} == {
         (n.name, "SKIP", "TRIAGE-NO-PYSPY") for n in fresh.nodes}
+
+
+def test_a_bundle_keeps_what_was_read_without_secrets_and_judges_the_same_offline(fresh, tmp_path):
+    token = "hf_" + "Q7x" * 10
+    extra = L.missing_participant(stalled=11)
+    extra[0] = [f"INFO launching with HF_TOKEN={token} api_key: sk-{token}"] + extra[0]
+    logs = L.node_logs(extra=extra)
+    write_logs(fresh, logs)
+    bundle = tmp_path / "triage.tar.gz"
+    rc, out, err = k3("triage", "--nodes", fresh.inventory_path, "-o", bundle)
+    assert rc == 1 and "Most likely cause: rank 11 (ct16)" in out, err
+    assert oct(bundle.stat().st_mode & 0o777) == "0o600"
+    import tarfile
+    with tarfile.open(bundle) as tar:
+        names = tar.getnames()
+        blob = b"".join(tar.extractfile(m).read() for m in tar if m.isfile())
+    assert {"manifest.json", "report.json", "logs/ct13", "logs/ct17"} <= set(names)
+    assert token.encode() not in blob and b"<redacted>" in blob
+    live = k3json("triage", "--nodes", fresh.inventory_path)[1]
+    rc, offline = k3json("judge", bundle)
+    assert rc == 1 and findings(offline) == findings(live) == [
+        ("triage-collective", "ct16", 3, "FAIL", "TRIAGE-MISSING-PARTICIPANT")]
+
+
+def test_a_damaged_bundle_is_one_line_exit_3(tmp_path):
+    bad = tmp_path / "x.tar.gz"
+    bad.write_bytes(b"\x1f\x8b not really")
+    rc, _, err = k3("judge", bad)
+    assert rc == 3 and "cannot judge" in err and "Traceback" not in err
