@@ -329,7 +329,8 @@ def triage_cmd(inventory, logs_dir, log_paths, stepping, tail, endpoint, stacks,
     out = None if bundle else _open_for_writing(output) if output != "-" else sys.stdout
     # Offline without an inventory nobody knows the node names: node<i> holds ranks per_node * i ...
     names = tuple(n.name for n in inv.nodes) if inventory or not logs_dir else ()
-    layout = Layout(nodes=names, per_node=inv.cluster.gpus_per_node, stepping=stepping or inv.cluster.stepping)
+    layout = Layout(nodes=names, per_node=inv.cluster.gpus_per_node, stepping=stepping or inv.cluster.stepping,
+                    board_gib=inv.cluster.hbm_gib_per_gpu)
     dumps, now = {}, None
     if logs_dir:
         texts, unread = triage.read_log_dir(logs_dir)
@@ -353,7 +354,7 @@ def triage_cmd(inventory, logs_dir, log_paths, stepping, tail, endpoint, stacks,
         from .triage import bundle as bundles
 
         manifest = {"layout": {"nodes": list(layout.nodes), "per_node": layout.per_node,
-                               "stepping": layout.stepping}, "now": now, "problems": problems,
+                               "stepping": layout.stepping, "board_gib": layout.board_gib}, "now": now, "problems": problems,
                     "duration_s": report[0].duration_s}
         bundles.write(output, texts=texts, dumps=dumps, manifest=manifest, report_json=render_json(report[0]))
         click.echo(f"k3doctor: triage bundle written to {output} (re-judge with `k3doctor judge {output}`)", err=True)
@@ -396,7 +397,8 @@ def _judge_bundle(path, fmt, output, verbose):
     try:
         manifest, texts, dumps = bundles.read(path)
         lay = manifest["layout"]
-        layout = Layout(nodes=tuple(lay["nodes"]), per_node=int(lay["per_node"]), stepping=lay.get("stepping"))
+        layout = Layout(nodes=tuple(lay["nodes"]), per_node=int(lay["per_node"]), stepping=lay.get("stepping"),
+                        board_gib=lay.get("board_gib"))
         now, problems = manifest.get("now"), dict(manifest.get("problems") or {})
     except (bundles.BundleError, KeyError, TypeError, ValueError) as exc:
         click.echo(f"k3doctor: cannot judge {path}: {exc}", err=True)

@@ -87,6 +87,7 @@ class Layout:
     nodes: tuple
     per_node: int = 4
     stepping: str | None = None  # A0 / B0, site information (§1)
+    board_gib: int | None = None  # declared HBM per GPU (288 / 432, §12)
     experts_local: int = 56  # §19, EP16
     experts_global: int = 896
     stall_s: float = 1800.0  # §20: cold starts up to ~25 min
@@ -151,6 +152,11 @@ def judge_rank(rank: int, lines: list, layout: Layout, now: float | None, servin
         out.append((step, _at(layout, rank, verdict)))
 
     for ln in _of(lines, "memory_budget")[-1:]:
+        total = ln.signals["memory_budget"].get("total_gpu")
+        if layout.board_gib and total and abs(total - layout.board_gib) > 0.05 * layout.board_gib:
+            add("triage-kv", warn(f"Memory budget total_gpu={total:g} GB on a declared {layout.board_gib} GiB board: "
+                                  "budgets derived for the other board size do not carry over",
+                                  evidence={"line": ln.text[:300]}, remediation=KV_NEGATIVE))
         kv = ln.signals["memory_budget"].get("available_for_kv")
         if kv is not None and kv <= 0:
             add("triage-kv", fail(f"available_for_kv={kv:g} GB: the KV cache has no room", evidence={

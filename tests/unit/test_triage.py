@@ -146,3 +146,11 @@ def test_a_40kb_line_is_cheap():
 def test_group_by_rank_orders_by_time():
     text = "2026-12-01T10:00:02Z DP1 b\n2026-12-01T10:00:01Z DP1 a"
     assert [ln.text for ln in group_by_rank(parse_log(text))[1]] == ["DP1 a", "DP1 b"]
+
+
+def test_budget_total_against_the_declared_board():
+    logs = L.node_logs()
+    parsed = [ln for text in logs.values() for ln in parse_log("\n".join(text))]
+    assert findings(triage_results(parsed, Layout(NODES, board_gib=432), now=None, problems={})) == set()
+    warned = triage_results(parsed, Layout(NODES, board_gib=288), now=None, problems={})
+    assert len([r for r in warned if r.status == Status.WARN and r.check == "triage-kv"]) == 16
