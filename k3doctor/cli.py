@@ -354,8 +354,8 @@ def triage_cmd(inventory, logs_dir, log_paths, stepping, tail, endpoint, stacks,
         from .triage import bundle as bundles
 
         manifest = {"layout": {"nodes": list(layout.nodes), "per_node": layout.per_node,
-                               "stepping": layout.stepping, "board_gib": layout.board_gib}, "now": now, "problems": problems,
-                    "duration_s": report[0].duration_s}
+                               "stepping": layout.stepping, "board_gib": layout.board_gib},
+                    "now": now, "problems": problems, "duration_s": report[0].duration_s}
         bundles.write(output, texts=texts, dumps=dumps, manifest=manifest, report_json=render_json(report[0]))
         click.echo(f"k3doctor: triage bundle written to {output} (re-judge with `k3doctor judge {output}`)", err=True)
     _emit_triage(report, fmt, out or sys.stdout, verbose)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import socket
 import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -95,7 +94,7 @@ def request(endpoint: Endpoint, method: str, path: str, payload=None, *, deadlin
             chunks.append(chunk)
             remaining()
         return Response(resp.status, b"".join(chunks), round(time.monotonic() - started, 3))
-    except (TimeoutError, socket.timeout):
+    except TimeoutError:
         raise EndpointError(f"{method} {path}: no complete answer within the deadline "
                             f"({time.monotonic() - started:.1f}s)") from None
     except (OSError, http.client.HTTPException) as exc:

@@ -110,7 +110,7 @@ def read_node_logs(inv, make_transport, *, tail: int, paths: dict, deadline_s: f
 
     texts, problems, clocks, dumps = {}, {}, [], {}
     with ThreadPoolExecutor(max_workers=max(1, min(64, len(inv.nodes)))) as pool:
-        for node, (text, now, why, stack_text) in zip(inv.nodes, pool.map(visit, inv.nodes)):
+        for node, (text, now, why, stack_text) in zip(inv.nodes, pool.map(visit, inv.nodes), strict=True):
             if text is not None:
                 texts[node.name] = text
             if why:
@@ -133,7 +133,8 @@ def stack_results(dumps: dict, layout: judges.Layout) -> list:
             continue
         failed = [ln.split()[-1] for ln in text.splitlines() if ln.startswith("K3DOCTOR-PYSPY-FAILED")]
         if failed:
-            results.append(Result("triage-stacks", node, Status.ERROR, f"py-spy could not read PID(s) {', '.join(failed)}"))
+            results.append(Result("triage-stacks", node, Status.ERROR,
+                                  f"py-spy could not read PID(s) {', '.join(failed)}"))
         body = "\n".join(ln for ln in text.splitlines() if not ln.startswith("K3DOCTOR-PYSPY-FAILED"))
         if not body.strip():
             if not failed:
