@@ -161,9 +161,12 @@ def _emit(report, checks, fmt, output, verbose):
               help="Write the report here (created 0600: it may hold evidence).")
 @click.option("-v", "--verbose", is_flag=True, help="Show evidence and passing results.")
 def judge_cmd(readings_file, only, skip, overrides, baseline_path, fmt, output, verbose):
-    """Judge readings saved by `check --save-readings` again, offline (no node is contacted)."""
+    """Judge readings saved by `check --save-readings` (or a `triage -o x.tar.gz` bundle) again, offline."""
     from . import snapshot
     from .inventory import parse_inventory
+
+    if readings_file.endswith((".tar.gz", ".tgz")):
+        return _judge_bundle(readings_file, fmt, output, verbose)
 
     _load_plugins()
     try:
@@ -319,6 +322,162 @@ def demo_cmd(scenario, list_scenarios, verbose):
     sys.exit(overall(report.results).exit_code)
 
 
+@cli.command("triage")
+@click.option("--nodes", "inventory", metavar="INVENTORY.yaml",
+              help="Inventory: read our container's server log on every node (default: this machine).")
+@click.option("--logs", "logs_dir", type=click.Path(exists=True, file_okay=False), default=None,
+              help="Judge log files copied off the cluster instead (one per node or per rank), offline.")
+@click.option("--log", "log_paths", multiple=True, metavar="NODE=PATH",
+              help="Read this file on NODE instead of the container's output (repeatable).")
+@click.option("--stepping", type=click.Choice(["A0", "B0"]), default=None,
+              help="Declared stepping (default: the inventory's), for the translation proof lines (§2).")
+@click.option("--tail", type=click.IntRange(100, 10_000_000), default=200_000, show_default=True,
+              help="Lines of each container log to read.")
+@click.option("--endpoint", default=None, metavar="URL", help="Also run the sanity gate against this server.")
+@click.option("--stacks", is_flag=True, help="Also take py-spy stacks of every ModelRunner (ATOM::DP*TP0), "
+              "from the host by PID; py-spy must be installed on the nodes (never installed for you).")
+@click.option("--py-spy", "py_spy", default="py-spy", show_default=True, metavar="PATH",
+              help="py-spy on the nodes, for --stacks.")
+@click.option("--timeout", type=click.FloatRange(1, 3600), default=60, show_default=True, metavar="S",
+              help="Per-node read timeout.")
+@click.option("--accept-unknown-hosts", is_flag=True, help="Accept host keys missing from known_hosts.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "junit"]), default="table",
+              show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default="-",
+              help="Write the report here; a .tar.gz keeps everything read (secrets redacted) for `k3doctor judge`.")
+@click.option("-v", "--verbose", is_flag=True, help="Show evidence and passing results.")
+def triage_cmd(inventory, logs_dir, log_paths, stepping, tail, endpoint, stacks, py_spy, timeout,
+               accept_unknown_hosts, fmt, output, verbose):
+    """Why is it stuck, and which rank? Reads every node's server log and names the rank at fault."""
+    import time
+
+    from . import triage
+    from .runner import make_transport
+    from .triage.judge import Layout
+
+    started = time.monotonic()
+    inv = _inventory(inventory)
+    paths = {}
+    for item in log_paths:
+        node, sep, path = item.partition("=")
+        if not sep or node not in {n.name for n in inv.nodes} or not path.startswith("/"):
+            raise click.UsageError(f"--log {item!r}: expected NODE=/absolute/path with a node of the inventory")
+        paths[node] = path
+    if logs_dir and stacks:
+        raise click.UsageError("--stacks reads live processes: it cannot be combined with --logs")
+    bundle = output.endswith((".tar.gz", ".tgz"))
+    out = None if bundle else _open_for_writing(output) if output != "-" else sys.stdout
+    # Offline without an inventory nobody knows the node names: node<i> holds ranks per_node * i ...
+    names = tuple(n.name for n in inv.nodes) if inventory or not logs_dir else ()
+    layout = Layout(nodes=names, per_node=inv.cluster.gpus_per_node, stepping=stepping or inv.cluster.stepping,
+                    board_gib=inv.cluster.hbm_gib_per_gpu)
+    dumps, now = {}, None
+    if logs_dir:
+        texts, unread = triage.read_log_dir(logs_dir)
+        problems = {logs_dir: "; ".join(unread)} if unread else {}
+    else:
+        opts = RunOptions(accept_unknown_hosts=accept_unknown_hosts)
+        texts, problems, now, dumps = triage.read_node_logs(
+            inv, lambda node: make_transport(node, inv, opts), tail=tail, paths=paths,
+            deadline_s=timeout + 5, timeout_s=timeout, py_spy=py_spy if stacks else None)
+    results = triage.judge_all(texts, dumps, layout, now=now, problems=problems)
+    if endpoint:
+        from .gate import run_gate
+
+        try:
+            results += run_gate(endpoint)[1]
+        except ValueError as exc:
+            raise click.UsageError(f"--endpoint: {exc}") from None
+    report = _triage_report(results, layout, time.monotonic() - started, gate=bool(endpoint))
+    if bundle:
+        from .report import render_json
+        from .triage import bundle as bundles
+
+        manifest = {"layout": {"nodes": list(layout.nodes), "per_node": layout.per_node,
+                               "stepping": layout.stepping, "board_gib": layout.board_gib},
+                    "now": now, "problems": problems, "duration_s": report[0].duration_s}
+        bundles.write(output, texts=texts, dumps=dumps, manifest=manifest, report_json=render_json(report[0]))
+        click.echo(f"k3doctor: triage bundle written to {output} (re-judge with `k3doctor judge {output}`)", err=True)
+    _emit_triage(report, fmt, out or sys.stdout, verbose)
+
+
+def _triage_report(results, layout, duration_s, gate=False):
+    """(RunReport, steps) of a triage: nodes in layout order, then any other node a result names."""
+    from .gate import STEPS as GATE_STEPS
+    from .gate import Step
+    from .runner import RunReport
+    from .triage.judge import STEPS
+
+    nodes = list(dict.fromkeys([*layout.nodes, *(r.node for r in results if r.node)]))
+    steps = [Step(name, name) for name in STEPS] + (list(GATE_STEPS) if gate else [])
+    return RunReport(results=results, nodes=nodes, duration_s=round(duration_s, 3)), steps
+
+
+def _emit_triage(report, fmt, output, verbose):
+    """The most likely cause first (table), then the usual report and exit code."""
+    from . import triage
+
+    first = triage.most_likely(report[0].results)
+    if first and fmt == "table":
+        where = f"{first.node} gpu{first.gpu} (rank {first.evidence.get('rank')})" if first.node else "cluster"
+        click.echo(f"Most likely cause: {first.message}\n  where: {where}\n  do: k3doctor explain "
+                   f"{first.remediation}\n", file=output)
+    _emit(report[0], report[1], fmt, output, verbose)
+
+
+def _judge_bundle(path, fmt, output, verbose):
+    """`k3doctor judge triage.tar.gz`: the bundle's logs and stacks judged again, offline."""
+    import time
+
+    from . import triage
+    from .triage import bundle as bundles
+    from .triage.judge import Layout
+
+    started = time.monotonic()
+    try:
+        manifest, texts, dumps = bundles.read(path)
+        lay = manifest["layout"]
+        layout = Layout(nodes=tuple(lay["nodes"]), per_node=int(lay["per_node"]), stepping=lay.get("stepping"),
+                        board_gib=lay.get("board_gib"))
+        now, problems = manifest.get("now"), dict(manifest.get("problems") or {})
+    except (bundles.BundleError, KeyError, TypeError, ValueError) as exc:
+        click.echo(f"k3doctor: cannot judge {path}: {exc}", err=True)
+        sys.exit(EXIT_USAGE)
+    results = triage.judge_all(texts, dumps, layout, now=now, problems=problems)
+    _emit_triage(_triage_report(results, layout, time.monotonic() - started), fmt, output, verbose)
+
+
+@cli.command("gate")
+@click.option("--endpoint", required=True, metavar="URL", help="The model server, e.g. http://node0:8000.")
+@click.option("--model", default=None, metavar="NAME",
+              help="The model string clients will send (default: the recipe's served name).")
+@click.option("--chat-max-tokens", type=click.IntRange(1, 1_000_000), default=4096, show_default=True,
+              help="max_tokens of the chat probe (thinking needs room: < ~3500 is suspect).")
+@click.option("--deadline", type=click.FloatRange(1, 3600), default=300, show_default=True, metavar="S",
+              help="The whole gate ends by then.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "junit"]), default="table",
+              show_default=True)
+@click.option("-o", "--output", type=click.File("w", lazy=False), default="-", help="Write the report here.")
+@click.option("-v", "--verbose", is_flag=True, help="Show evidence and passing results.")
+def gate_cmd(endpoint, model, chat_max_tokens, deadline, fmt, output, verbose):
+    """Sanity gate before any benchmark: served name, real text (not `!`), a chat answer with content."""
+    import time
+
+    from .gate import STEPS, GateSettings, run_gate
+    from .runner import RunReport
+
+    settings = GateSettings(chat_max_tokens=chat_max_tokens, deadline_s=deadline,
+                            request_timeout_s=min(deadline, GateSettings.request_timeout_s),
+                            **({"model": model} if model else {}))
+    started = time.monotonic()
+    try:
+        where, results = run_gate(endpoint, settings)
+    except ValueError as exc:
+        raise click.UsageError(f"--endpoint: {exc}") from None
+    report = RunReport(results=results, nodes=[where], duration_s=round(time.monotonic() - started, 3))
+    _emit(report, STEPS, fmt, output, verbose)
+
+
 @cli.command("list")
 @click.option("-v", "--verbose", is_flag=True, help="Also show each check's parameters and defaults.")
 def list_cmd(verbose):
@@ -343,6 +502,9 @@ def list_cmd(verbose):
 @click.argument("code")
 def explain_cmd(code):
     """Print what to do about a remediation CODE shown in a report."""
+    from . import gate  # noqa: F401  (registers the gate's codes)
+    from .triage import judge, stacks  # noqa: F401  (and triage's)
+
     _load_plugins()
     rem = REGISTRY.remediations.get(code) or REGISTRY.remediations.get(code.upper())
     if rem is None:

@@ -18,3 +18,6 @@ python3 -m pip install -q --disable-pip-version-check -e '.[test]'
 python3 -m pip install -q --disable-pip-version-check 'torch==2.13.0'
 /usr/bin/python3 -c 'import torch' 2>/dev/null ||
   /usr/bin/python3 -m pip install -q --disable-pip-version-check --break-system-packages 'torch==2.13.0'
+# py-spy (triage --stacks) where the simulated nodes see it: their namespaces hide /root, not /usr/local.
+[ -x /usr/local/bin/py-spy ] ||
+  /usr/bin/python3 -m pip install -q --disable-pip-version-check --break-system-packages 'py-spy>=0.4'

@@ -1,0 +1,135 @@
+"""A stand-in for a Kimi-K3 OpenAI endpoint: real HTTP, canned answers (only the model is faked).
+
+``python -m k3doctor.rig.model_server --mode MODE`` serves ``/v1/models``, ``/v1/completions`` and
+``/v1/chat/completions`` on 127.0.0.1 (port printed on stdout) in the answer patterns of reference
+§1, §21 and §22, and exits by itself after ``--lifetime`` seconds.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+SERVED = "moonshotai/Kimi-K3"
+HEALTHY = {
+    "The capital of France is": " Paris. The Eiffel Tower is located in Paris.",
+    "The chemical symbol for gold is": " Au. It comes from the Latin word aurum.",
+    "Monday, Tuesday, Wednesday,": " Thursday, Friday, Saturday, Sunday.",
+}
+MODES = ("healthy", "bang", "repeat", "flat", "nan", "empty", "chat-cut", "name-mismatch", "http-404",
+         "http-500", "garbage", "hang", "trickle")
+
+
+def _tokens(text: str) -> list:
+    out, word = [], ""
+    for ch in text:
+        if ch == " " and word:
+            out.append(word)
+            word = ""
+        word += ch
+    return out + ([word] if word else [])
+
+
+def completion(mode: str, prompt: str) -> dict:
+    text = HEALTHY.get(prompt, " I do not know.")
+    if mode == "bang":
+        text = "!" * 16
+    elif mode == "repeat":
+        text = " the" * 16
+    elif mode == "empty":
+        text = ""
+    tokens = _tokens(text) if mode != "bang" else ["!"] * 16
+    sure = [{tok: -0.02, " a": -4.5, " the": -5.1, ",": -6.3, ".": -7.0} for tok in tokens]
+    if mode == "flat":
+        sure = [{tok: -3.21, " a": -3.22, " the": -3.23, ",": -3.24, ".": -3.25} for tok in tokens]
+    values = [-0.02] * len(tokens)
+    if mode == "nan":
+        values = [float("nan")] * len(tokens)
+    return {"id": "cmpl-1", "object": "text_completion", "model": SERVED,
+            "choices": [{"index": 0, "text": text, "finish_reason": "length",
+                         "logprobs": {"tokens": tokens, "token_logprobs": values, "top_logprobs": sure}}]}
+
+
+def chat(mode: str, max_tokens: int) -> dict:
+    if mode == "chat-cut" or max_tokens < 64:
+        message, finish = {"role": "assistant", "content": "", "reasoning_content": "Let me add 17 and"}, "length"
+    else:
+        message, finish = {"role": "assistant", "content": "42", "reasoning_content": "17 + 25 = 42."}, "stop"
+    return {"id": "chat-1", "object": "chat.completion", "model": SERVED,
+            "choices": [{"index": 0, "message": message, "finish_reason": finish}]}
+
+
+def handler_for(mode: str):
+    served = "/models/Kimi-K3" if mode == "name-mismatch" else SERVED
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args):
+            pass
+
+        def _send(self, status: int, body: bytes, ctype="application/json"):
+            self.send_response(status)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def _answer(self, doc: dict):
+            if mode == "garbage":
+                return self._send(200, b"<html>upstream error</html>", "text/html")
+            if mode == "hang":
+                time.sleep(3600)
+            body = json.dumps(doc).encode()
+            if mode == "trickle":  # headers, then one byte a second
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                for byte in body:
+                    self.wfile.write(bytes([byte]))
+                    self.wfile.flush()
+                    time.sleep(1)
+                return None
+            return self._send(200, body)
+
+        def do_GET(self):
+            if self.path.rstrip("/") == "/v1/models":
+                return self._answer({"object": "list", "data": [{"id": served, "object": "model"}]})
+            return self._send(404, b'{"detail":"Not Found"}')
+
+        def do_POST(self):
+            length = int(self.headers.get("Content-Length") or 0)
+            req = json.loads(self.rfile.read(length) or b"{}")
+            if mode == "http-404" or req.get("model") != served:
+                msg = f"Requested model '{req.get('model')}' does not match server model '{served}'"
+                return self._send(400 if mode != "http-404" else 404, json.dumps({"error": msg}).encode())
+            if mode == "http-500":
+                return self._send(500, b'{"error":"EngineCore died"}')
+            if self.path == "/v1/completions":
+                return self._answer(completion(mode, req.get("prompt", "")))
+            if self.path == "/v1/chat/completions":
+                return self._answer(chat(mode, int(req.get("max_tokens") or 16)))
+            return self._send(404, b'{"detail":"Not Found"}')
+
+    return Handler
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--mode", choices=MODES, default="healthy")
+    ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--lifetime", type=float, default=300.0, help="exit after this many seconds")
+    args = ap.parse_args(argv)
+    server = ThreadingHTTPServer(("127.0.0.1", args.port), handler_for(args.mode))
+    server.daemon_threads = True
+    print(server.server_address[1], flush=True)
+    threading.Timer(args.lifetime, server.shutdown).start()
+    server.serve_forever()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,185 @@
+"""On-call triage: read every node's ATOM server log at once and name the rank at fault (§19–§25).
+
+Orchestration only: where the logs come from (our container's output on every node over the node's
+SSH connection, a path on a node, or files copied off the cluster) and how lines are grouped by
+rank. Parsing is ``parsers.atom_log``, judgement ``triage.judge``.
+"""
+from __future__ import annotations
+
+import re
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from ..gather import gather
+from ..parsers import ParseError
+from ..parsers.atom_log import parse_log
+from ..parsers.pyspy import parse_dump
+from ..readings import Command, ReadingUnavailable, sh
+from ..results import Result, Status
+from ..shell import quote
+from . import judge as judges
+from . import stacks
+
+_RANK_IN_NAME = re.compile(r"(?:rank|dp)[_-]?(\d{1,3})(?!\d)", re.IGNORECASE)
+MAX_LOG_BYTES = 32 << 20
+
+
+def group_by_rank(parsed: list) -> dict:
+    ranks: dict = {}
+    for ln in parsed:
+        if ln.rank is not None:
+            ranks.setdefault(ln.rank, []).append(ln)
+    for lines in ranks.values():
+        lines.sort(key=lambda ln: (ln.ts is None, ln.ts or 0.0))
+    return ranks
+
+
+def read_log_dir(path: str) -> tuple:
+    """({file name: text}, problems): log files copied off the cluster, one per node or per rank."""
+    texts, problems = {}, []
+    files = sorted(p for p in Path(path).iterdir() if p.is_file())
+    if not files:
+        problems.append(f"{path}: no log files")
+    for file in files:
+        try:
+            if file.stat().st_size > MAX_LOG_BYTES:
+                raise ParseError(f"larger than {MAX_LOG_BYTES >> 20} MiB: pass its tail")
+            texts[file.name] = file.read_bytes().decode("utf-8", "replace")
+        except (OSError, ParseError) as exc:
+            problems.append(f"{file.name}: {exc}")
+    return texts, problems
+
+
+def parse_sources(texts: dict) -> tuple:
+    """(every parsed line, {source: why unparseable}); a rank in a source's name is its lines' default."""
+    parsed, problems = [], {}
+    for name, text in texts.items():
+        m = _RANK_IN_NAME.search(name)
+        try:
+            parsed += parse_log(text, default_rank=int(m.group(1)) if m else None)
+        except ParseError as exc:
+            problems[name] = str(exc)
+    return parsed, problems
+
+
+def _log_command(node, tail: int, path: str | None) -> Command:
+    if path:
+        return Command(("tail", "-c", str(MAX_LOG_BYTES), "--", path))
+    return Command(("docker", "logs", "--timestamps", "--tail", str(tail), "--", node.settings.container))
+
+
+NO_PYSPY = "K3DOCTOR-NO-PYSPY"
+
+
+def _stacks_command(node, py_spy: str, timeout_s: float) -> Command:
+    """py-spy dumps of our container's ModelRunners, by host PID (§20: --pid host); nothing is installed."""
+    tool, per_dump = quote(py_spy), max(5, int(timeout_s / 4))
+    return sh(f"command -v {tool} >/dev/null 2>&1 || {{ echo {NO_PYSPY}; exit 0; }}; "
+              f"docker top {quote(node.settings.container)} -eo pid,args | while read -r pid args; do "
+              f'case "$args" in *ATOM::DP*TP0*) timeout {per_dump} {tool} dump --pid "$pid" </dev/null || '
+              f'echo "K3DOCTOR-PYSPY-FAILED $pid";; esac; done')
+
+
+def read_node_logs(inv, make_transport, *, tail: int, paths: dict, deadline_s: float, timeout_s: float,
+                   py_spy: str | None = None) -> tuple:
+    """({node: log text}, {node: why unreadable}, latest node clock, {node: stack dump text}) over one SSH
+    round trip each; stacks only when ``py_spy`` names the tool."""
+    clock = Command(("date", "+%s"))
+
+    def visit(node):
+        transport = make_transport(node)
+        try:
+            transport.connect()
+            spec = _log_command(node, tail, paths.get(node.name))
+            dumps = _stacks_command(node, py_spy, timeout_s) if py_spy else None
+            wanted = [spec, clock] + ([dumps] if dumps else [])
+            got = gather(transport, wanted, command_timeout_s=timeout_s, deadline_s=deadline_s)
+            stack_text = got[dumps].output() if dumps else None
+            reading = got[spec]
+            text = reading.output()
+            if reading.truncated:
+                raise ReadingUnavailable("log output was cut at the size limit: pass a smaller --tail")
+            now = float(got[clock].output().strip())
+            # docker logs puts the engine's stderr on stderr: both are the server's log
+            return text + "\n" + (reading.stderr if not paths.get(node.name) else ""), now, None, stack_text
+        except Exception as exc:  # this node only: the others are still read
+            why = str(exc) if isinstance(exc, (ReadingUnavailable, ParseError)) else f"{type(exc).__name__}: {exc}"
+            return None, None, why, None
+        finally:
+            transport.close()
+
+    texts, problems, clocks, dumps = {}, {}, [], {}
+    with ThreadPoolExecutor(max_workers=max(1, min(64, len(inv.nodes)))) as pool:
+        for node, (text, now, why, stack_text) in zip(inv.nodes, pool.map(visit, inv.nodes), strict=True):
+            if text is not None:
+                texts[node.name] = text
+            if why:
+                problems[node.name] = why
+            elif now is not None:
+                clocks.append(now)
+            if stack_text is not None:
+                dumps[node.name] = stack_text
+    return texts, problems, (max(clocks) if clocks else None), dumps
+
+
+def stack_results(dumps: dict, layout: judges.Layout) -> list:
+    """Results of the py-spy step: per node a SKIP when the tool is missing, an ERROR when a dump is
+    unreadable, then the classification over every rank that was read."""
+    results, procs = [], []
+    for node, text in dumps.items():
+        if text.strip() == NO_PYSPY:
+            results.append(Result("triage-stacks", node, Status.SKIP, "py-spy is not installed on this node",
+                                  remediation=stacks.NO_PYSPY))
+            continue
+        failed = [ln.split()[-1] for ln in text.splitlines() if ln.startswith("K3DOCTOR-PYSPY-FAILED")]
+        if failed:
+            results.append(Result("triage-stacks", node, Status.ERROR,
+                                  f"py-spy could not read PID(s) {', '.join(failed)}"))
+        body = "\n".join(ln for ln in text.splitlines() if not ln.startswith("K3DOCTOR-PYSPY-FAILED"))
+        if not body.strip():
+            if not failed:
+                results.append(Result("triage-stacks", node, Status.SKIP, "no ATOM::DP*TP0 process in the container"))
+            continue
+        try:
+            procs += parse_dump(body)
+        except ParseError as exc:
+            results.append(Result("triage-stacks", node, Status.ERROR, f"unparseable py-spy output: {exc}"))
+    for step, verdict in stacks.judge_stacks(procs, layout):
+        results.append(Result(step, verdict.node, verdict.status, verdict.message, gpu=verdict.gpu,
+                              evidence=verdict.evidence, remediation=verdict.remediation))
+    return results
+
+
+def triage_results(parsed: list, layout: judges.Layout, *, now: float | None, problems: dict) -> list:
+    """Results for the report: unreadable sources first (ERROR), then every finding of the judges."""
+    results = [Result("triage-startup", node if node in layout.nodes else None, Status.ERROR,
+                      f"log not read: {why}") for node, why in problems.items()]
+    ranks = group_by_rank(parsed)
+    if not ranks and not problems:
+        results.append(Result("triage-startup", None, Status.ERROR,
+                              "no line of the logs names a DP rank (EngineCore_DP<n>, DP<n>, Engine <nnn>:): "
+                              "nothing to judge"))
+        return results
+    if now is None:  # offline: the newest line anywhere stands for "now"
+        stamps = [ln.ts for lines in ranks.values() for ln in lines if ln.ts is not None]
+        now = max(stamps) if stamps else None
+    serving = any(ln.has("serving") for ln in parsed)  # uvicorn's lines name no rank
+    for step, verdict in judges.judge(ranks, layout, now=now, serving=serving):
+        results.append(Result(step, verdict.node, verdict.status, verdict.message, gpu=verdict.gpu,
+                              evidence=verdict.evidence, remediation=verdict.remediation))
+    return results
+
+
+def most_likely(results: list):
+    """The finding to put first: the worst status, cross-rank causes before their consequences."""
+    bad = [r for r in results if r.status in (Status.FAIL, Status.WARN)]
+    if not bad:
+        return None
+    order = {step: i for i, step in enumerate(judges.STEPS)}
+    return min(bad, key=lambda r: (-r.status.severity, order.get(r.check, len(order))))
+
+
+def judge_all(texts: dict, dumps: dict, layout: judges.Layout, *, now: float | None, problems: dict) -> list:
+    """Every triage result from what was read (live, from files, or from a bundle): one code path."""
+    parsed, unparseable = parse_sources(texts)
+    return stack_results(dumps, layout) + triage_results(parsed, layout, now=now, problems={**problems, **unparseable})

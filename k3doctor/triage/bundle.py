@@ -1,0 +1,89 @@
+"""A triage bundle: everything triage read, secrets redacted, re-judgeable offline (``k3doctor judge``).
+
+Layout of the ``.tar.gz``: ``manifest.json`` (schema, layout, node clock, unreadable sources), ``logs/<name>``
+(each node's server log as read), ``stacks/<node>`` (py-spy dumps), ``report.json``. Reading never extracts
+to disk: members are read in memory, only regular files under those names, each size-capped.
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import tarfile
+import tempfile
+import time
+
+SCHEMA = "k3doctor.triage-bundle/1"
+MAX_MEMBER_BYTES = 64 << 20
+_NAME = re.compile(r"^(logs|stacks)/([A-Za-z0-9][A-Za-z0-9._-]{0,127})$")
+# Values that must not leave the node (brief: environment values and tokens are never copied).
+_SECRETS = (
+    (re.compile(r"(?i)\b([A-Z0-9_]*(?:TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_?KEY)[A-Z0-9_]*)"
+                r"(\s*[=:]\s*|'\s*:\s*')([^\s,'\"}]{1,512})"), r"\1\2<redacted>"),
+    (re.compile(r"\bhf_[A-Za-z0-9]{16,}\b"), "<redacted>"),
+    (re.compile(r"(?i)\b(Bearer|token)\s+[A-Za-z0-9._~+/=-]{16,}"), r"\1 <redacted>"),
+)
+
+
+class BundleError(Exception):
+    """Not a k3doctor triage bundle, or a damaged one."""
+
+
+def redact(text: str) -> str:
+    for pattern, replacement in _SECRETS:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def write(path: str, *, texts: dict, dumps: dict, manifest: dict, report_json: str) -> None:
+    """Atomically (temp file + rename), mode 0600: the bundle may still hold host names and paths."""
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".k3doctor-bundle-", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as raw, tarfile.open(fileobj=raw, mode="w:gz") as tar:
+            def add(name: str, text: str):
+                data = text.encode("utf-8", "replace")
+                info = tarfile.TarInfo(name)
+                info.size, info.mtime, info.mode = len(data), int(time.time()), 0o600
+                tar.addfile(info, io.BytesIO(data))
+
+            add("manifest.json", json.dumps({"schema": SCHEMA, **manifest}, indent=2))
+            for name, text in texts.items():
+                add(f"logs/{_safe(name)}", redact(text))
+            for name, text in dumps.items():
+                add(f"stacks/{_safe(name)}", redact(text))
+            add("report.json", report_json)
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "_", name)[:128] or "_"
+
+
+def read(path: str) -> tuple:
+    """(manifest, {name: log text}, {node: stack text}); BundleError for anything else."""
+    try:
+        tar = tarfile.open(path, mode="r:gz")
+    except (OSError, tarfile.TarError, EOFError) as exc:
+        raise BundleError(f"{path}: not a triage bundle ({exc})") from None
+    manifest, texts, dumps = None, {}, {}
+    with tar:
+        try:
+            for member in tar:
+                if not member.isfile() or member.size > MAX_MEMBER_BYTES:
+                    raise BundleError(f"{path}: unexpected member {member.name!r}")
+                data = tar.extractfile(member).read().decode("utf-8", "replace")
+                if member.name == "manifest.json":
+                    manifest = json.loads(data)
+                elif m := _NAME.match(member.name):
+                    (texts if m.group(1) == "logs" else dumps)[m.group(2)] = data
+        except (tarfile.TarError, EOFError, OSError, ValueError) as exc:
+            raise BundleError(f"{path}: damaged bundle ({exc})") from None
+    if not isinstance(manifest, dict) or manifest.get("schema") != SCHEMA:
+        raise BundleError(f"{path}: no {SCHEMA} manifest")
+    return manifest, texts, dumps

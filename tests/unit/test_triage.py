@@ -1,0 +1,156 @@
+"""Triage judgement on ATOM log lines written from the reference's literal strings (§2, §10, §17, §19–§25)."""
+import pytest
+
+from k3doctor.parsers import ParseError
+from k3doctor.parsers.atom_log import parse_log, rank_marker, stage_of
+from k3doctor.results import Status
+from k3doctor.rig import server_log as L
+from k3doctor.triage import group_by_rank, most_likely, triage_results
+from k3doctor.triage.judge import Layout
+
+NODES = ("ct13", "ct14", "ct16", "ct17")
+
+
+def run(logs: dict, stepping="B0", now=None):
+    parsed = [ln for text in logs.values() for ln in parse_log("\n".join(text))]
+    return triage_results(parsed, Layout(NODES, stepping=stepping), now=now, problems={})
+
+
+def findings(results):
+    return {(r.check, r.node, r.gpu, r.remediation) for r in results if r.status in (Status.FAIL, Status.WARN)}
+
+
+@pytest.mark.parametrize("line,rank", [("(EngineCore_DP7 pid=1) x", 7), ("Engine 011: prompt throughput", 11),
+                                       ("ATOM::DP3TP0 started", 3), ("[rank12]: Watchdog", 12),
+                                       ("no marker here", None), ("num_DP4x", None)])
+def test_rank_markers(line, rank):
+    assert rank_marker(line) == rank
+
+
+def test_a_healthy_start_on_16_ranks_gives_no_finding():
+    results = run(L.node_logs())
+    assert findings(results) == set()
+    assert [r.status for r in results] == [Status.PASS] and "16 rank(s)" in results[0].message
+
+
+def test_a0_healthy_start_with_translations_is_quiet():
+    assert findings(run(L.node_logs(stepping="A0"), stepping="A0")) == set()
+
+
+def test_missing_participant_is_the_rank_that_did_not_time_out():
+    results = run(L.node_logs(extra=L.missing_participant(stalled=11)))
+    assert findings(results) == {("triage-collective", "ct16", 3, "TRIAGE-MISSING-PARTICIPANT")}
+    top = most_likely(results)
+    assert top.evidence["rank"] == 11 and top.evidence["kv_usage_pct"] == 98.6
+    assert "KV usage: 98.6%" in top.message
+
+
+def test_a_rank_stopped_at_load_rccl_version_while_the_others_moved_on():
+    results = run(L.node_logs(ranks={6: {"stop_at": "rccl"}}))
+    assert findings(results) == {("triage-collective", "ct14", 2, "TRIAGE-RCCL-INIT-HANG")}
+    assert "moved on" in most_likely(results).message and "deep tier" in most_likely(results).message
+
+
+def test_kv_budget_failure_from_another_job_names_the_collision():
+    logs = L.node_logs(ranks={9: {"stop_at": "load"}}, extra={9: L.KV_COLLISION})
+    assert findings(run(logs)) == {("triage-kv", "ct16", 1, "TRIAGE-KV-COLLISION")}
+
+
+def test_negative_available_for_kv():
+    assert findings(run(L.node_logs(ranks={2: {"kv": "-4.67"}}))) == {("triage-kv", "ct13", 2, "TRIAGE-KV-NEGATIVE")}
+
+
+def test_local_expert_count_and_896_only_as_global():
+    assert findings(run(L.node_logs(ranks={5: {"experts": 112}}))) == {
+        ("triage-config", "ct14", 1, "TRIAGE-EXPERTS")}
+
+
+def test_max_model_len_set():
+    assert ("triage-config", "ct13", 0, "TRIAGE-MAX-MODEL-LEN") in findings(
+        run(L.node_logs(ranks={0: {"max_model_len": "16384"}})))
+
+
+def test_profiler_dir_none_only_matters_when_profiling_was_asked():
+    asked = L.node_logs(extra={0: ["INFO: POST /start_profile HTTP/1.1 200 OK"]})
+    assert findings(run(asked)) == {("triage-config", "ct13", 0, "TRIAGE-PROFILER-DIR")}
+    assert findings(run(L.node_logs(ranks={0: {"profiler_dir": "'/data/prof'"}},
+                                    extra={0: ["INFO: POST /start_profile"]}))) == set()
+
+
+def test_a0_ranks_without_translation_lines_and_b0_ranks_with_them():
+    assert findings(run(L.node_logs(stepping="B0"), stepping="A0")) == {
+        ("triage-config", n, g, "TRIAGE-NOT-TRANSLATING") for n in NODES for g in range(4)}
+    warned = run(L.node_logs(stepping="A0"), stepping="B0")
+    assert {(r.status, r.remediation) for r in warned if r.status != Status.PASS} == {
+        (Status.WARN, "TRIAGE-B0-TRANSLATING")}
+
+
+def test_triton_code_object_failure():
+    assert findings(run(L.node_logs(extra={13: L.TRITON}))) == {
+        ("triage-fatal", "ct17", 1, "TRIAGE-TRITON-CODE-OBJECT")}
+
+
+def test_drafter_download_stall_by_time():
+    logs = L.node_logs(ranks={r: {"stop_at": "ep"} for r in range(16)}, extra={r: L.DRAFTER for r in range(16)})
+    text = {n: L.stamped(lines) for n, lines in logs.items()}
+    parsed = [ln for t in text.values() for ln in parse_log(t)]
+    last = max(ln.ts for ln in parsed)
+    results = triage_results(parsed, Layout(NODES), now=last + 600, problems={})
+    assert {r.remediation for r in results if r.status == Status.FAIL} == {"TRIAGE-DRAFTER-DOWNLOAD"}
+    assert triage_results(parsed, Layout(NODES), now=last + 5, problems={})[0].status == Status.PASS
+
+
+def test_a_stalled_start_is_named_but_a_quiet_serving_cluster_is_not():
+    stuck = {n: L.stamped(lines) for n, lines in L.node_logs(ranks={r: {"stop_at": "moe"} for r in range(16)}).items()}
+    parsed = [ln for t in stuck.values() for ln in parse_log(t)]
+    late = max(ln.ts for ln in parsed) + 3600
+    results = triage_results(parsed, Layout(NODES), now=late, problems={})
+    assert {r.remediation for r in results if r.status == Status.FAIL} == {"TRIAGE-STALLED"}
+    up = [ln for t in L.node_logs().values() for ln in parse_log(L.stamped(t))]
+    assert triage_results(up, Layout(NODES), now=late, problems={})[0].status == Status.PASS
+
+
+def test_tqdm_carriage_returns_are_progress_lines():
+    lines = parse_log("(EngineCore_DP0 pid=1) Loading 10%\r(EngineCore_DP0 pid=1) Loading 20%\rload RCCL version 2")
+    assert [ln.text[-3:] for ln in lines] == ["10%", "20%", "n 2"]
+
+
+def test_docker_timestamps_are_read_and_stripped():
+    (ln,) = parse_log("2026-12-01T10:00:01.500000000Z (EngineCore_DP3 pid=1) load RCCL version 2.27")
+    assert ln.rank == 3 and ln.has("rccl_load") and ln.ts == pytest.approx(1796119201.5)
+    assert ln.text.startswith("(EngineCore_DP3")
+
+
+def test_stage_order():
+    assert stage_of(parse_log("\n".join(L.rank_lines(0, stop_at="ep")))) == "ep-transport"
+    assert stage_of(parse_log("\n".join(L.rank_lines(0)))) == "serving"
+
+
+def test_no_rank_marker_anywhere_is_an_error_not_a_healthy_log():
+    results = triage_results(parse_log("just some text\nand more"), Layout(NODES), now=None, problems={})
+    assert [r.status for r in results] == [Status.ERROR]
+
+
+def test_binary_is_a_parse_error():
+    with pytest.raises(ParseError):
+        parse_log("\x00\x01\x02")
+
+
+def test_a_40kb_line_is_cheap():
+    import time
+    started = time.process_time()
+    parse_log("(EngineCore_DP1 pid=1) " + "experts=" * 5000 + "x" * 40000)
+    assert time.process_time() - started < 1.0
+
+
+def test_group_by_rank_orders_by_time():
+    text = "2026-12-01T10:00:02Z DP1 b\n2026-12-01T10:00:01Z DP1 a"
+    assert [ln.text for ln in group_by_rank(parse_log(text))[1]] == ["DP1 a", "DP1 b"]
+
+
+def test_budget_total_against_the_declared_board():
+    logs = L.node_logs()
+    parsed = [ln for text in logs.values() for ln in parse_log("\n".join(text))]
+    assert findings(triage_results(parsed, Layout(NODES, board_gib=432), now=None, problems={})) == set()
+    warned = triage_results(parsed, Layout(NODES, board_gib=288), now=None, problems={})
+    assert len([r for r in warned if r.status == Status.WARN and r.check == "triage-kv"]) == 16
