@@ -366,7 +366,7 @@ def triage_cmd(inventory, logs_dir, log_paths, stepping, tail, endpoint, stacks,
     if logs_dir and stacks:
         raise click.UsageError("--stacks reads live processes: it cannot be combined with --logs")
     bundle = output.endswith((".tar.gz", ".tgz"))
-    out = None if bundle else _open_for_writing(output) if output != "-" else sys.stdout
+    out = None if bundle else private_file(output) if output != "-" else sys.stdout
     # Offline without an inventory nobody knows the node names: node<i> holds ranks per_node * i ...
     names = tuple(n.name for n in inv.nodes) if inventory or not logs_dir else ()
     layout = Layout(nodes=names, per_node=inv.cluster.gpus_per_node, stepping=stepping or inv.cluster.stepping,
