@@ -468,7 +468,7 @@ class Rig:
         """Bring the parts of a node that are not in its tree (/dev, /dev/shm, containers) to node.state."""
         state = node.state
         dev = node.root / "dev"
-        _mknod(dev / "kfd", KFD_DEVICE, state.dev_kfd)
+        _mknod(dev / "kfd", KFD_DEVICE, state.dev_kfd and state.amdgpu_loaded)
         for c in range(GPUS_PER_NODE):  # DRM nodes exist where the tree has the sysfs device
             for name, minor in ((f"card{c}", c), (f"renderD{128 + c}", 128 + c)):
                 present = (node.tree / "sys/class/drm" / name).is_dir()
