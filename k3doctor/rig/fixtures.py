@@ -102,6 +102,9 @@ class NodeState:
     # Inside our container: absolute path -> "content" | {size: N, [text]} | {entries: N} (a directory of
     # N files) | null (absent); see container_tar().
     container_files: dict[str, Any] = dataclasses.field(default_factory=healthy_container_files)
+    # Our container's environment, and what it printed on stderr (its `docker logs`, e.g. a server's boot log).
+    container_env: dict[str, str] = dataclasses.field(default_factory=dict)
+    container_log: str = ""
 
     def __post_init__(self) -> None:
         if not self.boot_id:

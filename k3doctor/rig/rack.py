@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import os
 import shlex
 import shutil
@@ -64,6 +65,7 @@ CONTAINER_RUN: dict[str, Any] = dict(
     security_opt=["seccomp=unconfined"],
     group_add=["39", "105"],
 )
+SPEC_LABEL = "k3rig.spec"  # on our container: the environment and log it was created with (see _our_container)
 KFD_DEVICE = os.makedev(510, 0)  # /dev/kfd gets a dynamic major on real hosts
 DRM_MAJOR = 226
 START_TIMEOUT_S = 60
@@ -481,8 +483,12 @@ class Rig:
         client = self._clients[node.name]
         self._remove_containers(node, keep=CONTAINER)
         ours = client.containers.list(all=True, filters={"name": f"^{CONTAINER}$"})
+        run = _our_container(state)
+        if ours and ours[0].labels.get(SPEC_LABEL) != run["labels"][SPEC_LABEL]:  # env/log only at creation
+            ours[0].remove(force=True)
+            ours = []
         if not ours:
-            client.containers.run(IMAGE, name=CONTAINER, detach=True, **CONTAINER_RUN)
+            client.containers.run(IMAGE, name=CONTAINER, detach=True, **run)
         elif ours[0].status != "running":
             ours[0].start()
         self._sync_container_files(client.containers.get(CONTAINER), state)
@@ -532,6 +538,15 @@ class Rig:
             "nodes": [{"name": n.name, "host": n.host, "data_ip": n.host} for n in self.nodes],
         }
         self.inventory_path.write_text(yaml.safe_dump(inventory, sort_keys=False))
+
+
+def _our_container(state: NodeState) -> dict[str, Any]:
+    """CONTAINER_RUN with the state's environment, and an entrypoint that prints the state's log first."""
+    spec = json.dumps([state.container_env, state.container_log], sort_keys=True)
+    return {**CONTAINER_RUN, "environment": dict(state.container_env),
+            "labels": {SPEC_LABEL: hashlib.sha256(spec.encode()).hexdigest()},
+            "entrypoint": ["sh", "-c", 'printf %s "$1" >&2; exec sleep infinity', "k3rig", state.container_log],
+            "command": None}
 
 
 def _mknod(path: Path, device: int, present: bool) -> None:

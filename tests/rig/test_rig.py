@@ -7,12 +7,14 @@ import socket
 import stat
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import docker
 import pytest
 import yaml
 
 from k3doctor.rig import scenario_names
+from k3doctor.rig.scenario import load as load_scenario
 
 pytestmark = pytest.mark.e2e
 
@@ -172,10 +174,44 @@ def test_hung_tool_is_recognisable(rig):
     assert ssh(rig, node, "/opt/rocm/bin/amd-smi fabric --json").returncode == 0
 
 
+# What a node shows over SSH of its simulated hardware, without running a (possibly hanging) fake tool:
+# the fake files, devices and boot id; then, from its engine, the containers and our container's files
+# (sizes), environment and log.
+NODE_FILES = r"""{ find /sys/class /sys/module /opt/k3rig /root -type f | sort | xargs -d '\n' tail -n +1
+  ls /dev/dri /dev/shm; [ -e /dev/kfd ] && echo kfd; cat /proc/sys/kernel/random/boot_id; } 2>&1 | sha256sum"""
+
+
+def fingerprint(rig, node) -> tuple:
+    files = ssh(rig, node, NODE_FILES)
+    assert files.returncode == 0, files.stderr
+    client = docker.DockerClient(base_url=f"unix://{node.docker_socket}")
+    try:
+        ours = client.containers.get("k3ep16")
+        containers = sorted((c.name, c.status, c.attrs["Config"]["Image"]) for c in client.containers.list(all=True))
+        listing = [line.split() for line in ours.exec_run(["ls", "-lnR", "/app"]).output.decode().splitlines()]
+        sizes = [(f[0], f[4], f[-1]) for f in listing if len(f) > 4 and not f[0].startswith("d")]  # no times
+        return files.stdout, containers, sizes, sorted(ours.exec_run(["env"]).output.decode().split("\n")), ours.logs()
+    finally:
+        client.close()
+
+
+def fingerprints(rig) -> list[tuple]:
+    with ThreadPoolExecutor(len(rig.nodes)) as pool:
+        return list(pool.map(lambda node: fingerprint(rig, node), rig.nodes))
+
+
+@pytest.fixture(scope="module")
+def healthy_fingerprints(rig):
+    rig.apply("healthy")
+    return fingerprints(rig)
+
+
 @pytest.mark.parametrize("name", scenario_names())
-def test_every_scenario_applies(rig, name):
+def test_every_scenario_takes_effect_on_exactly_its_nodes(rig, healthy_fingerprints, name):
     rig.apply(name)
-    assert all(ssh(rig, n, "true").returncode == 0 for n in rig.nodes)
+    changed = [i + 1 for i, (now, before) in enumerate(zip(fingerprints(rig), healthy_fingerprints, strict=True))
+               if now != before]
+    assert changed == sorted(load_scenario(name)["nodes"])  # a scenario that changes nothing is a broken one
 
 
 def test_stop_leaves_nothing_running_and_restarts(rig):

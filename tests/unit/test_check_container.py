@@ -106,12 +106,41 @@ def test_b0_passes_with_info_without_a_prefix_or_container():
     assert v.status == Status.PASS
 
 
-def test_b0_with_populated_prefix_active_warns_inactive_passes():
-    [v] = judge(ROCJITSU, prefix_readings(), stepping="B0")
-    assert (v.status, v.remediation) == (Status.WARN, "ROCJITSU-ON-B0")
-    assert "untested configuration" in v.message
+# §2 runtime proof line shapes (stderr of the server, prefix [hsa-hotswap-rj])
+HOOK_LOG = "[hsa-hotswap-rj] installed eager gfx1250 B0-to-A0 hook\n"
+TRANSLATED_LOG = ("[hsa-hotswap-rj] eager translation source_id=fnv1a64:0123456789abcdef input_revision=b0 "
+                  "output_revision=a0 outcome=translated changed=12\n")
+
+
+def with_log(r, stderr, rc=0):
+    return Readings({**r.raw(), "log": run("", rc, stderr)})
+
+
+def test_b0_with_the_populated_prefix_active_is_the_validated_signature_before_launch():
+    """§1: the populated prefix with HSA_TOOLS_LIB still set performs 0 translations on B0: not a fault."""
+    for r in (prefix_readings(), with_log(prefix_readings(), HOOK_LOG * 16)):
+        [v] = judge(ROCJITSU, r, stepping="B0")
+        assert v.status == Status.PASS and "validated B0 signature" in v.message
+    [v] = judge(ROCJITSU, with_log(prefix_readings(), HOOK_LOG), stepping="B0")
+    assert "1,976-entry prefix active and no translation in the container log" in v.message
+    [v] = judge(ROCJITSU, with_log(prefix_readings(), "Error: configured logging driver does not support reading",
+                                   rc=1), stepping="B0")
+    assert v.status == Status.PASS and "container log was not readable" in v.message
     [v] = judge(ROCJITSU, prefix_readings(env={}), stepping="B0")
     assert v.status == Status.PASS and "1976-entry prefix present but inactive" in v.message
+
+
+def test_b0_warns_only_when_translations_actually_happened():
+    [v] = judge(ROCJITSU, with_log(prefix_readings(), HOOK_LOG + TRANSLATED_LOG * 3), stepping="B0")
+    assert (v.status, v.remediation) == (Status.WARN, "ROCJITSU-ON-B0")
+    assert "3 `outcome=translated` line(s) in the container log" in v.message and "untested" in v.message
+    assert v.evidence["outcome=translated lines"] == 3
+
+
+def test_b0_reads_the_container_log_a0_does_not():
+    b0 = ROCJITSU.readings_for(Settings(container="k3ep16", stepping="B0"))
+    assert b0["log"].argv == ("docker", "logs", "--tail", "200000", "--", "k3ep16")
+    assert "log" not in ROCJITSU.readings_for(Settings(container="k3ep16", stepping="A0"))
 
 
 def test_undeclared_stepping_fails_asking_to_declare_it():
