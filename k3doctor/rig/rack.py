@@ -29,6 +29,7 @@ from typing import Any
 
 import docker
 import psutil
+import requests
 import yaml
 
 from . import scenario as scenarios
@@ -434,22 +435,13 @@ class Rig:
         return proc
 
     def _wait_dockerd(self, node: RigNode, proc: subprocess.Popen) -> None:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while True:
-            if proc.poll() is not None:
-                log = (node.dir / "docker" / "dockerd.log").read_text(errors="replace")
-                raise RuntimeError(f"{node.name}: dockerd exited with {proc.returncode}:\n{log[-4000:]}")
-            if node.docker_socket.exists():
-                client = docker.DockerClient(base_url=f"unix://{node.docker_socket}", timeout=60)
-                try:
-                    client.ping()
-                    self._clients[node.name] = client
-                    return
-                except docker.errors.DockerException:
-                    client.close()
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{node.name}: dockerd did not answer on {node.docker_socket}")
-            time.sleep(0.1)
+        def exited() -> str | None:
+            if proc.poll() is None:
+                return None
+            log = (node.dir / "docker" / "dockerd.log").read_text(errors="replace")
+            return f"{node.name}: dockerd exited with {proc.returncode}:\n{log[-4000:]}"
+
+        self._clients[node.name] = connect_engine(node.docker_socket, START_TIMEOUT_S, exited)
 
     def _remove_containers(self, node: RigNode, keep: str | None = None) -> None:
         client = self._clients.get(node.name)
@@ -538,6 +530,35 @@ class Rig:
             "nodes": [{"name": n.name, "host": n.host, "data_ip": n.host} for n in self.nodes],
         }
         self.inventory_path.write_text(yaml.safe_dump(inventory, sort_keys=False))
+
+
+def connect_engine(sock: Path, timeout_s: float, exited: Callable[[], str | None],
+                   ping_timeout_s: float = 5.0) -> docker.DockerClient:
+    """A client of the Docker engine at ``sock`` once an API ping has succeeded, within ``timeout_s``.
+
+    The socket file exists before dockerd accepts on it (connect: ConnectionRefused), and the
+    client's constructor already asks the engine for its API version: both are retried, each
+    attempt bounded by ``ping_timeout_s``. ``exited()`` returns why the engine is gone, if it is."""
+    deadline = time.monotonic() + timeout_s
+    last = "no socket yet"
+    while True:
+        why = exited()
+        if why:
+            raise RuntimeError(why)
+        if sock.exists():
+            client = None
+            try:
+                client = docker.DockerClient(base_url=f"unix://{sock}", timeout=ping_timeout_s)
+                client.ping()
+                client.api.timeout = 60  # the engine answers: normal calls get the usual limit
+                return client
+            except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
+                last = f"{type(exc).__name__}: {exc}"
+                if client is not None:
+                    client.close()
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the Docker engine did not answer on {sock} within {timeout_s:g} s ({last})")
+        time.sleep(0.1)
 
 
 def _our_container(state: NodeState) -> dict[str, Any]:
