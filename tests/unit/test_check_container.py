@@ -161,8 +161,9 @@ def test_reads_quote_the_store_dir_and_name_the_container():
     assert specs["count"].argv[-1] == "ls -A '/x y/share/rocjitsu/translations/gfx1250-b0-a0/v1' 2>/dev/null | wc -l"
 
 
-FILES = dict(ct.PATCH_PARAMS["files"])
-MLA = ct.PATCH_PARAMS["marker_file"]
+MLA = "/app/ATOM/atom/model_ops/attention_mla.py"
+FILES = {"/app/ATOM/atom/model_ops/mla_unfused_gather.py": 7499, "/app/ATOM/atom/utils/envs.py": 47967,
+         MLA: 146235}  # §14, for gfx1250-atom-20260918-ep8 (literal: not the check's own table)
 
 
 def patch_readings(sizes=None, marker="3\n", exists=True):
@@ -182,18 +183,19 @@ def test_patch_at_expected_sizes_passes():
 
 
 def test_zero_byte_file_fails_even_though_it_would_import():
-    path = f"{ct.ATOM}/model_ops/mla_unfused_gather.py"
+    path = "/app/ATOM/atom/model_ops/mla_unfused_gather.py"
     [v] = judge(PATCH, patch_readings({path: 0}))
     assert (v.status, v.remediation) == (Status.FAIL, None)  # runner adds PATCH-2380
     assert v.message == f"{path} is 0 bytes (interrupted docker cp): it imports cleanly and defines nothing (§14)"
 
 
 def test_wrong_size_missing_file_and_marker_count():
-    env_py = f"{ct.ATOM}/utils/envs.py"
+    env_py = "/app/ATOM/atom/utils/envs.py"
     verdicts = judge(PATCH, patch_readings({env_py: None}, marker="2\n"))
-    assert [v.message for v in verdicts] == [
-        f"{env_py} is missing, expected 47,967 B",
-        f"{MLA} has 2 `use_unfused_gather_kv_b_proj` line(s), expected 3 (patch not applied or applied twice)"]
+    assert [(v.status, v.message) for v in verdicts] == [
+        (Status.FAIL, f"{env_py} is missing, expected 47,967 B"),
+        (Status.FAIL, f"{MLA} has 2 `use_unfused_gather_kv_b_proj` line(s), expected 3 (patch not applied or "
+                      "applied twice)")]
 
 
 def test_other_image_skips_with_reason_and_required_overrides():
@@ -236,7 +238,7 @@ def test_only_the_tools_own_missing_file_lines_are_tolerated():
     mla_missing = f"grep: {MLA}: No such file or directory"
     r = patch_readings({MLA: None})
     r._results["marker"] = run("", 2, mla_missing)
-    assert [v.message for v in judge(PATCH, r)] == [f"{MLA} is missing, expected 146,235 B"]
+    assert [(v.status, v.message) for v in judge(PATCH, r)] == [(Status.FAIL, f"{MLA} is missing, expected 146,235 B")]
     r._results["marker"] = run("", 2, f"{mla_missing}\n{DAEMON_DOWN}")
     assert judge(PATCH, r)[0].status == Status.ERROR
     r = patch_readings()
