@@ -148,7 +148,8 @@ def check(name: str, *, title: str, scope: str = "node", reads=None, tier: str =
     those readings (the judge then gets :class:`~k3doctor.readings.NotEvaluated` for them). A
     prerequisite's ``blocking`` codes say which of its findings count (default: any FAIL or ERROR),
     so a finding that leaves the dependants readable (wrong module parameters) does not hide them.
-    A prerequisite that was not selected for the run blocks nothing.
+    A prerequisite that was not selected for the run blocks nothing; prerequisites are node or GPU checks
+    (judged per node before their dependants).
 
     ``record`` (optional) turns the check's readings into the node's baseline entry
     (``record(readings, ctx)``; for an active check ``record(verdicts, ctx)`` returning

@@ -184,15 +184,15 @@ def run_checks(inv: Inventory, checks: list, opts: RunOptions = None) -> RunRepo
         reachable = [n for n in inv.nodes if n.name in readings]
         for chk in cluster:
             gates = {n.name: Gate(chk, failed_by_node[n.name]) for n in reachable}
-            judged = [n for n in reachable if not gates[n.name].whole]
+            evaluated = [n for n in reachable if not gates[n.name].whole]
             for n in reachable:  # a node left out says so once
                 results += _to_results(chk, n.name, gates[n.name].skipped())
             per_node = {n.name: Readings(gates[n.name].readings(
                 {name: readings[n.name][spec] for name, spec in chk.readings_for(n.settings).items()}))
-                for n in judged}
-            ctx = Context(chk, inv.cluster, nodes={n.name: n for n in judged},
+                for n in evaluated}
+            ctx = Context(chk, inv.cluster, nodes={n.name: n for n in evaluated},
                           baseline={n: entry.get(chk.name) for n, entry in baseline.items()})
-            results += _to_results(chk, None, judge_safely(chk.judge, per_node, ctx)) if judged else []
+            results += _to_results(chk, None, judge_safely(chk.judge, per_node, ctx)) if evaluated else []
         for chk in active:
             if opts.replay:
                 results.append(Result(chk.name, None, Status.SKIP, "active probe: not replayable from saved readings"))
