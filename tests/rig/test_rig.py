@@ -1,11 +1,13 @@
 """End-to-end tests of the simulated rack itself: plain OpenSSH client and docker SDK against it."""
 from __future__ import annotations
 
+import io
 import json
 import os
 import socket
 import stat
 import subprocess
+import tarfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -177,7 +179,7 @@ def test_hung_tool_is_recognisable(rig):
 # What a node shows over SSH of its simulated hardware, without running a (possibly hanging) fake tool:
 # the fake files, devices and boot id; then, from its engine, the containers and our container's files
 # (sizes), environment and log.
-NODE_FILES = r"""{ find /sys/class /sys/module /opt/k3rig /root -type f | sort | xargs -d '\n' tail -n +1
+NODE_FILES = r"""{ find /sys/class /sys/module /opt/k3rig /root/ubench -type f | sort | xargs -d '\n' tail -n +1
   ls /dev/dri /dev/shm; [ -e /dev/kfd ] && echo kfd; cat /proc/sys/kernel/random/boot_id; } 2>&1 | sha256sum"""
 
 
@@ -188,9 +190,10 @@ def fingerprint(rig, node) -> tuple:
     try:
         ours = client.containers.get("k3ep16")
         containers = sorted((c.name, c.status, c.attrs["Config"]["Image"]) for c in client.containers.list(all=True))
-        listing = [line.split() for line in ours.exec_run(["ls", "-lnR", "/app"]).output.decode().splitlines()]
-        sizes = [(f[0], f[4], f[-1]) for f in listing if len(f) > 4 and not f[0].startswith("d")]  # no times
-        return files.stdout, containers, sizes, sorted(ours.exec_run(["env"]).output.decode().split("\n")), ours.logs()
+        archive, _ = ours.get_archive("/app")  # the files as the engine has them (no exec, no times)
+        with tarfile.open(fileobj=io.BytesIO(b"".join(archive))) as tar:
+            sizes = sorted((m.name, m.size) for m in tar.getmembers() if m.isfile())
+        return files.stdout, containers, sizes, sorted(ours.attrs["Config"]["Env"] or []), ours.logs()
     finally:
         client.close()
 
@@ -209,9 +212,11 @@ def healthy_fingerprints(rig):
 @pytest.mark.parametrize("name", scenario_names())
 def test_every_scenario_takes_effect_on_exactly_its_nodes(rig, healthy_fingerprints, name):
     rig.apply(name)
-    changed = [i + 1 for i, (now, before) in enumerate(zip(fingerprints(rig), healthy_fingerprints, strict=True))
-               if now != before]
-    assert changed == sorted(load_scenario(name)["nodes"])  # a scenario that changes nothing is a broken one
+    parts = ("node files", "containers", "container files", "container env", "container log")
+    changed = {i + 1: [part for part, a, b in zip(parts, now, before, strict=True) if a != b]
+               for i, (now, before) in enumerate(zip(fingerprints(rig), healthy_fingerprints, strict=True))}
+    # a scenario that changes nothing is a broken one
+    assert [i for i, what in changed.items() if what] == sorted(load_scenario(name)["nodes"]), changed
 
 
 def test_stop_leaves_nothing_running_and_restarts(rig):
