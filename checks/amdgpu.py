@@ -81,7 +81,7 @@ OOMs the smaller ones. Replace the odd node with one of the majority's board typ
 
 @check("amdgpu-driver", title="/dev/kfd present, amdgpu loaded with gpu_recovery=0 halt_if_hws_hang=1 after ifoe",
        scope="node", remediation=(AMDGPU_PARAMS, NO_KFD, IFOE_MISSING, UNTUNED),
-       params={"require_tuned": False},
+       params={"require_tuned": False}, blocking=NO_KFD,  # without the driver no GPU can be read (§5)
        reads={"kfd": Exists("/dev/kfd"), "ifoe": Exists(IFOE), "dmesg": DMESG,
               **{p: File(f"{PARAMS}/{p}") for p in (*REQUIRED, *TUNED)}})
 def amdgpu_driver(r, ctx):
@@ -207,7 +207,7 @@ def amdsmi_cross_check(r, cards: list, sizes: dict, tolerance_gib: float, eviden
 
 
 @check("gpu-inventory", title="expected GPU count and HBM per GPU (and no drift from the baseline)",
-       scope="node", remediation=(GPU_COUNT, HBM_SIZE), params={"tolerance_gib": 1},
+       scope="node", remediation=(GPU_COUNT, HBM_SIZE), params={"tolerance_gib": 1}, needs=("amdgpu-driver",),
        reads=_inventory_reads, record=record_inventory)
 def gpu_inventory(r, ctx):
     """§12: wide EP assumes 4 GPUs per node and a KV budget computed for one HBM size."""
@@ -254,7 +254,7 @@ def _drift(baseline, gpus: int, sizes: dict, evidence: dict) -> list:
 
 
 @check("hbm-uniform", title="all GPUs of the rack have the same HBM size", scope="cluster",
-       remediation=HBM_MIXED, reads=INVENTORY_READS)
+       remediation=HBM_MIXED, reads=INVENTORY_READS, needs=("amdgpu-driver",))
 def hbm_uniform(per_node, ctx):
     """§12: one KV budget for all 16 ranks needs one board type; name the odd node(s) out.
     A node that read no size is named and left out, so a rack of mostly empty nodes is not a PASS."""

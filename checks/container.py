@@ -21,7 +21,9 @@ TRIO = ("LD_LIBRARY_PATH", "HSA_TOOLS_LIB", "HSA_HOTSWAP_VERBOSE")  # the A0 tra
 ROCJITSU_PARAMS = {  # §2 table: required prefix, and the image's own (known-bad) one
     "prefix": ROCJITSU_PREFIX, "hook_bytes": 129112, "translator_bytes": 8002216, "store_entries": 1976,
     "image_hook_bytes": 143217, "image_translator_bytes": 7531385, "image_store_entries": 170,
+    "log_tail_lines": 200000,  # B0: how much of the container's log to search for translations (§1, §2)
 }
+TRANSLATED = "outcome=translated"  # the hook's line for each translated code object (§2 runtime proof)
 ATOM = "/app/ATOM/atom"
 PATCH_PARAMS = {  # §14 byte sizes for gfx1250-atom-20260918-ep8
     "required": "auto",  # auto: only for the image tag matching `image_needs_patch` (§0.2); yes | no
@@ -158,10 +160,13 @@ def _rocjitsu_paths(settings) -> tuple:
 def _rocjitsu_reads(settings) -> dict:
     c = settings.container
     prefix, hook, translator, store = _rocjitsu_paths(settings)
-    return {"stat": exec_in(c, "stat", "-c", "%s %n", "--", prefix, hook, translator, store),
-            "count": exec_in(c, "sh", "-c", f"ls -A {quote(store)} 2>/dev/null | wc -l"),
-            # only the translation trio leaves the container: its environment holds tokens
-            "env": exec_in(c, "sh", "-c", f"env | grep -E '^({'|'.join(TRIO)})=' || true")}
+    reads = {"stat": exec_in(c, "stat", "-c", "%s %n", "--", prefix, hook, translator, store),
+             "count": exec_in(c, "sh", "-c", f"ls -A {quote(store)} 2>/dev/null | wc -l"),
+             # only the translation trio leaves the container: its environment holds tokens
+             "env": exec_in(c, "sh", "-c", f"env | grep -E '^({'|'.join(TRIO)})=' || true")}
+    if settings.stepping == "B0":  # the only evidence that would make an active prefix on B0 worth a WARN
+        reads["log"] = Command(("docker", "logs", "--tail", str(settings.param("log_tail_lines")), "--", c))
+    return reads
 
 
 def read_prefix(r, settings) -> dict:
@@ -237,12 +242,33 @@ def rocjitsu_store(r, ctx):
             f"A0: {found['prefix']} hook {found['hook']:,} B, translator {found['translator']:,} B, "
             f"{found['entries']:,} store entries (its environment is judged by launch-config)")
     if found["entries"] == ctx.param("store_entries") and env_active(found):
-        return warn(f"B0 silicon with the populated {found['entries']:,}-entry prefix active (HSA_TOOLS_LIB / "
-                    "LD_LIBRARY_PATH point at it): untested configuration (§1, §27 item 7)", remediation=ON_B0,
-                    evidence={"store entries": found["entries"], "HSA_TOOLS_LIB": found["env"].get("HSA_TOOLS_LIB"),
-                              "LD_LIBRARY_PATH": found["env"].get("LD_LIBRARY_PATH")})
+        return judge_b0_active(found, r.get("log"))
     present = f"{found['entries']}-entry prefix present but inactive" if found["prefix_present"] else "no prefix"
     return passed(f"B0 silicon: translation not needed (§1, §0.2); {present}")
+
+
+def translations_logged(log) -> int | None:
+    """`outcome=translated` lines in the container's log (stdout and stderr), None when it could not be read."""
+    if log is None or not log.ok:
+        return None
+    return sum(line.count(TRANSLATED) for line in (log.stdout + "\n" + log.stderr).splitlines())
+
+
+def judge_b0_active(found: dict, log):
+    """§1: the populated prefix active on B0 is the validated Appendix A configuration - the hook attaches
+    and translates nothing. Only translations that actually happened are worth a WARN (§1, §27 item 7)."""
+    evidence = {"store entries": found["entries"], "HSA_TOOLS_LIB": found["env"].get("HSA_TOOLS_LIB"),
+                "LD_LIBRARY_PATH": found["env"].get("LD_LIBRARY_PATH")}
+    translated = translations_logged(log)
+    if translated:
+        return warn(f"B0 silicon with the populated {found['entries']:,}-entry prefix active and {translated} "
+                    f"`{TRANSLATED}` line(s) in the container log: B0 code objects were rewritten for A0, an untested "
+                    "configuration (§1, §27 item 7)", remediation=ON_B0,
+                    evidence={**evidence, f"{TRANSLATED} lines": translated})
+    seen = ("no translation in the container log" if translated == 0
+            else "the container log was not readable, so no translation is known")
+    return passed(f"B0 silicon with the populated {found['entries']:,}-entry prefix active and {seen}: the validated "
+                  "B0 signature, not a fault (§1)", evidence=evidence)
 
 
 # ----------------------------------------------------------------------------- patch-integrity

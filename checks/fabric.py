@@ -213,7 +213,7 @@ def _reads(settings) -> dict:
 
 
 @check("fabric-domain", title="all GPUs of all nodes share one PPOD_ID and one VPOD_ID", scope="cluster",
-       reads=_reads, remediation=(MISMATCH, NOT_CONFIGURED, DISAGREE, AMDSMI),
+       reads=_reads, remediation=(MISMATCH, NOT_CONFIGURED, DISAGREE, AMDSMI), needs=("amdgpu-driver",),
        params={"expected_ppod_id": None, "expected_vpod_id": None})
 def fabric_domain(per_node, ctx):
     """§7: a domain mismatch hangs the rendezvous instead of erroring, so name the odd GPUs up front."""

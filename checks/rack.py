@@ -10,7 +10,7 @@ from k3doctor.parsers.docker_events import container_from_api, event_from_dict
 from k3doctor.parsers.rocmsmi import parse_showmemuse, parse_showpids
 from k3doctor.readings import Command, Docker, Glob, ReadingUnavailable
 from k3doctor.registry import check, remediation
-from k3doctor.results import error, fail, passed, warn
+from k3doctor.results import error, fail, passed, skip, warn
 
 CHECK = "rack-free"
 WINDOW_MIN = 30
@@ -19,6 +19,7 @@ KFD_PROC_GLOB = "/sys/class/kfd/kfd/proc/*"
 _KFD_PID = re.compile(r"/proc/(\d+)$")
 WATCHED_ACTIONS = ("create", "start")
 ENGINE_EVENT_BUFFER = 256  # dockerd answers `--since` only from its last 256 events, kept in memory
+GPU_READS = ("kfd", "pids", "memuse")  # GPU processes and VRAM: there are none to read without amdgpu
 
 RACK_BUSY = remediation("RACK-BUSY", "someone else is on this node", """
 Only our own container may exist on a node before launch (§3): not "nothing of mine is
@@ -131,7 +132,7 @@ def kfd_pids(kfd: dict) -> set:
 
 @check(CHECK, title="only our container on the node, no foreign create/start recently, no GPU processes",
        scope="node", remediation=RACK_BUSY, params={"window_min": WINDOW_MIN, "max_vram_pct": MAX_VRAM_PCT},
-       reads=_reads)
+       reads=_reads, needs={"amdgpu-driver": GPU_READS})  # the containers are judged without the driver
 def rack_free(r, ctx):
     """§3: "nothing of mine is running" is not "free"; each source is judged on its own so one
     unreadable source (ERROR) never hides what the others found. Resident VRAM is reported only
@@ -147,6 +148,10 @@ def rack_free(r, ctx):
             return default
 
     verdicts += attempt("docker engine", lambda: judge_containers(r["docker"], own, window_s), [])
+    withheld = r.not_evaluated(*GPU_READS)
+    if withheld:  # the prerequisite's FAIL names the cause; say once what was not judged
+        return verdicts + [skip(f"GPU processes and VRAM {withheld}")] + ([] if verdicts else [passed(
+            f"only {own} (or nothing) on this node, no foreign create/start in the last {window_s // 60} min")])
     pids = attempt(KFD_PROC_GLOB, lambda: kfd_pids(r["kfd"]), set())
     rows = attempt("rocm-smi --showpids", lambda: parse_showpids(r["pids"].output()), [])
     processes = judge_gpu_processes(pids, rows)

@@ -392,7 +392,7 @@ def _reads(settings) -> dict:
 
 @check("ualink-state", title="every GPU's UALink state, identity, lanes and local accels are sane", scope="gpu",
        remediation=(NOT_ACTIVE, STUCK, CARD_INVALID, LANES, LOCAL_ACCELS, MISSING, DRIFT), reads=_reads,
-       record=record,
+       record=record, needs=("amdgpu-driver",),
        params={"accepted_states": ["active"], "tolerated_states": ["ready"], "unconfigured_grace_s": 60,
                "link_types": ["UALoE", "UALink"], "half_station": Param("fail", choices=("fail", "warn"))})
 def ualink_state(r, ctx):

@@ -81,6 +81,10 @@ class ReadingUnavailable(Exception):
     """A reading could not be taken (timeout, transport failure); the judge's result is ERROR."""
 
 
+class NotEvaluated(ReadingUnavailable):
+    """A reading left out because a prerequisite failed on the node; the judge's result is SKIP."""
+
+
 @dataclass
 class FileReading:
     path: str
@@ -155,7 +159,18 @@ class Unavailable:
     reason: str
 
     def __getattr__(self, name):
-        raise ReadingUnavailable(self.reason)
+        raise self.exception()
+
+    def exception(self) -> ReadingUnavailable:
+        return ReadingUnavailable(self.reason)
+
+
+@dataclass
+class Withheld(Unavailable):
+    """Placeholder for a reading whose prerequisite failed on the node; reading it raises NotEvaluated."""
+
+    def exception(self) -> ReadingUnavailable:
+        return NotEvaluated(self.reason)
 
 
 class Readings:
@@ -167,8 +182,12 @@ class Readings:
     def __getitem__(self, name):
         value = self._results[name]
         if isinstance(value, Unavailable):
-            raise ReadingUnavailable(value.reason)
+            raise value.exception()
         return value
+
+    def not_evaluated(self, *names) -> str | None:
+        """Why one of these readings was withheld (a prerequisite failed on the node), else None."""
+        return next((self._results[n].reason for n in names if isinstance(self._results.get(n), Withheld)), None)
 
     def get(self, name, default=None):
         try:

@@ -111,6 +111,11 @@ class Check:
     timeout_s: float | None = None
     remediations: tuple = ()
     params: dict = field(default_factory=dict)  # tunables: name -> default or Param; inventory `checks:` overrides
+    # Prerequisites on the same node: check name -> None (the whole check needs it) or the names of the
+    # readings that need it. Where a prerequisite's blocking finding stands, the runner does not evaluate
+    # what needs it and says so once ("not evaluated: <prerequisite> failed") as a SKIP.
+    needs: dict = field(default_factory=dict)
+    blocking: tuple = ()  # remediation codes of this check's FAIL/ERROR findings that stop its dependants (): any
     record: Callable | None = None  # (readings, ctx) -> plain data kept by `k3doctor baseline record`
     fixer: Callable | None = None  # (transport, verdicts, ctx) -> verdicts; runs only with --fix
     doc: str = ""
@@ -179,22 +184,33 @@ class Registry:
         """Checks in registration order, with ``after=`` respected (stable topological order)."""
         wanted = sorted((c for c in self.checks.values() if names is None or c.name in names),
                         key=lambda c: TIERS.index(c.tier))  # fast tier first, registration order within
-        placed, out = set(), []
+        return dependency_order(wanted, lambda chk: chk.after)
 
-        def place(chk, stack=()):
-            if chk.name in placed:
-                return
-            if chk.name in stack:
-                raise RegistryError(f"check ordering cycle: {' -> '.join(stack + (chk.name,))}")
-            for dep in chk.after:
-                if dep in self.checks and self.checks[dep] in wanted:
-                    place(self.checks[dep], stack + (chk.name,))
-            placed.add(chk.name)
-            out.append(chk)
 
-        for chk in wanted:
-            place(chk)
-        return out
+def dependency_order(checks: list, deps_of: Callable) -> list:
+    """``checks`` in their order, each moved after those of ``deps_of(check)`` (names) among them."""
+    by_name = {c.name: c for c in checks}
+    placed, out = set(), []
+
+    def place(chk, stack=()):
+        if chk.name in placed:
+            return
+        if chk.name in stack:
+            raise RegistryError(f"check ordering cycle: {' -> '.join(stack + (chk.name,))}")
+        for dep in deps_of(chk):
+            if dep in by_name:
+                place(by_name[dep], stack + (chk.name,))
+        placed.add(chk.name)
+        out.append(chk)
+
+    for chk in checks:
+        place(chk)
+    return out
+
+
+def prerequisites_first(checks: list) -> list:
+    """The order a node's judges run in: every check after the prerequisites it ``needs``."""
+    return dependency_order(checks, lambda chk: chk.needs)
 
 
 REGISTRY = Registry()
@@ -202,8 +218,16 @@ REGISTRY = Registry()
 
 def check(name: str, *, title: str, scope: str = "node", reads=None, tier: str = "fast",
           interaction: str = "passive", after=(), timeout_s=None, remediation=(), params=None,
-          record=None, fixer=None, registry: Registry = None):
+          needs=(), blocking=(), record=None, fixer=None, registry: Registry = None):
     """Register the decorated function as a check's judge (passive) or probe (active).
+
+    ``needs`` names the checks that must not have failed on a node for this one to be evaluated
+    there: ``("amdgpu-driver",)`` for the whole check, or ``{"amdgpu-driver": ("pids",)}`` for only
+    those readings (the judge then gets :class:`~k3doctor.readings.NotEvaluated` for them). A
+    prerequisite's ``blocking`` codes say which of its findings count (default: any FAIL or ERROR),
+    so a finding that leaves the dependants readable (wrong module parameters) does not hide them.
+    A prerequisite that was not selected for the run blocks nothing; prerequisites are node or GPU checks
+    (judged per node before their dependants).
 
     ``record`` (optional) turns the check's readings into the node's baseline entry
     (``record(readings, ctx)``; for an active check ``record(verdicts, ctx)`` returning
@@ -218,6 +242,8 @@ def check(name: str, *, title: str, scope: str = "node", reads=None, tier: str =
         registry_.add(Check(
             name=name, title=title, scope=scope, reads=reads, tier=tier, interaction=interaction,
             after=tuple(after), timeout_s=timeout_s,
+            needs=dict(needs) if isinstance(needs, dict) else dict.fromkeys(needs),
+            blocking=(blocking,) if isinstance(blocking, str) else tuple(blocking),
             remediations=(remediation,) if isinstance(remediation, str) else tuple(remediation),
             params=dict(params or {}), record=record, fixer=fixer, doc=(fn.__doc__ or "").strip(),
             **{kind: fn}))

@@ -57,9 +57,9 @@ def render_table(report, checks, verbose: bool = False) -> str:
         passes = [r for r in report.results if r.status == Status.PASS]
         lines += [""] + [f"PASS  {r.check} {_where(r)}: {r.message}" for r in passes]
     verdict = overall(report.results)
-    codes = sorted({r.remediation for r in findings if r.remediation})
+    first = next((r.remediation for r in findings if r.remediation), None)  # the most severe finding's
     lines.append("")
-    tail = f" - see `k3doctor explain {codes[0]}`" if codes else ""
+    tail = f" - see `k3doctor explain {first}`" if first else ""
     lines.append(f"{verdict.text} ({_counts(report.results)}; {report.duration_s:.1f}s){tail}")
     return printable("\n".join(lines))
 

@@ -2,7 +2,9 @@
 
 Phase 1 (passive, every tier): per node, in a bounded thread pool, one connection and one
 gather of every reading the selected checks declared; node and GPU judges run as soon as
-a node's readings are in. Phase 2: cluster judges over all nodes' readings. Phase 3:
+a node's readings are in, each after the prerequisites it ``needs`` (k3doctor/prerequisites.py: where
+one failed, its dependants are not evaluated on that node). Phase 2: cluster judges over all nodes'
+readings, leaving out the nodes where a prerequisite failed. Phase 3:
 active probes (deep tier), in ``after=`` order, only for nodes whose prerequisite checks
 passed. A node that cannot be reached gets one ERROR per check and never stops the others.
 """
@@ -17,9 +19,10 @@ from dataclasses import dataclass, field, replace
 from .gather import gather
 from .inventory import Inventory, Node
 from .parsers import ParseError
-from .readings import Readings, ReadingUnavailable, Unavailable
-from .registry import CheckSettings
-from .results import Result, Status, Verdict, error
+from .prerequisites import Gate, blocking_findings
+from .readings import NotEvaluated, Readings, ReadingUnavailable, Unavailable
+from .registry import CheckSettings, prerequisites_first
+from .results import Result, Status, Verdict, error, skip
 from .transport import LocalTransport, SSHTransport, Transport, TransportError, resolve_ssh_target
 
 
@@ -96,6 +99,8 @@ def judge_safely(fn, *args) -> list:
     try:
         verdicts = _as_list(fn(*args))
         return verdicts or [error("check returned no verdict (bug in the check)")]
+    except NotEvaluated as exc:
+        return [skip(str(exc))]
     except ReadingUnavailable as exc:
         return [error(f"could not read: {exc}")]
     except ParseError as exc:
@@ -125,6 +130,7 @@ def run_checks(inv: Inventory, checks: list, opts: RunOptions = None) -> RunRepo
     deadline = opts.node_deadline_s or inv.ssh.node_deadline_s
 
     transports, readings, unreachable, results_by_node, records, specs_by_node = {}, {}, {}, {}, {}, {}
+    failed_by_node = {}  # node -> prerequisite check -> its blocking results there
     baseline = opts.baseline or {}
 
     def visit(node: Node):
@@ -145,24 +151,27 @@ def run_checks(inv: Inventory, checks: list, opts: RunOptions = None) -> RunRepo
             say(f"{node.name}: unreachable ({why})")
             return
         readings[node.name] = got
-        out = []
-        for chk in passive:
+        judged, failed = {}, failed_by_node.setdefault(node.name, {})
+        for chk in prerequisites_first(passive):
             if isinstance(specs_by_check[chk.name], Result):  # its reads could not be built for this node
-                out.append(replace(specs_by_check[chk.name], node=node.name))
+                judged[chk.name] = [replace(specs_by_check[chk.name], node=node.name)]
+                failed[chk.name] = blocking_findings(chk, judged[chk.name])
                 continue
-            r = Readings({name: got[spec] for name, spec in specs_by_check[chk.name].items()})
+            mine = {name: got[spec] for name, spec in specs_by_check[chk.name].items()}
             ctx = Context(chk, node.settings, node=node.name,
                           baseline=baseline.get(node.name, {}).get(chk.name), fix=opts.fix)
             if opts.record and chk.record:
-                records.setdefault(node.name, {})[chk.name] = _record_safely(chk, r, ctx)
+                records.setdefault(node.name, {})[chk.name] = _record_safely(chk, Readings(mine), ctx)
             if chk.scope not in ("node", "gpu"):
                 continue
-            verdicts = judge_safely(chk.judge, r, ctx)
+            gate = Gate(chk, failed)
+            verdicts = gate.skipped() or gate.per_gpu(judge_safely(chk.judge, Readings(gate.readings(mine)), ctx))
             if opts.fix and chk.fixer and any(v.status in (Status.FAIL, Status.WARN) for v in verdicts):
                 verdicts = _fix_and_rejudge(chk, transport, verdicts, ctx, specs_by_check[chk.name],
                                             command_timeout, deadline)
-            out += _to_results(chk, node.name, verdicts)
-        results_by_node[node.name] = out
+            judged[chk.name] = _to_results(chk, node.name, verdicts)
+            failed[chk.name] = blocking_findings(chk, judged[chk.name])
+        results_by_node[node.name] = [r for chk in passive for r in judged.get(chk.name, [])]
         say(f"{node.name}: {len(got)} readings" + (f" in {transport.round_trips} round trip(s)" if transport else ""))
 
     try:
@@ -178,12 +187,17 @@ def run_checks(inv: Inventory, checks: list, opts: RunOptions = None) -> RunRepo
         nodes = {n.name: n for n in inv.nodes}
         reachable = [n for n in inv.nodes if n.name in readings]
         for chk in cluster:
-            per_node = {n.name: Readings({name: readings[n.name][spec]
-                                          for name, spec in specs_by_node[n.name][chk.name].items()})
-                        for n in reachable if isinstance(specs_by_node[n.name][chk.name], dict)}
-            ctx = Context(chk, inv.cluster, nodes={n.name: n for n in reachable},
+            built = [n for n in reachable if isinstance(specs_by_node[n.name][chk.name], dict)]
+            gates = {n.name: Gate(chk, failed_by_node[n.name]) for n in built}
+            evaluated = [n for n in built if not gates[n.name].whole]
+            for n in built:  # a node left out says so once
+                results += _to_results(chk, n.name, gates[n.name].skipped())
+            per_node = {n.name: Readings(gates[n.name].readings(
+                {name: readings[n.name][spec] for name, spec in specs_by_node[n.name][chk.name].items()}))
+                for n in evaluated}
+            ctx = Context(chk, inv.cluster, nodes={n.name: n for n in evaluated},
                           baseline={n: entry.get(chk.name) for n, entry in baseline.items()})
-            results += _to_results(chk, None, judge_safely(chk.judge, per_node, ctx)) if reachable else []
+            results += _to_results(chk, None, judge_safely(chk.judge, per_node, ctx)) if evaluated else []
         for chk in active:
             if opts.replay:
                 results.append(Result(chk.name, None, Status.SKIP, "active probe: not replayable from saved readings"))
@@ -193,8 +207,8 @@ def run_checks(inv: Inventory, checks: list, opts: RunOptions = None) -> RunRepo
             for missing in (dep for dep in chk.after if dep not in ran):
                 for n in nodes:
                     blocked.setdefault(n, f"prerequisite {missing} was not run")
-            for r in results:
-                if r.check in chk.after and r.node and r.status in (Status.FAIL, Status.ERROR):
+            for r in results:  # a prerequisite not evaluated on a node (SKIP) did not pass there either
+                if r.check in chk.after and r.node and r.status in (Status.FAIL, Status.ERROR, Status.SKIP):
                     blocked.setdefault(r.node, f"{r.check} is {r.status.value}")
             ctx = Context(chk, inv.cluster, nodes=nodes, transports=transports,
                           baseline={n: entry.get(chk.name) for n, entry in baseline.items()},

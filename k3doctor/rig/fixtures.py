@@ -87,6 +87,7 @@ class NodeState:
     layout: str = "new"  # "new": ualink/station_lane_en_bitmap + local_accels; "old": stations/, setup/
     hbm_gib: int = 432
     dev_kfd: bool = True
+    amdgpu_loaded: bool = True  # False: amdgpu blacklisted and not loaded (reference §5), see _unload_amdgpu()
     boot_id: str = ""
     amd_smi_json_root: str = "gpu_data"  # "gpu_data": {"gpu_data": [...]} (newer amd-smi); "list": bare list
     amd_smi_stderr_noise: bool = False
@@ -114,6 +115,7 @@ class NodeState:
     launch_prelude: list[str] = dataclasses.field(default_factory=list)  # script lines before the server command
     atom_ranks: dict[str, Any] | None = None  # {env: overrides}: run this node's 4 ATOM::DP<n>TP0 rank processes
     listeners: list[int] = dataclasses.field(default_factory=list)  # TCP ports held on the node's address
+    container_log: str = ""  # what our container printed on stderr (its `docker logs`, e.g. a server's boot log)
 
     def __post_init__(self) -> None:
         if not self.boot_id:
@@ -182,6 +184,8 @@ def write_tree(tree: Path, state: NodeState) -> None:
     _write_fake_tools(tree, state)
     ubench.install(tree, state.tray, write_file)  # fake ualoe_p2p.exe / ualoe_bw.exe (k3doctor/rig/ubench)
     _write_host(tree, state)
+    if not state.amdgpu_loaded:
+        _unload_amdgpu(tree)
     for rel, content in state.files.items():
         write_file(tree, rel, content)
     for rel in state.delete:
@@ -192,6 +196,33 @@ def write_tree(tree: Path, state: NodeState) -> None:
             path.unlink()
         else:
             raise FileNotFoundError(f"scenario deletes {rel!r}, which the {state.name} tree does not have")
+
+
+# What amd-smi and rocm-smi print without the driver (ROCm/amdsmi issues #75, #172; rocm-smi exits 0 there).
+AMD_SMI_NO_DRIVER = ("ERROR:root:Unable to get devices, driver not initialized (amdgpu not found in modules)\n"
+                     "ERROR:root:Unable to detect any GPU devices, check amdgpu version and module status "
+                     "(sudo modprobe amdgpu)\n")
+ROCM_SMI_NO_DRIVER = "ERROR:root:Driver not initialized (amdgpu not found in modules)\n"
+
+
+def _unload_amdgpu(tree: Path) -> None:
+    """A node booted with amdgpu blacklisted and nothing loaded it yet (reference §5): no amdgpu module,
+    no DRM/KFD devices, no amdgpu lines in dmesg, and the SMI tools say the driver is not initialised."""
+    drm = [f"sys/class/drm/{name}" for name in os.listdir(tree / "sys/class/drm")]
+    for path in (tree / rel for rel in ("sys/module/amdgpu", "sys/class/kfd", *drm)):
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    for tool, message in (("amd-smi", AMD_SMI_NO_DRIVER), ("rocm-smi", ROCM_SMI_NO_DRIVER)):
+        for key in (tree / "opt/k3rig/data" / tool).iterdir():
+            if key.is_dir():
+                write_file(tree, f"{key.relative_to(tree)}/stdout", "")
+                write_file(tree, f"{key.relative_to(tree)}/stderr", message)
+                write_file(tree, f"{key.relative_to(tree)}/rc", "0\n")
+    dmesg = tree / "opt/k3rig/data/dmesg/@noargs/stdout"
+    dmesg.write_text("".join(line for line in dmesg.read_text().splitlines(keepends=True)
+                             if "amdgpu" not in line.split("]", 1)[1] and "UALINK" not in line))
 
 
 def _write_sysfs(tree: Path, s: NodeState) -> None:

@@ -29,6 +29,7 @@ from typing import Any
 
 import docker
 import psutil
+import requests
 import yaml
 
 from . import scenario as scenarios
@@ -71,7 +72,7 @@ CONTAINER_RUN: dict[str, Any] = dict(
     security_opt=["seccomp=unconfined"],
     group_add=["39", "105"],
 )
-SPEC_LABEL = "k3rig.spec"  # digest of our container's run options, env and processes
+SPEC_LABEL = "k3rig.spec"  # digest of our container's run options, env, log and processes
 KFD_DEVICE = os.makedev(510, 0)  # /dev/kfd gets a dynamic major on real hosts
 DRM_MAJOR = 226
 START_TIMEOUT_S = 60
@@ -440,22 +441,13 @@ class Rig:
         return proc
 
     def _wait_dockerd(self, node: RigNode, proc: subprocess.Popen) -> None:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while True:
-            if proc.poll() is not None:
-                log = (node.dir / "docker" / "dockerd.log").read_text(errors="replace")
-                raise RuntimeError(f"{node.name}: dockerd exited with {proc.returncode}:\n{log[-4000:]}")
-            if node.docker_socket.exists():
-                client = docker.DockerClient(base_url=f"unix://{node.docker_socket}", timeout=60)
-                try:
-                    client.ping()
-                    self._clients[node.name] = client
-                    return
-                except docker.errors.DockerException:
-                    client.close()
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{node.name}: dockerd did not answer on {node.docker_socket}")
-            time.sleep(0.1)
+        def exited() -> str | None:
+            if proc.poll() is None:
+                return None
+            log = (node.dir / "docker" / "dockerd.log").read_text(errors="replace")
+            return f"{node.name}: dockerd exited with {proc.returncode}:\n{log[-4000:]}"
+
+        self._clients[node.name] = connect_engine(node.docker_socket, START_TIMEOUT_S, exited)
 
     def _remove_containers(self, node: RigNode, keep: str | None = None) -> None:
         client = self._clients.get(node.name)
@@ -476,7 +468,7 @@ class Rig:
         """Bring the parts of a node that are not in its tree (/dev, /dev/shm, containers) to node.state."""
         state = node.state
         dev = node.root / "dev"
-        _mknod(dev / "kfd", KFD_DEVICE, state.dev_kfd)
+        _mknod(dev / "kfd", KFD_DEVICE, state.dev_kfd and state.amdgpu_loaded)
         for c in range(GPUS_PER_NODE):  # DRM nodes exist where the tree has the sysfs device
             for name, minor in ((f"card{c}", c), (f"renderD{128 + c}", 128 + c)):
                 present = (node.tree / "sys/class/drm" / name).is_dir()
@@ -493,7 +485,7 @@ class Rig:
         run = self._our_run_options(node)
         ours = client.containers.list(all=True, filters={"name": f"^{CONTAINER}$"})
         if ours and ours[0].labels.get(SPEC_LABEL) != run["labels"][SPEC_LABEL]:
-            ours[0].remove(force=True)  # run options cannot change on a container: run it again
+            ours[0].remove(force=True)  # run options, env and log cannot change on a container: run it again
             ours = []
         fresh = not ours or ours[0].status != "running"
         if not ours:
@@ -528,8 +520,9 @@ class Rig:
                 log.write((line * (2**20 // len(line) + 1))[: 2**20])
     def _our_run_options(self, node: RigNode) -> dict[str, Any]:
         """Our container's ``docker run`` keywords on this node: CONTAINER_RUN plus the validated
-        environment (§16), fake GPU device nodes, the read-only model bind (§13) and the state's
-        overrides; labelled with a digest of everything, so a changed scenario recreates it."""
+        environment (§16), fake GPU device nodes, the read-only model bind (§13), an entrypoint that
+        prints the state's server log on stderr first (its ``docker logs``), and the state's overrides;
+        labelled with a digest of everything, so a changed scenario recreates it."""
         devices = node.dir / "devices"
         (devices / "dri").mkdir(parents=True, exist_ok=True)
         (node.dir / "models").mkdir(exist_ok=True)
@@ -542,6 +535,9 @@ class Rig:
             "devices": [f"{devices}/kfd:/dev/kfd:rwm", f"{devices}/dri:/dev/dri:rwm"],
             "volumes": {**CONTAINER_RUN["volumes"], str(node.dir / "models"): {"bind": "/models", "mode": "ro"}},
         }
+        if node.state.container_log:
+            run.update(entrypoint=["sh", "-c", 'printf %s "$1" >&2; exec sleep infinity', "k3rig",
+                                   node.state.container_log], command=None)
         run.update(node.state.container_run)
         digest = json.dumps([run, node.state.atom_ranks, node.state.listeners], sort_keys=True, default=str)
         run["labels"] = {SPEC_LABEL: hashlib.sha256(digest.encode()).hexdigest()[:16]}
@@ -609,6 +605,35 @@ class Rig:
             "nodes": [{"name": n.name, "host": n.host, "data_ip": n.host} for n in self.nodes],
         }
         self.inventory_path.write_text(yaml.safe_dump(inventory, sort_keys=False))
+
+
+def connect_engine(sock: Path, timeout_s: float, exited: Callable[[], str | None],
+                   ping_timeout_s: float = 5.0) -> docker.DockerClient:
+    """A client of the Docker engine at ``sock`` once an API ping has succeeded, within ``timeout_s``.
+
+    The socket file exists before dockerd accepts on it (connect: ConnectionRefused), and the
+    client's constructor already asks the engine for its API version: both are retried, each
+    attempt bounded by ``ping_timeout_s``. ``exited()`` returns why the engine is gone, if it is."""
+    deadline = time.monotonic() + timeout_s
+    last = "no socket yet"
+    while True:
+        why = exited()
+        if why:
+            raise RuntimeError(why)
+        if sock.exists():
+            client = None
+            try:
+                client = docker.DockerClient(base_url=f"unix://{sock}", timeout=ping_timeout_s)
+                client.ping()
+                client.api.timeout = 60  # the engine answers: normal calls get the usual limit
+                return client
+            except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
+                last = f"{type(exc).__name__}: {exc}"
+                if client is not None:
+                    client.close()
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the Docker engine did not answer on {sock} within {timeout_s:g} s ({last})")
+        time.sleep(0.1)
 
 
 def _mknod(path: Path, device: int, present: bool) -> None:

@@ -7,7 +7,6 @@ host (``where: host``), one rank per node
 python is /usr/bin/python3 (the rig hides /root): torch must be installed for it.
 """
 import subprocess
-import time
 
 import psutil
 import pytest
@@ -19,12 +18,16 @@ pytestmark = pytest.mark.e2e
 
 PROBE = "allreduce-probe"
 HOST = ["--set", f"{PROBE}.where=host", "--set", f"{PROBE}.ranks_per_node=1"]
+# Deadlines with margin over healthy runs measured on the loaded 2-core CI box (4 ranks, one per node, host
+# path, load average ~14): start (4 concurrent `import torch`) 24-33 s, and 50 s+ in the container at load ~28,
+# past the 45 s default; rendezvous (the spread of those imports) 1.9-4.1 s; init < 0.1 s; sweep ~4 s.
+START = ["--set", f"{PROBE}.start_s=150"]
+RENDEZVOUS_S = 20
 
 
-def k3(rig, *args, only=PROBE, timeout=300):
-    started = time.monotonic()
-    rc, doc = k3json("check", "--nodes", rig.inventory_path, "--only", only, *args, timeout=timeout)
-    return rc, [r for r in doc["results"] if r["check"] == PROBE], time.monotonic() - started
+def k3(rig, *args, only=PROBE, timeout=600):
+    rc, doc = k3json("check", "--nodes", rig.inventory_path, "--only", only, *START, *args, timeout=timeout)
+    return rc, [r for r in doc["results"] if r["check"] == PROBE]
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +56,7 @@ def nothing_left(rig, ids):
 
 def test_healthy_rack_passes_with_figures_and_leaves_nothing(rig, torch_on_nodes):
     rig.apply("healthy")
-    rc, results, took = k3(rig, *HOST)
+    rc, results = k3(rig, *HOST)
     assert rc == 0, results
     [r] = results
     ev = r["evidence"]
@@ -72,8 +75,8 @@ def test_healthy_rack_passes_with_figures_and_leaves_nothing(rig, torch_on_nodes
 def test_rank_hung_at_rendezvous_is_named_killed_and_blamed_on_its_node(rig, torch_on_nodes):
     rig.apply("healthy")
     hung = names(rig)[3]
-    rc, results, took = k3(rig, *HOST, "--set", f"{PROBE}.inject_hang={hung}@rendezvous",
-                           "--set", f"{PROBE}.rendezvous_s=8", "--set", f"{PROBE}.deadline_s=120")
+    rc, results = k3(rig, *HOST, "--set", f"{PROBE}.inject_hang={hung}@rendezvous",
+                     "--set", f"{PROBE}.rendezvous_s={RENDEZVOUS_S}")
     assert rc == 1, results
     cluster = next(r for r in results if r["node"] is None)
     ev = cluster["evidence"]
@@ -86,14 +89,14 @@ def test_rank_hung_at_rendezvous_is_named_killed_and_blamed_on_its_node(rig, tor
     assert alone["failed_stage"] == "rendezvous" and alone["killed_ranks"] == [0]
     blamed = [r for r in results if r["node"] is not None]
     assert [(r["node"], r["status"], r["remediation"]) for r in blamed] == [(hung, "FAIL", "ALLREDUCE-NODE-FAULT")]
-    assert ev["elapsed_s"] < 120 and took < 120 + 30  # the probe's deadline, plus CLI start and gather
+    assert ev["elapsed_s"] < 240  # the probe ended by its own deadline (default deadline_s)
     nothing_left(rig, run_ids(cluster))
 
 
 def test_intermittent_init_hang_is_told_apart_by_nodes_pairs_and_retry(rig, torch_on_nodes):
     rig.apply("healthy")
     hung = names(rig)[1]
-    rc, results, _ = k3(rig, *HOST, "--set", f"{PROBE}.inject_hang={hung}@init@once", "--set", f"{PROBE}.init_s=8")
+    rc, results = k3(rig, *HOST, "--set", f"{PROBE}.inject_hang={hung}@init@once", "--set", f"{PROBE}.init_s=8")
     assert rc == 0, results  # a warning: launching is reasonable, with a retrying wrapper
     [r] = results
     ev = r["evidence"]
@@ -117,7 +120,7 @@ def anywhere(run_id):
 
 def test_default_path_runs_the_ranks_inside_the_container(rig, torch_on_nodes):
     rig.apply("healthy")  # the rig's k3ep16 sees the host's /usr read-only: python3 + torch, as the image has
-    rc, results, _ = k3(rig, "--set", f"{PROBE}.ranks_per_node=1")
+    rc, results = k3(rig, "--set", f"{PROBE}.ranks_per_node=1")
     assert rc == 0, results
     [r] = results
     assert r["status"] == "PASS" and r["evidence"]["world"] == 4
@@ -128,12 +131,12 @@ def test_default_path_runs_the_ranks_inside_the_container(rig, torch_on_nodes):
 def test_a_rank_hung_inside_the_container_is_killed_there_too(rig, torch_on_nodes):
     rig.apply("healthy")  # killing a `docker exec` client does not kill what it started in the container
     hung = names(rig)[1]
-    rc, results, took = k3(rig, "--set", f"{PROBE}.ranks_per_node=1", "--set", f"{PROBE}.inject_hang={hung}@init",
-                           "--set", f"{PROBE}.init_s=8", "--set", f"{PROBE}.hierarchy=false",
-                           "--set", f"{PROBE}.deadline_s=90")
-    assert rc == 1 and took < 90, results
+    rc, results = k3(rig, "--set", f"{PROBE}.ranks_per_node=1", "--set", f"{PROBE}.inject_hang={hung}@init",
+                     "--set", f"{PROBE}.init_s=8", "--set", f"{PROBE}.hierarchy=false")
+    assert rc == 1, results
     cluster = next(r for r in results if r["node"] is None)
     assert cluster["evidence"]["failed_stage"] == "init" and cluster["evidence"]["missing_nodes"] == [hung]
+    assert cluster["evidence"]["elapsed_s"] < 240  # ended by the probe's own deadline, not by the CLI's
     assert all(anywhere(i) == [] for i in run_ids(cluster))
 
 
@@ -154,7 +157,7 @@ def test_container_without_python_is_an_error_naming_each_node(rig, tmp_path):
 
 def test_node_failing_a_prerequisite_is_skipped_and_the_rest_probed(rig, torch_on_nodes):
     rig.apply("card-unconfigured")  # ct14's card1 UALink is not active: ualink-state FAIL there
-    rc, results, _ = k3(rig, *HOST, only=f"ualink-state,{PROBE}")
+    rc, results = k3(rig, *HOST, only=f"ualink-state,{PROBE}")
     assert rc == 1  # ualink-state's FAIL
     skipped = [r for r in results if r["status"] == "SKIP"]
     assert [(r["node"], r["message"]) for r in skipped] == [("ct14", "not probed: ualink-state is FAIL")]

@@ -99,7 +99,8 @@ def test_healthy_shared_rack_passes(rig):
 
 
 @pytest.mark.parametrize("scenario, expected", [
-    ("kfd-missing", [("amdgpu-driver", "ct17", None, "FAIL", "AMDGPU-NOT-LOADED")]),
+    ("kfd-missing", [("amdgpu-driver", "ct17", None, "FAIL", "AMDGPU-NOT-LOADED"),  # the rest rests on it:
+                     ("gpu-inventory", "ct17", None, "SKIP", None), ("hbm-uniform", "ct17", None, "SKIP", None)]),
     ("amdgpu-default-params", [("amdgpu-driver", "ct14", None, "FAIL", "AMDGPU-PARAMS")]),
     ("ifoe-not-loaded", [("amdgpu-driver", "ct16", None, "FAIL", "IFOE-NOT-LOADED")]),
     ("patch-zero-byte", [("patch-integrity", "ct17", None, "FAIL", "PATCH-2380")]),

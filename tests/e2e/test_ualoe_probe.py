@@ -42,10 +42,10 @@ def nothing_left(rig):
     assert glob.glob("/tmp/k3doctor-ualoe.*.pid") == []
 
 
-def ssh(rig, node, command):
+def ssh(rig, node, command, timeout=30):
     return subprocess.run(["ssh", "-i", str(rig.identity_file), "-o", f"UserKnownHostsFile={rig.known_hosts}",
                            "-o", "BatchMode=yes", "-p", str(node.port), f"root@{node.host}", command],
-                          capture_output=True, text=True, timeout=30)
+                          capture_output=True, text=True, timeout=timeout)
 
 
 def test_healthy_quick_ring_passes_every_pair_with_figures(rig):
@@ -121,20 +121,29 @@ def test_degraded_pair_warns_against_the_same_day_best_pair(rig):
     assert all(r["remediation"] == "UALOE-SLOW" and "same-day best pair" in r["message"] for r in warned)
 
 
+def until_running(rig, text, within_s=60):
+    """The rig's PIDs running ``text``, as soon as there are any (a state, not a fixed sleep)."""
+    deadline = time.monotonic() + within_s
+    while not (pids := rig.pids_matching(text)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return pids
+
+
 def test_stale_listener_is_reported_then_killed_by_pid_with_fix(rig):
     rig.apply("healthy")
     ct16 = rig.nodes[2]
-    # A listener whose peer died: connect, then vanish before the handshake.
+    # A listener whose peer died: connect (as soon as it listens), then vanish before the handshake.
     start = ssh(rig, ct16, "setsid /root/ubench/build/ualoe_bw.exe listen -port=55560 >/dev/null 2>&1 "
-                           "</dev/null & sleep 1; python3 -c \"import socket; "
-                           f"socket.create_connection(('{ct16.host}', 55560)).close()\"; "
+                           "</dev/null & python3 -c \"import socket, time\n"
+                           "for _ in range(600):\n"
+                           f"    try: socket.create_connection(('{ct16.host}', 55560)).close(); break\n"
+                           "    except OSError: time.sleep(0.1)\n"
+                           "else: raise SystemExit('the listener never listened')\"; "
                            # a bystander whose command line mentions the tool but whose argv[0] is not it
                            "setsid python3 -c 'import time; time.sleep(600)' ualoe_bw.exe >/dev/null 2>&1 "
-                           "</dev/null &")
+                           "</dev/null &", timeout=120)
     assert start.returncode == 0, start.stderr
-    time.sleep(0.5)
-    stale = rig.pids_matching("ualoe_bw.exe listen")
-    bystander = rig.pids_matching("time.sleep(600)")
+    stale, bystander = until_running(rig, "ualoe_bw.exe listen"), until_running(rig, "time.sleep(600)")
     assert len(stale) == 1 and len(bystander) == 1
     try:
         rc, results = k3json(rig)

@@ -1,18 +1,22 @@
 """End-to-end tests of the simulated rack itself: plain OpenSSH client and docker SDK against it."""
 from __future__ import annotations
 
+import io
 import json
 import os
 import socket
 import stat
 import subprocess
+import tarfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import docker
 import pytest
 import yaml
 
 from k3doctor.rig import scenario_names
+from k3doctor.rig.scenario import load as load_scenario
 
 pytestmark = pytest.mark.e2e
 
@@ -172,10 +176,47 @@ def test_hung_tool_is_recognisable(rig):
     assert ssh(rig, node, "/opt/rocm/bin/amd-smi fabric --json").returncode == 0
 
 
+# What a node shows over SSH of its simulated hardware, without running a (possibly hanging) fake tool:
+# the fake files, devices and boot id; then, from its engine, the containers and our container's files
+# (sizes), environment and log.
+NODE_FILES = r"""{ find /sys/class /sys/module /opt/k3rig /root/ubench -type f | sort | xargs -d '\n' tail -n +1
+  ls /dev/dri /dev/shm; [ -e /dev/kfd ] && echo kfd; cat /proc/sys/kernel/random/boot_id; } 2>&1 | sha256sum"""
+
+
+def fingerprint(rig, node) -> tuple:
+    files = ssh(rig, node, NODE_FILES)
+    assert files.returncode == 0, files.stderr
+    client = docker.DockerClient(base_url=f"unix://{node.docker_socket}")
+    try:
+        ours = client.containers.get("k3ep16")
+        containers = sorted((c.name, c.status, c.attrs["Config"]["Image"]) for c in client.containers.list(all=True))
+        archive, _ = ours.get_archive("/app")  # the files as the engine has them (no exec, no times)
+        with tarfile.open(fileobj=io.BytesIO(b"".join(archive))) as tar:
+            sizes = sorted((m.name, m.size) for m in tar.getmembers() if m.isfile())
+        return files.stdout, containers, sizes, sorted(ours.attrs["Config"]["Env"] or []), ours.logs()
+    finally:
+        client.close()
+
+
+def fingerprints(rig) -> list[tuple]:
+    with ThreadPoolExecutor(len(rig.nodes)) as pool:
+        return list(pool.map(lambda node: fingerprint(rig, node), rig.nodes))
+
+
+@pytest.fixture(scope="module")
+def healthy_fingerprints(rig):
+    rig.apply("healthy")
+    return fingerprints(rig)
+
+
 @pytest.mark.parametrize("name", scenario_names())
-def test_every_scenario_applies(rig, name):
+def test_every_scenario_takes_effect_on_exactly_its_nodes(rig, healthy_fingerprints, name):
     rig.apply(name)
-    assert all(ssh(rig, n, "true").returncode == 0 for n in rig.nodes)
+    parts = ("node files", "containers", "container files", "container env", "container log")
+    changed = {i + 1: [part for part, a, b in zip(parts, now, before, strict=True) if a != b]
+               for i, (now, before) in enumerate(zip(fingerprints(rig), healthy_fingerprints, strict=True))}
+    # a scenario that changes nothing is a broken one
+    assert [i for i, what in changed.items() if what] == sorted(load_scenario(name)["nodes"]), changed
 
 
 def test_stop_leaves_nothing_running_and_restarts(rig):

@@ -23,7 +23,11 @@ from k3doctor.transport import LocalTransport
 if importlib.util.find_spec("torch") is None:
     pytest.skip("torch is not installed (pip install torch==2.13.0)", allow_module_level=True)
 
-DEADLINES = {"start": 60, "rendezvous": 4, "init": 20, "warmup": 20, "sweep": 30}
+# Margins from measured healthy runs of this plan on the loaded 2-core CI box (load average ~14, 5 runs):
+# start (both ranks importing torch at once) 12-20 s, rendezvous (the other rank's import skew) 0.04-1.5 s,
+# init/warmup/sweep under 0.4 s. The hang tests wait out the rendezvous deadline, so it is not larger.
+DEADLINES = {"start": 90, "rendezvous": 10, "init": 20, "warmup": 20, "sweep": 30}
+AGENT_KILLED = "hung; killed by its node's agent (stage deadline)"
 
 
 def plan(port, inject=None) -> Plan:
@@ -49,16 +53,17 @@ def test_healthy_run_verifies_the_sum_and_reports_figures(transports):
 
 
 def test_rank_hung_at_rendezvous_is_named_killed_and_attributed_to_its_node(transports):
-    started = time.monotonic()
-    diag = diagnose(plan(29881, inject={"b": (0, "rendezvous")}), transports, 120)
-    took = time.monotonic() - started
+    diag = diagnose(plan(29881, inject={"b": (0, "rendezvous")}), transports, 300)
     full = diag.final
     assert not full.ok and full.stage == "rendezvous"
     assert full.missing == [1] and full.missing_nodes == ["b"]
     assert [(f.kind, f.nodes) for f in diag.findings] == [("node", ("b",))]
     node_b = next(o for o in diag.subruns if o.label == "node b")
-    assert node_b.killed == [0]  # the stopped rank could not exit by itself: its agent killed it
-    assert took < 120
+    # the stopped rank could not exit by itself: its agent killed it at the stage deadline (plus its grace and
+    # a margin for cleanup on a loaded box), long before the run limit would have
+    assert node_b.killed == [0] and node_b.errors[0] == f"[rendezvous] {AGENT_KILLED}"
+    budget = node_b.stage_s["start"] + DEADLINES["rendezvous"] + worker.AGENT_KILL_GRACE_S + 30
+    assert node_b.wall_s < budget < plan(0).limit_s(), (node_b.wall_s, node_b.stage_s)
     for o in diag.attempts + diag.subruns:
         assert worker.ours(o.run_id) == [], o.label
 
@@ -70,7 +75,7 @@ def test_cleanup_kills_a_run_whose_agent_outlived_its_launcher():
                             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     proc.stdin.write(WORKER_SOURCE)
     proc.stdin.close()
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 60  # a poll for the state, not a timing claim
     while len(worker.ours(run_id)) < 2 and time.monotonic() < deadline:  # agent + its stopped rank
         time.sleep(0.1)
     pids = worker.ours(run_id)

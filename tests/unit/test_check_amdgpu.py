@@ -53,6 +53,7 @@ def test_default_params_fail_and_say_reload_retrains_links():
 
 def test_missing_param_file_reads_missing():
     verdicts = judge(DRIVER, driver_readings({"halt_if_hws_hang": None}))
+    assert [(v.status, v.remediation) for v in verdicts] == [(Status.FAIL, "AMDGPU-PARAMS")]
     assert "halt_if_hws_hang=missing (need 1)" in verdicts[0].message
 
 

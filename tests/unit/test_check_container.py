@@ -92,12 +92,41 @@ def test_b0_passes_with_info_without_a_prefix_or_container():
     assert v.status == Status.PASS
 
 
-def test_b0_with_populated_prefix_active_warns_inactive_passes():
-    [v] = judge(ROCJITSU, prefix_readings(), stepping="B0")
-    assert (v.status, v.remediation) == (Status.WARN, "ROCJITSU-ON-B0")
-    assert "untested configuration" in v.message
+# §2 runtime proof line shapes (stderr of the server, prefix [hsa-hotswap-rj])
+HOOK_LOG = "[hsa-hotswap-rj] installed eager gfx1250 B0-to-A0 hook\n"
+TRANSLATED_LOG = ("[hsa-hotswap-rj] eager translation source_id=fnv1a64:0123456789abcdef input_revision=b0 "
+                  "output_revision=a0 outcome=translated changed=12\n")
+
+
+def with_log(r, stderr, rc=0):
+    return Readings({**r.raw(), "log": run("", rc, stderr)})
+
+
+def test_b0_with_the_populated_prefix_active_is_the_validated_signature_before_launch():
+    """§1: the populated prefix with HSA_TOOLS_LIB still set performs 0 translations on B0: not a fault."""
+    for r in (prefix_readings(), with_log(prefix_readings(), HOOK_LOG * 16)):
+        [v] = judge(ROCJITSU, r, stepping="B0")
+        assert v.status == Status.PASS and "validated B0 signature" in v.message
+    [v] = judge(ROCJITSU, with_log(prefix_readings(), HOOK_LOG), stepping="B0")
+    assert "1,976-entry prefix active and no translation in the container log" in v.message
+    [v] = judge(ROCJITSU, with_log(prefix_readings(), "Error: configured logging driver does not support reading",
+                                   rc=1), stepping="B0")
+    assert v.status == Status.PASS and "container log was not readable" in v.message
     [v] = judge(ROCJITSU, prefix_readings(env={}), stepping="B0")
     assert v.status == Status.PASS and "1976-entry prefix present but inactive" in v.message
+
+
+def test_b0_warns_only_when_translations_actually_happened():
+    [v] = judge(ROCJITSU, with_log(prefix_readings(), HOOK_LOG + TRANSLATED_LOG * 3), stepping="B0")
+    assert (v.status, v.remediation) == (Status.WARN, "ROCJITSU-ON-B0")
+    assert "3 `outcome=translated` line(s) in the container log" in v.message and "untested" in v.message
+    assert v.evidence["outcome=translated lines"] == 3
+
+
+def test_b0_reads_the_container_log_a0_does_not():
+    b0 = ROCJITSU.readings_for(Settings(container="k3ep16", stepping="B0"))
+    assert b0["log"].argv == ("docker", "logs", "--tail", "200000", "--", "k3ep16")
+    assert "log" not in ROCJITSU.readings_for(Settings(container="k3ep16", stepping="A0"))
 
 
 def test_undeclared_stepping_fails_asking_to_declare_it():
@@ -118,8 +147,9 @@ def test_reads_quote_the_store_dir_and_name_the_container():
     assert specs["count"].argv[-1] == "ls -A '/x y/share/rocjitsu/translations/gfx1250-b0-a0/v1' 2>/dev/null | wc -l"
 
 
-FILES = dict(ct.PATCH_PARAMS["files"])
-MLA = ct.PATCH_PARAMS["marker_file"]
+MLA = "/app/ATOM/atom/model_ops/attention_mla.py"
+FILES = {"/app/ATOM/atom/model_ops/mla_unfused_gather.py": 7499, "/app/ATOM/atom/utils/envs.py": 47967,
+         MLA: 146235}  # §14, for gfx1250-atom-20260918-ep8 (literal: not the check's own table)
 
 
 def patch_readings(sizes=None, marker="3\n", exists=True):
@@ -139,18 +169,19 @@ def test_patch_at_expected_sizes_passes():
 
 
 def test_zero_byte_file_fails_even_though_it_would_import():
-    path = f"{ct.ATOM}/model_ops/mla_unfused_gather.py"
+    path = "/app/ATOM/atom/model_ops/mla_unfused_gather.py"
     [v] = judge(PATCH, patch_readings({path: 0}))
     assert (v.status, v.remediation) == (Status.FAIL, None)  # runner adds PATCH-2380
     assert v.message == f"{path} is 0 bytes (interrupted docker cp): it imports cleanly and defines nothing (§14)"
 
 
 def test_wrong_size_missing_file_and_marker_count():
-    env_py = f"{ct.ATOM}/utils/envs.py"
+    env_py = "/app/ATOM/atom/utils/envs.py"
     verdicts = judge(PATCH, patch_readings({env_py: None}, marker="2\n"))
-    assert [v.message for v in verdicts] == [
-        f"{env_py} is missing, expected 47,967 B",
-        f"{MLA} has 2 `use_unfused_gather_kv_b_proj` line(s), expected 3 (patch not applied or applied twice)"]
+    assert [(v.status, v.message) for v in verdicts] == [
+        (Status.FAIL, f"{env_py} is missing, expected 47,967 B"),
+        (Status.FAIL, f"{MLA} has 2 `use_unfused_gather_kv_b_proj` line(s), expected 3 (patch not applied or "
+                      "applied twice)")]
 
 
 def test_other_image_skips_with_reason_and_required_overrides():
@@ -191,7 +222,7 @@ def test_only_the_tools_own_missing_file_lines_are_tolerated():
     mla_missing = f"grep: {MLA}: No such file or directory"
     r = patch_readings({MLA: None})
     r._results["marker"] = run("", 2, mla_missing)
-    assert [v.message for v in judge(PATCH, r)] == [f"{MLA} is missing, expected 146,235 B"]
+    assert [(v.status, v.message) for v in judge(PATCH, r)] == [(Status.FAIL, f"{MLA} is missing, expected 146,235 B")]
     r._results["marker"] = run("", 2, f"{mla_missing}\n{DAEMON_DOWN}")
     assert judge(PATCH, r)[0].status == Status.ERROR
     r = patch_readings()

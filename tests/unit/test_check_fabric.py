@@ -81,6 +81,9 @@ def test_healthy_rack_passes_per_node_and_ignores_unpopulated_fields(form):
     assert bad(verdicts) == []
     assert sorted(v.node for v in verdicts) == sorted(NODES)
     assert f"4 GPU(s) in PPOD_ID {PPOD} VPOD_ID 2" in verdicts[0].message
+    for v in verdicts:  # amd-smi was read and agreed with sysfs on every GPU, not silently left out
+        assert {k: v.evidence[k] for k in v.evidence if k.startswith("amd-smi")} == {
+            **{f"amd-smi GPU {g} PPOD_ID": PPOD for g in range(4)}, **{f"amd-smi GPU {g} VPOD_ID": 2 for g in range(4)}}
 
 
 def test_ppod_mismatch_on_one_node_names_that_node_and_all_its_gpus():

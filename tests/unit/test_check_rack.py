@@ -1,8 +1,6 @@
 """rack-free judged on Docker API dicts (corpus event format), KFD proc paths and showpids corpus text."""
 import json
 
-from k3doctor.checks import rack
-
 from k3doctor.inventory import Settings
 from k3doctor.readings import CommandReading, Docker, DockerReading, Readings, Unavailable
 from k3doctor.registry import REGISTRY
@@ -97,7 +95,7 @@ def test_events_outside_window_or_of_other_actions_are_ignored():
 
 
 def test_full_engine_event_buffer_shorter_than_window_warns():
-    events = [event("k3ep16", "exec_start: env", NOW - 300 + i) for i in range(rack.ENGINE_EVENT_BUFFER)]
+    events = [event("k3ep16", "exec_start: env", NOW - 300 + i) for i in range(256)]  # dockerd keeps 256
     [v] = judge(readings([container("k3ep16")], events))
     assert v.status == Status.WARN and "the oldest from 5 min ago, short of the 30 min window" in v.message
     assert judge(readings([container("k3ep16")], events[:-1]))[0].status == Status.PASS
@@ -138,7 +136,7 @@ def test_reads_follow_window_and_settings():
     rack_free = REGISTRY.checks["rack-free"]
     specs = rack_free.readings_for(Settings(container="mine", checks={"rack-free": {"window_min": 10}}))
     assert specs["docker"] == Docker(events_since_s=600)
-    assert rack_free.readings_for(Settings())["docker"].events_since_s == rack.WINDOW_MIN * 60
+    assert rack_free.readings_for(Settings())["docker"].events_since_s == 30 * 60  # §3: the last 30 min
     assert specs["pids"].argv == ("/opt/rocm/bin/rocm-smi", "--showpids")
     assert specs["memuse"].argv == ("/opt/rocm/bin/rocm-smi", "--showmemuse")
 

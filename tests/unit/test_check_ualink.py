@@ -167,8 +167,9 @@ def test_half_enabled_station_index_counts_from_the_left_and_policy_is_a_param()
 def test_zero_bitmap_fails_and_a_2_2_split_names_both_groups():
     verdicts = judge(readings({0: {"lane_bitmap": "0"}, 1: {"lane_bitmap": "0"}}))
     zero = [v for v in verdicts if "no lane enabled" in v.message]
-    assert [v.gpu for v in zero] == [0, 1]
+    assert [(v.gpu, v.status) for v in zero] == [(0, Status.FAIL), (1, Status.FAIL)]
     split = [v for v in verdicts if "no majority" in v.message]
+    assert split and {v.status for v in split} == {Status.FAIL}
     assert [v.gpu for v in split] == [0, 1, 2, 3]
     assert "0 on card0, card1; ffffffffffffffffff on card2, card3" in split[0].message
 
@@ -181,7 +182,7 @@ def test_bitmap_that_is_not_hex_is_an_error_not_a_pass():
 def test_local_accels_must_agree_and_hold_each_cards_own_id():
     verdicts = judge(readings({3: {"local_accels": "51 50 49 47"}}))
     bad = [v for v in verdicts if v.remediation == "UALINK-LOCAL-ACCELS"]
-    assert [v.gpu for v in bad] == [3, 3]
+    assert [(v.gpu, v.status) for v in bad] == [(3, Status.FAIL), (3, Status.FAIL)]
     assert "the other cards list 51 50 49 48" in bad[0].message
     assert "accel_id 48 is not in its own local_accels (51 50 49 47)" in bad[1].message
 
@@ -254,7 +255,9 @@ def test_record_keeps_per_card_readings_and_boot_id(layout):
 
 
 def test_no_baseline_means_no_drift_verdict_at_all():
-    assert all("baseline" not in v.message for v in judge(readings()))
+    verdicts = judge(readings())
+    assert [(v.gpu, v.status, v.remediation) for v in verdicts] == [(c, Status.PASS, None) for c in range(4)]
+    assert all("baseline" not in v.message for v in verdicts)
 
 
 def test_unchanged_readings_pass_and_a_reboot_is_only_noted():
@@ -288,7 +291,7 @@ def test_changed_accel_id_and_local_accels_and_missing_card_drift():
     rec["cards"][4] = dict(rec["cards"][3])
     r = readings({c: {"local_accels": "0 1 2 3", "accel_id": str(3 - c)} for c in range(4)})
     verdicts = [v for v in judge(r, baseline=rec) if v.remediation == "UALINK-DRIFT"]
-    assert [v.gpu for v in verdicts] == [0, 1, 2, 3, 4]
+    assert [(v.gpu, v.status) for v in verdicts] == [(c, Status.FAIL) for c in range(5)]
     assert verdicts[0].message == "card0 accel_id: 51 -> 3; card0 local_accels: 51 50 49 48 -> 0 1 2 3"
     assert "in the baseline but has no ualink directory now" in verdicts[4].message
 
@@ -314,6 +317,6 @@ def test_trimmed_trailing_stations_compare_equal_to_disabled_ones():
 
 def test_several_half_stations_of_a_card_make_one_finding():
     verdicts = judge(readings({c: {"lane_bitmap": "33ffffffffffffffff"} for c in range(4)}))
-    assert [v.gpu for v in verdicts] == [0, 1, 2, 3]
+    assert [(v.gpu, v.status) for v in verdicts] == [(c, Status.FAIL) for c in range(4)]
     assert verdicts[0].message == ("card0 station_lane_en_bitmap 33ffffffffffffffff: half-enabled station(s) "
                                    "0 reads '3' (port 1 down, port 0 up), 1 reads '3' (port 1 down, port 0 up)")

@@ -21,17 +21,24 @@ class FakeNode:
     """A node's transport: runs the ubench tools from a script, lists its LISTEN sockets, has an empty dmesg.
 
     ``broken`` maps a tool to (rc, stderr) for a tool the shell cannot start; ``procs`` is the
-    process listing (None: the listing raises TransportError).
+    process listing (None: the listing raises TransportError). ``takes_s`` maps (tool, "serve" |
+    "client") to how long that run takes: past the command's ``timeout_s`` it is killed by the
+    node-side timeout (rc None, timed_out, no output). ``ran`` records (tool, role, timeout_s).
     """
 
-    def __init__(self, broken=None, procs="self 1 mnt:[1]\n"):
+    def __init__(self, broken=None, procs="self 1 mnt:[1]\n", takes_s=None):
         self.broken, self.procs, self.serving = broken or {}, procs, None
+        self.takes_s, self.ran = takes_s or {}, []
 
     def run(self, command, *, timeout_s, stdin=None):
         for tool, out in (("ualoe_p2p.exe", P2P_OK), ("ualoe_bw.exe", BW_OK)):
             if "exec " in command and tool in command:
-                if " export " in command or " listen " in command:
+                role = "serve" if " export " in command or " listen " in command else "client"
+                self.ran.append((tool, role, timeout_s))
+                if role == "serve":
                     self.serving = None if tool in self.broken else tool
+                if self.takes_s.get((tool, role), 0) > timeout_s:
+                    return CommandReading(command, None, "", "", timed_out=True)
                 if tool in self.broken:
                     rc, said = self.broken[tool]
                     return CommandReading(command, rc, "", said.format(path=f"{UBENCH}/{tool}"))
@@ -57,16 +64,40 @@ def context(nodes: dict, **params):
                            settings=SimpleNamespace(tools={"ubench_dir": UBENCH}, gpus_per_node=4))
 
 
+P2P_TIMEOUT_S, BW_TIMEOUT_S = 5.0, 7.0
+
+
 def pair(exporter: FakeNode, importer: FakeNode):
     ctx = context({"a": exporter, "b": importer})
     cfg = ualoe.Config(ubench_dir=UBENCH, gpu=0, p2p_port=55559, bw_port=55560, listen_timeout_s=2.0,
-                       p2p_timeout_s=5.0, bw_timeout_s=5.0, gpus_per_node=4)
+                       p2p_timeout_s=P2P_TIMEOUT_S, bw_timeout_s=BW_TIMEOUT_S, gpus_per_node=4)
     return ualoe.PairRun(ctx, cfg, ualoe.Launches(ctx.transports), dict, "a", "b").run()
 
 
 def test_fake_pair_passes_when_every_tool_runs():
     o = pair(FakeNode(), FakeNode())
     assert o.status == Status.PASS and o.bw.bidir == 10961.0
+
+
+def test_each_ubench_run_is_bounded_by_its_own_timeout():
+    """§8: the client runs get p2p_timeout_s / bw_timeout_s; a server outlives its client by the listen wait."""
+    exporter, importer = FakeNode(), FakeNode()
+    pair(exporter, importer)
+    assert importer.ran == [("ualoe_p2p.exe", "client", P2P_TIMEOUT_S), ("ualoe_bw.exe", "client", BW_TIMEOUT_S)]
+    assert exporter.ran == [("ualoe_p2p.exe", "serve", 2.0 + P2P_TIMEOUT_S + 10),
+                            ("ualoe_bw.exe", "serve", 2.0 + BW_TIMEOUT_S + 10)]
+
+
+def test_a_p2p_run_past_its_timeout_is_a_named_fabric_fail():
+    o = pair(FakeNode(), FakeNode(takes_s={("ualoe_p2p.exe", "client"): P2P_TIMEOUT_S + 1}))
+    assert (o.status, o.remediation) == (Status.FAIL, "UALOE-P2P")
+    assert o.message.startswith("p2p correctness failed (timed out with no RESULT line)")
+
+
+def test_a_bandwidth_run_past_its_timeout_is_named_with_that_timeout():
+    o = pair(FakeNode(), FakeNode(takes_s={("ualoe_bw.exe", "client"): BW_TIMEOUT_S + 1}))
+    assert (o.status, o.remediation) == (Status.FAIL, "UALOE-P2P")
+    assert o.message == f"p2p passed but the bandwidth run printed no table (timed out after {BW_TIMEOUT_S:g}s)"
 
 
 @pytest.mark.parametrize("tool", ["ualoe_p2p.exe", "ualoe_bw.exe"])
