@@ -12,8 +12,9 @@ import click
 
 from . import __version__
 from .inventory import InventoryError, like, load_inventory, localhost_inventory
+from .outputs import OUTPUTS, OutputPath, write_output
 from .registry import REGISTRY, load_checks
-from .report import render_json, render_junit, render_table
+from .report import render_table
 from .results import Status, overall
 from .runner import RunOptions, run_checks, select_checks
 
@@ -52,8 +53,8 @@ def cli():
 @click.option("--skip", default="", metavar="NAMES", help="Comma-separated checks to leave out.")
 @click.option("--tier", type=click.Choice(["fast", "deep"]), default="fast", show_default=True,
               help="fast: passive reads only; deep: also the active cross-node probes.")
-@click.option("--format", "fmt", type=click.Choice(["table", "json", "junit"]), default="table",
-              show_default=True)
+@click.option("--format", "fmt", type=click.Choice(list(OUTPUTS)), default="table",
+              show_default=True, help="Report format (see README: Monitoring and CI).")
 @click.option("--parallel", type=click.IntRange(1, 1024), default=64, show_default=True,
               help="Nodes handled at once.")
 @click.option("--timeout", type=click.FloatRange(0.1), default=None, metavar="S",
@@ -74,7 +75,8 @@ def cli():
               help="Node pairs for the fabric probe: quick, all, or a,b;c,d (= --set ualoe-fabric.pairs=PLAN).")
 @click.option("--save-readings", type=click.Path(dir_okay=False, writable=True), default=None,
               help="Also save every raw reading to this JSON file (re-judge it later with `k3doctor judge`).")
-@click.option("-o", "--output", type=click.File("w", lazy=False), default="-", help="Write the report here.")
+@click.option("-o", "--output", type=OutputPath(), default="-",
+              help="Write the report here (replaced atomically after the run).")
 @click.option("-v", "--verbose", is_flag=True, help="Show evidence and passing results.")
 def check_cmd(inventory, only, skip, tier, fmt, parallel, timeout, connect_timeout, node_deadline,
               accept_unknown_hosts, fix, baseline_path, overrides, pairs, save_readings, output, verbose):
@@ -109,14 +111,10 @@ def _open_for_writing(path: str):
 
 
 def _emit(report, checks, fmt, output, verbose):
-    if fmt == "json":
-        text = render_json(report)
-    elif fmt == "junit":
-        text = render_junit(report, checks)
-    else:
-        text = render_table(report, checks, verbose=verbose)
-    click.echo(text, file=output)
-    sys.exit(overall(report.results).exit_code)
+    """Render with the registered format; the format also decides the exit code (Nagios: 0-3)."""
+    out = OUTPUTS[fmt]
+    write_output(output, out.render(report, checks, verbose))
+    sys.exit(out.exit_code(report))
 
 
 @cli.command("judge")
@@ -126,9 +124,10 @@ def _emit(report, checks, fmt, output, verbose):
 @click.option("--set", "overrides", multiple=True, metavar="CHECK.PARAM=VALUE", help="Override a parameter.")
 @click.option("--baseline", "baseline_path", type=click.Path(dir_okay=False), default=None,
               help="Baseline file for drift checks.")
-@click.option("--format", "fmt", type=click.Choice(["table", "json", "junit"]), default="table",
-              show_default=True)
-@click.option("-o", "--output", type=click.File("w", lazy=False), default="-", help="Write the report here.")
+@click.option("--format", "fmt", type=click.Choice(list(OUTPUTS)), default="table",
+              show_default=True, help="Report format (see README: Monitoring and CI).")
+@click.option("-o", "--output", type=OutputPath(), default="-",
+              help="Write the report here (replaced atomically after the run).")
 @click.option("-v", "--verbose", is_flag=True, help="Show evidence and passing results.")
 def judge_cmd(readings_file, only, skip, overrides, baseline_path, fmt, output, verbose):
     """Judge readings saved by `check --save-readings` again, offline (no node is contacted)."""
