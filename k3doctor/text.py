@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import re
 
-# XML 1.0 Char production: tab, LF, CR, U+0020-U+D7FF, U+E000-U+FFFD, U+10000-U+10FFFF.
-_NOT_XML = re.compile("[^\t\n\r\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+# XML 1.0 Char production (tab, LF, CR, U+0020-U+D7FF, U+E000-U+FFFD, U+10000-U+10FFFF) less the
+# DEL and C1 controls the spec asks documents to avoid (a terminal reads U+009B as an escape).
+_NOT_XML = re.compile("[^\t\n\r\u0020-\u007e\u0085\u00a0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 # One line: also no line breaks, C1 controls or the Unicode line/paragraph separators.
 _NOT_LINE = re.compile("[^\u0020-\u007e\u00a0-\u2027\u202a-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
