@@ -15,8 +15,9 @@ import click
 
 from . import __version__
 from .inventory import InventoryError, load_inventory, localhost_inventory, unset_password_variables
+from .outputs import OUTPUTS, OutputPath, write_output
 from .registry import MAX_SECONDS, REGISTRY, load_checks
-from .report import render_json, render_junit, render_table
+from .report import render_table
 from .results import Status, overall
 from .runner import RunOptions, run_checks, select_checks
 
@@ -74,8 +75,8 @@ def cli():
 @click.option("--skip", default="", metavar="NAMES", help="Comma-separated checks to leave out.")
 @click.option("--tier", type=click.Choice(["fast", "deep"]), default="fast", show_default=True,
               help="fast: passive reads only; deep: also the active cross-node probes.")
-@click.option("--format", "fmt", type=click.Choice(["table", "json", "junit"]), default="table",
-              show_default=True)
+@click.option("--format", "fmt", type=click.Choice(list(OUTPUTS)), default="table",
+              show_default=True, help="Report format (see README: Monitoring and CI).")
 @click.option("--parallel", type=click.IntRange(1, 1024), default=64, show_default=True,
               help="Nodes handled at once.")
 @click.option("--timeout", type=Seconds(), default=None, metavar="S",
@@ -96,8 +97,8 @@ def cli():
               help="Node pairs for the fabric probe: quick, all, or a,b;c,d (= --set ualoe-fabric.pairs=PLAN).")
 @click.option("--save-readings", type=click.Path(dir_okay=False, writable=True), default=None,
               help="Also save every raw reading to this JSON file (re-judge it later with `k3doctor judge`).")
-@click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True), default="-",
-              help="Write the report here (created 0600: it may hold evidence).")
+@click.option("-o", "--output", type=OutputPath(), default="-",
+              help="Write the report here (replaced atomically after the run; 0600: it may hold evidence).")
 @click.option("-v", "--verbose", is_flag=True, help="Show evidence and passing results.")
 def check_cmd(inventory, only, skip, tier, fmt, parallel, timeout, connect_timeout, node_deadline,
               accept_unknown_hosts, fix, baseline_path, overrides, pairs, save_readings, output, verbose):
@@ -115,7 +116,6 @@ def check_cmd(inventory, only, skip, tier, fmt, parallel, timeout, connect_timeo
                       node_deadline_s=node_deadline, accept_unknown_hosts=accept_unknown_hosts, fix=fix,
                       baseline=baseline, progress=_progress())
     saved = private_file(save_readings) if save_readings else None  # fail before, not after, the run
-    output = private_file(output) if output != "-" else sys.stdout
     report = run_checks(inv, checks, opts)
     if saved:
         from . import snapshot
@@ -136,16 +136,11 @@ def private_file(path: str):
 
 
 def _emit(report, checks, fmt, output, verbose):
-    if fmt == "json":
-        text = render_json(report)
-    elif fmt == "junit":
-        text = render_junit(report, checks)
-    else:
-        text = render_table(report, checks, verbose=verbose)
-    click.echo(text, file=output)
-    if output is not sys.stdout:
-        output.close()
-    sys.exit(overall(report.results).exit_code)
+    """Render with the registered format; the format also decides the exit code (Nagios: 0-3) and whether
+    the file is private (reports hold evidence) or readable by a collector (Prometheus textfile)."""
+    out = OUTPUTS[fmt]
+    write_output(output, out.render(report, checks, verbose), private=out.private)
+    sys.exit(out.exit_code(report))
 
 
 @cli.command("judge")
@@ -155,10 +150,10 @@ def _emit(report, checks, fmt, output, verbose):
 @click.option("--set", "overrides", multiple=True, metavar="CHECK.PARAM=VALUE", help="Override a parameter.")
 @click.option("--baseline", "baseline_path", type=click.Path(dir_okay=False), default=None,
               help="Baseline file for drift checks.")
-@click.option("--format", "fmt", type=click.Choice(["table", "json", "junit"]), default="table",
-              show_default=True)
-@click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True), default="-",
-              help="Write the report here (created 0600: it may hold evidence).")
+@click.option("--format", "fmt", type=click.Choice(list(OUTPUTS)), default="table",
+              show_default=True, help="Report format (see README: Monitoring and CI).")
+@click.option("-o", "--output", type=OutputPath(), default="-",
+              help="Write the report here (replaced atomically after the run; 0600: it may hold evidence).")
 @click.option("-v", "--verbose", is_flag=True, help="Show evidence and passing results.")
 def judge_cmd(readings_file, only, skip, overrides, baseline_path, fmt, output, verbose):
     """Judge readings saved by `check --save-readings` (or a `triage -o x.tar.gz` bundle) again, offline."""
@@ -185,7 +180,6 @@ def judge_cmd(readings_file, only, skip, overrides, baseline_path, fmt, output, 
     except KeyError as exc:
         raise click.UsageError(f"unknown check(s): {exc.args[0]} (see `k3doctor list`)") from None
     baseline = _read_baseline(baseline_path) if baseline_path else None
-    output = private_file(output) if output != "-" else sys.stdout
     report = run_checks(inv, checks, RunOptions(replay=(saved, unreachable), baseline=baseline))
     _emit(report, checks, fmt, output, verbose)
 
@@ -341,9 +335,9 @@ def demo_cmd(scenario, list_scenarios, verbose):
 @click.option("--timeout", type=click.FloatRange(1, 3600), default=60, show_default=True, metavar="S",
               help="Per-node read timeout.")
 @click.option("--accept-unknown-hosts", is_flag=True, help="Accept host keys missing from known_hosts.")
-@click.option("--format", "fmt", type=click.Choice(["table", "json", "junit"]), default="table",
-              show_default=True)
-@click.option("-o", "--output", type=click.Path(dir_okay=False), default="-",
+@click.option("--format", "fmt", type=click.Choice(list(OUTPUTS)), default="table",
+              show_default=True, help="Report format (see README: Monitoring and CI).")
+@click.option("-o", "--output", type=OutputPath(), default="-",
               help="Write the report here; a .tar.gz keeps everything read (secrets redacted) for `k3doctor judge`.")
 @click.option("-v", "--verbose", is_flag=True, help="Show evidence and passing results.")
 def triage_cmd(inventory, logs_dir, log_paths, stepping, tail, endpoint, stacks, py_spy, timeout,
@@ -366,7 +360,6 @@ def triage_cmd(inventory, logs_dir, log_paths, stepping, tail, endpoint, stacks,
     if logs_dir and stacks:
         raise click.UsageError("--stacks reads live processes: it cannot be combined with --logs")
     bundle = output.endswith((".tar.gz", ".tgz"))
-    out = None if bundle else private_file(output) if output != "-" else sys.stdout
     # Offline without an inventory nobody knows the node names: node<i> holds ranks per_node * i ...
     names = tuple(n.name for n in inv.nodes) if inventory or not logs_dir else ()
     layout = Layout(nodes=names, per_node=inv.cluster.gpus_per_node, stepping=stepping or inv.cluster.stepping,
@@ -398,7 +391,7 @@ def triage_cmd(inventory, logs_dir, log_paths, stepping, tail, endpoint, stacks,
                     "now": now, "problems": problems, "duration_s": report[0].duration_s}
         bundles.write(output, texts=texts, dumps=dumps, manifest=manifest, report_json=render_json(report[0]))
         click.echo(f"k3doctor: triage bundle written to {output} (re-judge with `k3doctor judge {output}`)", err=True)
-    _emit_triage(report, fmt, out or sys.stdout, verbose)
+    _emit_triage(report, fmt, "-" if bundle else output, verbose)
 
 
 def _triage_report(results, layout, duration_s, gate=False):
@@ -417,12 +410,15 @@ def _emit_triage(report, fmt, output, verbose):
     """The most likely cause first (table), then the usual report and exit code."""
     from . import triage
 
+    out = OUTPUTS[fmt]
+    text = out.render(report[0], report[1], verbose)
     first = triage.most_likely(report[0].results)
     if first and fmt == "table":
         where = f"{first.node} gpu{first.gpu} (rank {first.evidence.get('rank')})" if first.node else "cluster"
-        click.echo(f"Most likely cause: {first.message}\n  where: {where}\n  do: k3doctor explain "
-                   f"{first.remediation}\n", file=output)
-    _emit(report[0], report[1], fmt, output, verbose)
+        text = (f"Most likely cause: {first.message}\n  where: {where}\n  do: k3doctor explain "
+                f"{first.remediation}\n\n") + text
+    write_output(output, text, private=out.private)
+    sys.exit(out.exit_code(report[0]))
 
 
 def _judge_bundle(path, fmt, output, verbose):
@@ -455,9 +451,9 @@ def _judge_bundle(path, fmt, output, verbose):
               help="max_tokens of the chat probe (thinking needs room: < ~3500 is suspect).")
 @click.option("--deadline", type=click.FloatRange(1, 3600), default=300, show_default=True, metavar="S",
               help="The whole gate ends by then.")
-@click.option("--format", "fmt", type=click.Choice(["table", "json", "junit"]), default="table",
-              show_default=True)
-@click.option("-o", "--output", type=click.File("w", lazy=False), default="-", help="Write the report here.")
+@click.option("--format", "fmt", type=click.Choice(list(OUTPUTS)), default="table",
+              show_default=True, help="Report format (see README: Monitoring and CI).")
+@click.option("-o", "--output", type=OutputPath(), default="-", help="Write the report here.")
 @click.option("-v", "--verbose", is_flag=True, help="Show evidence and passing results.")
 def gate_cmd(endpoint, model, chat_max_tokens, deadline, fmt, output, verbose):
     """Sanity gate before any benchmark: served name, real text (not `!`), a chat answer with content."""

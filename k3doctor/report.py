@@ -13,7 +13,9 @@ import xml.etree.ElementTree as ET
 from tabulate import tabulate
 
 from . import __version__
+from .registry import REGISTRY
 from .results import Status, overall, worst
+from .text import xml_safe
 
 SCHEMA = "k3doctor.report/1"
 CLUSTER_COLUMN = "cluster"
@@ -31,6 +33,12 @@ def _where(r) -> str:
     return f"{node} gpu{r.gpu}" if r.gpu is not None else node
 
 
+def findings(results) -> list:
+    """The results that are not PASS, worst first (then by check, node, GPU)."""
+    return sorted((r for r in results if r.status != Status.PASS),
+                  key=lambda r: (-r.status.severity, r.check, r.node or "", r.gpu or -1))
+
+
 def render_table(report, checks, verbose: bool = False) -> str:
     columns = list(report.nodes)
     if any(r.node is None for r in report.results):
@@ -44,11 +52,10 @@ def render_table(report, checks, verbose: bool = False) -> str:
             row.append(cell.value if cell else "-")
         rows.append(row)
     lines = [tabulate(rows, headers=["check", *columns], tablefmt="simple")]
-    findings = sorted((r for r in report.results if r.status != Status.PASS),
-                      key=lambda r: (-r.status.severity, r.check, r.node or "", r.gpu or -1))
-    if findings:
+    found = findings(report.results)
+    if found:
         lines.append("")
-    for r in findings:
+    for r in found:
         code = f"  [{r.remediation}]" if r.remediation else ""
         lines.append(f"{r.status.value:5} {r.check} {_where(r)}: {r.message}{code}")
         if verbose:
@@ -57,7 +64,7 @@ def render_table(report, checks, verbose: bool = False) -> str:
         passes = [r for r in report.results if r.status == Status.PASS]
         lines += [""] + [f"PASS  {r.check} {_where(r)}: {r.message}" for r in passes]
     verdict = overall(report.results)
-    first = next((r.remediation for r in findings if r.remediation), None)  # the most severe finding's
+    first = next((r.remediation for r in found if r.remediation), None)  # the most severe finding's
     lines.append("")
     tail = f" - see `k3doctor explain {first}`" if first else ""
     lines.append(f"{verdict.text} ({_counts(report.results)}; {report.duration_s:.1f}s){tail}")
@@ -88,28 +95,38 @@ def render_json(report) -> str:
     return json.dumps(doc, indent=2, sort_keys=False, default=str)
 
 
-def render_junit(report, checks) -> str:
-    """One testcase per check x node (cluster checks: one per check) so CI renders a grid."""
+def render_junit(report, checks, remediations=None) -> str:
+    """One testcase per check x node x GPU (cluster checks: one per check), names unique within a check.
+
+    GitLab keeps only the first of duplicate testcases, so results of one check on one place
+    (several fabric pairs of a GPU) share their testcase. A finding's <failure> carries the
+    remediation text ``k3doctor explain`` prints. Node text is made XML-safe (NUL, escapes).
+    """
+    remediations = REGISTRY.remediations if remediations is None else remediations
     suite = ET.Element("testsuite", name="k3doctor", time=f"{report.duration_s:.3f}")
     counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
     for chk in checks:
-        mine = [r for r in report.results if r.check == chk.name]
-        for where in dict.fromkeys(r.node or CLUSTER_COLUMN for r in mine):
-            cell = [r for r in mine if (r.node or CLUSTER_COLUMN) == where]
-            case = ET.SubElement(suite, "testcase", classname=f"k3doctor.{chk.name}", name=where)
+        cells: dict = {}
+        for r in report.results:
+            if r.check == chk.name:
+                cells.setdefault(_where(r), []).append(r)
+        for where, cell in cells.items():
+            case = ET.SubElement(suite, "testcase", classname=f"k3doctor.{chk.name}", name=xml_safe(where))
             counts["tests"] += 1
             status = worst(r.status for r in cell)
-            text = "\n".join(f"{r.status.value} {_where(r)}: {r.message}"
-                             + (f" [{r.remediation}]" if r.remediation else "") for r in cell)
-            bad = [r for r in cell if r.status == status]
-            if status == Status.FAIL:
-                ET.SubElement(case, "failure", message=bad[0].message, type="FAIL").text = text
-                counts["failures"] += 1
-            elif status == Status.ERROR:
-                ET.SubElement(case, "error", message=bad[0].message, type="ERROR").text = text
-                counts["errors"] += 1
+            text = xml_safe("\n".join(f"{r.status.value} {_where(r)}: {r.message}"
+                                      + (f" [{r.remediation}]" if r.remediation else "") for r in cell))
+            first = next(r for r in cell if r.status == status)
+            message = xml_safe(first.message)
+            if status in (Status.FAIL, Status.ERROR):
+                fixes = [remediations[c] for c in dict.fromkeys(r.remediation for r in cell if r.status == status)
+                         if c in remediations]
+                detail = text + "".join(xml_safe(f"\n\n{f.code}: {f.title}\n{f.text}") for f in fixes)
+                tag = "failure" if status == Status.FAIL else "error"
+                ET.SubElement(case, tag, message=message, type=status.value).text = detail
+                counts["failures" if status == Status.FAIL else "errors"] += 1
             elif status == Status.SKIP:
-                ET.SubElement(case, "skipped", message=bad[0].message)
+                ET.SubElement(case, "skipped", message=message)
                 counts["skipped"] += 1
             ET.SubElement(case, "system-out").text = text
     for key, value in counts.items():

@@ -173,8 +173,8 @@ def test_probe_appears_in_table_and_junit(rig):
     assert "FAIL  ualoe-fabric ct16 gpu0: ct14<->ct16:" in out
     rc, out, _ = probe(rig, "--format", "junit")
     cases = {c.get("name"): c for c in ET.fromstring(out).iter("testcase") if c.get("classname") == f"k3doctor.{PROBE}"}
-    assert set(cases) == {"ct13", "ct14", "ct16", "ct17"}
-    assert cases["ct16"].find("failure") is not None and cases["ct13"].find("failure") is None
+    assert set(cases) == {"ct13 gpu0", "ct14 gpu0", "ct16 gpu0", "ct17 gpu0"}  # one testcase per node x GPU
+    assert cases["ct16 gpu0"].find("failure") is not None and cases["ct13 gpu0"].find("failure") is None
 
 
 def test_ctrl_c_mid_pair_kills_everything_the_probe_started(rig):

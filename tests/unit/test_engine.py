@@ -82,7 +82,7 @@ def test_reports_render_the_same_results(registry):
     assert {"check", "node", "gpu", "status", "message", "evidence", "remediation"} == set(doc["results"][0])
     suite = ET.fromstring(render_junit(report, checks))
     cases = suite.findall("testcase")
-    assert len(cases) == int(suite.get("tests")) == 4 * 2 - 1  # cluster check: one case
+    assert len(cases) == int(suite.get("tests")) == 2 + 2 * 2 + 2 + 1  # per GPU for per-gpu; cluster: one case
     assert int(suite.get("errors")) == 2 and int(suite.get("failures")) == 0
     broken = [c for c in cases if c.get("classname") == "k3doctor.broken"]
     assert broken[0].find("error") is not None

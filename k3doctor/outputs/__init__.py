@@ -1,0 +1,6 @@
+"""Output formats (``--format``): the registry, the built-in formats and the monitoring ones."""
+from . import builtin, nagios, npd, prom  # noqa: F401  (importing registers each format)
+from .files import OutputPath, write_output
+from .registry import OUTPUTS, Output, launch_exit_code, output
+
+__all__ = ["OUTPUTS", "Output", "OutputPath", "launch_exit_code", "output", "write_output"]

@@ -1,0 +1,20 @@
+"""table, json and junit: the formats k3doctor always had (rendered by k3doctor.report)."""
+from __future__ import annotations
+
+from ..report import render_json, render_junit, render_table
+from .registry import output
+
+
+@output("table", "checks x nodes table, then the findings and the verdict (people)")
+def table(report, checks, verbose):
+    return render_table(report, checks, verbose=verbose)
+
+
+@output("json", "the k3doctor.report/1 JSON document (programs)")
+def json_(report, checks, verbose):
+    return render_json(report)
+
+
+@output("junit", "JUnit XML, one testcase per check x node x GPU (CI systems)")
+def junit(report, checks, verbose):
+    return render_junit(report, checks)

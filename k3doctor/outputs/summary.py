@@ -1,0 +1,22 @@
+"""The one-line summary monitors show: verdict, then the worst finding and where it is."""
+from __future__ import annotations
+
+from ..report import _where, findings
+from ..results import overall
+from ..text import one_line
+
+
+def headline(report, limit: int | None = None) -> str:
+    """``DO NOT LAUNCH: check node gpuN: message [CODE] (+N more)``, or the verdict and counts."""
+    verdict = overall(report.results)
+    found = findings(report.results)
+    shown = [r for r in found if r.status.severity > 1] or found  # a SKIP only when nothing worse
+    if not shown:
+        return one_line(f"{verdict.text}: {len(report.results)} result(s) pass", limit)
+    top = shown[0]
+    code = f" [{top.remediation}]" if top.remediation else ""
+    more = f" (+{len(shown) - 1} more)" if len(shown) > 1 else ""
+    text = f"{verdict.text}: {top.check} {_where(top)}: {one_line(top.message)}{code}"
+    if limit is not None and len(text) + len(more) > limit:
+        return one_line(text, limit - len(more)) + more
+    return one_line(text + more)

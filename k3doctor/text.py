@@ -1,0 +1,35 @@
+"""Node text made safe for consumers that reject some characters (XML 1.0, one-line monitors).
+
+Node output is arbitrary: NUL, terminal escapes, invalid UTF-8 (decoded to U+FFFD, or lone
+surrogates when a saved file carried them). Unsafe characters are written as visible escapes
+(``\\x00``) instead of being dropped, so a reader still sees that something odd was there.
+"""
+from __future__ import annotations
+
+import re
+
+# XML 1.0 Char production (tab, LF, CR, U+0020-U+D7FF, U+E000-U+FFFD, U+10000-U+10FFFF) less the
+# DEL and C1 controls the spec asks documents to avoid (a terminal reads U+009B as an escape).
+_NOT_XML = re.compile("[^\t\n\r\u0020-\u007e\u0085\u00a0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+# One line: also no line breaks, C1 controls or the Unicode line/paragraph separators.
+_NOT_LINE = re.compile("[^\u0020-\u007e\u00a0-\u2027\u202a-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def _escape(match: re.Match) -> str:
+    code = ord(match.group())
+    if 0xDC80 <= code <= 0xDCFF:  # a byte kept by surrogateescape
+        return f"\\x{code - 0xDC00:02x}"
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def xml_safe(text: str) -> str:
+    """``text`` with every character XML 1.0 forbids written as an escape."""
+    return _NOT_XML.sub(_escape, str(text))
+
+
+def one_line(text: str, limit: int | None = None) -> str:
+    """``text`` as one printable line (breaks become spaces), cut to ``limit`` characters."""
+    line = _NOT_LINE.sub(lambda m: " " if m.group() in "\t\n\r" else _escape(m), str(text)).strip()
+    if limit is not None and len(line) > limit:
+        line = line[:limit - 3].rstrip() + "..."
+    return line
