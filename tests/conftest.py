@@ -27,3 +27,17 @@ def rig(tmp_path_factory):
     rack.start()
     yield rack
     rack.stop()
+
+
+@pytest.fixture(scope="session")
+def torch_on_nodes(rig):
+    """The all_reduce probe's ranks import torch with the nodes' own python3 (their namespaces hide /root)."""
+    import subprocess
+
+    node = rig.nodes[0]
+    probe = subprocess.run(["ssh", "-i", str(rig.identity_file), "-o", f"UserKnownHostsFile={rig.known_hosts}",
+                            "-o", "BatchMode=yes", "-p", str(node.port), f"root@{node.host}",
+                            "python3 -c 'import torch'"], capture_output=True, text=True, timeout=60)
+    if probe.returncode != 0:
+        pytest.fail("the rig nodes' python3 cannot import torch; install it for them with "
+                    "`/usr/bin/python3 -m pip install --break-system-packages torch==2.13.0`: " + probe.stderr[-300:])

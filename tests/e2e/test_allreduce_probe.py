@@ -6,7 +6,6 @@ host (``where: host``), one rank per node
 (16 ranks, four per node, take ~60 s on a 2-core box against ~15 s for four). The nodes'
 python is /usr/bin/python3 (the rig hides /root): torch must be installed for it.
 """
-import subprocess
 
 import psutil
 import pytest
@@ -28,17 +27,6 @@ RENDEZVOUS_S = 20
 def k3(rig, *args, only=PROBE, timeout=600):
     rc, doc = k3json("check", "--nodes", rig.inventory_path, "--only", only, *START, *args, timeout=timeout)
     return rc, [r for r in doc["results"] if r["check"] == PROBE]
-
-
-@pytest.fixture(scope="module")
-def torch_on_nodes(rig):
-    node = rig.nodes[0]
-    probe = subprocess.run(["ssh", "-i", str(rig.identity_file), "-o", f"UserKnownHostsFile={rig.known_hosts}",
-                            "-o", "BatchMode=yes", "-p", str(node.port), f"root@{node.host}",
-                            "python3 -c 'import torch'"], capture_output=True, text=True, timeout=60)
-    if probe.returncode != 0:
-        pytest.fail("the rig nodes' python3 cannot import torch; install it for them with "
-                    "`/usr/bin/python3 -m pip install --break-system-packages torch==2.13.0`: " + probe.stderr[-300:])
 
 
 def names(rig):

@@ -5,7 +5,6 @@ nodes share this machine's network, so the rendezvous at node 0's data-plane add
 real); gloo has no GPU events, so the rows are host-timed - the same code path as
 nccl/RCCL with the timer swapped. Each all-to-all rank verifies the bytes it received.
 """
-import subprocess
 
 import pytest
 
@@ -15,18 +14,6 @@ pytestmark = pytest.mark.e2e
 
 PROBE = "allreduce-probe"
 HOST = ["--set", f"{PROBE}.where=host", "--set", f"{PROBE}.ranks_per_node=1"]
-
-
-@pytest.fixture(scope="module")
-def rig_torch(rig):
-    node = rig.nodes[0]
-    probe = subprocess.run(["ssh", "-i", str(rig.identity_file), "-o", f"UserKnownHostsFile={rig.known_hosts}",
-                            "-o", "BatchMode=yes", "-p", str(node.port), f"root@{node.host}",
-                            "python3 -c 'import torch'"], capture_output=True, text=True, timeout=60)
-    if probe.returncode != 0:
-        pytest.fail("the rig nodes' python3 cannot import torch (`/usr/bin/python3 -m pip install "
-                    "--break-system-packages torch`): " + probe.stderr[-300:])
-    return rig
 
 
 def probe(rig, *args):
@@ -39,8 +26,7 @@ def left_behind(rig, cluster_result):
             if rig.pids_matching(f"k3probe:{i}")}
 
 
-def test_healthy_rack_sweeps_both_collectives_verified_and_quiet(rig_torch):
-    rig = rig_torch
+def test_healthy_rack_sweeps_both_collectives_verified_and_quiet(rig, torch_on_nodes):
     rig.apply("healthy")
     rc, results = probe(rig, "--set", f"{PROBE}.alltoall_splits=uneven")
     assert rc == 0, results
@@ -62,8 +48,7 @@ def test_healthy_rack_sweeps_both_collectives_verified_and_quiet(rig_torch):
     assert left_behind(rig, r) == {}
 
 
-def test_rank_hung_in_the_all_to_all_is_named_with_its_stage_and_node(rig_torch):
-    rig = rig_torch
+def test_rank_hung_in_the_all_to_all_is_named_with_its_stage_and_node(rig, torch_on_nodes):
     rig.apply("healthy")
     hung = rig.nodes[2].name
     rc, results = probe(rig, "--set", f"{PROBE}.inject_hang={hung}@alltoall", "--set", f"{PROBE}.alltoall_s=8",
