@@ -22,6 +22,7 @@ from .results import Status, overall
 from .runner import RunOptions, run_checks, select_checks
 
 EXIT_USAGE = 3
+KERNEL_HEALTH = "kernel-health"  # joins triage's report: the kernel log of every node
 PRIVATE = 0o600  # saved readings, baselines and reports can hold evidence from the nodes
 
 
@@ -374,6 +375,11 @@ def triage_cmd(inventory, logs_dir, log_paths, stepping, tail, endpoint, stacks,
             inv, lambda node: make_transport(node, inv, opts), tail=tail, paths=paths,
             deadline_s=timeout + 5, timeout_s=timeout, py_spy=py_spy if stacks else None)
     results = triage.judge_all(texts, dumps, layout, now=now, problems=problems)
+    kernel = None
+    if not logs_dir:  # the kernel log tells what the server log cannot (fabric, wedged GPU: §8, §10)
+        kernel = run_checks(inv, select_checks(REGISTRY, only=(KERNEL_HEALTH,)), RunOptions(
+            accept_unknown_hosts=accept_unknown_hosts, command_timeout_s=timeout, node_deadline_s=timeout + 5))
+        results += kernel.results
     if endpoint:
         from .gate import run_gate
 
@@ -383,13 +389,15 @@ def triage_cmd(inventory, logs_dir, log_paths, stepping, tail, endpoint, stacks,
             raise click.UsageError(f"--endpoint: {exc}") from None
     report = _triage_report(results, layout, time.monotonic() - started, gate=bool(endpoint))
     if bundle:
+        from . import snapshot
         from .report import render_json
         from .triage import bundle as bundles
 
         manifest = {"layout": {"nodes": list(layout.nodes), "per_node": layout.per_node,
                                "stepping": layout.stepping, "board_gib": layout.board_gib},
                     "now": now, "problems": problems, "duration_s": report[0].duration_s}
-        bundles.write(output, texts=texts, dumps=dumps, manifest=manifest, report_json=render_json(report[0]))
+        bundles.write(output, texts=texts, dumps=dumps, manifest=manifest, report_json=render_json(report[0]),
+                      readings=snapshot.dump(kernel, inv.text) if kernel else None)
         click.echo(f"k3doctor: triage bundle written to {output} (re-judge with `k3doctor judge {output}`)", err=True)
     _emit_triage(report, fmt, "-" if bundle else output, verbose)
 
@@ -402,7 +410,7 @@ def _triage_report(results, layout, duration_s, gate=False):
     from .triage.judge import STEPS
 
     nodes = list(dict.fromkeys([*layout.nodes, *(r.node for r in results if r.node)]))
-    steps = [Step(name, name) for name in STEPS] + (list(GATE_STEPS) if gate else [])
+    steps = [Step(name, name) for name in (*STEPS, KERNEL_HEALTH)] + (list(GATE_STEPS) if gate else [])
     return RunReport(results=results, nodes=nodes, duration_s=round(duration_s, 3)), steps
 
 
@@ -425,21 +433,28 @@ def _judge_bundle(path, fmt, output, verbose):
     """`k3doctor judge triage.tar.gz`: the bundle's logs and stacks judged again, offline."""
     import time
 
-    from . import triage
+    from . import snapshot, triage
+    from .inventory import parse_inventory
     from .triage import bundle as bundles
     from .triage.judge import Layout
 
+    _load_plugins()
     started = time.monotonic()
     try:
-        manifest, texts, dumps = bundles.read(path)
+        manifest, texts, dumps, readings = bundles.read(path)
         lay = manifest["layout"]
         layout = Layout(nodes=tuple(lay["nodes"]), per_node=int(lay["per_node"]), stepping=lay.get("stepping"),
                         board_gib=lay.get("board_gib"))
         now, problems = manifest.get("now"), dict(manifest.get("problems") or {})
-    except (bundles.BundleError, KeyError, TypeError, ValueError) as exc:
+        saved = snapshot.load(readings) if readings else None
+        inv = parse_inventory(saved[0], f"{path} (saved inventory)", REGISTRY) if saved else None
+    except (bundles.BundleError, snapshot.SnapshotError, InventoryError, KeyError, TypeError, ValueError) as exc:
         click.echo(f"k3doctor: cannot judge {path}: {exc}", err=True)
         sys.exit(EXIT_USAGE)
     results = triage.judge_all(texts, dumps, layout, now=now, problems=problems)
+    if saved:  # the kernel log as it was read, judged again
+        results += run_checks(inv, select_checks(REGISTRY, only=(KERNEL_HEALTH,)),
+                              RunOptions(replay=(saved[2], saved[3]))).results
     _emit_triage(_triage_report(results, layout, time.monotonic() - started), fmt, output, verbose)
 
 

@@ -1,7 +1,8 @@
 """A triage bundle: everything triage read, secrets redacted, re-judgeable offline (``k3doctor judge``).
 
 Layout of the ``.tar.gz``: ``manifest.json`` (schema, layout, node clock, unreadable sources), ``logs/<name>``
-(each node's server log as read), ``stacks/<node>`` (py-spy dumps), ``report.json``. Reading never extracts
+(each node's server log as read), ``stacks/<node>`` (py-spy dumps), ``readings.json`` (the kernel-health
+readings, as ``--save-readings`` keeps them), ``report.json``. Reading never extracts
 to disk: members are read in memory, only regular files under those names, each size-capped.
 """
 from __future__ import annotations
@@ -36,7 +37,8 @@ def redact(text: str) -> str:
     return text
 
 
-def write(path: str, *, texts: dict, dumps: dict, manifest: dict, report_json: str) -> None:
+def write(path: str, *, texts: dict, dumps: dict, manifest: dict, report_json: str,
+          readings: str | None = None) -> None:
     """Atomically (temp file + rename), mode 0600: the bundle may still hold host names and paths."""
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".k3doctor-bundle-", dir=directory)
@@ -54,6 +56,8 @@ def write(path: str, *, texts: dict, dumps: dict, manifest: dict, report_json: s
             for name, text in dumps.items():
                 add(f"stacks/{_safe(name)}", redact(text))
             add("report.json", report_json)
+            if readings is not None:  # the checks' saved readings (kernel log), redacted by their specs
+                add("readings.json", readings)
         os.chmod(tmp, 0o600)
         os.replace(tmp, path)
     except BaseException:
@@ -66,12 +70,12 @@ def _safe(name: str) -> str:
 
 
 def read(path: str) -> tuple:
-    """(manifest, {name: log text}, {node: stack text}); BundleError for anything else."""
+    """(manifest, {name: log text}, {node: stack text}, saved readings text or None); BundleError otherwise."""
     try:
         tar = tarfile.open(path, mode="r:gz")
     except (OSError, tarfile.TarError, EOFError) as exc:
         raise BundleError(f"{path}: not a triage bundle ({exc})") from None
-    manifest, texts, dumps = None, {}, {}
+    manifest, texts, dumps, readings = None, {}, {}, None
     with tar:
         try:
             for member in tar:
@@ -80,10 +84,12 @@ def read(path: str) -> tuple:
                 data = tar.extractfile(member).read().decode("utf-8", "replace")
                 if member.name == "manifest.json":
                     manifest = json.loads(data)
+                elif member.name == "readings.json":
+                    readings = data
                 elif m := _NAME.match(member.name):
                     (texts if m.group(1) == "logs" else dumps)[m.group(2)] = data
         except (tarfile.TarError, EOFError, OSError, ValueError) as exc:
             raise BundleError(f"{path}: damaged bundle ({exc})") from None
     if not isinstance(manifest, dict) or manifest.get("schema") != SCHEMA:
         raise BundleError(f"{path}: no {SCHEMA} manifest")
-    return manifest, texts, dumps
+    return manifest, texts, dumps, readings

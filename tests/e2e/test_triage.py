@@ -211,3 +211,13 @@ def test_a_damaged_bundle_is_one_line_exit_3(tmp_path):
     bad.write_bytes(b"\x1f\x8b not really")
     rc, _, err = k3("judge", bad)
     assert rc == 3 and "cannot judge" in err and "Traceback" not in err
+
+
+def test_the_kernel_log_joins_the_triage_report_and_its_bundle(fresh, tmp_path):
+    fresh.apply("kernel-page-fault")  # ct16 card2: a no-retry page fault in the node's kernel log (§10)
+    write_logs(fresh, L.node_logs())
+    bundle = tmp_path / "triage.tar.gz"
+    rc, out, err = k3("triage", "--nodes", fresh.inventory_path, "-o", bundle)
+    assert rc == 1 and "Most likely cause:" in out and "GPU-PAGE-FAULT" in out, out + err
+    rc, offline = k3json("judge", bundle)
+    assert rc == 1 and findings(offline) == [("kernel-health", "ct16", 2, "FAIL", "GPU-PAGE-FAULT")]
