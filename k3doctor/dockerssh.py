@@ -7,6 +7,8 @@ per-node rule hold for Docker traffic too.
 """
 from __future__ import annotations
 
+import threading
+
 import docker
 import urllib3
 from docker.constants import DEFAULT_DOCKER_API_VERSION
@@ -17,31 +19,70 @@ from docker.utils import version_lt
 MIN_API_VERSION = "1.41"  # Docker 20.10; only used to ask the engine which version it speaks
 
 
+class _Channels:
+    """The API channels of one client, opened through the transport; all are closed at the deadline, so a
+    thread blocked on an engine that never answers (or trickles a byte now and then) returns then."""
+
+    def __init__(self, open_channel, release, deadline):
+        self._open, self._release = open_channel, release
+        self._lock = threading.Lock()
+        self._chans: list = []
+        self.closed = False
+        self._timer = threading.Timer(deadline.remaining(), self.close_all)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def open(self, timeout):
+        chan = self._open()
+        chan.settimeout(timeout)
+        with self._lock:
+            if not self.closed:
+                self._chans.append(chan)
+                return chan
+        self._close(chan)
+        raise ConnectionError("node deadline reached")
+
+    def close_all(self):
+        with self._lock:
+            chans, self._chans, self.closed = self._chans, [], True
+        for chan in chans:
+            self._close(chan)
+
+    def stop(self):
+        self._timer.cancel()
+        self.close_all()
+
+    def _close(self, chan):
+        try:
+            chan.close()
+        except Exception:  # noqa: BLE001 -- a channel of a dead connection: nothing left to close
+            pass
+        self._release(chan)
+
+
 class _ChannelConnection(urllib3.connection.HTTPConnection):
-    def __init__(self, open_channel, command, timeout):
+    def __init__(self, channels, timeout):
         super().__init__("localhost", timeout=timeout)
-        self._open_channel, self._command = open_channel, command
+        self._channels = channels
 
     def connect(self):
-        chan = self._open_channel()
-        chan.settimeout(self.timeout)
-        chan.exec_command(self._command)
-        self.sock = chan
+        self.sock = self._channels.open(self.timeout)
 
 
 class _ChannelPool(SSHConnectionPool):
-    def __init__(self, open_channel, command, timeout, maxsize=4):
+    def __init__(self, channels, timeout, maxsize=4):
         super().__init__(ssh_client=None, timeout=timeout, maxsize=maxsize)
-        self._open_channel, self._command = open_channel, command
+        self._channels = channels
 
     def _new_conn(self):
-        return _ChannelConnection(self._open_channel, self._command, self.timeout)
+        return _ChannelConnection(self._channels, self.timeout)
 
 
 class _ChannelAdapter(BaseHTTPAdapter):
-    def __init__(self, open_channel, command, timeout):
+    def __init__(self, channels, timeout):
         super().__init__()
-        self._pool = _ChannelPool(open_channel, command, timeout)
+        self._channels = channels
+        self._pool = _ChannelPool(channels, timeout)
 
     def get_connection(self, url, proxies=None):
         return self._pool
@@ -49,15 +90,27 @@ class _ChannelAdapter(BaseHTTPAdapter):
     def close(self):
         super().close()
         self._pool.close()
+        self._channels.stop()
 
 
-def docker_over_ssh(open_channel, command: str, timeout: int = 30) -> docker.DockerClient:
+def docker_over_ssh(open_channel, release, deadline, op_timeout_s: float = 30.0) -> docker.DockerClient:
+    """A client whose every API channel comes from ``open_channel()`` (an exec channel running
+    ``docker system dial-stdio`` under a node-side timeout), is given back with ``release(channel)``,
+    and is closed at ``deadline`` at the latest; one API call waits at most ``op_timeout_s``."""
+    timeout = max(0.1, op_timeout_s)
+    channels = _Channels(open_channel, release, deadline)
     api = docker.APIClient(base_url="ssh://k3doctor", version=MIN_API_VERSION, timeout=timeout,
                            use_ssh_client=True)  # shell-out mode: builds no second SSH client
-    api.mount("http+docker://ssh", _ChannelAdapter(open_channel, command, timeout))
-    api._version = negotiate(api.version(api_version=False).get("ApiVersion", MIN_API_VERSION))
+    adapter = _ChannelAdapter(channels, timeout)
+    api.mount("http+docker://ssh", adapter)
     client = docker.DockerClient.__new__(docker.DockerClient)
     client.api = api
+    try:
+        api._version = negotiate(api.version(api_version=False).get("ApiVersion", MIN_API_VERSION))
+    except BaseException:
+        api.close()
+        channels.stop()
+        raise
     return client
 
 

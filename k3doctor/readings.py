@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+OUTPUT_CAP_BYTES = 4 << 20  # per reading; more is cut on the node and the reading is not judged
+
 
 @dataclass(frozen=True)
 class File:
@@ -70,7 +72,10 @@ class FileReading:
         return self.content is not None or self.error is not None
 
     def text(self) -> str:
-        """Stripped content; a missing or unreadable file raises ReadingUnavailable."""
+        """Stripped content; a missing, unreadable or cut-off file raises ReadingUnavailable."""
+        if self.truncated:
+            raise ReadingUnavailable(f"{self.path}: larger than the {OUTPUT_CAP_BYTES >> 20} MiB output cap "
+                                     "(cut off, not judged)")
         if self.error:
             raise ReadingUnavailable(f"{self.path}: {self.error}")
         if self.content is None:
@@ -90,10 +95,13 @@ class CommandReading:
 
     @property
     def ok(self) -> bool:
-        return self.rc == 0 and not self.timed_out
+        return self.rc == 0 and not self.timed_out and not self.truncated
 
     def output(self) -> str:
-        """stdout of a successful run; otherwise ReadingUnavailable with the reason."""
+        """stdout of a successful, complete run; otherwise ReadingUnavailable with the reason."""
+        if self.truncated:
+            raise ReadingUnavailable(f"`{self.command}` printed more than the {OUTPUT_CAP_BYTES >> 20} MiB "
+                                     "output cap (cut off, not judged)")
         if self.timed_out:
             raise ReadingUnavailable(f"`{self.command}` timed out and was killed")
         if self.rc == 127:
