@@ -20,15 +20,17 @@ MIN_API_VERSION = "1.41"  # Docker 20.10; only used to ask the engine which vers
 
 
 class _Channels:
-    """The API channels of one client, opened through the transport; all are closed at the deadline, so a
-    thread blocked on an engine that never answers (or trickles a byte now and then) returns then."""
+    """The API channels of one client, opened through the transport. At the deadline they are all closed,
+    so a thread blocked on an engine that never answers (or trickles a byte now and then) returns then;
+    ``stop()`` gives them back to the transport, which also stops them on the node if the deadline hit."""
 
     def __init__(self, open_channel, release, deadline):
         self._open, self._release = open_channel, release
         self._lock = threading.Lock()
         self._chans: list = []
-        self.closed = False
-        self._timer = threading.Timer(deadline.remaining(), self.close_all)
+        self._given_back: list = []  # closed, kept for their stderr
+        self.expired = False
+        self._timer = threading.Timer(deadline.remaining(), self._expire)
         self._timer.daemon = True
         self._timer.start()
 
@@ -36,28 +38,54 @@ class _Channels:
         chan = self._open()
         chan.settimeout(timeout)
         with self._lock:
-            if not self.closed:
-                self._chans.append(chan)
+            self._chans.append(chan)
+            if not self.expired:
                 return chan
-        self._close(chan)
         raise ConnectionError("node deadline reached")
 
-    def close_all(self):
+    def errors(self) -> str:
+        """What ``docker system dial-stdio`` said on stderr (e.g. that the daemon is not running)."""
+        said = []
         with self._lock:
-            chans, self._chans, self.closed = self._chans, [], True
+            chans = list(self._chans) + list(self._given_back)
         for chan in chans:
-            self._close(chan)
+            while chan.recv_stderr_ready():
+                said.append(chan.recv_stderr(4096).decode("utf-8", "replace"))
+        return " ".join(" ".join(said).split())[-300:]
+
+    def _expire(self):
+        with self._lock:
+            self.expired = True
+            chans = list(self._chans)
+        for chan in chans:
+            _close(chan)
 
     def stop(self):
         self._timer.cancel()
-        self.close_all()
+        with self._lock:
+            chans, self._chans = self._chans, []
+            self._given_back += chans
+        for chan in chans:
+            _close(chan)
+            self._release(chan, self.expired)
 
-    def _close(self, chan):
-        try:
-            chan.close()
-        except Exception:  # noqa: BLE001 -- a channel of a dead connection: nothing left to close
-            pass
-        self._release(chan)
+
+def _close(chan):
+    try:
+        chan.close()
+    except Exception:  # noqa: BLE001 -- a channel of a dead connection: nothing left to close
+        pass
+
+
+class EngineUnreadable(Exception):
+    """The engine could not be asked; the message is what the node said, or what went wrong."""
+
+
+class ChannelClient(docker.DockerClient):
+    """A DockerClient over SSH channels that can say what the node's ``docker`` printed on stderr."""
+
+    def channel_errors(self) -> str:
+        return self.api.k3doctor_channels.errors()
 
 
 class _ChannelConnection(urllib3.connection.HTTPConnection):
@@ -95,21 +123,24 @@ class _ChannelAdapter(BaseHTTPAdapter):
 
 def docker_over_ssh(open_channel, release, deadline, op_timeout_s: float = 30.0) -> docker.DockerClient:
     """A client whose every API channel comes from ``open_channel()`` (an exec channel running
-    ``docker system dial-stdio`` under a node-side timeout), is given back with ``release(channel)``,
-    and is closed at ``deadline`` at the latest; one API call waits at most ``op_timeout_s``."""
+    ``docker system dial-stdio`` under a node-side timeout), is closed at ``deadline`` at the latest and
+    given back on close with ``release(channel, deadline_hit)``; one API call waits at most ``op_timeout_s``."""
     timeout = max(0.1, op_timeout_s)
     channels = _Channels(open_channel, release, deadline)
     api = docker.APIClient(base_url="ssh://k3doctor", version=MIN_API_VERSION, timeout=timeout,
                            use_ssh_client=True)  # shell-out mode: builds no second SSH client
     adapter = _ChannelAdapter(channels, timeout)
     api.mount("http+docker://ssh", adapter)
-    client = docker.DockerClient.__new__(docker.DockerClient)
+    api.k3doctor_channels = channels
+    client = ChannelClient.__new__(ChannelClient)
     client.api = api
     try:
         api._version = negotiate(api.version(api_version=False).get("ApiVersion", MIN_API_VERSION))
+    except Exception as exc:
+        api.close()
+        raise EngineUnreadable(channels.errors() or str(exc).strip().splitlines()[0][:300]) from exc
     except BaseException:
         api.close()
-        channels.stop()
         raise
     return client
 

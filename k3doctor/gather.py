@@ -201,10 +201,12 @@ def gather_docker(transport, spec: Docker, deadline: Deadline | None = None) -> 
     except TransportError as exc:
         return Unavailable(str(exc))
     except Exception as exc:  # docker SDK raises many types; all mean "could not read the engine"
+        said = getattr(client, "channel_errors", lambda: "")()  # the node's `docker` names the cause
+        detail = said or _short(exc)
         if deadline.expired:
             return Unavailable(f"Docker engine on {transport.node} did not answer within the node deadline "
-                               f"of {deadline.budget_s:g}s (engine hung or overloaded?): {_short(exc)}")
-        return Unavailable(f"Docker engine on {transport.node} not readable: {_short(exc)}")
+                               f"of {deadline.budget_s:g}s (engine hung or overloaded?): {detail}")
+        return Unavailable(f"Docker engine on {transport.node} not readable: {detail}")
     finally:
         if client is not None:
             client.close()

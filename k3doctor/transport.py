@@ -29,14 +29,10 @@ KILL_GRACE_S = 2.0  # node-side SIGKILL follows SIGTERM after this
 DOCKER_OP_TIMEOUT_S = 30.0  # one Docker API call at most (and never past the node deadline)
 CLIENT_GRACE_S = 5.0  # client gives the node this long to report its own kill
 PID_MARK = b"@k3doctor-pid "  # first stderr line of every SSH command: the process group to stop on Ctrl-C
-STOP_WAIT_S = 3.0  # how long the clean-up on a node waits for TERM before KILL
-# Stops process groups (and their leaders, in case a group does not exist yet): TERM, up to STOP_WAIT_S
-# for them to go, then KILL. `timeout` forwards the TERM to its group; gather's trap handles its readings.
-STOP_SCRIPT = """g='{targets}'
-kill -TERM -- $g 2>/dev/null; i=0
-while [ $i -lt {polls} ]; do a=; for p in $g; do kill -0 -- "$p" 2>/dev/null && a=1; done
-  [ -n "$a" ] || break; sleep 0.1; i=$((i+1)); done
-kill -KILL -- $g 2>/dev/null; exit 0"""
+STOP_GRACE_S = 2.0  # clean-up on a node: TERM, this long to go (gather's trap takes 0.5 s), then KILL
+# Stops process groups (and their leaders, in case a group does not exist yet). `timeout` forwards the
+# TERM to its group; gather's trap stops its in-flight reading and removes its scratch directory.
+STOP_SCRIPT = "g='{targets}'; kill -TERM $g 2>/dev/null; sleep {grace}; kill -KILL $g 2>/dev/null; exit 0"
 
 
 class TransportError(Exception):
@@ -226,7 +222,7 @@ class LocalTransport(Transport):
         groups = [group for _, group in live if group]
         for group in groups:
             _killpg(group, 15)
-        end = time.monotonic() + STOP_WAIT_S
+        end = time.monotonic() + STOP_GRACE_S
         while groups and time.monotonic() < end and any(proc.poll() is None for proc, _ in live):
             time.sleep(0.05)
         for group in groups:
@@ -399,11 +395,11 @@ class SSHTransport(Transport):
         groups = sorted({group for _, group in live if group})
         if not groups or self._client is None:
             return
-        script = STOP_SCRIPT.format(targets=" ".join(f"-{g} {g}" for g in groups), polls=int(STOP_WAIT_S * 10))
+        script = STOP_SCRIPT.format(targets=" ".join(f"-{g} {g}" for g in groups), grace=f"{STOP_GRACE_S:g}")
         try:
             chan = self._client.get_transport().open_session(timeout=min(self.target.connect_timeout_s, 5.0))
             chan.exec_command(self._as_user(f"sh -c {quote(script)}"))
-            end = time.monotonic() + STOP_WAIT_S + 2
+            end = time.monotonic() + STOP_GRACE_S + 3
             while not chan.exit_status_ready() and time.monotonic() < end:
                 time.sleep(0.05)
             chan.close()
@@ -451,7 +447,13 @@ class SSHTransport(Transport):
             self._track(chan, head.group)
             return chan
 
-        return docker_over_ssh(open_channel, self._untrack, deadline,
+        def release(chan, deadline_hit):
+            with self._lock:
+                _, group = self._live.pop(id(chan), (None, None))
+            if deadline_hit and group:  # the engine kept it busy: stop dial-stdio on the node now
+                self._stop([(None, group)])
+
+        return docker_over_ssh(open_channel, release, deadline,
                                op_timeout_s=min(DOCKER_OP_TIMEOUT_S, deadline.remaining()))
 
     def close(self) -> None:
