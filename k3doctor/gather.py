@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import secrets
+import threading
 import time
 from collections.abc import Iterable
 
@@ -30,6 +31,7 @@ from .transport import TransportError
 
 MISSING, DIRECTORY = "M", "D"
 FSIZE_BLOCK = 512  # `ulimit -f` unit in POSIX sh (bash outside POSIX mode counts 1024: a looser cap, still cut)
+DOCKER_STOP_MARGIN_S = 10.0  # past the deadline, for the Docker reader to stop its channels on the node
 GROUP_KILL_GRACE_S = 0.5  # TERM -> KILL of a reading's group; well inside the node-side KILL_GRACE_S
 
 _PRELUDE = r"""
@@ -230,13 +232,22 @@ def _short(exc: Exception) -> str:
 
 
 def gather(transport, specs: Iterable, *, command_timeout_s: float, deadline_s: float) -> dict:
-    """All of a node's readings: the shell ones in one script, Docker ones through the SDK."""
-    deadline = Deadline(deadline_s)  # one budget for the node: what the shell gather leaves, Docker gets
+    """All of a node's readings: the shell ones in one script, Docker ones through the SDK at the same
+    time, both within one node deadline (a slow engine does not eat the shell's budget, nor the reverse)."""
+    deadline = Deadline(deadline_s)
     specs = list(dict.fromkeys(specs))  # de-duplicate, keep order
-    shell_specs = [s for s in specs if not isinstance(s, Docker)]
-    results = gather_shell(transport, shell_specs, command_timeout_s=command_timeout_s,
-                           deadline_s=deadline.budget_s)
+    docker_got: dict = {}
+    readers = [threading.Thread(target=lambda spec=spec: docker_got.update({spec: gather_docker(transport, spec, deadline)}),
+                                name=f"k3doctor-docker-{transport.node}", daemon=True)
+               for spec in specs if isinstance(spec, Docker)]
+    for reader in readers:
+        reader.start()
+    results = gather_shell(transport, [s for s in specs if not isinstance(s, Docker)],
+                           command_timeout_s=command_timeout_s, deadline_s=deadline.budget_s)
+    for reader in readers:  # each ends at the deadline at the latest (its channels are closed then)
+        reader.join(deadline.remaining() + DOCKER_STOP_MARGIN_S)
     for spec in specs:
         if isinstance(spec, Docker):
-            results[spec] = gather_docker(transport, spec, deadline)
+            results[spec] = docker_got.get(spec) or Unavailable(
+                f"Docker engine on {transport.node} not read by the node deadline of {deadline.budget_s:g}s")
     return results
