@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import select
+import signal
 import socket
 import subprocess
 import threading
@@ -219,19 +220,33 @@ class LocalTransport(Transport):
         return proc.returncode, out[:cap], err[:cap], len(out) > cap or len(err) > cap, timed_out
 
     def _stop(self, live):
-        groups = [group for _, group in live if group]
-        for group in groups:
-            _killpg(group, 15)
-        end = time.monotonic() + STOP_GRACE_S
-        while groups and time.monotonic() < end and any(proc.poll() is None for proc, _ in live):
-            time.sleep(0.05)
-        for group in groups:
-            _killpg(group, 9)
+        """TERM every process group of the commands' sessions (each command runs in a session of its
+        own, and `timeout` leads a group of its own in it), then KILL what is left after the grace."""
+        sessions = {group for _, group in live if group}
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            for group in _groups_in(sessions):
+                _killpg(group, sig)
+            end = time.monotonic() + STOP_GRACE_S
+            while sig == signal.SIGTERM and time.monotonic() < end and any(p.poll() is None for p, _ in live):
+                time.sleep(0.05)
 
     def docker(self, deadline: Deadline):
         import docker
 
         return docker.from_env(timeout=max(0.1, min(DOCKER_OP_TIMEOUT_S, deadline.remaining())))
+
+
+def _groups_in(sessions: set) -> set:
+    """Process groups of every process in these sessions (Linux /proc)."""
+    groups = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if os.getsid(int(entry)) in sessions:
+                    groups.add(os.getpgid(int(entry)))
+            except OSError:
+                continue
+    return groups
 
 
 def _killpg(group: int, sig: int) -> None:
