@@ -11,7 +11,6 @@ import os
 import socket
 import subprocess
 import threading
-import time
 from pathlib import Path
 
 import psutil
@@ -73,24 +72,61 @@ class FakeEngine:
 def engine_replaced(node, mode: str):
     """Node ``node`` (a RigNode) sees a FakeEngine of ``mode`` at /run/docker.sock while inside."""
     engine = FakeEngine(node.dir / f"engine-{mode}.sock", mode)
-    enter = ["nsenter", "-t", str(node.ns_pid), "-m", "--"]
-    subprocess.run([*enter, "mount", "--bind", str(engine.path), "/run/docker.sock"], check=True)
+    _in_namespace(node, "mount", "--bind", engine.path, "/run/docker.sock")
     try:
         yield engine
     finally:
-        subprocess.run([*enter, "umount", "/run/docker.sock"], check=True)
+        _in_namespace(node, "umount", "/run/docker.sock")
         engine.close()
 
 
-def wait_gone(rig, needles, within_s: float) -> dict:
-    """{needle: PIDs} of the rig's processes still matching after waiting up to within_s."""
-    end = time.monotonic() + within_s
-    while True:
-        left = {n: rig.pids_matching(n) for n in needles}
-        left = {n: p for n, p in left.items() if p}
-        if not left or time.monotonic() > end:
-            return left
-        time.sleep(0.2)
+def kill_sessions(rig, node) -> list:
+    """SIGKILL the sshd processes serving SSH sessions on ``node`` (not its listener): every connection
+    to the node drops at once, as when sshd is killed; the node accepts new ones afterwards."""
+    namespace = rig._namespaces[node.name]
+    victims = []
+    for proc in psutil.process_iter(["pid", "name"]):
+        try:
+            if (proc.info["name"] == "sshd" and proc.pid != node.ns_pid
+                    and os.readlink(f"/proc/{proc.pid}/ns/mnt") == namespace):
+                proc.kill()
+                victims.append(proc.pid)
+        except (psutil.Error, OSError):
+            continue
+    return victims
+
+
+def _in_namespace(node, *argv):
+    subprocess.run(["nsenter", "-t", str(node.ns_pid), "-m", "--", *map(str, argv)], check=True)
+
+
+@contextlib.contextmanager
+def sudo_user_wanting_password(node, user: str = "k3op"):
+    """A real non-root login on ``node`` only (its own /etc/passwd, group, shadow bind-mounted in the
+    node's namespace), in group sudo, which Debian's sudoers lets run anything *with its password*.
+    It logs in with the rig's key (the rig's authorized_keys must be readable by it)."""
+    digest = subprocess.run(["openssl", "passwd", "-6", "-salt", "k3doctor", "never-typed"], check=True,
+                            capture_output=True, text=True).stdout.strip()
+    groups = [f"{line},{user}" if line.startswith("sudo:") and not line.endswith(":") else
+              f"{line}{user}" if line.startswith("sudo:") else line
+              for line in Path("/etc/group").read_text().splitlines()]
+    files = {
+        "/etc/passwd": (Path("/etc/passwd").read_text() + f"{user}:x:4242:4242:k3doctor test:/:/bin/sh\n", 0o644),
+        "/etc/group": ("\n".join(groups) + f"\n{user}:x:4242:\n", 0o644),
+        "/etc/shadow": (f"{user}:{digest}:20000:0:99999:7:::\n", 0o640),  # only this user's line
+    }
+    mounted = []
+    try:
+        for target, (text, mode) in files.items():
+            copy = node.dir / f"sudo-user{target.replace('/', '-')}"
+            copy.write_text(text)
+            copy.chmod(mode)
+            _in_namespace(node, "mount", "--bind", copy, target)
+            mounted.append(target)
+        yield user
+    finally:
+        for target in reversed(mounted):
+            _in_namespace(node, "umount", target)
 
 
 def leftover_tmp(rig) -> dict:
