@@ -7,6 +7,8 @@ per-node rule hold for Docker traffic too.
 """
 from __future__ import annotations
 
+import os
+import socket
 import threading
 
 import docker
@@ -143,6 +145,38 @@ def docker_over_ssh(open_channel, release, deadline, op_timeout_s: float = 30.0)
         api.close()
         raise
     return client
+
+
+class LocalEngineChannel:
+    """This machine's engine socket, shaped like a channel: ``close()`` shuts it down first, so a thread
+    blocked reading it returns (closing a socket alone does not wake its reader)."""
+
+    def __init__(self, path: str):
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self._sock.connect(path)
+        except OSError:
+            self._sock.close()
+            raise
+
+    def __getattr__(self, name):
+        return getattr(self._sock, name)
+
+    def recv_stderr_ready(self) -> bool:  # nothing speaks on stderr here
+        return False
+
+    def close(self):
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._sock.close()
+
+
+def local_engine_socket() -> str | None:
+    """The unix socket of this machine's engine (DOCKER_HOST or the default), None for a TCP engine."""
+    host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    return host[len("unix://"):] if host.startswith("unix://") else None
 
 
 def negotiate(engine: str) -> str:

@@ -231,9 +231,17 @@ class LocalTransport(Transport):
                 time.sleep(0.05)
 
     def docker(self, deadline: Deadline):
-        import docker
+        """The local engine, bounded by ``deadline`` the same way as over SSH (see dockerssh)."""
+        from .dockerssh import LocalEngineChannel, docker_over_ssh, local_engine_socket
 
-        return docker.from_env(timeout=max(0.1, min(DOCKER_OP_TIMEOUT_S, deadline.remaining())))
+        op_timeout_s = max(0.1, min(DOCKER_OP_TIMEOUT_S, deadline.remaining()))
+        path = local_engine_socket()
+        if path is None:  # a TCP engine: the SDK's own client, bounded per call only
+            import docker
+
+            return docker.from_env(timeout=op_timeout_s)
+        return docker_over_ssh(lambda: LocalEngineChannel(path), lambda chan, deadline_hit: None, deadline,
+                               op_timeout_s=op_timeout_s)
 
 
 def _groups_in(sessions: set) -> set:

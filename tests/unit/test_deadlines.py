@@ -106,3 +106,26 @@ def test_cancel_stops_a_gather_in_flight_and_cleans_up(tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
     with pytest.raises(TransportError, match="interrupted"):  # nothing new starts after a cancel
         transport.run("true", timeout_s=5)
+
+
+@pytest.mark.parametrize("mode", ["silent", "trickle"])
+def test_a_docker_engine_that_never_answers_or_trickles_ends_at_the_deadline(tmp_path, monkeypatch, mode):
+    from k3doctor.gather import gather_docker
+    from k3doctor.readings import Docker
+    from tests.e2e.faults import FakeEngine
+
+    engine = FakeEngine(tmp_path / "engine.sock", mode, every_s=0.5)  # trickle: well inside any socket timeout
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{engine.path}")
+    outcome = {}
+    reader = threading.Thread(target=lambda: outcome.update(
+        got=gather_docker(LocalTransport("here"), Docker(), Deadline(3))), daemon=True)
+    try:
+        started = time.monotonic()
+        reader.start()
+        reader.join(30)
+        assert not reader.is_alive(), "the Docker read outlived its deadline"
+        assert time.monotonic() - started < 15
+        assert isinstance(outcome["got"], Unavailable)
+        assert "did not answer within the node deadline of 3s" in outcome["got"].reason
+    finally:
+        engine.close()
