@@ -243,3 +243,26 @@ def test_ctrl_c_with_reads_in_flight_returns_at_once_and_cleans_up(rack, tmp_pat
     wait_for(lambda: not node_processes(rack), within_s=CLEAN_WITHIN_S, what="the nodes to be clean")
     assert leftover_tmp(rack) == {}
     TIMINGS.append(("Ctrl-C with reads in flight", "ct14+ct16", round(interrupt.took, 1), "-"))
+
+
+def test_a_killed_client_leaves_nothing_past_the_node_deadline(rack):
+    """Nobody can clean up for a k3doctor that was SIGKILLed: the node-side deadlines of the shell gather
+    and of the Docker API channel must end everything it started there."""
+    rack.apply("amd-smi-hang")  # ct16: the shell gather hangs
+    deadline_s = 8
+    with engine_replaced(rack.nodes[1], "silent"):  # ct14: the Docker API channel hangs
+        argv = [sys.executable, "-m", "k3doctor.cli", "check", "--nodes", str(rack.inventory_path),
+                "--timeout", "600", "--node-deadline", str(deadline_s), "--format", "json"]
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            wait_for(lambda: rack.pids_matching("k3rig-hang.amd-smi") and rack.pids_matching("dial-stdio"),
+                     what="both reads in flight")
+        finally:
+            proc.kill()
+            proc.wait()
+        seen = time.monotonic()  # both node-side deadlines were set before this, and end by + deadline_s
+        assert rack.pids_matching("dial-stdio") and rack.pids_matching("k3rig-hang.amd-smi")
+        end = seen + deadline_s + 2 + CLEAN_WITHIN_S  # + the node-side KILL grace
+        while (node_processes(rack) or leftover_tmp(rack)) and time.monotonic() < end:
+            time.sleep(0.2)
+    assert node_processes(rack) == [] and leftover_tmp(rack) == {}
