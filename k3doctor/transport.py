@@ -134,9 +134,7 @@ class Transport:
         rc, out, err, truncated, client_timeout = self._execute(
             wrapped, stdin, timeout_s + KILL_GRACE_S + CLIENT_GRACE_S)
         if self.sudo and rc == 1 and b"password is required" in err:
-            raise TransportError(
-                f"sudo on {self.node} wants a password; allow k3doctor's commands with NOPASSWD "
-                "or set `sudo: false` for this node")
+            raise self._sudo_wants_password()
         return CommandReading(
             command=command, rc=rc, stdout=out, stderr=err,
             timed_out=client_timeout or rc in (124, 137),
@@ -145,14 +143,17 @@ class Transport:
     def _as_user(self, command: str) -> str:
         return "sudo -n " + command if self.sudo else command
 
+    def _sudo_wants_password(self) -> TransportError:
+        return TransportError(f"sudo on {self.node} wants a password; allow k3doctor's commands with NOPASSWD "
+                              "or set `sudo: false` for this node")
+
     def _refuse_if_cancelled(self):
         if self._cancelled.is_set():
             raise TransportError(f"{self.node}: interrupted (Ctrl-C); what ran there was stopped")
 
-    def _track(self, handle, group=None) -> int:
+    def _track(self, handle, group=None) -> None:
         with self._lock:
             self._live[id(handle)] = [handle, group]
-        return id(handle)
 
     def _untrack(self, handle) -> None:
         with self._lock:
@@ -222,12 +223,16 @@ class LocalTransport(Transport):
     def _stop(self, live):
         """TERM every process group of the commands' sessions (each command runs in a session of its
         own, and `timeout` leads a group of its own in it), then KILL what is left after the grace."""
+        for handle, group in live:
+            if group is None:  # a Docker engine socket
+                handle.close()
         sessions = {group for _, group in live if group}
         for sig in (signal.SIGTERM, signal.SIGKILL):
             for group in _groups_in(sessions):
                 _killpg(group, sig)
             end = time.monotonic() + STOP_GRACE_S
-            while sig == signal.SIGTERM and time.monotonic() < end and any(p.poll() is None for p, _ in live):
+            while sig == signal.SIGTERM and time.monotonic() < end and any(
+                    p.poll() is None for p, group in live if group):
                 time.sleep(0.05)
 
     def docker(self, deadline: Deadline):
@@ -240,7 +245,12 @@ class LocalTransport(Transport):
             import docker
 
             return docker.from_env(timeout=op_timeout_s)
-        return docker_over_ssh(lambda: LocalEngineChannel(path), lambda chan, deadline_hit: None, deadline,
+        def open_channel():
+            chan = LocalEngineChannel(path)
+            self._track(chan)
+            return chan
+
+        return docker_over_ssh(open_channel, lambda chan, deadline_hit: self._untrack(chan), deadline,
                                op_timeout_s=op_timeout_s)
 
 
@@ -445,7 +455,8 @@ class SSHTransport(Transport):
             chan = self._channel()
             self._track(chan)
             try:
-                chan.exec_command(self._announced(with_timeout("docker system dial-stdio", left, KILL_GRACE_S)))
+                # exec: docker is timeout's own child, so its KILL follows if docker outlives the TERM
+                chan.exec_command(self._announced(with_timeout("exec docker system dial-stdio", left, KILL_GRACE_S)))
                 head = _PidLine(None)
                 end = time.monotonic() + min(left, self.target.connect_timeout_s)
                 while head.group is None and not head.done and time.monotonic() < end:
@@ -463,9 +474,8 @@ class SSHTransport(Transport):
                 self._untrack(chan)
                 message = head.text() or "no answer"
                 chan.close()
-                if "password is required" in message:
-                    raise TransportError(f"sudo on {self.node} wants a password; allow k3doctor's commands "
-                                         "with NOPASSWD or set `sudo: false` for this node")
+                if self.sudo and "password is required" in message:
+                    raise self._sudo_wants_password()
                 raise TransportError(f"docker system dial-stdio did not start on {self.node}: {message}")
             self._track(chan, head.group)
             return chan
