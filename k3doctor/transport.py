@@ -227,13 +227,13 @@ class LocalTransport(Transport):
             if group is None:  # a Docker engine socket
                 handle.close()
         sessions = {group for _, group in live if group}
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            for group in _groups_in(sessions):
-                _killpg(group, sig)
-            end = time.monotonic() + STOP_GRACE_S
-            while sig == signal.SIGTERM and time.monotonic() < end and any(
-                    p.poll() is None for p, group in live if group):
-                time.sleep(0.05)
+        for group in _groups_in(sessions):
+            _killpg(group, signal.SIGTERM)
+        end = time.monotonic() + STOP_GRACE_S  # gather's trap needs a moment to stop its reading and clean up
+        while time.monotonic() < end and _groups_in(sessions):
+            time.sleep(0.1)
+        for group in _groups_in(sessions):
+            _killpg(group, signal.SIGKILL)
 
     def docker(self, deadline: Deadline):
         """The local engine, bounded by ``deadline`` the same way as over SSH (see dockerssh)."""
@@ -255,15 +255,17 @@ class LocalTransport(Transport):
 
 
 def _groups_in(sessions: set) -> set:
-    """Process groups of every process in these sessions (Linux /proc)."""
+    """Process groups of the live (not zombie) processes in these sessions, from Linux /proc."""
     groups = set()
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                if os.getsid(int(entry)) in sessions:
-                    groups.add(os.getpgid(int(entry)))
-            except OSError:
+                with open(f"/proc/{entry}/stat", "rb") as fh:
+                    state, _ppid, group, session = fh.read().rsplit(b")", 1)[1].split()[:4]
+            except (OSError, ValueError):
                 continue
+            if int(session) in sessions and state != b"Z":
+                groups.add(int(group))
     return groups
 
 
