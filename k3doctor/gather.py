@@ -13,7 +13,9 @@ import threading
 import time
 from collections.abc import Iterable
 
+from .deadline import Deadline, seconds
 from .readings import (
+    OUTPUT_CAP_BYTES,
     Command,
     CommandReading,
     Docker,
@@ -21,11 +23,9 @@ from .readings import (
     Exists,
     File,
     FileReading,
-    OUTPUT_CAP_BYTES,
     Glob,
     Unavailable,
 )
-from .deadline import Deadline, seconds
 from .shell import join, quote, with_timeout
 from .transport import TransportError
 
@@ -237,9 +237,12 @@ def gather(transport, specs: Iterable, *, command_timeout_s: float, deadline_s: 
     deadline = Deadline(deadline_s)
     specs = list(dict.fromkeys(specs))  # de-duplicate, keep order
     docker_got: dict = {}
-    readers = [threading.Thread(target=lambda spec=spec: docker_got.update({spec: gather_docker(transport, spec, deadline)}),
-                                name=f"k3doctor-docker-{transport.node}", daemon=True)
-               for spec in specs if isinstance(spec, Docker)]
+
+    def read_docker(spec):
+        docker_got[spec] = gather_docker(transport, spec, deadline)
+
+    readers = [threading.Thread(target=read_docker, args=(spec,), name=f"k3doctor-docker-{transport.node}",
+                                daemon=True) for spec in specs if isinstance(spec, Docker)]
     for reader in readers:
         reader.start()
     results = gather_shell(transport, [s for s in specs if not isinstance(s, Docker)],
