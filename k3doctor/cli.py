@@ -14,9 +14,10 @@ import sys
 import click
 
 from . import __version__
+from .deadline import MAX_SECONDS
 from .inventory import InventoryError, load_inventory, localhost_inventory, unset_password_variables
 from .outputs import OUTPUTS, OutputPath, write_output
-from .registry import MAX_SECONDS, REGISTRY, load_checks
+from .registry import REGISTRY, load_checks
 from .report import render_table
 from .results import Status, overall
 from .runner import RunOptions, run_checks, select_checks

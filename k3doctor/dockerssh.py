@@ -7,6 +7,10 @@ per-node rule hold for Docker traffic too.
 """
 from __future__ import annotations
 
+import os
+import socket
+import threading
+
 import docker
 import urllib3
 from docker.constants import DEFAULT_DOCKER_API_VERSION
@@ -17,31 +21,98 @@ from docker.utils import version_lt
 MIN_API_VERSION = "1.41"  # Docker 20.10; only used to ask the engine which version it speaks
 
 
+class _Channels:
+    """The API channels of one client, opened through the transport. At the deadline they are all closed,
+    so a thread blocked on an engine that never answers (or trickles a byte now and then) returns then;
+    ``stop()`` gives them back to the transport, which also stops them on the node if the deadline hit."""
+
+    def __init__(self, open_channel, release, deadline):
+        self._open, self._release = open_channel, release
+        self._lock = threading.Lock()
+        self._chans: list = []
+        self._given_back: list = []  # closed, kept for their stderr
+        self.expired = False
+        self._timer = threading.Timer(deadline.remaining(), self._expire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def open(self, timeout):
+        chan = self._open()
+        chan.settimeout(timeout)
+        with self._lock:
+            self._chans.append(chan)
+            if not self.expired:
+                return chan
+        raise ConnectionError("node deadline reached")
+
+    def errors(self) -> str:
+        """What ``docker system dial-stdio`` said on stderr (e.g. that the daemon is not running)."""
+        said = []
+        with self._lock:
+            chans = list(self._chans) + list(self._given_back)
+        for chan in chans:
+            while chan.recv_stderr_ready():
+                said.append(chan.recv_stderr(4096).decode("utf-8", "replace"))
+        return " ".join(" ".join(said).split())[-300:]
+
+    def _expire(self):
+        with self._lock:
+            self.expired = True
+            chans = list(self._chans)
+        for chan in chans:
+            _close(chan)
+
+    def stop(self):
+        self._timer.cancel()
+        with self._lock:
+            chans, self._chans = self._chans, []
+            self._given_back += chans
+        for chan in chans:
+            _close(chan)
+            self._release(chan, self.expired)
+
+
+def _close(chan):
+    try:
+        chan.close()
+    except Exception:  # noqa: BLE001 -- a channel of a dead connection: nothing left to close
+        pass
+
+
+class EngineUnreadable(Exception):
+    """The engine could not be asked; the message is what the node said, or what went wrong."""
+
+
+class ChannelClient(docker.DockerClient):
+    """A DockerClient over SSH channels that can say what the node's ``docker`` printed on stderr."""
+
+    def channel_errors(self) -> str:
+        return self.api.k3doctor_channels.errors()
+
+
 class _ChannelConnection(urllib3.connection.HTTPConnection):
-    def __init__(self, open_channel, command, timeout):
+    def __init__(self, channels, timeout):
         super().__init__("localhost", timeout=timeout)
-        self._open_channel, self._command = open_channel, command
+        self._channels = channels
 
     def connect(self):
-        chan = self._open_channel()
-        chan.settimeout(self.timeout)
-        chan.exec_command(self._command)
-        self.sock = chan
+        self.sock = self._channels.open(self.timeout)
 
 
 class _ChannelPool(SSHConnectionPool):
-    def __init__(self, open_channel, command, timeout, maxsize=4):
+    def __init__(self, channels, timeout, maxsize=4):
         super().__init__(ssh_client=None, timeout=timeout, maxsize=maxsize)
-        self._open_channel, self._command = open_channel, command
+        self._channels = channels
 
     def _new_conn(self):
-        return _ChannelConnection(self._open_channel, self._command, self.timeout)
+        return _ChannelConnection(self._channels, self.timeout)
 
 
 class _ChannelAdapter(BaseHTTPAdapter):
-    def __init__(self, open_channel, command, timeout):
+    def __init__(self, channels, timeout):
         super().__init__()
-        self._pool = _ChannelPool(open_channel, command, timeout)
+        self._channels = channels
+        self._pool = _ChannelPool(channels, timeout)
 
     def get_connection(self, url, proxies=None):
         return self._pool
@@ -49,16 +120,63 @@ class _ChannelAdapter(BaseHTTPAdapter):
     def close(self):
         super().close()
         self._pool.close()
+        self._channels.stop()
 
 
-def docker_over_ssh(open_channel, command: str, timeout: int = 30) -> docker.DockerClient:
+def docker_over_ssh(open_channel, release, deadline, op_timeout_s: float = 30.0) -> docker.DockerClient:
+    """A client whose every API channel comes from ``open_channel()`` (an exec channel running
+    ``docker system dial-stdio`` under a node-side timeout), is closed at ``deadline`` at the latest and
+    given back on close with ``release(channel, deadline_hit)``; one API call waits at most ``op_timeout_s``."""
+    timeout = max(0.1, op_timeout_s)
+    channels = _Channels(open_channel, release, deadline)
     api = docker.APIClient(base_url="ssh://k3doctor", version=MIN_API_VERSION, timeout=timeout,
                            use_ssh_client=True)  # shell-out mode: builds no second SSH client
-    api.mount("http+docker://ssh", _ChannelAdapter(open_channel, command, timeout))
-    api._version = negotiate(api.version(api_version=False).get("ApiVersion", MIN_API_VERSION))
-    client = docker.DockerClient.__new__(docker.DockerClient)
+    adapter = _ChannelAdapter(channels, timeout)
+    api.mount("http+docker://ssh", adapter)
+    api.k3doctor_channels = channels
+    client = ChannelClient.__new__(ChannelClient)
     client.api = api
+    try:
+        api._version = negotiate(api.version(api_version=False).get("ApiVersion", MIN_API_VERSION))
+    except Exception as exc:
+        api.close()
+        raise EngineUnreadable(channels.errors() or str(exc).strip().splitlines()[0][:300]) from exc
+    except BaseException:
+        api.close()
+        raise
     return client
+
+
+class LocalEngineChannel:
+    """This machine's engine socket, shaped like a channel: ``close()`` shuts it down first, so a thread
+    blocked reading it returns (closing a socket alone does not wake its reader)."""
+
+    def __init__(self, path: str):
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self._sock.connect(path)
+        except OSError:
+            self._sock.close()
+            raise
+
+    def __getattr__(self, name):
+        return getattr(self._sock, name)
+
+    def recv_stderr_ready(self) -> bool:  # nothing speaks on stderr here
+        return False
+
+    def close(self):
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._sock.close()
+
+
+def local_engine_socket() -> str | None:
+    """The unix socket of this machine's engine (DOCKER_HOST or the default), None for a TCP engine."""
+    host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    return host[len("unix://"):] if host.startswith("unix://") else None
 
 
 def negotiate(engine: str) -> str:

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import re
 import secrets
+import threading
 import time
 from collections.abc import Iterable
 
+from .deadline import Deadline, seconds
 from .model.container import launch_from_script, record_from_inspect
 from .readings import (
+    OUTPUT_CAP_BYTES,
     Command,
     CommandReading,
     ContainerInspect,
@@ -30,18 +33,30 @@ from .shell import join, quote, with_timeout
 from .transport import TransportError
 
 MISSING, DIRECTORY = "M", "D"
+FSIZE_BLOCK = 512  # `ulimit -f` unit in POSIX sh (bash outside POSIX mode counts 1024: a looser cap, still cut)
+DOCKER_STOP_MARGIN_S = 10.0  # past the deadline, for the Docker reader to stop its channels on the node
+GROUP_KILL_GRACE_S = 0.5  # TERM -> KILL of a reading's group; well inside the node-side KILL_GRACE_S
 
 _PRELUDE = r"""
 LC_ALL=C; export LC_ALL
-t=$(mktemp -d) || exit 97
+t=$(mktemp -d "${TMPDIR:-/tmp}/k3doctor.XXXXXXXX") || exit 97
 w=
 trap 'rm -rf "$t"' EXIT
-# At the node deadline the outer timeout signals this shell; each reading's own `timeout` sits in a
-# process group of its own, so pass the signal on and clean up before going.
-trap '[ -n "$w" ] && kill -TERM "$w" 2>/dev/null; rm -rf "$t"; exit 143' TERM HUP INT
-# `timeout` leads a process group of its own; whatever of it outlives the reading (a child that
-# escaped the TERM) is killed with the group, so nothing a reading started is left behind.
-bg() { "$@" > "$t/o" 2> "$t/e" < /dev/null & w=$!; wait "$w"; r=$?; kill -9 "-$w" 2>/dev/null; w=; return $r; }
+# At the node deadline the outer timeout signals this shell (on Ctrl-C the client does; when the client
+# is gone the next frame raises PIPE). The in-flight reading's `timeout` leads a process group of its
+# own and exits as soon as its direct child dies, so the whole group gets TERM, then KILL: descendants
+# that ignore TERM die too.
+stop() {
+  if [ -n "$w" ]; then kill -TERM "-$w" 2>/dev/null || kill -TERM "$w" 2>/dev/null
+    sleep {grace}; kill -KILL "-$w" 2>/dev/null; fi
+  rm -rf "$t"; exit 143
+}
+trap stop TERM HUP INT PIPE
+# Output is capped at the source: the reading cannot write more than the cap (+1 block, so the cut is
+# still seen) to $t, whatever it prints (SIGXFSZ stops it there). Whatever of the reading's group
+# outlives it (a child that escaped the TERM) is killed with the group, so nothing is left behind.
+bg() { ( ulimit -f {blocks}; exec "$@" ) > "$t/o" 2> "$t/e" < /dev/null & w=$!; wait "$w"; r=$?
+  kill -9 "-$w" 2>/dev/null; w=; return $r; }
 emit() {
   n=$(wc -c < "$t/o"); o=$t/o; m=$n
   if [ "$n" -gt {cap} ]; then head -c {cap} "$t/o" > "$t/oc"; o=$t/oc; m={cap}; fi
@@ -68,13 +83,15 @@ def _script_for(index: int, spec, command_timeout_s: float) -> str:
         return (f"p={quote(spec.pattern)}; IFS=; for f in $p; do IFS=' '; "
                 f"[ -e \"$f\" ] || [ -L \"$f\" ] && readf {index} \"$f\"; done; IFS=' '; none {index} END ''")
     if isinstance(spec, Command):
-        timeout = spec.timeout_s or command_timeout_s
+        timeout = spec.timeout_s or command_timeout_s  # with_timeout clamps it
         return f"bg {with_timeout(join(spec.argv), timeout)}; emit {index} $? ''"
     raise TypeError(f"cannot gather {spec!r} in a shell script")
 
 
 def build_script(specs: list, nonce: str, command_timeout_s: float, cap_bytes: int) -> str:
+    command_timeout_s = seconds(command_timeout_s, 30.0)
     prelude = (_PRELUDE.replace("{nonce}", nonce).replace("{cap}", str(cap_bytes))
+               .replace("{blocks}", str(cap_bytes // FSIZE_BLOCK + 1)).replace("{grace}", f"{GROUP_KILL_GRACE_S:g}")
                .replace("{read_timeout}", f"{command_timeout_s:g}"))
     body = "\n".join(_script_for(i, spec, command_timeout_s) for i, spec in enumerate(specs))
     return prelude + body + "\n"
@@ -112,6 +129,8 @@ def parse_frames(data: bytes, nonce: str) -> dict:
 
 
 def _file_reading(path, rc, out, err, truncated) -> FileReading:
+    if truncated:  # cut at the cap (the reader was stopped there): kept, but never judged
+        return FileReading(path, out, truncated=True)
     if rc == MISSING:
         return FileReading(path, None)
     if rc == DIRECTORY:
@@ -147,12 +166,13 @@ def _describe(spec) -> str:
 
 
 def gather_shell(transport, specs: list, *, command_timeout_s: float, deadline_s: float,
-                 cap_bytes: int = 4 << 20) -> dict:
+                 cap_bytes: int = OUTPUT_CAP_BYTES) -> dict:
     """spec -> reading for every File/Exists/Glob/Command spec, in one remote ``sh -s``."""
     if not specs:
         return {}
     nonce = secrets.token_hex(8)
     script = build_script(specs, nonce, command_timeout_s, cap_bytes)
+    deadline_s = seconds(deadline_s, 120.0)
     result = transport.run_bytes("sh -s", timeout_s=deadline_s, stdin=script.encode())
     frames = parse_frames(result.stdout, nonce)
     if result.timed_out:
@@ -165,32 +185,48 @@ def gather_shell(transport, specs: list, *, command_timeout_s: float, deadline_s
     return {spec: _reading(spec, frames.get(i, []), why) for i, spec in enumerate(specs)}
 
 
-def gather_docker(transport, spec: Docker) -> object:
-    """Containers (all, never filtered by name) and the engine's recent events, via the SDK."""
+def gather_docker(transport, spec: Docker, deadline: Deadline | None = None) -> object:
+    """Containers (all, never filtered by name) and the engine's recent events, via the SDK.
+
+    Bounded by the node's deadline: the transport kills the API channel on the node at the deadline and
+    closes it here, so an engine that never answers (or trickles a byte now and then) ends the read then.
+    """
+    deadline = deadline or Deadline(120.0)
+    if deadline.expired:
+        return Unavailable(f"Docker engine on {transport.node} not read: the node deadline was reached first")
     client = None
     try:
-        client = transport.docker()
+        client = transport.docker(deadline)
         api = client.api
         now = _engine_now(api.info().get("SystemTime", ""))
         containers = api.containers(all=True)
-        events = list(api.events(since=now - spec.events_since_s, until=now, decode=True))
+        since = seconds(spec.events_since_s, 1800.0)
+        events = list(api.events(since=now - since, until=now, decode=True))
         return DockerReading(containers=containers, events=events, now=now)
     except TransportError as exc:
         return Unavailable(str(exc))
     except Exception as exc:  # docker SDK raises many types; all mean "could not read the engine"
-        return Unavailable(f"Docker engine on {transport.node} not readable: {_short(exc)}")
+        said = getattr(client, "channel_errors", lambda: "")()  # the node's `docker` names the cause
+        detail = said or _short(exc)
+        if deadline.expired:
+            return Unavailable(f"Docker engine on {transport.node} did not answer within the node deadline "
+                               f"of {deadline.budget_s:g}s (engine hung or overloaded?): {detail}")
+        return Unavailable(f"Docker engine on {transport.node} not readable: {detail}")
     finally:
         if client is not None:
             client.close()
 
 
-def gather_container(transport, spec: ContainerInspect) -> object:
+def gather_container(transport, spec: ContainerInspect, deadline: Deadline | None = None) -> object:
     """Our container's inspect (and launch script) via the SDK, redacted before it is kept anywhere."""
     import docker
 
+    deadline = deadline or Deadline(120.0)
+    if deadline.expired:
+        return Unavailable(f"Docker engine on {transport.node} not read: the node deadline was reached first")
     client = None
     try:
-        client = transport.docker()
+        client = transport.docker(deadline)
         try:
             attrs = client.api.inspect_container(spec.container)
         except docker.errors.NotFound:
@@ -206,7 +242,8 @@ def gather_container(transport, spec: ContainerInspect) -> object:
     except TransportError as exc:
         return Unavailable(str(exc))
     except Exception as exc:  # docker SDK raises many types; all mean "could not read the engine"
-        return Unavailable(f"Docker engine on {transport.node}: container {spec.container} not readable: {_short(exc)}")
+        return Unavailable(f"Docker engine on {transport.node}: container {spec.container} not readable: "
+                           f"{_short(exc)}")
     finally:
         if client is not None:
             client.close()
@@ -244,32 +281,45 @@ def _short(exc: Exception) -> str:
 
 
 def gather(transport, specs: Iterable, *, command_timeout_s: float, deadline_s: float) -> dict:
-    """All of a node's readings: the shell ones in one script, Docker ones through the SDK."""
+    """All of a node's readings: the shell ones in one script, Docker ones through the SDK at the same
+    time, both within one node deadline (a slow engine does not eat the shell's budget, nor the reverse)."""
+    deadline = Deadline(deadline_s)
     specs = list(dict.fromkeys(specs))  # de-duplicate, keep order
-    shell_specs = [s for s in specs if not isinstance(s, (Docker, ContainerInspect))]
-    results = gather_shell(transport, shell_specs, command_timeout_s=command_timeout_s,
-                           deadline_s=deadline_s)
-    engine = _SharedEngine(transport)
-    try:
-        for spec in specs:
-            if isinstance(spec, Docker):
-                results[spec] = gather_docker(engine, spec)
-            elif isinstance(spec, ContainerInspect):
-                results[spec] = gather_container(engine, spec)
-    finally:
-        engine.close()
+    engine_specs = [s for s in specs if isinstance(s, (Docker, ContainerInspect))]
+    engine_got: dict = {}
+
+    def read_engine():  # one SDK client (one channel) for every engine reading of the node
+        engine = _SharedEngine(transport, deadline)
+        try:
+            for spec in engine_specs:
+                read = gather_docker if isinstance(spec, Docker) else gather_container
+                engine_got[spec] = read(engine, spec, deadline)
+        finally:
+            engine.close()
+
+    reader = threading.Thread(target=read_engine, name=f"k3doctor-docker-{transport.node}", daemon=True)
+    if engine_specs:
+        reader.start()
+    results = gather_shell(transport, [s for s in specs if s not in engine_specs],
+                           command_timeout_s=command_timeout_s, deadline_s=deadline.budget_s)
+    if engine_specs:  # ends at the deadline at the latest (its channels are closed then)
+        reader.join(deadline.remaining() + DOCKER_STOP_MARGIN_S)
+    for spec in engine_specs:
+        results[spec] = engine_got.get(spec) or Unavailable(
+            f"Docker engine on {transport.node} not read by the node deadline of {deadline.budget_s:g}s")
     return results
 
 
 class _SharedEngine:
-    """One Docker SDK client (one channel on the node's connection) for every engine reading of a node."""
+    """One Docker SDK client (one channel on the node's connection) for every engine reading of a node,
+    bounded by the node's deadline."""
 
-    def __init__(self, transport):
-        self.node, self._transport, self._client = transport.node, transport, None
+    def __init__(self, transport, deadline: Deadline):
+        self.node, self._transport, self._deadline, self._client = transport.node, transport, deadline, None
 
-    def docker(self):
+    def docker(self, deadline: Deadline | None = None):
         if self._client is None:
-            self._client = self._transport.docker()
+            self._client = self._transport.docker(self._deadline)
         return _Borrowed(self._client)
 
     def close(self):
@@ -282,6 +332,7 @@ class _Borrowed:
 
     def __init__(self, client):
         self.api = client.api
+        self.channel_errors = getattr(client, "channel_errors", lambda: "")
 
     def close(self):
         pass

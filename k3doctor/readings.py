@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 
 from .redaction import DockerFields
 
+OUTPUT_CAP_BYTES = 4 << 20  # per reading; more is cut on the node and the reading is not judged
+
 
 @dataclass(frozen=True)
 class File:
@@ -98,12 +100,13 @@ class FileReading:
 
     def text(self) -> str:
         """Stripped content; a missing, unreadable or cut-off file raises ReadingUnavailable."""
+        if self.truncated:
+            raise ReadingUnavailable(f"{self.path}: larger than the {OUTPUT_CAP_BYTES >> 20} MiB output cap "
+                                     "(cut off, not judged)")
         if self.error:
             raise ReadingUnavailable(f"{self.path}: {self.error}")
         if self.content is None:
             raise ReadingUnavailable(f"{self.path}: no such file")
-        if self.truncated:
-            raise ReadingUnavailable(f"{self.path}: larger than the output cap, only its start was read")
         return self.content.strip()
 
 
@@ -119,13 +122,16 @@ class CommandReading:
 
     @property
     def ok(self) -> bool:
-        return self.rc == 0 and not self.timed_out
+        return self.rc == 0 and not self.timed_out and not self.truncated
 
     def output(self, label: str | None = None) -> str:
         """stdout of a successful, complete run; otherwise ReadingUnavailable with the reason (output cut
         at the cap is a partial answer: never judged as if it were all of it). ``label`` names the command
         in that reason instead of its full text (for long check-authored scripts)."""
         name = label or f"`{self.command}`"
+        if self.truncated:
+            raise ReadingUnavailable(f"{name} printed more than the {OUTPUT_CAP_BYTES >> 20} MiB output cap "
+                                     "(cut off, not judged)")
         if self.timed_out:
             raise ReadingUnavailable(f"{name} timed out and was killed")
         if self.rc == 127:
@@ -134,8 +140,6 @@ class CommandReading:
             detail = (self.stderr or self.stdout).strip().splitlines()
             raise ReadingUnavailable(
                 f"{name} exited {self.rc}: {detail[-1][:200] if detail else 'no output'}")
-        if self.truncated:
-            raise ReadingUnavailable(f"{name} printed more than the output cap: its output was cut off")
         return self.stdout
 
 

@@ -14,13 +14,13 @@ import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from .deadline import MAX_SECONDS  # no time setting may exceed a day: a run always ends
 from .readings import Command
 
 SCOPES = ("node", "gpu", "cluster", "node-pair")
 TIERS = ("fast", "deep")
 INTERACTIONS = ("passive", "active", "disruptive")
 ENTRY_POINT_GROUP = "k3doctor.checks"
-MAX_SECONDS = 86400.0  # no time setting may exceed a day: a run always ends (a bigger one is a typo or `.inf`)
 MAX_MAGNITUDE = 2 ** 63  # no count, size or port beyond what an int64 holds
 
 

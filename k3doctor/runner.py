@@ -11,11 +11,13 @@ passed. A node that cannot be reached gets one ERROR per check and never stops t
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
+from .deadline import seconds
 from .gather import gather
 from .inventory import Inventory, Node
 from .parsers import ParseError
@@ -81,7 +83,7 @@ def make_transport(node: Node, inv: Inventory, opts: RunOptions) -> Transport:
         node.name, node.host, port=node.port, user=node.user, identity_file=node.identity_file,
         password=password, known_hosts=inv.ssh.known_hosts,
         accept_unknown_hosts=opts.accept_unknown_hosts or inv.ssh.accept_unknown_hosts,
-        connect_timeout_s=opts.connect_timeout_s or inv.ssh.connect_timeout_s,
+        connect_timeout_s=seconds(opts.connect_timeout_s or inv.ssh.connect_timeout_s, 10.0),
         ssh_config_path=inv.ssh.ssh_config)
     return SSHTransport(target, sudo=node.sudo)
 
@@ -126,8 +128,9 @@ def run_checks(inv: Inventory, checks: list, opts: RunOptions = None) -> RunRepo
     passive = [c for c in checks if c.interaction == "passive"]
     cluster = [c for c in passive if c.scope == "cluster"]
     active = [c for c in checks if c.interaction != "passive"]
-    command_timeout = opts.command_timeout_s or inv.ssh.command_timeout_s
-    deadline = opts.node_deadline_s or inv.ssh.node_deadline_s
+    command_timeout = seconds(opts.command_timeout_s or inv.ssh.command_timeout_s, 30.0)
+    deadline = seconds(opts.node_deadline_s or inv.ssh.node_deadline_s, 120.0)
+    interrupted = threading.Event()
 
     transports, readings, unreachable, results_by_node, records, specs_by_node = {}, {}, {}, {}, {}, {}
     failed_by_node = {}  # node -> prerequisite check -> its blocking results there
@@ -141,6 +144,8 @@ def run_checks(inv: Inventory, checks: list, opts: RunOptions = None) -> RunRepo
                 transport, got = None, _replayed(node.name, wanted, *opts.replay)
             else:
                 transport = transports[node.name] = make_transport(node, inv, opts)
+                if interrupted.is_set():  # Ctrl-C came while this node was being set up
+                    transport.cancel()
                 transport.connect()
                 got = gather(transport, wanted, command_timeout_s=command_timeout, deadline_s=deadline)
         except Exception as exc:  # TransportError, or anything else: this node only, never the run
@@ -176,8 +181,15 @@ def run_checks(inv: Inventory, checks: list, opts: RunOptions = None) -> RunRepo
 
     try:
         workers = max(1, min(opts.parallel, len(inv.nodes)))
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="k3doctor-node") as pool:
+        pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="k3doctor-node")
+        try:
             list(pool.map(visit, inv.nodes))
+        except BaseException:  # Ctrl-C: stop the reads in flight on every node now, not at their deadlines
+            interrupted.set()
+            _cancel_all(transports)
+            raise
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
 
         results = [r for node in inv.nodes for r in results_by_node.get(node.name, [])]
         if opts.baseline is not None:
@@ -212,13 +224,16 @@ def run_checks(inv: Inventory, checks: list, opts: RunOptions = None) -> RunRepo
                     blocked.setdefault(r.node, f"{r.check} is {r.status.value}")
             ctx = Context(chk, inv.cluster, nodes=nodes, transports=transports,
                           baseline={n: entry.get(chk.name) for n, entry in baseline.items()},
-                          blocked=blocked, fix=opts.fix, deadline_s=chk.timeout_s or deadline)
+                          blocked=blocked, fix=opts.fix, deadline_s=seconds(chk.timeout_s or deadline, deadline))
             say(f"probe {chk.name}: starting")
             verdicts = judge_safely(chk.probe, ctx)
             results += _to_results(chk, None, verdicts)
             if opts.record and chk.record:  # an active check's record maps node -> entry
                 for node, entry in (_record_safely(chk, verdicts, ctx) or {}).items():
                     records.setdefault(node, {})[chk.name] = entry
+    except BaseException:  # Ctrl-C in a probe: whatever it left in flight is stopped on the nodes too
+        _cancel_all(transports)
+        raise
     finally:  # also on Ctrl-C: no half-open SSH sessions left behind
         for transport in transports.values():
             transport.close()
@@ -239,6 +254,17 @@ def _specs_of(checks: list, settings) -> dict:
             out[chk.name] = Result(chk.name, None, Status.ERROR,
                                    f"internal error in check (its readings): {type(exc).__name__}: {exc}")
     return out
+
+
+def _cancel_all(transports: dict, within_s: float = 10.0) -> None:
+    """Cancel every node's transport at once (each stops its commands on its node), for at most within_s."""
+    threads = [threading.Thread(target=t.cancel, daemon=True, name=f"k3doctor-cancel-{t.node}")
+               for t in list(transports.values())]
+    for thread in threads:
+        thread.start()
+    end = time.monotonic() + within_s
+    for thread in threads:
+        thread.join(max(0.0, end - time.monotonic()))
 
 
 def _fix_and_rejudge(chk, transport, verdicts, ctx, specs: dict, command_timeout, deadline) -> list:

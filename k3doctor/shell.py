@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import shlex
 
+from .deadline import seconds
+
 
 def quote(value) -> str:
     return shlex.quote(str(value))
@@ -20,6 +22,6 @@ def with_timeout(command: str, timeout_s: float, kill_after_s: float = 2.0) -> s
     """Wrap a shell command so the node itself kills it (and its process group) at the deadline.
 
     GNU ``timeout`` signals its whole process group, so children die too; ``-k`` follows
-    up with SIGKILL for commands that ignore SIGTERM.
+    up with SIGKILL for commands that ignore SIGTERM. Both times are clamped (finite, at most a day).
     """
-    return f"timeout -k {kill_after_s:g} {max(timeout_s, 0.1):g} sh -c {quote(command)}"
+    return f"timeout -k {seconds(kill_after_s, 2.0):g} {seconds(timeout_s, 30.0):g} sh -c {quote(command)}"

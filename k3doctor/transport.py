@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import select
+import signal
 import socket
 import subprocess
 import threading
@@ -19,13 +20,20 @@ from dataclasses import dataclass
 
 import paramiko
 
+from .deadline import Deadline, seconds
 from .readings import CommandReading
-from .shell import with_timeout
+from .shell import quote, with_timeout
 
 log = logging.getLogger("k3doctor")
 GLOBAL_KNOWN_HOSTS = "/etc/ssh/ssh_known_hosts"  # pinned system-wide: a mismatch there is a changed key
 KILL_GRACE_S = 2.0  # node-side SIGKILL follows SIGTERM after this
+DOCKER_OP_TIMEOUT_S = 30.0  # one Docker API call at most (and never past the node deadline)
 CLIENT_GRACE_S = 5.0  # client gives the node this long to report its own kill
+PID_MARK = b"@k3doctor-pid "  # first stderr line of every SSH command: the process group to stop on Ctrl-C
+STOP_GRACE_S = 2.0  # clean-up on a node: TERM, this long to go (gather's trap takes 0.5 s), then KILL
+# Stops process groups (and their leaders, in case a group does not exist yet). `timeout` forwards the
+# TERM to its group; gather's trap stops its in-flight reading and removes its scratch directory.
+STOP_SCRIPT = "g='{targets}'; kill -TERM $g 2>/dev/null; sleep {grace}; kill -KILL $g 2>/dev/null; exit 0"
 
 
 class TransportError(Exception):
@@ -140,7 +148,7 @@ def load_known_hosts(host_keys: paramiko.HostKeys, path: str) -> set:
 
 
 class Transport:
-    """Common surface: ``run`` a shell command with a deadline, get a Docker client, close."""
+    """Common surface: ``run`` a shell command with a deadline, get a Docker client, ``cancel``, close."""
 
     node: str
 
@@ -150,6 +158,8 @@ class Transport:
         self.max_output_bytes = max_output_bytes
         self.round_trips = 0
         self._lock = threading.Lock()
+        self._cancelled = threading.Event()
+        self._live: dict = {}  # id -> [handle, remote process group or None]: what cancel() must stop
 
     def connect(self) -> None:
         """Open the connection now, so failures surface once, before any check runs."""
@@ -163,27 +173,55 @@ class Transport:
 
     def run_bytes(self, command: str, *, timeout_s: float, stdin: bytes | None = None) -> CommandReading:
         """``run`` with stdout/stderr left as bytes (the gatherer's frames are byte-counted)."""
+        timeout_s = seconds(timeout_s, 30.0)
         wrapped = with_timeout(command, timeout_s, KILL_GRACE_S)
-        if self.sudo:
-            wrapped = "sudo -n " + wrapped
+        self._refuse_if_cancelled()
         with self._lock:
             self.round_trips += 1
         started = time.monotonic()
         rc, out, err, truncated, client_timeout = self._execute(
             wrapped, stdin, timeout_s + KILL_GRACE_S + CLIENT_GRACE_S)
         if self.sudo and rc == 1 and b"password is required" in err:
-            raise TransportError(
-                f"sudo on {self.node} wants a password; allow k3doctor's commands with NOPASSWD "
-                "or set `sudo: false` for this node")
+            raise self._sudo_wants_password()
         return CommandReading(
             command=command, rc=rc, stdout=out, stderr=err,
             timed_out=client_timeout or rc in (124, 137),
             truncated=truncated, duration_s=round(time.monotonic() - started, 3))
 
+    def _as_user(self, command: str) -> str:
+        return "sudo -n " + command if self.sudo else command
+
+    def _sudo_wants_password(self) -> TransportError:
+        return TransportError(f"sudo on {self.node} wants a password; allow k3doctor's commands with NOPASSWD "
+                              "or set `sudo: false` for this node")
+
+    def _refuse_if_cancelled(self):
+        if self._cancelled.is_set():
+            raise TransportError(f"{self.node}: interrupted (Ctrl-C); what ran there was stopped")
+
+    def _track(self, handle, group=None) -> None:
+        with self._lock:
+            self._live[id(handle)] = [handle, group]
+
+    def _untrack(self, handle) -> None:
+        with self._lock:
+            self._live.pop(id(handle), None)
+
+    def cancel(self) -> None:
+        """Ctrl-C: stop every command in flight on the node now, with whatever it started there, and
+        refuse new ones. Blocked reads return at once; bounded by a few seconds per node."""
+        self._cancelled.set()
+        with self._lock:
+            live = [tuple(entry) for entry in self._live.values()]
+        self._stop(live)
+
+    def _stop(self, live: list) -> None:
+        raise NotImplementedError
+
     def _execute(self, command, stdin, deadline_s):
         raise NotImplementedError
 
-    def docker(self):
+    def docker(self, deadline: Deadline):
         raise NotImplementedError
 
     def close(self) -> None:
@@ -212,25 +250,78 @@ class LocalTransport(Transport):
     """This machine, through ``sh -c``: useful for ``k3doctor check`` on the node you are on."""
 
     def _execute(self, command, stdin, deadline_s):
-        proc = subprocess.Popen(["sh", "-c", command], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, start_new_session=True)
+        proc = subprocess.Popen(["sh", "-c", self._as_user(command)], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        self._track(proc, proc.pid)
         try:
+            if self._cancelled.is_set():
+                self._stop([(proc, proc.pid)])
             out, err = proc.communicate(stdin, timeout=deadline_s)
             timed_out = False
         except subprocess.TimeoutExpired:
-            try:
-                os.killpg(proc.pid, 9)
-            except ProcessLookupError:
-                pass
+            _killpg(proc.pid, 9)
             out, err = proc.communicate()
             timed_out = True
+        finally:
+            self._untrack(proc)
+        self._refuse_if_cancelled()
         cap = self.max_output_bytes
         return proc.returncode, out[:cap], err[:cap], len(out) > cap or len(err) > cap, timed_out
 
-    def docker(self):
-        import docker
+    def _stop(self, live):
+        """TERM every process group of the commands' sessions (each command runs in a session of its
+        own, and `timeout` leads a group of its own in it), then KILL what is left after the grace."""
+        for handle, group in live:
+            if group is None:  # a Docker engine socket
+                handle.close()
+        sessions = {group for _, group in live if group}
+        for group in _groups_in(sessions):
+            _killpg(group, signal.SIGTERM)
+        end = time.monotonic() + STOP_GRACE_S  # gather's trap needs a moment to stop its reading and clean up
+        while time.monotonic() < end and _groups_in(sessions):
+            time.sleep(0.1)
+        for group in _groups_in(sessions):
+            _killpg(group, signal.SIGKILL)
 
-        return docker.from_env(timeout=30)
+    def docker(self, deadline: Deadline):
+        """The local engine, bounded by ``deadline`` the same way as over SSH (see dockerssh)."""
+        from .dockerssh import LocalEngineChannel, docker_over_ssh, local_engine_socket
+
+        op_timeout_s = max(0.1, min(DOCKER_OP_TIMEOUT_S, deadline.remaining()))
+        path = local_engine_socket()
+        if path is None:  # a TCP engine: the SDK's own client, bounded per call only
+            import docker
+
+            return docker.from_env(timeout=op_timeout_s)
+        def open_channel():
+            chan = LocalEngineChannel(path)
+            self._track(chan)
+            return chan
+
+        return docker_over_ssh(open_channel, lambda chan, deadline_hit: self._untrack(chan), deadline,
+                               op_timeout_s=op_timeout_s)
+
+
+def _groups_in(sessions: set) -> set:
+    """Process groups of the live (not zombie) processes in these sessions, from Linux /proc."""
+    groups = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as fh:
+                    state, _ppid, group, session = fh.read().rsplit(b")", 1)[1].split()[:4]
+            except (OSError, ValueError):
+                continue
+            if int(session) in sessions and state != b"Z":
+                groups.add(int(group))
+    return groups
+
+
+def _killpg(group: int, sig: int) -> None:
+    try:
+        os.killpg(group, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def _handshake_done(client: paramiko.SSHClient) -> bool:
@@ -342,18 +433,26 @@ class SSHTransport(Transport):
         return client
 
     def _channel(self):
+        self._refuse_if_cancelled()
         self.connect()
         try:
             return self._client.get_transport().open_session(timeout=self.target.connect_timeout_s)
         except (paramiko.SSHException, OSError, AttributeError) as exc:
             raise TransportError(f"SSH session to {self.node} lost: {exc}") from None
 
+    def _announced(self, command: str) -> str:
+        """The command as sent: it first names its process group on stderr (for cancel), then becomes
+        ``command`` (a ``timeout``, which leads that group)."""
+        return self._as_user(f"sh -c {quote('echo ' + PID_MARK.decode().strip() + ' $$ >&2; exec ' + command)}")
+
     def _execute(self, command, stdin, deadline_s):
         chan = self._channel()
         out, err = _Capped(self.max_output_bytes), _Capped(self.max_output_bytes)
-        timed_out = False
+        head = _PidLine(err)
+        timed_out = cancelled = False
+        self._track(chan)
         try:
-            chan.exec_command(command)
+            chan.exec_command(self._announced(command))
             if stdin:
                 chan.sendall(stdin)
             chan.shutdown_write()
@@ -362,7 +461,11 @@ class SSHTransport(Transport):
                 while chan.recv_ready():
                     out.add(chan.recv(65536))
                 while chan.recv_stderr_ready():
-                    err.add(chan.recv_stderr(65536))
+                    if head.add(chan.recv_stderr(65536)):
+                        self._track(chan, head.group)
+                if self._cancelled.is_set():
+                    cancelled = True
+                    break
                 if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
                     break
                 left = end - time.monotonic()
@@ -370,25 +473,92 @@ class SSHTransport(Transport):
                     timed_out = True
                     break
                 select.select([chan], [], [], min(left, 0.2))
-            rc = chan.recv_exit_status() if not timed_out else None
+            rc = chan.recv_exit_status() if not (timed_out or cancelled) else None
         except (paramiko.SSHException, OSError) as exc:
             raise TransportError(f"SSH session to {self.node} broke: {exc}") from None
         finally:
+            self._untrack(chan)
             chan.close()
+        head.flush()
+        if timed_out and head.group:  # the node missed its own deadline: stop what is left there
+            self._stop([(None, head.group)])
+        self._refuse_if_cancelled()
+        if rc == -1:  # closed without an exit status: the connection went away under the command
+            raise TransportError(f"SSH connection to {self.node} lost while a command ran (sshd killed or "
+                                 "node down?); what it started there ends at its node-side deadline")
         return rc, out.value(), err.value(), out.truncated or err.truncated, timed_out
 
-    def docker(self):
+    def _stop(self, live):
+        """Close the channels (blocked reads return) and stop their process groups on the node."""
+        for chan, _ in live:
+            if chan is not None:
+                try:
+                    chan.close()
+                except (paramiko.SSHException, OSError, EOFError):
+                    pass
+        groups = sorted({group for _, group in live if group})
+        if not groups or self._client is None:
+            return
+        script = STOP_SCRIPT.format(targets=" ".join(f"-{g} {g}" for g in groups), grace=f"{STOP_GRACE_S:g}")
+        try:
+            chan = self._client.get_transport().open_session(timeout=min(self.target.connect_timeout_s, 5.0))
+            chan.exec_command(self._as_user(f"sh -c {quote(script)}"))
+            end = time.monotonic() + STOP_GRACE_S + 3
+            while not chan.exit_status_ready() and time.monotonic() < end:
+                time.sleep(0.05)
+            chan.close()
+        except (paramiko.SSHException, OSError, EOFError, AttributeError) as exc:
+            log.warning("could not stop k3doctor's processes on %s: %s", self.node, exc)
+
+    def docker(self, deadline: Deadline):
+        """A Docker SDK client on this connection, bounded by ``deadline``: its API channels run under a
+        node-side ``timeout`` ending then, and are closed here then (see dockerssh)."""
         from .dockerssh import docker_over_ssh
 
         self.connect()
-        prefix = "sudo -n " if self.sudo else ""
 
         def open_channel():
+            left = deadline.remaining()
+            if left <= 0:
+                raise TransportError(f"Docker engine on {self.node} not read: the node deadline was reached")
             with self._lock:
                 self.round_trips += 1
-            return self._channel()
+            chan = self._channel()
+            self._track(chan)
+            try:
+                # exec: docker is timeout's own child, so its KILL follows if docker outlives the TERM
+                chan.exec_command(self._announced(with_timeout("exec docker system dial-stdio", left, KILL_GRACE_S)))
+                head = _PidLine(None)
+                end = time.monotonic() + min(left, self.target.connect_timeout_s)
+                while head.group is None and not head.done and time.monotonic() < end:
+                    if chan.recv_stderr_ready():
+                        head.add(chan.recv_stderr(4096))
+                    elif chan.exit_status_ready():
+                        break
+                    else:
+                        time.sleep(0.01)
+            except (paramiko.SSHException, OSError) as exc:
+                self._untrack(chan)
+                chan.close()
+                raise TransportError(f"SSH session to {self.node} broke: {exc}") from None
+            if head.group is None:
+                self._untrack(chan)
+                message = head.text() or "no answer"
+                chan.close()
+                if self.sudo and "password is required" in message:
+                    raise self._sudo_wants_password()
+                raise TransportError(f"docker system dial-stdio did not start on {self.node}: {message}")
+            self._track(chan, head.group)
+            return chan
 
-        return docker_over_ssh(open_channel, prefix + "docker system dial-stdio")
+        def release(chan, deadline_hit):
+            with self._lock:
+                _, group = self._live.pop(id(chan), (None, None))
+            if deadline_hit and group:  # the engine kept it busy: stop dial-stdio on the node now
+                self._stop([(None, group)])
+
+        return docker_over_ssh(open_channel, release, deadline,
+                               op_timeout_s=min(DOCKER_OP_TIMEOUT_S, deadline.remaining()))
 
     def close(self) -> None:
         for client in (self._client, self._jump):
@@ -396,3 +566,38 @@ class SSHTransport(Transport):
                 client.close()
         self._client = self._jump = None
 
+
+class _PidLine:
+    """Splits the PID_MARK line off the front of a command's stderr; the rest goes to ``sink``."""
+
+    def __init__(self, sink):
+        self.sink, self.buf, self.group, self.done = sink, b"", None, False
+
+    def add(self, data: bytes) -> bool:
+        """Feed stderr; True once, when the process group became known."""
+        if self.done:
+            self._keep(data)
+            return False
+        self.buf += data
+        line, sep, rest = self.buf.partition(b"\n")
+        if not sep and len(self.buf) < 64:
+            return False
+        self.done = True
+        if sep and line.startswith(PID_MARK) and line[len(PID_MARK):].strip().isdigit():
+            self.group, self.buf = int(line[len(PID_MARK):]), rest
+        self.flush()
+        return self.group is not None
+
+    def _keep(self, data: bytes):
+        if self.sink is not None:
+            self.sink.add(data)
+        else:
+            self.buf += data[:4096]
+
+    def flush(self):
+        if self.sink is not None and self.buf:
+            self.sink.add(self.buf)
+            self.buf = b""
+
+    def text(self) -> str:
+        return self.buf.decode("utf-8", "replace").strip()[-300:]

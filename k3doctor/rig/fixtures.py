@@ -38,7 +38,8 @@ BIND_PATHS = BIND_DIRS + BIND_FILES
 # Fake tools: node path -> tool name (the fake dispatches on the name it is invoked as).
 # Later fakes (ubench ualoe_p2p.exe / ualoe_bw.exe under root/ubench/build) plug in here.
 FAKE_TOOLS = {"opt/rocm/bin/amd-smi": "amd-smi", "opt/rocm/bin/rocm-smi": "rocm-smi", "usr/bin/dmesg": "dmesg"}
-TOOL_MODES = ("ok", "hang", "garbage", "truncated")
+TOOL_MODES = ("ok", "hang", "garbage", "truncated", "stubborn", "huge")
+RUNTIME_MODES = ("hang", "stubborn", "huge")  # decided by the fake when it runs (its @mode file)
 CARD_FIELDS = ("accel_state", "accel_id", "lane_bitmap", "ppod_id", "vpod_id", "link_type")
 FAKE_SCRIPT = Path(__file__).with_name("bin") / "k3rig-fake"
 AMD_SMI_GROUPS_WARNING = "WARNING: User is missing the following required groups: render, video\n"
@@ -366,8 +367,8 @@ def _write_fake_tools(tree: Path, s: NodeState) -> None:
         if mode not in TOOL_MODES:
             raise ValueError(f"tool mode for {tool} must be one of {TOOL_MODES}, not {mode!r}")
         base = f"opt/k3rig/data/{tool}"
-        if mode == "hang":
-            write_file(tree, f"{base}/@mode", "hang\n")
+        if mode in RUNTIME_MODES:
+            write_file(tree, f"{base}/@mode", f"{mode}\n")
         noise = AMD_SMI_GROUPS_WARNING if tool == "amd-smi" and s.amd_smi_stderr_noise else ""
         for key, stdout in recorded.items():
             data = stdout.encode()

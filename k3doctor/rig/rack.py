@@ -117,6 +117,11 @@ class RigNode:
         return self.dir / "tree"
 
     @property
+    def tmp(self) -> Path:
+        """The node's own $TMPDIR (sshd sets it for every session), so tests can see what was left there."""
+        return self.dir / "tmp"
+
+    @property
     def docker_socket(self) -> Path:
         return self.dir / "docker.sock"
 
@@ -330,6 +335,8 @@ class Rig:
             lines.append(f"[{host}]:{SSH_PORT} {pub[0]} {pub[1]}\n")
         self.known_hosts.write_text("".join(lines))
         for node in self.nodes:
+            node.tmp.mkdir(mode=0o1777, exist_ok=True)
+            node.tmp.chmod(0o1777)
             (node.dir / "sshd_config").write_text(
                 f"ListenAddress {node.host}:{node.port}\n"
                 f"HostKey {self.workdir / 'host_keys' / node.name}\n"
@@ -344,6 +351,7 @@ class Rig:
                 "PrintMotd no\n"
                 "PrintLastLog no\n"
                 "Subsystem sftp internal-sftp\n"
+                f"SetEnv TMPDIR={node.tmp}\n"
             )
 
     def _namespace_script(self, node: RigNode) -> str:

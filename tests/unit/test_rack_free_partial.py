@@ -59,7 +59,7 @@ def test_memuse_of_fewer_gpus_than_the_node_has_is_an_error():
 
 def test_a_reading_cut_at_the_output_cap_is_an_error_even_if_it_parses():
     [v] = judge(mem_truncated=True)
-    assert v.status == Status.ERROR and "output was cut off" in v.message
+    assert v.status == Status.ERROR and "output cap (cut off, not judged)" in v.message
 
 
 def test_negative_vram_percent_is_an_error_not_a_pass():

@@ -1,0 +1,40 @@
+"""Time budgets the runtime can trust: every value finite and bounded, every deadline absolute.
+
+Settings are validated where they are read (inventory, command line), but anything that reaches
+the runtime (a check's ``timeout_s``, a probe's deadline, a plugin's value) is clamped again here,
+so no ``inf``, ``nan`` or absurd number ever becomes a remote ``timeout`` or a socket timeout.
+"""
+from __future__ import annotations
+
+import math
+import time
+
+MAX_SECONDS = 86400.0  # a day: no run waits longer for anything (a bigger value is a typo or `.inf`)
+MIN_SECONDS = 0.1
+
+
+def seconds(value, default: float) -> float:
+    """``value`` as a usable number of seconds: non-numbers and NaN give ``default``, the rest is
+    clamped to [MIN_SECONDS, MAX_SECONDS] (``inf`` becomes a day)."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError, OverflowError):
+        number = math.nan
+    if math.isnan(number):
+        number = float(default)
+    return min(max(number, MIN_SECONDS), MAX_SECONDS)
+
+
+class Deadline:
+    """An absolute point on the monotonic clock; ``remaining()`` is what is left of the budget."""
+
+    def __init__(self, budget_s: float, default: float = 120.0):
+        self.budget_s = seconds(budget_s, default)
+        self.at = time.monotonic() + self.budget_s
+
+    def remaining(self) -> float:
+        return max(0.0, self.at - time.monotonic())
+
+    @property
+    def expired(self) -> bool:
+        return self.remaining() <= 0.0

@@ -1,0 +1,131 @@
+"""Every run ends by its deadline and leaves nothing behind (issue 9 §1), on a real sh via the local
+transport: clamped time values, the in-flight reading's whole process group stopped at the node
+deadline, output capped on the node, and cancel (Ctrl-C) stopping what runs now."""
+import math
+import secrets
+import threading
+import time
+
+import psutil
+import pytest
+
+from k3doctor.deadline import MAX_SECONDS, Deadline, seconds
+from k3doctor.gather import build_script, gather
+from k3doctor.readings import OUTPUT_CAP_BYTES, Command, File, ReadingUnavailable, Unavailable
+from k3doctor.shell import with_timeout
+from k3doctor.transport import LocalTransport, TransportError
+
+
+def token(base: int) -> str:
+    """A sleep length no other test run shares, so leftovers are ours."""
+    return f"{base + secrets.randbelow(10**6) / 10**7:.7f}"
+
+
+def sleepers(length: str) -> list:
+    return [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", length]]
+
+
+@pytest.mark.parametrize("value, expected", [
+    (math.inf, MAX_SECONDS), (-math.inf, 0.1), (math.nan, 7.0), (1e300, MAX_SECONDS), (0, 0.1), (-5, 0.1),
+    ("12", 12.0), ("soon", 7.0), (None, 7.0), (2.5, 2.5),
+])
+def test_seconds_are_finite_and_bounded(value, expected):
+    assert seconds(value, 7.0) == expected
+
+
+def test_no_remote_timeout_is_ever_infinite_or_nan():
+    for bad in (math.inf, math.nan, 1e308):
+        wrapped = with_timeout("true", bad, bad)
+        assert "inf" not in wrapped and "nan" not in wrapped and "e+" not in wrapped, wrapped
+        script = build_script([File("/etc/hostname"), Command(("true",), timeout_s=bad)], "n", bad, 1 << 20)
+        assert "inf" not in script and "nan" not in script and "e+" not in script
+
+
+def test_an_infinite_timeout_still_runs_under_a_finite_one(tmp_path, monkeypatch):
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    spec = Command(("echo", "ok"), timeout_s=math.inf)
+    got = gather(LocalTransport("here"), [spec], command_timeout_s=math.nan, deadline_s=math.inf)
+    assert got[spec].output() == "ok\n"
+    assert Deadline(math.inf).budget_s == MAX_SECONDS
+
+
+def test_at_the_node_deadline_descendants_that_ignore_term_die_too(tmp_path, monkeypatch):
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    length = token(50)
+    # the reading and its child both ignore TERM; the reading's own timeout (30 s) is far away
+    stubborn = Command(("sh", "-c", f"trap '' TERM; (trap '' TERM; exec sleep {length}) & exec sleep {length}"),
+                       timeout_s=30)
+    started = time.monotonic()
+    got = gather(LocalTransport("here"), [stubborn], command_timeout_s=30, deadline_s=2)
+    assert isinstance(got[stubborn], Unavailable) and "node deadline of 2s" in got[stubborn].reason
+    assert time.monotonic() - started < 20
+    assert psutil.wait_procs(sleepers(length), timeout=5)[1] == []  # none survives with PPID 1
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_output_is_capped_on_the_node_not_after_it_was_written(tmp_path, monkeypatch):
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    # prints 20 MB, then says how much of it reached its stdout file in the node's $TMPDIR
+    loud = Command(("sh", "-c", "head -c 20000000 /dev/zero; n=$(stat -L -c %s /proc/$$/fd/1); echo $n >&2"))
+    got = gather(LocalTransport("here"), [loud, Command(("echo", "after"))], command_timeout_s=30, deadline_s=60)
+    reading = got[loud]
+    assert reading.truncated and len(reading.stdout) == OUTPUT_CAP_BYTES
+    written = int(reading.stderr.split()[-1])
+    assert OUTPUT_CAP_BYTES < written <= 2 * OUTPUT_CAP_BYTES + 1024  # cut at the cap (+1 block), not 20 MB
+    with pytest.raises(ReadingUnavailable, match="4 MiB output cap"):  # never judged, so never a PASS
+        reading.output()
+    assert not reading.ok
+    assert got[Command(("echo", "after"))].output() == "after\n"
+
+
+def test_cancel_stops_a_gather_in_flight_and_cleans_up(tmp_path, monkeypatch):
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    length = token(60)
+    transport = LocalTransport("here")
+    hung = Command(("sh", "-c", f"trap '' TERM; exec sleep {length}"), timeout_s=300)
+    outcome = {}
+
+    def read():
+        try:
+            outcome["got"] = gather(transport, [hung], command_timeout_s=300, deadline_s=300)
+        except TransportError as exc:
+            outcome["error"] = str(exc)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    end = time.monotonic() + 30
+    while not sleepers(length) and time.monotonic() < end:
+        time.sleep(0.05)
+    assert sleepers(length), "the reading never started"
+    started = time.monotonic()
+    transport.cancel()
+    reader.join(30)
+    assert not reader.is_alive() and time.monotonic() - started < 15
+    assert "interrupted" in outcome.get("error", ""), outcome
+    assert psutil.wait_procs(sleepers(length), timeout=5)[1] == []
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(TransportError, match="interrupted"):  # nothing new starts after a cancel
+        transport.run("true", timeout_s=5)
+
+
+@pytest.mark.parametrize("mode", ["silent", "trickle"])
+def test_a_docker_engine_that_never_answers_or_trickles_ends_at_the_deadline(tmp_path, monkeypatch, mode):
+    from k3doctor.gather import gather_docker
+    from k3doctor.readings import Docker
+    from tests.e2e.faults import FakeEngine
+
+    engine = FakeEngine(tmp_path / "engine.sock", mode, every_s=0.5)  # trickle: well inside any socket timeout
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{engine.path}")
+    outcome = {}
+    reader = threading.Thread(target=lambda: outcome.update(
+        got=gather_docker(LocalTransport("here"), Docker(), Deadline(3))), daemon=True)
+    try:
+        started = time.monotonic()
+        reader.start()
+        reader.join(30)
+        assert not reader.is_alive(), "the Docker read outlived its deadline"
+        assert time.monotonic() - started < 15
+        assert isinstance(outcome["got"], Unavailable)
+        assert "did not answer within the node deadline of 3s" in outcome["got"].reason
+    finally:
+        engine.close()
