@@ -9,7 +9,7 @@ import re
 from k3doctor.model.container import ROCJITSU_HOOK as HOOK
 from k3doctor.model.container import ROCJITSU_PREFIX, parse_env
 from k3doctor.parsers import ParseError
-from k3doctor.readings import Command
+from k3doctor.readings import Command, sh
 from k3doctor.registry import Param, check, remediation
 from k3doctor.results import fail, passed, skip, warn
 from k3doctor.shell import quote
@@ -24,6 +24,9 @@ ROCJITSU_PARAMS = {  # §2 table: required prefix, and the image's own (known-ba
     "log_tail_lines": 200000,  # B0: how much of the container's log to search for translations (§1, §2)
 }
 TRANSLATED = "outcome=translated"  # the hook's line for each translated code object (§2 runtime proof)
+LOG_RC = "K3DOCTOR-RC="
+# Counted on the node: the log itself (startup arguments can hold tokens) never leaves it; prints "N RC".
+COUNT_TRANSLATED = f"/{TRANSLATED}/{{n++}} /^{LOG_RC}/{{rc=substr($0,{len(LOG_RC) + 1})}} END{{print n+0, rc}}"
 ATOM = "/app/ATOM/atom"
 PATCH_PARAMS = {  # §14 byte sizes for gfx1250-atom-20260918-ep8
     "required": "auto",  # auto: only for the image tag matching `image_needs_patch` (§0.2); yes | no
@@ -165,7 +168,8 @@ def _rocjitsu_reads(settings) -> dict:
              # only the translation trio leaves the container: its environment holds tokens
              "env": exec_in(c, "sh", "-c", f"env | grep -E '^({'|'.join(TRIO)})=' || true")}
     if settings.stepping == "B0":  # the only evidence that would make an active prefix on B0 worth a WARN
-        reads["log"] = Command(("docker", "logs", "--tail", str(settings.param("log_tail_lines")), "--", c))
+        reads["log"] = sh(f"{{ docker logs --tail {int(settings.param('log_tail_lines'))} -- {quote(c)} 2>&1; "
+                          f"echo {LOG_RC}$?; }} | awk {quote(COUNT_TRANSLATED)}")
     return reads
 
 
@@ -248,10 +252,13 @@ def rocjitsu_store(r, ctx):
 
 
 def translations_logged(log) -> int | None:
-    """`outcome=translated` lines in the container's log (stdout and stderr), None when it could not be read."""
+    """`outcome=translated` lines in the container's log (counted on the node), None when it was not read."""
     if log is None or not log.ok:
         return None
-    return sum(line.count(TRANSLATED) for line in (log.stdout + "\n" + log.stderr).splitlines())
+    words = log.stdout.split()
+    if len(words) != 2 or not words[0].isdigit() or words[1] != "0":  # docker logs failed, or garbled
+        return None
+    return int(words[0])
 
 
 def judge_b0_active(found: dict, log):

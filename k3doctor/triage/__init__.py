@@ -14,9 +14,9 @@ from ..gather import gather
 from ..parsers import ParseError
 from ..parsers.atom_log import parse_log
 from ..parsers.pyspy import parse_dump
-from ..readings import Command, ReadingUnavailable, sh
+from ..readings import OUTPUT_CAP_BYTES, Command, ReadingUnavailable, sh
 from ..results import Result, Status
-from ..shell import quote
+from ..shell import join, quote
 from . import judge as judges
 from . import stacks
 
@@ -62,10 +62,28 @@ def parse_sources(texts: dict) -> tuple:
     return parsed, problems
 
 
+LIVE_LOG_BYTES = OUTPUT_CAP_BYTES - (64 << 10)  # the newest part of a live log, under the per-reading cap
+LOG_RC = "K3DOCTOR-LOG-RC="
+
+
 def _log_command(node, tail: int, path: str | None) -> Command:
-    if path:
-        return Command(("tail", "-c", str(MAX_LOG_BYTES), "--", path))
-    return Command(("docker", "logs", "--timestamps", "--tail", str(tail), "--", node.settings.container))
+    """The newest LIVE_LOG_BYTES of the server log (the container's stdout and stderr, or a file), then how
+    reading it ended: a busy server's log is larger than one reading may be, and its end is what matters."""
+    read = join(("tail", "-c", str(LIVE_LOG_BYTES), "--", path)) if path else join(
+        ("docker", "logs", "--timestamps", "--tail", str(tail), "--", node.settings.container))
+    return sh(f"{{ {read} 2>&1; rc=$?; echo; echo {LOG_RC}$rc; }} | tail -c {LIVE_LOG_BYTES}")
+
+
+def _log_text(reading) -> str:
+    """The log of a ``_log_command`` reading; ReadingUnavailable when docker/tail failed (with what it said)."""
+    text = reading.output()
+    body, _, rc = text.rstrip("\n").rpartition("\n" + LOG_RC)
+    if not rc.isdigit():
+        raise ReadingUnavailable("the log reading ended without its exit status (cut off?)")
+    if rc != "0":
+        said = [ln for ln in body.splitlines() if ln.strip()][-1:] or ["no message"]
+        raise ReadingUnavailable(f"reading the log failed (exit {rc}): {said[0][:200]}")
+    return body
 
 
 NO_PYSPY = "K3DOCTOR-NO-PYSPY"
@@ -95,13 +113,9 @@ def read_node_logs(inv, make_transport, *, tail: int, paths: dict, deadline_s: f
             wanted = [spec, clock] + ([dumps] if dumps else [])
             got = gather(transport, wanted, command_timeout_s=timeout_s, deadline_s=deadline_s)
             stack_text = got[dumps].output() if dumps else None
-            reading = got[spec]
-            text = reading.output()
-            if reading.truncated:
-                raise ReadingUnavailable("log output was cut at the size limit: pass a smaller --tail")
+            text = _log_text(got[spec])
             now = float(got[clock].output().strip())
-            # docker logs puts the engine's stderr on stderr: both are the server's log
-            return text + "\n" + (reading.stderr if not paths.get(node.name) else ""), now, None, stack_text
+            return text, now, None, stack_text
         except Exception as exc:  # this node only: the others are still read
             why = str(exc) if isinstance(exc, (ReadingUnavailable, ParseError)) else f"{type(exc).__name__}: {exc}"
             return None, None, why, None

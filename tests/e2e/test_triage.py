@@ -221,3 +221,21 @@ def test_the_kernel_log_joins_the_triage_report_and_its_bundle(fresh, tmp_path):
     assert rc == 1 and "Most likely cause:" in out and "GPU-PAGE-FAULT" in out, out + err
     rc, offline = k3json("judge", bundle)
     assert rc == 1 and findings(offline) == [("kernel-health", "ct16", 2, "FAIL", "GPU-PAGE-FAULT")]
+
+
+def test_a_log_larger_than_one_reading_is_read_from_its_end(fresh):
+    """A busy server's log is bigger than the 4 MiB a reading may carry: its newest part is judged."""
+    node = fresh.nodes[0]
+    client = docker.DockerClient(base_url=f"unix://{node.docker_socket}", timeout=60)
+    try:
+        container = client.containers.get("k3ep16")
+        pid = container.attrs["State"]["Pid"]
+        line = "(EngineCore_DP0 pid=4000) INFO " + "x" * 120
+        rc, out = container.exec_run(["sh", "-c", f'i=0; while [ $i -lt 45000 ]; do echo "{line}"; i=$((i+1)); '
+                                     f"done > /proc/{pid}/fd/1"])  # ~6.6 MB before the real lines
+        assert rc == 0, out
+    finally:
+        client.close()
+    write_logs(fresh, L.node_logs(extra=L.missing_participant(stalled=2)))
+    rc, doc = triage(fresh)
+    assert rc == 1 and findings(doc) == [("triage-collective", "ct13", 2, "FAIL", "TRIAGE-MISSING-PARTICIPANT")]
