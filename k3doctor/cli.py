@@ -160,22 +160,20 @@ def _emit(report, checks, fmt, output, verbose):
 def judge_cmd(readings_file, only, skip, overrides, baseline_path, fmt, output, verbose):
     """Judge readings saved by `check --save-readings` (or a `triage -o x.tar.gz` bundle) again, offline."""
     from . import snapshot
-    from .inventory import parse_inventory
 
     if readings_file.endswith((".tar.gz", ".tgz")):
+        if only or skip or overrides or baseline_path:
+            raise click.UsageError("--only/--skip/--set/--baseline apply to saved readings, not to a triage bundle")
         return _judge_bundle(readings_file, fmt, output, verbose)
 
     _load_plugins()
     try:
         with open(readings_file, encoding="utf-8") as fh:
             inv_text, saved_overrides, saved, unreachable = snapshot.load(fh.read())
-        inv = parse_inventory(inv_text, f"{readings_file} (saved inventory)", REGISTRY) if inv_text \
-            else localhost_inventory()
+        inv = _saved_inventory(inv_text, saved, readings_file)
     except (snapshot.SnapshotError, InventoryError, OSError, UnicodeDecodeError) as exc:
         click.echo(f"k3doctor: cannot judge {readings_file}: {exc}", err=True)
         sys.exit(EXIT_USAGE)
-    if not inv_text:  # saved from a localhost run: the node name is whatever was saved
-        inv.nodes[0].name = next(iter(saved), inv.nodes[0].name)
     apply_overrides(inv, tuple(saved_overrides) + tuple(overrides))
     try:
         checks = select_checks(REGISTRY, only=_names(only), skip=_names(skip))
@@ -184,6 +182,17 @@ def judge_cmd(readings_file, only, skip, overrides, baseline_path, fmt, output, 
     baseline = _read_baseline(baseline_path) if baseline_path else None
     report = run_checks(inv, checks, RunOptions(replay=(saved, unreachable), baseline=baseline))
     _emit(report, checks, fmt, output, verbose)
+
+
+def _saved_inventory(inv_text: str, saved: dict, source: str):
+    """The inventory readings were saved with; a localhost run saved none: this machine under the saved name."""
+    from .inventory import parse_inventory
+
+    if inv_text:
+        return parse_inventory(inv_text, f"{source} (saved inventory)", REGISTRY)
+    inv = localhost_inventory()
+    inv.nodes[0].name = next(iter(saved), inv.nodes[0].name)
+    return inv
 
 
 def _inventory(path, logins=False):
@@ -334,7 +343,7 @@ def demo_cmd(scenario, list_scenarios, verbose):
               "from the host by PID; py-spy must be installed on the nodes (never installed for you).")
 @click.option("--py-spy", "py_spy", default="py-spy", show_default=True, metavar="PATH",
               help="py-spy on the nodes, for --stacks.")
-@click.option("--timeout", type=click.FloatRange(1, 3600), default=60, show_default=True, metavar="S",
+@click.option("--timeout", type=Seconds(minimum=1), default=60, show_default=True, metavar="S",
               help="Per-node read timeout.")
 @click.option("--accept-unknown-hosts", is_flag=True, help="Accept host keys missing from known_hosts.")
 @click.option("--format", "fmt", type=click.Choice(list(OUTPUTS)), default="table",
@@ -352,7 +361,7 @@ def triage_cmd(inventory, logs_dir, log_paths, stepping, tail, endpoint, stacks,
     from .triage.judge import Layout
 
     started = time.monotonic()
-    inv = _inventory(inventory)
+    inv = _inventory(inventory, logins=not logs_dir)
     paths = {}
     for item in log_paths:
         node, sep, path = item.partition("=")
@@ -435,7 +444,6 @@ def _judge_bundle(path, fmt, output, verbose):
     import time
 
     from . import snapshot, triage
-    from .inventory import parse_inventory
     from .triage import bundle as bundles
     from .triage.judge import Layout
 
@@ -448,7 +456,7 @@ def _judge_bundle(path, fmt, output, verbose):
                         board_gib=lay.get("board_gib"))
         now, problems = manifest.get("now"), dict(manifest.get("problems") or {})
         saved = snapshot.load(readings) if readings else None
-        inv = parse_inventory(saved[0], f"{path} (saved inventory)", REGISTRY) if saved else None
+        inv = _saved_inventory(saved[0], saved[2], path) if saved else None
     except (bundles.BundleError, snapshot.SnapshotError, InventoryError, KeyError, TypeError, ValueError) as exc:
         click.echo(f"k3doctor: cannot judge {path}: {exc}", err=True)
         sys.exit(EXIT_USAGE)
@@ -465,7 +473,7 @@ def _judge_bundle(path, fmt, output, verbose):
               help="The model string clients will send (default: the recipe's served name).")
 @click.option("--chat-max-tokens", type=click.IntRange(1, 1_000_000), default=4096, show_default=True,
               help="max_tokens of the chat probe (thinking needs room: < ~3500 is suspect).")
-@click.option("--deadline", type=click.FloatRange(1, 3600), default=300, show_default=True, metavar="S",
+@click.option("--deadline", type=Seconds(minimum=1), default=300, show_default=True, metavar="S",
               help="The whole gate ends by then.")
 @click.option("--format", "fmt", type=click.Choice(list(OUTPUTS)), default="table",
               show_default=True, help="Report format (see README: Monitoring and CI).")

@@ -13,6 +13,23 @@ from dataclasses import dataclass
 
 REDACTED = "<redacted>"
 _ENV_LINE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(.*)")
+# A name that says its value is a credential (HF_TOKEN, api_key, --password, AWS_SECRET_ACCESS_KEY, ...);
+# "tokens"/"tokenizer" are not ("max_num_batched_tokens" is a number everybody may read).
+SECRET_WORDS = r"(?:token(?![a-z])|secret|passw(?:or)?d|api[-_]?key|access[-_]?key|credential)"
+_FREE_TEXT_SECRETS = (
+    (re.compile(rf"(?i)\b([\w.-]*{SECRET_WORDS}[\w.-]*)(['\"]?\s*[=:]\s*['\"]?)([^\s,'\"}}\]]{{1,512}})"),
+     rf"\1\2{REDACTED}"),  # NAME=VALUE, 'name': 'value', name: "value"
+    (re.compile(rf"(?i)(--?[\w-]*{SECRET_WORDS}[\w-]*)(\s+)(?!-)([^\s'\"]{{1,512}})"), rf"\1\2{REDACTED}"),
+    (re.compile(r"\b(?:hf|sk)[_-][A-Za-z0-9_-]{16,}"), REDACTED),  # Hugging Face / OpenAI-style keys anywhere
+    (re.compile(r"(?i)\b(Bearer)\s+[A-Za-z0-9._~+/=-]{16,}"), rf"\1 {REDACTED}"),
+)
+
+
+def redact_text(text: str) -> str:
+    """Free text (a server log, a command line, a py-spy header) with credential values replaced."""
+    for pattern, replacement in _FREE_TEXT_SECRETS:
+        text = pattern.sub(replacement, text)
+    return text
 
 
 @dataclass(frozen=True)

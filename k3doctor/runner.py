@@ -186,7 +186,7 @@ def run_checks(inv: Inventory, checks: list, opts: RunOptions = None) -> RunRepo
             list(pool.map(visit, inv.nodes))
         except BaseException:  # Ctrl-C: stop the reads in flight on every node now, not at their deadlines
             interrupted.set()
-            _cancel_all(transports)
+            cancel_all(transports)
             raise
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
@@ -232,7 +232,7 @@ def run_checks(inv: Inventory, checks: list, opts: RunOptions = None) -> RunRepo
                 for node, entry in (_record_safely(chk, verdicts, ctx) or {}).items():
                     records.setdefault(node, {})[chk.name] = entry
     except BaseException:  # Ctrl-C in a probe: whatever it left in flight is stopped on the nodes too
-        _cancel_all(transports)
+        cancel_all(transports)
         raise
     finally:  # also on Ctrl-C: no half-open SSH sessions left behind
         for transport in transports.values():
@@ -256,7 +256,7 @@ def _specs_of(checks: list, settings) -> dict:
     return out
 
 
-def _cancel_all(transports: dict, within_s: float = 10.0) -> None:
+def cancel_all(transports: dict, within_s: float = 10.0) -> None:
     """Cancel every node's transport at once (each stops its commands on its node), for at most within_s."""
     threads = [threading.Thread(target=t.cancel, daemon=True, name=f"k3doctor-cancel-{t.node}")
                for t in list(transports.values())]

@@ -13,14 +13,14 @@ import shlex
 from dataclasses import dataclass, field
 
 from k3doctor.parsers import ParseError
+from k3doctor.redaction import REDACTED, SECRET_WORDS
 from k3doctor.shell import quote
 
-REDACTED = "<redacted>"
 ROCJITSU_PREFIX = "/app/rjprefix"  # where the B0->A0 translation prefix is copied into the container (§2)
 ROCJITSU_HOOK = "lib/libhsa_hotswap_rocjitsu.so"  # HSA_TOOLS_LIB must name this, below the prefix
 ROCJITSU_TRANSLATOR_STEM = "librocjitsu_gfx1250_b0_to_a0.so"  # a NEEDED library of the hook, no OnLoad
 # Launch-command flags whose value is a credential (--api-key, --hf-token, --password ...).
-_SECRET_FLAG = re.compile(r"^--?[\w-]*(token|secret|passw|api[-_]?key|credential)[\w-]*$", re.I)
+_SECRET_FLAG = re.compile(rf"^--?[\w-]*{SECRET_WORDS}[\w-]*$", re.I)
 # A word that makes a command the model server's launch (§17).
 _SERVER_WORDS = ("--data-parallel-size", "--data-parallel-rank", "atom.entrypoints", "openai_server")
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")

@@ -15,7 +15,9 @@ from ..parsers import ParseError
 from ..parsers.atom_log import parse_log
 from ..parsers.pyspy import parse_dump
 from ..readings import OUTPUT_CAP_BYTES, Command, ReadingUnavailable, sh
+from ..redaction import redact_text
 from ..results import Result, Status
+from ..runner import cancel_all
 from ..shell import join, quote
 from . import judge as judges
 from . import stacks
@@ -47,7 +49,7 @@ def read_log_dir(path: str) -> tuple:
             texts[file.name] = file.read_bytes().decode("utf-8", "replace")
         except (OSError, ParseError) as exc:
             problems.append(f"{file.name}: {exc}")
-    return texts, problems
+    return redacted(texts), problems
 
 
 def parse_sources(texts: dict) -> tuple:
@@ -103,9 +105,10 @@ def read_node_logs(inv, make_transport, *, tail: int, paths: dict, deadline_s: f
     """({node: log text}, {node: why unreadable}, latest node clock, {node: stack dump text}) over one SSH
     round trip each; stacks only when ``py_spy`` names the tool."""
     clock = Command(("date", "+%s"))
+    transports = {}
 
     def visit(node):
-        transport = make_transport(node)
+        transport = transports[node.name] = make_transport(node)
         try:
             transport.connect()
             spec = _log_command(node, tail, paths.get(node.name))
@@ -123,17 +126,24 @@ def read_node_logs(inv, make_transport, *, tail: int, paths: dict, deadline_s: f
             transport.close()
 
     texts, problems, clocks, dumps = {}, {}, [], {}
-    with ThreadPoolExecutor(max_workers=max(1, min(64, len(inv.nodes)))) as pool:
-        for node, (text, now, why, stack_text) in zip(inv.nodes, pool.map(visit, inv.nodes), strict=True):
-            if text is not None:
-                texts[node.name] = text
-            if why:
-                problems[node.name] = why
-            elif now is not None:
-                clocks.append(now)
-            if stack_text is not None:
-                dumps[node.name] = stack_text
-    return texts, problems, (max(clocks) if clocks else None), dumps
+    pool = ThreadPoolExecutor(max_workers=max(1, min(64, len(inv.nodes))))
+    try:
+        answers = list(pool.map(visit, inv.nodes))
+    except BaseException:  # Ctrl-C: stop the reads in flight on every node now, not at their deadlines
+        cancel_all(transports)
+        raise
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+    for node, (text, now, why, stack_text) in zip(inv.nodes, answers, strict=True):
+        if text is not None:
+            texts[node.name] = text
+        if why:
+            problems[node.name] = why
+        elif now is not None:
+            clocks.append(now)
+        if stack_text is not None:
+            dumps[node.name] = stack_text
+    return redacted(texts), problems, (max(clocks) if clocks else None), redacted(dumps)
 
 
 def stack_results(dumps: dict, layout: judges.Layout) -> list:
@@ -191,6 +201,11 @@ def most_likely(results: list):
         return None
     order = {step: i for i, step in enumerate(judges.STEPS)}
     return min(bad, key=lambda r: (-r.status.severity, order.get(r.check, len(order))))
+
+
+def redacted(texts: dict) -> dict:
+    """Every text with credential values replaced, before anything is judged, shown or bundled."""
+    return {name: redact_text(text) for name, text in texts.items()}
 
 
 def judge_all(texts: dict, dumps: dict, layout: judges.Layout, *, now: float | None, problems: dict) -> list:

@@ -1,5 +1,6 @@
 """A triage bundle: everything triage read, secrets redacted, re-judgeable offline (``k3doctor judge``).
 
+Texts arrive here already redacted (``triage.redacted``: what the report shows is what the bundle keeps).
 Layout of the ``.tar.gz``: ``manifest.json`` (schema, layout, node clock, unreadable sources), ``logs/<name>``
 (each node's server log as read), ``stacks/<node>`` (py-spy dumps), ``readings.json`` (the kernel-health
 readings, as ``--save-readings`` keeps them), ``report.json``. Reading never extracts
@@ -18,23 +19,10 @@ import time
 SCHEMA = "k3doctor.triage-bundle/1"
 MAX_MEMBER_BYTES = 64 << 20
 _NAME = re.compile(r"^(logs|stacks)/([A-Za-z0-9][A-Za-z0-9._-]{0,127})$")
-# Values that must not leave the node (brief: environment values and tokens are never copied).
-_SECRETS = (
-    (re.compile(r"(?i)\b([A-Z0-9_]*(?:TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_?KEY)[A-Z0-9_]*)"
-                r"(\s*[=:]\s*|'\s*:\s*')([^\s,'\"}]{1,512})"), r"\1\2<redacted>"),
-    (re.compile(r"\bhf_[A-Za-z0-9]{16,}\b"), "<redacted>"),
-    (re.compile(r"(?i)\b(Bearer|token)\s+[A-Za-z0-9._~+/=-]{16,}"), r"\1 <redacted>"),
-)
 
 
 class BundleError(Exception):
     """Not a k3doctor triage bundle, or a damaged one."""
-
-
-def redact(text: str) -> str:
-    for pattern, replacement in _SECRETS:
-        text = pattern.sub(replacement, text)
-    return text
 
 
 def write(path: str, *, texts: dict, dumps: dict, manifest: dict, report_json: str,
@@ -51,10 +39,10 @@ def write(path: str, *, texts: dict, dumps: dict, manifest: dict, report_json: s
                 tar.addfile(info, io.BytesIO(data))
 
             add("manifest.json", json.dumps({"schema": SCHEMA, **manifest}, indent=2))
-            for name, text in texts.items():
-                add(f"logs/{_safe(name)}", redact(text))
+            for name, text in texts.items():  # redacted where they were read (triage.redacted)
+                add(f"logs/{_safe(name)}", text)
             for name, text in dumps.items():
-                add(f"stacks/{_safe(name)}", redact(text))
+                add(f"stacks/{_safe(name)}", text)
             add("report.json", report_json)
             if readings is not None:  # the checks' saved readings (kernel log), redacted by their specs
                 add("readings.json", readings)

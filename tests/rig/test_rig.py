@@ -181,11 +181,16 @@ def test_hung_tool_is_recognisable(rig):
 # (sizes), environment and log.
 NODE_FILES = r"""{ find /sys/class /sys/module /opt/k3rig /root/ubench -type f | sort | xargs -d '\n' tail -n +1
   ls /dev/dri /dev/shm; [ -e /dev/kfd ] && echo kfd; cat /proc/sys/kernel/random/boot_id; } 2>&1 | sha256sum"""
+# Host resources (§12): memory, the checkpoint's shards and sizes, the log directory's file system.
+NODE_HOST = r"""{ cat /proc/meminfo; find /mnt -printf '%p %s %y\n' | sort; ls -d /root/k3ep16-logs;
+  stat -f -c '%T %b' /root/k3ep16-logs; } 2>&1 | sha256sum"""
+RUN_OPTIONS = ("NetworkMode", "IpcMode", "PidMode", "ShmSize", "CapAdd", "Devices", "Privileged", "SecurityOpt",
+               "GroupAdd", "Binds")
 
 
 def fingerprint(rig, node) -> tuple:
-    files = ssh(rig, node, NODE_FILES)
-    assert files.returncode == 0, files.stderr
+    files, host = ssh(rig, node, NODE_FILES), ssh(rig, node, NODE_HOST)
+    assert files.returncode == 0 and host.returncode == 0, files.stderr + host.stderr
     client = docker.DockerClient(base_url=f"unix://{node.docker_socket}")
     try:
         ours = client.containers.get("k3ep16")
@@ -193,7 +198,11 @@ def fingerprint(rig, node) -> tuple:
         archive, _ = ours.get_archive("/app")  # the files as the engine has them (no exec, no times)
         with tarfile.open(fileobj=io.BytesIO(b"".join(archive))) as tar:
             sizes = sorted((m.name, m.size) for m in tar.getmembers() if m.isfile())
-        return files.stdout, containers, sizes, sorted(ours.attrs["Config"]["Env"] or []), ours.logs()
+        run = {k: ours.attrs["HostConfig"].get(k) for k in RUN_OPTIONS}
+        listed = ours.top(ps_args="-eo pid,args")["Processes"]
+        processes = sorted(row[-1] for row in listed if "sleep infinity" not in row[-1])
+        return (files.stdout, host.stdout, containers, sizes, sorted(ours.attrs["Config"]["Env"] or []), ours.logs(),
+                run, processes)
     finally:
         client.close()
 
@@ -212,7 +221,8 @@ def healthy_fingerprints(rig):
 @pytest.mark.parametrize("name", scenario_names())
 def test_every_scenario_takes_effect_on_exactly_its_nodes(rig, healthy_fingerprints, name):
     rig.apply(name)
-    parts = ("node files", "containers", "container files", "container env", "container log")
+    parts = ("node files", "host resources", "containers", "container files", "container env", "container log",
+             "container run options", "container processes")
     changed = {i + 1: [part for part, a, b in zip(parts, now, before, strict=True) if a != b]
                for i, (now, before) in enumerate(zip(fingerprints(rig), healthy_fingerprints, strict=True))}
     # a scenario that changes nothing is a broken one

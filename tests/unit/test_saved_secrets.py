@@ -1,9 +1,11 @@
 """Saved readings keep what the judges need and nothing else (issue 9 §4): secrets stay on the node."""
 import json
 
+import pytest
+
 from k3doctor import snapshot
 from k3doctor.readings import Command, CommandReading, Docker, DockerReading, Unavailable
-from k3doctor.redaction import REDACTED, EnvValues
+from k3doctor.redaction import REDACTED, EnvValues, redact_text
 from k3doctor.runner import RunReport
 
 ENV = ("PATH=/usr/bin\nHF_TOKEN=hf_SECRETSECRET\nLD_LIBRARY_PATH=/app/rjprefix/lib:/opt/rocm/lib\n"
@@ -61,3 +63,19 @@ def test_readings_without_a_declaration_and_unavailable_ones_are_saved_as_they_a
     assert saved["ct13"][plain].stdout == "[ 1.0] amdgpu: HBM 432 GiB\n"
     assert json.loads(text)["nodes"]["ct13"][1]["reading"] == {"kind": "Unavailable",
                                                                "reason": "node deadline reached"}
+
+
+@pytest.mark.parametrize("text,secret", [
+    ("Namespace(api_key='sk-abcdefghijklmnopqrstu', port=8000)", "sk-abcdefghijklmnopqrstu"),
+    ("launch --api-key XYZ123secret --port 8000", "XYZ123secret"),
+    ("--password hunter2", "hunter2"), ('password: "x1y2z3"', "x1y2z3"),
+    ("HF_TOKEN=hf_abcdefghijklmnopqrstuvw", "hf_abcdefghijklmnopqrstuvw"),
+    ("curl -H 'Authorization: Bearer abcdefghijklmnopqrstuvwxyz'", "abcdefghijklmnopqrstuvwxyz"),
+])
+def test_free_text_loses_its_credentials(text, secret):
+    assert secret not in redact_text(text) and REDACTED in redact_text(text)
+
+
+def test_free_text_keeps_what_is_no_secret():
+    text = "'max_num_batched_tokens': 2048, 'tokenizer': 'moonshotai/Kimi-K3', 'max_model_len': None"
+    assert redact_text(text) == text
