@@ -168,15 +168,16 @@ def test_term_ignoring_child_dies_at_the_node_deadline(rack, tmp_path):
 def test_sshd_killed_mid_run(rack, tmp_path):
     rack.apply("amd-smi-hang")  # ct16: the gather is in flight when its sshd dies
     ct16 = rack.nodes[2]
-    started = time.monotonic()
+    seen = {}
 
     def kill_when_reading(proc):
         wait_for(lambda: rack.pids_matching("k3rig-hang.amd-smi"), what="the hung read on ct16")
+        seen["at"] = time.monotonic()  # the node's gather (and its node-side deadline) started before this
         assert kill_sessions(rack, ct16)
 
     rc, doc, took = check(rack, tmp_path, None, "--timeout", "600", during=kill_when_reading)
     # nobody is left to stop what runs there: its node-side deadline does (the node deadline + kill grace)
-    clean_by = max(CLEAN_WITHIN_S, DEADLINE_S + 2 + CLEAN_WITHIN_S - (time.monotonic() - started))
+    clean_by = max(CLEAN_WITHIN_S, DEADLINE_S + 2 + CLEAN_WITHIN_S - (time.monotonic() - seen["at"]))
     assert_contained(rack, "sshd killed mid-run", rc, doc, took, "ct16", "SSH connection to ct16 lost",
                      clean_by=clean_by)
 
