@@ -185,24 +185,17 @@ def gather_shell(transport, specs: list, *, command_timeout_s: float, deadline_s
     return {spec: _reading(spec, frames.get(i, []), why) for i, spec in enumerate(specs)}
 
 
-def gather_docker(transport, spec: Docker, deadline: Deadline | None = None) -> object:
-    """Containers (all, never filtered by name) and the engine's recent events, via the SDK.
-
-    Bounded by the node's deadline: the transport kills the API channel on the node at the deadline and
-    closes it here, so an engine that never answers (or trickles a byte now and then) ends the read then.
-    """
+def _engine_read(transport, deadline: Deadline | None, what: str, read) -> object:
+    """One SDK reading of the node's engine, bounded by the node's deadline: the transport kills the API
+    channel on the node at the deadline and closes it here, so an engine that never answers (or trickles a
+    byte now and then) ends the read then. Every failure is Unavailable, naming the cause."""
     deadline = deadline or Deadline(120.0)
     if deadline.expired:
         return Unavailable(f"Docker engine on {transport.node} not read: the node deadline was reached first")
     client = None
     try:
         client = transport.docker(deadline)
-        api = client.api
-        now = _engine_now(api.info().get("SystemTime", ""))
-        containers = api.containers(all=True)
-        since = seconds(spec.events_since_s, 1800.0)
-        events = list(api.events(since=now - since, until=now, decode=True))
-        return DockerReading(containers=containers, events=events, now=now)
+        return read(client.api)
     except TransportError as exc:
         return Unavailable(str(exc))
     except Exception as exc:  # docker SDK raises many types; all mean "could not read the engine"
@@ -211,42 +204,43 @@ def gather_docker(transport, spec: Docker, deadline: Deadline | None = None) -> 
         if deadline.expired:
             return Unavailable(f"Docker engine on {transport.node} did not answer within the node deadline "
                                f"of {deadline.budget_s:g}s (engine hung or overloaded?): {detail}")
-        return Unavailable(f"Docker engine on {transport.node} not readable: {detail}")
+        return Unavailable(f"Docker engine on {transport.node}{what} not readable: {detail}")
     finally:
         if client is not None:
             client.close()
+
+
+def gather_docker(transport, spec: Docker, deadline: Deadline | None = None) -> object:
+    """Containers (all, never filtered by name) and the engine's recent events, via the SDK."""
+    def read(api):
+        now = _engine_now(api.info().get("SystemTime", ""))
+        containers = api.containers(all=True)
+        since = seconds(spec.events_since_s, 1800.0)
+        events = list(api.events(since=now - since, until=now, decode=True))
+        return DockerReading(containers=containers, events=events, now=now)
+
+    return _engine_read(transport, deadline, "", read)
 
 
 def gather_container(transport, spec: ContainerInspect, deadline: Deadline | None = None) -> object:
     """Our container's inspect (and launch script) via the SDK, redacted before it is kept anywhere."""
     import docker
 
-    deadline = deadline or Deadline(120.0)
-    if deadline.expired:
-        return Unavailable(f"Docker engine on {transport.node} not read: the node deadline was reached first")
-    client = None
-    try:
-        client = transport.docker(deadline)
+    def read(api):
         try:
-            attrs = client.api.inspect_container(spec.container)
+            attrs = api.inspect_container(spec.container)
         except docker.errors.NotFound:
             return ContainerReading(None)
         script = None
         if spec.launch_script:
             script = {"path": spec.launch_script, "launch": None, "error": None}
             try:
-                script["launch"] = launch_from_script(_archived_text(client.api, spec.container, spec.launch_script))
+                script["launch"] = launch_from_script(_archived_text(api, spec.container, spec.launch_script))
             except docker.errors.NotFound:
                 script["error"] = "no such file in the container"
         return ContainerReading(record_from_inspect(attrs, set(spec.keep)), script)
-    except TransportError as exc:
-        return Unavailable(str(exc))
-    except Exception as exc:  # docker SDK raises many types; all mean "could not read the engine"
-        return Unavailable(f"Docker engine on {transport.node}: container {spec.container} not readable: "
-                           f"{_short(exc)}")
-    finally:
-        if client is not None:
-            client.close()
+
+    return _engine_read(transport, deadline, f": container {spec.container}", read)
 
 
 def _archived_text(api, container: str, path: str, cap_bytes: int = 1 << 20) -> str:
