@@ -41,3 +41,13 @@ def torch_on_nodes(rig):
     if probe.returncode != 0:
         pytest.fail("the rig nodes' python3 cannot import torch; install it for them with "
                     "`/usr/bin/python3 -m pip install --break-system-packages torch==2.13.0`: " + probe.stderr[-300:])
+
+
+def private_rack(tmp_path_factory, label: str):
+    """A started rack of one test module's own (its engines have seen no other module's containers), stopped
+    after it; skipped where the rig cannot run. Use as ``yield from private_rack(tmp_path_factory, "label")``."""
+    reason = rig_unavailable()
+    if reason:
+        pytest.skip(reason)
+    with Rig(tmp_path_factory.mktemp(label)) as rack:
+        yield rack

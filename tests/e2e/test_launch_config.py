@@ -10,7 +10,7 @@ import json
 import pytest
 import yaml
 
-from k3doctor.rig import Rig, missing_requirements
+from tests.conftest import private_rack
 from tests.e2e.cli import k3, k3json
 
 pytestmark = pytest.mark.e2e
@@ -19,11 +19,7 @@ CHECK = "launch-config"
 
 @pytest.fixture(scope="module")
 def rack(tmp_path_factory):
-    missing = missing_requirements()
-    if missing:
-        pytest.skip("simulated rack needs " + "; ".join(missing))
-    with Rig(tmp_path_factory.mktemp("launch-rack")) as rig:
-        yield rig
+    yield from private_rack(tmp_path_factory, "launch-rack")
 
 
 def run(rack, scenario, inventory=None, *extra):

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from k3doctor.rig import Rig, missing_requirements
+from tests.conftest import private_rack
 from tests.e2e.cli import k3json
 
 pytestmark = pytest.mark.e2e
@@ -46,11 +47,7 @@ def with_stepping(rig, tmp_path, node, stepping):
 @pytest.fixture(scope="module")
 def own_rack(tmp_path_factory):
     """A rack whose Docker engines have seen no foreign container before this module."""
-    missing = missing_requirements()
-    if missing:
-        pytest.skip("simulated rack needs " + "; ".join(missing))
-    with Rig(tmp_path_factory.mktemp("own-rack")) as rack:
-        yield rack
+    yield from private_rack(tmp_path_factory, "own-rack")
 
 
 def test_healthy_rack_passes_every_node_check(own_rack):

@@ -8,7 +8,7 @@ foreign containers would (correctly) keep failing for 30 minutes.
 """
 import pytest
 
-from k3doctor.rig import Rig, missing_requirements
+from tests.conftest import private_rack
 from tests.e2e.cli import k3, k3json
 
 pytestmark = pytest.mark.e2e
@@ -18,11 +18,7 @@ NOT_EVALUATED = "not evaluated: amdgpu-driver failed"
 
 @pytest.fixture(scope="module")
 def rack(tmp_path_factory):
-    missing = missing_requirements()
-    if missing:
-        pytest.skip("simulated rack needs " + "; ".join(missing))
-    with Rig(tmp_path_factory.mktemp("root-cause")) as rig:
-        yield rig
+    yield from private_rack(tmp_path_factory, "root-cause")
 
 
 def not_passed(doc):
