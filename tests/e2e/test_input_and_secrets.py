@@ -16,6 +16,7 @@ import docker
 import pytest
 import yaml
 
+from tests.conftest import private_rack
 from tests.e2e.cli import k3, k3json
 
 pytestmark = pytest.mark.e2e
@@ -171,10 +172,15 @@ def test_revoked_known_hosts_lines_are_honoured_and_do_not_spoil_the_file(rig, t
 
 
 @pytest.fixture
-def tokens_on_ct13(rig):
-    """ct13's own container with a token in its environment, and someone else's with tokens in its
-    command line, labels and environment; ours is recreated plain by the next apply."""
-    rig.apply("healthy")
+def tokens_on_ct13(tmp_path_factory):
+    """A rack of its own (someone else's container stays in the engine's events for 30 min, so on the
+    shared rack it would make ct13 busy for the modules after this one) whose ct13 has our container with
+    a token in its environment, and someone else's with tokens in its command line, labels and environment."""
+    for rig in private_rack(tmp_path_factory, "tokens"):
+        yield from _with_tokens(rig)
+
+
+def _with_tokens(rig):
     client = docker.DockerClient(base_url=f"unix://{rig.nodes[0].docker_socket}", timeout=60)
     from k3doctor.rig.rack import CONTAINER, CONTAINER_RUN, IMAGE
 
@@ -185,13 +191,12 @@ def tokens_on_ct13(rig):
     client.containers.run(IMAGE, ["sleep", "infinity", f"--api-key={SECRET}"], name="alice-bench", detach=True,
                           network_mode="none", environment={"OPENAI_API_KEY": SECRET},
                           labels={"owner": "alice", "token": SECRET})
-    yield
-    client.containers.get(CONTAINER).remove(force=True)  # the next apply recreates it as the rig defines it
+    yield rig
     client.close()
-    rig.apply("healthy")
 
 
-def test_saved_readings_hold_no_tokens_and_are_private_and_judge_the_same(rig, tmp_path, tokens_on_ct13):
+def test_saved_readings_hold_no_tokens_and_are_private_and_judge_the_same(tmp_path, tokens_on_ct13):
+    rig = tokens_on_ct13
     saved, report = tmp_path / "state.json", tmp_path / "report.json"
     report.write_text("old report, world-readable\n")
     os.chmod(report, 0o644)
