@@ -49,7 +49,7 @@ def main() -> None:
     if args.nodes:
         measure(args.nodes, args.runs)
         return
-    from k3doctor.rig import Rig
+    from k3rig import Rig
 
     with tempfile.TemporaryDirectory(prefix="k3bench-") as tmp:
         started = time.monotonic()

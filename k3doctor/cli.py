@@ -306,7 +306,11 @@ def demo_cmd(scenario, list_scenarios, verbose):
     import tempfile
     from pathlib import Path
 
-    from .rig import Rig, missing_requirements, scenario_names
+    try:
+        from k3rig import Rig, missing_requirements, scenario_names
+    except ImportError:
+        raise click.UsageError("the simulated rack is a package of its own: install it with "
+                               "`pip install ./rig` from a k3doctor checkout (scripts/install.sh does)") from None
 
     if list_scenarios:
         click.echo("\n".join(scenario_names()))

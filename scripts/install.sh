@@ -12,7 +12,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-python3 -m pip install -q --disable-pip-version-check -e '.[test]'
+# k3doctor with its test tools, and the simulated rack (its own package under rig/: tests and `k3doctor demo`).
+python3 -m pip install -q --disable-pip-version-check -e '.[test]' -e ./rig
 # The all_reduce probe's ranks run on gloo with the CPU build of torch: in the tests' own python, and
 # in the system python that the simulated nodes see (their namespaces hide /root, and pyenv with it).
 python3 -m pip install -q --disable-pip-version-check 'torch==2.13.0'

@@ -1,4 +1,4 @@
-"""Shared fixtures: the simulated rack (``k3doctor.rig``) for end-to-end tests.
+"""Shared fixtures: the simulated rack (``k3rig``) for end-to-end tests.
 
 One rack serves the whole session.  A test that needs a particular state calls
 ``rig.apply("<scenario>")`` first (it resets every node to healthy before applying the overlay),
@@ -7,8 +7,7 @@ so tests do not depend on each other's leftovers.
 from __future__ import annotations
 
 import pytest
-
-from k3doctor.rig import Rig, missing_requirements
+from k3rig import Rig, missing_requirements
 
 
 def rig_unavailable() -> str | None:
@@ -19,7 +18,7 @@ def rig_unavailable() -> str | None:
 
 @pytest.fixture(scope="session")
 def rig(tmp_path_factory):
-    """A started 4-node :class:`~k3doctor.rig.Rig` (healthy), stopped at the end of the session."""
+    """A started 4-node :class:`~k3rig.Rig` (healthy), stopped at the end of the session."""
     reason = rig_unavailable()
     if reason:
         pytest.skip(reason)

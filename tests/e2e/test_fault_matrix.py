@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from k3rig import Rig, missing_requirements
 
-from k3doctor.rig import Rig, missing_requirements
 from tests.e2e.faults import (
     engine_replaced,
     kill_sessions,

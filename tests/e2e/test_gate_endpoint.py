@@ -1,6 +1,6 @@
 """`k3doctor gate` against a real HTTP server process answering in each pattern of §1, §21, §22.
 
-Only the model is faked (k3doctor.rig.model_server): the CLI, its HTTP client and the server's HTTP
+Only the model is faked (k3rig.model_server): the CLI, its HTTP client and the server's HTTP
 stack are real.
 """
 import json
@@ -19,7 +19,7 @@ def server():
     procs = []
 
     def start(mode: str) -> str:
-        proc = subprocess.Popen([sys.executable, "-m", "k3doctor.rig.model_server", "--mode", mode,
+        proc = subprocess.Popen([sys.executable, "-m", "k3rig.model_server", "--mode", mode,
                                  "--lifetime", "120"], stdout=subprocess.PIPE, text=True)
         procs.append(proc)
         ready, _, _ = select.select([proc.stdout], [], [], 60)

@@ -1,6 +1,6 @@
 """launch-config end to end: the real CLI over real SSH and each node's real dockerd, with our container
 created with a faulty environment, run options or launch script, running ATOM rank processes or a
-held port on one node (k3doctor/rig/scenarios/launch-*.yaml). Each fault is caught on exactly that
+held port on one node (rig/k3rig/scenarios/launch-*.yaml). Each fault is caught on exactly that
 node; the healthy rack (validated env and launch command) gives no finding at all.
 
 The rack is this module's own: every scenario recreates our container, which must not disturb other

@@ -10,8 +10,8 @@ import sys
 
 import pytest
 import yaml
+from k3rig import Rig, missing_requirements
 
-from k3doctor.rig import Rig, missing_requirements
 from tests.conftest import private_rack
 from tests.e2e.cli import k3json
 

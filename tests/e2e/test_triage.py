@@ -2,7 +2,7 @@
 (`docker logs` against the node's real dockerd) and names the node and rank at fault (§19–§25).
 
 The log lines are written into our container's own stdout (its PID 1's fd 1), so `docker logs` serves them
-exactly as it would an engine's output; only the ATOM engine itself is simulated (k3doctor.rig.server_log).
+exactly as it would an engine's output; only the ATOM engine itself is simulated (k3rig.server_log).
 """
 import time
 from pathlib import Path
@@ -10,8 +10,8 @@ from pathlib import Path
 import docker
 import pytest
 import yaml
+from k3rig import server_log as L
 
-from k3doctor.rig import server_log as L
 from tests.e2e.cli import k3, k3json
 
 pytestmark = pytest.mark.e2e

@@ -14,9 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 import docker
 import pytest
 import yaml
-
-from k3doctor.rig import scenario_names
-from k3doctor.rig.scenario import load as load_scenario
+from k3rig import scenario_names
+from k3rig.scenario import load as load_scenario
 
 pytestmark = pytest.mark.e2e
 

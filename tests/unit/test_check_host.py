@@ -5,12 +5,12 @@ checkpoint from the gather's `find -printf` listing; every rule is tried on one 
 """
 import pytest
 from k3doctor.checks import host
+from k3rig.fixtures import healthy_checkpoint, meminfo_text
 
 from k3doctor.inventory import Node, Settings
 from k3doctor.readings import CommandReading, FileReading, Readings, Unavailable
 from k3doctor.registry import REGISTRY
 from k3doctor.results import Status
-from k3doctor.rig.fixtures import healthy_checkpoint, meminfo_text
 from k3doctor.runner import Context, judge_safely
 
 CHECK = REGISTRY.checks[host.CHECK]

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from k3doctor.checks import launch as lc
+from k3rig.fixtures import NodeState, launch_script
 
 from k3doctor.inventory import Node, Settings
 from k3doctor.model import network
@@ -24,7 +25,6 @@ from k3doctor.parsers import ParseError
 from k3doctor.readings import CommandReading, ContainerInspect, ContainerReading, FileReading, Readings
 from k3doctor.registry import REGISTRY
 from k3doctor.results import Status
-from k3doctor.rig.fixtures import NodeState, launch_script
 from k3doctor.runner import Context, judge_safely
 
 CHK = REGISTRY.checks["launch-config"]

@@ -1,9 +1,9 @@
 """The sanity gate's judges on the answer shapes of reference §1, §21 and §22."""
 import pytest
+from k3rig.model_server import chat, completion
 
 from k3doctor.gate import GateSettings, judge_chat, judge_completion, judge_models
 from k3doctor.results import Status
-from k3doctor.rig.model_server import chat, completion
 
 S = GateSettings()
 PROMPT = "The capital of France is"

@@ -11,8 +11,7 @@ import time
 from http.server import BaseHTTPRequestHandler
 
 import pytest
-
-from k3doctor.rig.rack import connect_engine
+from k3rig.rack import connect_engine
 
 
 class FakeEngineAPI(BaseHTTPRequestHandler):

@@ -1,10 +1,10 @@
 """Triage judgement on ATOM log lines written from the reference's literal strings (§2, §10, §17, §19–§25)."""
 import pytest
+from k3rig import server_log as L
 
 from k3doctor.parsers import ParseError
 from k3doctor.parsers.atom_log import parse_log, rank_marker, stage_of
 from k3doctor.results import Status
-from k3doctor.rig import server_log as L
 from k3doctor.triage import group_by_rank, most_likely, triage_results
 from k3doctor.triage.judge import Layout
 

@@ -36,7 +36,7 @@ def scenario_names() -> list[str]:
 
 
 def load(scenario: str | Path) -> dict[str, Any]:
-    """A scenario by name (``k3doctor/rig/scenarios/<name>.yaml``) or by path."""
+    """A scenario by name (``rig/k3rig/scenarios/<name>.yaml``) or by path."""
     path = Path(scenario)
     if path.suffix not in (".yaml", ".yml"):
         path = SCENARIO_DIR / f"{scenario}.yaml"

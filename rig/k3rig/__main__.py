@@ -1,4 +1,4 @@
-"""Stand the simulated rack up by hand: ``python -m k3doctor.rig up --workdir /tmp/k3rig --scenario healthy``."""
+"""Stand the simulated rack up by hand: ``python -m k3rig up --workdir /tmp/k3rig --scenario healthy``."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from .scenario import load, scenario_names
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m k3doctor.rig", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m k3rig", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     up = sub.add_parser("up", help="start the rack, print the inventory path, run until Ctrl-C")
     up.add_argument("--workdir", type=Path, default=Path("/tmp/k3rig"))

@@ -1,6 +1,6 @@
 """A stand-in for a Kimi-K3 OpenAI endpoint: real HTTP, canned answers (only the model is faked).
 
-``python -m k3doctor.rig.model_server --mode MODE`` serves ``/v1/models``, ``/v1/completions`` and
+``python -m k3rig.model_server --mode MODE`` serves ``/v1/models``, ``/v1/completions`` and
 ``/v1/chat/completions`` on 127.0.0.1 (port printed on stdout) in the answer patterns of reference
 §1, §21 and §22, and exits by itself after ``--lifetime`` seconds.
 """

@@ -183,7 +183,7 @@ def write_tree(tree: Path, state: NodeState) -> None:
     _write_sysfs(tree, state)
     write_file(tree, "proc/sys/kernel/random/boot_id", state.boot_id + "\n")
     _write_fake_tools(tree, state)
-    ubench.install(tree, state.tray, write_file)  # fake ualoe_p2p.exe / ualoe_bw.exe (k3doctor/rig/ubench)
+    ubench.install(tree, state.tray, write_file)  # fake ualoe_p2p.exe / ualoe_bw.exe (rig/k3rig/ubench)
     _write_host(tree, state)
     if not state.amdgpu_loaded:
         _unload_amdgpu(tree)

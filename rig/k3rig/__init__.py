@@ -1,6 +1,6 @@
-"""k3doctor.rig: a simulated 4-node gfx1250 rack (real sshd + dockerd per node, faked GPU hardware).
+"""k3rig: a simulated 4-node gfx1250 rack (real sshd + dockerd per node, faked GPU hardware).
 
-    from k3doctor.rig import Rig
+    from k3rig import Rig
     with Rig(workdir) as rig:          # or rig.start() ... rig.stop()
         rig.apply("ppod-mismatch")     # reset to healthy, then apply a scenario (scenario_names())
         rig.inventory_path             # k3doctor inventory YAML for the rack
