@@ -6,7 +6,6 @@ added, never renamed, within a schema version.
 from __future__ import annotations
 
 import json
-import re
 import time
 import xml.etree.ElementTree as ET
 
@@ -15,17 +14,10 @@ from tabulate import tabulate
 from . import __version__
 from .registry import REGISTRY
 from .results import Status, overall, worst
-from .text import xml_safe
+from .text import terminal_safe, xml_safe
 
 SCHEMA = "k3doctor.report/1"
 CLUSTER_COLUMN = "cluster"
-_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ufffe\uffff]")
-
-
-def printable(text: str) -> str:
-    """Report text with control characters from readings (ESC, NUL, ...) shown as ``\\xNN``: they
-    can neither drive the terminal nor make the JUnit file invalid XML."""
-    return _UNPRINTABLE.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 def _where(r) -> str:
@@ -68,7 +60,7 @@ def render_table(report, checks, verbose: bool = False) -> str:
     lines.append("")
     tail = f" - see `k3doctor explain {first}`" if first else ""
     lines.append(f"{verdict.text} ({_counts(report.results)}; {report.duration_s:.1f}s){tail}")
-    return printable("\n".join(lines))
+    return terminal_safe("\n".join(lines))
 
 
 def _counts(results) -> str:
@@ -131,4 +123,4 @@ def render_junit(report, checks, remediations=None) -> str:
             ET.SubElement(case, "system-out").text = text
     for key, value in counts.items():
         suite.set(key, str(value))
-    return printable(ET.tostring(suite, encoding="unicode", xml_declaration=True))
+    return ET.tostring(suite, encoding="unicode", xml_declaration=True)  # every node text went through xml_safe

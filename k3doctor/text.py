@@ -11,6 +11,9 @@ import re
 # XML 1.0 Char production (tab, LF, CR, U+0020-U+D7FF, U+E000-U+FFFD, U+10000-U+10FFFF) less the
 # DEL and C1 controls the spec asks documents to avoid (a terminal reads U+009B as an escape).
 _NOT_XML = re.compile("[^\t\n\r\u0020-\u007e\u0085\u00a0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+# A terminal: tab and line breaks stay; C0 and C1 controls, DEL, non-characters and the bytes a saved
+# file kept as lone surrogates are escaped (an ESC or U+009B would drive the terminal).
+_NOT_TERMINAL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]")
 # One line: also no line breaks, C1 controls or the Unicode line/paragraph separators.
 _NOT_LINE = re.compile("[^\u0020-\u007e\u00a0-\u2027\u202a-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
@@ -20,6 +23,11 @@ def _escape(match: re.Match) -> str:
     if 0xDC80 <= code <= 0xDCFF:  # a byte kept by surrogateescape
         return f"\\x{code - 0xDC00:02x}"
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def terminal_safe(text: str) -> str:
+    """``text`` with every character that could drive a terminal written as an escape (the table)."""
+    return _NOT_TERMINAL.sub(_escape, str(text))
 
 
 def xml_safe(text: str) -> str:
