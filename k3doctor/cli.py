@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import sys
 
 import click
@@ -24,7 +23,6 @@ from .runner import RunOptions, run_checks, select_checks
 
 EXIT_USAGE = 3
 KERNEL_HEALTH = "kernel-health"  # joins triage's report: the kernel log of every node
-PRIVATE = 0o600  # saved readings, baselines and reports can hold evidence from the nodes
 
 
 class Seconds(click.ParamType):
@@ -97,7 +95,7 @@ def cli():
               help="Override a check parameter for this run (repeatable), e.g. rack-free.window_min=10.")
 @click.option("--pairs", default=None, metavar="PLAN",
               help="Node pairs for the fabric probe: quick, all, or a,b;c,d (= --set ualoe-fabric.pairs=PLAN).")
-@click.option("--save-readings", type=click.Path(dir_okay=False, writable=True), default=None,
+@click.option("--save-readings", type=OutputPath(stdout=False), default=None,
               help="Also save every raw reading to this JSON file (re-judge it later with `k3doctor judge`).")
 @click.option("-o", "--output", type=OutputPath(), default="-",
               help="Write the report here (replaced atomically after the run; 0600: it may hold evidence).")
@@ -117,24 +115,12 @@ def check_cmd(inventory, only, skip, tier, fmt, parallel, timeout, connect_timeo
     opts = RunOptions(parallel=parallel, command_timeout_s=timeout, connect_timeout_s=connect_timeout,
                       node_deadline_s=node_deadline, accept_unknown_hosts=accept_unknown_hosts, fix=fix,
                       baseline=baseline, progress=_progress())
-    saved = private_file(save_readings) if save_readings else None  # fail before, not after, the run
     report = run_checks(inv, checks, opts)
-    if saved:
+    if save_readings:  # checked when parsed; replaced only now, atomically, 0600
         from . import snapshot
 
-        with saved:
-            saved.write(snapshot.dump(report, inv.text, overrides))
+        write_output(save_readings, snapshot.dump(report, inv.text, overrides), private=True)
     _emit(report, checks, fmt, output, verbose)
-
-
-def private_file(path: str):
-    """``path`` opened for writing, readable by its owner only (also when it existed before)."""
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE)
-        os.fchmod(fd, PRIVATE)
-        return os.fdopen(fd, "w", encoding="utf-8")
-    except OSError as exc:
-        raise click.UsageError(f"cannot write {path}: {exc.strerror}") from None
 
 
 def _emit(report, checks, fmt, output, verbose):
@@ -258,8 +244,8 @@ def baseline_group():
 
 @baseline_group.command("record")
 @click.option("--nodes", "inventory", metavar="INVENTORY.yaml", help="Inventory (default: this machine).")
-@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), required=True,
-              help="Baseline YAML file to write.")
+@click.option("-o", "--output", type=OutputPath(stdout=False), required=True,
+              help="Baseline YAML file to write (checked before the run, replaced atomically after it).")
 @click.option("--accept-unknown-hosts", is_flag=True, help="Accept host keys missing from known_hosts.")
 @click.option("--tier", type=click.Choice(["fast", "deep"]), default="fast", show_default=True,
               help="deep: also record the active probes' figures (e.g. a known-good fabric pair).")
@@ -276,8 +262,7 @@ def baseline_record_cmd(inventory, output, accept_unknown_hosts, tier):
                                                 progress=_progress()))
     doc = {"schema": "k3doctor.baseline/1", "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
            "inventory": inv.path, "nodes": report.records}
-    with private_file(output) as fh:
-        yaml.safe_dump(doc, fh, sort_keys=False)
+    write_output(output, yaml.safe_dump(doc, sort_keys=False), private=True)
     for node, why in report.unreachable.items():
         click.echo(f"k3doctor: {node} not recorded: {why}", err=True)
     unrecorded = [f"{node}/{chk}" for node, entries in report.records.items()

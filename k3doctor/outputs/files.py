@@ -17,10 +17,15 @@ class OutputPath(click.ParamType):
 
     name = "file"
 
+    def __init__(self, stdout: bool = True):
+        self.stdout = stdout  # False for files that are data, not a report (saved readings, a baseline)
+
     def convert(self, value, param, ctx):
         value = os.fsdecode(value)
         if value == "-":
-            return value
+            if self.stdout:
+                return value
+            self.fail("needs a file name: - (standard output) carries the report", param, ctx)
         directory = os.path.dirname(os.path.abspath(value))
         if os.path.isdir(value):
             self.fail(f"cannot write {value}: it is a directory", param, ctx)

@@ -183,6 +183,8 @@ def test_demo_stands_up_a_rack_shows_the_bad_card_and_tears_down(rig):
     (("judge", "/bin/true"), "cannot judge /bin/true"),
     (("check", "-o", "/nonexistent-dir/report.txt"), "/nonexistent-dir/report.txt"),
     (("check", "--save-readings", "/nonexistent-dir/r.json"), "cannot write /nonexistent-dir/r.json"),
+    (("check", "--save-readings", "-"), "needs a file name"),
+    (("baseline", "record", "-o", "/nonexistent-dir/b.yaml"), "cannot write /nonexistent-dir/b.yaml"),
 ])
 def test_bad_input_is_one_line_and_exit_3_before_anything_runs(args, needle):
     started = time.monotonic()
