@@ -127,6 +127,50 @@ def check_cmd(inventory, only, skip, tier, fmt, parallel, timeout, connect_timeo
     _emit(report, checks, fmt, output, verbose)
 
 
+@cli.command("node")
+@click.option("--nodes", "inventory", metavar="INVENTORY.yaml",
+              help="Inventory this node is part of (its settings; default: this machine's defaults).")
+@click.option("--name", default=None, metavar="NAME", help="This node's name in the inventory (default: hostname).")
+@click.option("--only", default="", metavar="NAMES", help="Comma-separated checks to run (passive ones only).")
+@click.option("--skip", default="", metavar="NAMES", help="Comma-separated checks to leave out.")
+@click.option("--set", "overrides", multiple=True, metavar="CHECK.PARAM=VALUE", help="Override a parameter.")
+@click.option("--timeout", type=Seconds(), default=None, metavar="S",
+              help="Per-reading timeout (default: the inventory's, at most 20).")
+@click.option("--node-deadline", type=Seconds(), default=None, metavar="S",
+              help="Deadline for all of this node's reads (default: the inventory's, at most 40).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print this node's results and readings as one line of JSON for `k3doctor merge`.")
+@click.option("--format", "fmt", type=click.Choice(list(OUTPUTS)), default="table",
+              show_default=True, help="Report format (see README: Monitoring and CI).")
+@click.option("-o", "--output", type=OutputPath(), default="-", help="Write the report here.")
+@click.option("-v", "--verbose", is_flag=True, help="Show evidence and passing results.")
+def node_cmd(inventory, name, only, skip, overrides, timeout, node_deadline, as_json, fmt, output, verbose):
+    """Check this machine only, no SSH (passive checks, bounded): for Slurm, Ansible, ClusterShell."""
+    from . import local
+
+    full = _inventory(inventory) if inventory else None
+    if full is None:
+        _load_plugins()
+    try:
+        inv = local.this_node(full, name)
+    except local.NodeSelectionError as exc:
+        raise click.UsageError(str(exc)) from None
+    apply_overrides(inv, overrides)
+    try:
+        checks = select_checks(REGISTRY, only=_names(only), skip=_names(skip))
+    except KeyError as exc:
+        raise click.UsageError(f"unknown check(s): {exc.args[0]} (see `k3doctor list`)") from None
+    active = [c.name for c in checks if c.interaction != "passive"]
+    if active:
+        raise click.UsageError(f"{', '.join(active)}: active probes span nodes; `node` runs passive checks only")
+    report = local.run_node(inv, checks, command_timeout_s=timeout, node_deadline_s=node_deadline,
+                            progress=_progress())
+    if as_json:
+        write_output(output, local.node_document(report, inv, checks, overrides) + "\n", private=True)
+        sys.exit(overall(report.results).exit_code)
+    _emit(report, checks, fmt, output, verbose)
+
+
 def private_file(path: str):
     """``path`` opened for writing, readable by its owner only (also when it existed before)."""
     try:
