@@ -144,7 +144,14 @@ def check_cmd(inventory, only, skip, tier, fmt, parallel, timeout, connect_timeo
               show_default=True, help="Report format (see README: Monitoring and CI).")
 @click.option("-o", "--output", type=OutputPath(), default="-", help="Write the report here.")
 @click.option("-v", "--verbose", is_flag=True, help="Show evidence and passing results.")
-def node_cmd(inventory, name, only, skip, overrides, timeout, node_deadline, as_json, fmt, output, verbose):
+@click.option("--slurm-drain", is_flag=True, help="HealthCheckProgram mode: a FAIL drains this node (reason "
+              "'k3doctor: ...'); a healthy run resumes it if the drain was k3doctor's (never another drain).")
+@click.option("--slurm-node", default=None, metavar="NAME",
+              help="This node's Slurm name (default: $SLURMD_NODENAME, else the short hostname).")
+@click.option("--slurm-timeout", type=Seconds(minimum=1), default=10, show_default=True, metavar="S",
+              help="Deadline of each scontrol call.")
+def node_cmd(inventory, name, only, skip, overrides, timeout, node_deadline, as_json, fmt, output, verbose,
+             slurm_drain, slurm_node, slurm_timeout):
     """Check this machine only, no SSH (passive checks, bounded): for Slurm, Ansible, ClusterShell."""
     from . import local
 
@@ -163,8 +170,21 @@ def node_cmd(inventory, name, only, skip, overrides, timeout, node_deadline, as_
     active = [c.name for c in checks if c.interaction != "passive"]
     if active:
         raise click.UsageError(f"{', '.join(active)}: active probes span nodes; `node` runs passive checks only")
+    if slurm_drain:
+        from . import slurm
+
+        try:
+            slurm_node = slurm.node_name(slurm_node)
+        except ValueError as exc:
+            raise click.UsageError(f"--slurm-node: {exc}") from None
     report = local.run_node(inv, checks, command_timeout_s=timeout, node_deadline_s=node_deadline,
                             progress=_progress())
+    if slurm_drain:
+        said, failed = slurm.apply(slurm_node, inv.nodes[0].name, report.results,
+                                   slurm.Scontrol(timeout_s=slurm_timeout))
+        for line in said + ([f"slurm: ERROR: {r.message}" for r in failed] if as_json else []):
+            click.echo(f"k3doctor: {line}", err=True)  # --json carries the node's checks only
+        report.results += failed
     if as_json:
         write_output(output, local.node_document(report, inv, checks, overrides) + "\n", private=True)
         sys.exit(overall(report.results).exit_code)
@@ -566,7 +586,7 @@ def list_cmd(verbose):
 @click.argument("code")
 def explain_cmd(code):
     """Print what to do about a remediation CODE shown in a report."""
-    from . import gate  # noqa: F401  (registers the gate's codes)
+    from . import gate, slurm  # noqa: F401  (registers the gate's and --slurm-drain's codes)
     from .triage import judge, stacks  # noqa: F401  (and triage's)
 
     _load_plugins()

@@ -29,13 +29,27 @@ from dataclasses import dataclass
 
 from .parsers import ParseError
 from .parsers.scontrol import SlurmNode, parse_show_node
-from .results import LaunchVerdict, Status, overall
+from .registry import remediation
+from .results import LaunchVerdict, Result, Status, overall
 
 PREFIX = "k3doctor:"  # every reason k3doctor sets starts with it; it resumes no other drain
 REASON_MAX = 200  # characters: sinfo shows the start, scontrol all of it
 CALL_TIMEOUT_S = 10.0  # per scontrol call: two calls must fit in HealthCheckProgram's 60 s with the checks
 _NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # one node, never a hostlist (a,b / x[1-4])
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
+# What names a cause in a reason k3doctor wrote: "k3doctor: <check>[ gpuN]:" and the final " [CODE]"
+# (messages carry figures that change from run to run: a changed figure is no new cause).
+_CAUSE = re.compile(r"(?P<where>k3doctor: [^:]+):.*?(?P<code> \[[A-Z0-9-]+\])?(?: \(\+\d+ more\))?")
+STEP = "slurm-drain"  # the report row of a Slurm call that failed
+
+SLURM_CALL = remediation("SLURM-CALL-FAILED", "k3doctor could not read or change this node's state in Slurm", """
+The node was left as it is in Slurm: not drained, not resumed. Check on the node, as the user the
+health check runs as (root or SlurmUser: only they may drain):
+  scontrol ping                        # slurmctld answers (SlurmctldHost, ports, munge)
+  scontrol show node "$(hostname -s)"  # the node's name in Slurm (--slurm-node / $SLURMD_NODENAME)
+  command -v scontrol; echo "$SLURM_CONF"
+A hung scontrol (slurmctld overloaded or unreachable) is cut at --slurm-timeout; the next health
+check tries again.""")
 
 
 class SlurmError(Exception):
@@ -90,7 +104,7 @@ def decide(verdict: LaunchVerdict, results, node: SlurmNode) -> Decision:
         if node.reason and not node.reason.startswith(PREFIX):
             return Decision(Action.NONE, note=f"{node.name} left as it is: already {_held(node)} with reason "
                                               f"{node.reason!r} (not k3doctor's); the failure is: {reason}")
-        if ours(node) and node.reason == reason:
+        if ours(node) and _cause(node.reason) == _cause(reason):
             return Decision(Action.NONE)  # drained for this cause already: nothing new to say
         return Decision(Action.DRAIN, reason=reason)
     if verdict == LaunchVerdict.READY:
@@ -98,6 +112,11 @@ def decide(verdict: LaunchVerdict, results, node: SlurmNode) -> Decision:
     kept = f"; k3doctor's drain stays ({node.reason})" if ours(node) else ""
     return Decision(Action.NONE, note=f"{node.name} left as it is: the run was inconclusive, which is no reason "
                                       f"to drain it nor proof that it is healthy{kept}")
+
+
+def _cause(reason: str) -> tuple:
+    match = _CAUSE.fullmatch(reason)
+    return (match["where"], match["code"]) if match else (reason,)
 
 
 def _held(node: SlurmNode) -> str:
@@ -159,17 +178,19 @@ def _end(proc: subprocess.Popen) -> None:
             pipe.close()
 
 
-def apply(name: str, results, scontrol: Scontrol) -> tuple[list[str], bool]:
-    """Drain/undrain ``name`` after a run: the lines to print, and whether Slurm could be told."""
+def apply(name: str, report_node: str | None, results, scontrol: Scontrol) -> tuple[list[str], list[Result]]:
+    """Drain/undrain ``name`` after a run: what was done (lines for stderr), and an ERROR result for the
+    report if Slurm could not be read or told (said once, there; the run is then at best inconclusive)."""
     verdict = overall(results)
     try:
         decision = decide(verdict, results, scontrol.show_node(name))
         if decision.action == Action.DRAIN:
             scontrol.drain(name, decision.reason)
-            return [f"slurm: drained {name}: {decision.reason}"], True
+            return [f"slurm: drained {name}: {decision.reason}"], []
         if decision.action == Action.UNDRAIN:
             scontrol.undrain(name)
-            return [f"slurm: resumed {name}: healthy again (its drain was k3doctor's)"], True
+            return [f"slurm: resumed {name}: healthy again (its drain was k3doctor's)"], []
     except SlurmError as exc:
-        return [f"slurm: ERROR: {exc}; {name} left as it is"], False
-    return ([f"slurm: {decision.note}"] if decision.note else []), True
+        return [], [Result(check=STEP, node=report_node, status=Status.ERROR, remediation=SLURM_CALL,
+                           message=f"{exc}; Slurm node {name} left as it is")]
+    return ([f"slurm: {decision.note}"] if decision.note else []), []

@@ -8,17 +8,24 @@ ports, so several clusters (parallel test runs) can coexist. ``stop()`` ends the
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
+
+from k3doctor.rig.fixtures import BIND_PATHS
 
 NODE = "k3node"
 DAEMONS = ("munged", "slurmctld", "slurmd")
 SBIN_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 START_TIMEOUT_S = 60.0  # a loaded 2-core box: slurmctld's first start writes its state files
+# The rig's fake hardware paths that this machine's own k3doctor may see: not /root and /mnt, which
+# hold the test's python (pyenv) and nothing the passive checks used here read.
+FAKE_HARDWARE = tuple(rel for rel in BIND_PATHS if rel not in ("root", "mnt"))
 
 
 def missing() -> str | None:
@@ -46,8 +53,10 @@ def _free_ports(count: int) -> list[int]:
 class SlurmCluster:
     """``with SlurmCluster(workdir) as cluster:`` a started cluster whose one node is idle."""
 
-    def __init__(self, workdir: Path, *, health_check: str | None = None, health_interval_s: int = 0):
+    def __init__(self, workdir: Path, *, health_check: str | None = None, health_interval_s: int = 0,
+                 ready: tuple = ("idle",)):
         self.dir = Path(workdir).resolve()
+        self.ready = ready  # sinfo states that mean slurmd registered (a health check may drain it at once)
         self.conf = self.dir / "slurm.conf"
         self.munge_socket = self.dir / "munge" / "munge.socket"
         self.health_check = health_check
@@ -80,7 +89,7 @@ class SlurmCluster:
             self._spawn("slurmctld", ["slurmctld", "-D", "-i", "-f", str(self.conf)])
             self._wait(self._controller_answers, "slurmctld to answer")
             self._spawn("slurmd", ["slurmd", "-D", "-N", NODE, "-f", str(self.conf)])
-            self._wait(lambda: self.state() == "idle", f"{NODE} idle in sinfo")
+            self._wait(lambda: self.state() in self.ready, f"{NODE} {' or '.join(self.ready)} in sinfo")
         except BaseException:
             self.stop()
             raise
@@ -114,7 +123,7 @@ class SlurmCluster:
                         zombie = fh.read().rsplit(b")", 1)[1].split()[0] == b"Z"
                 except OSError:
                     continue
-                if str(self.dir).encode() in cmdline and not zombie:
+                if str(self.dir).encode() in cmdline and not zombie and int(entry) not in _ancestors():
                     found.append(int(entry))
         return found
 
@@ -142,6 +151,12 @@ class SlurmCluster:
 
     def resume(self) -> None:
         self.run("scontrol", "update", f"nodename={NODE}", "state=resume")
+
+    def back_in_service(self) -> None:
+        """Undrain the node if anything drained it, and wait until it is idle again."""
+        if self.state().startswith(("drain", "down")):
+            self.resume()
+        self._wait(lambda: self.state() == "idle", f"{NODE} idle again")
 
     def wait_for(self, predicate, what: str, timeout_s: float = START_TIMEOUT_S) -> None:
         self._wait(predicate, what, timeout_s)
@@ -226,3 +241,26 @@ def _signal_group(pid: int, sig: int) -> None:
         os.killpg(pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def _ancestors() -> set[int]:
+    """This process and its parents (their command lines may name the directory too)."""
+    pids, pid = set(), os.getpid()
+    while pid > 1:
+        pids.add(pid)
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            pid = int(fh.read().rsplit(b")", 1)[1].split()[1])
+    return pids
+
+
+def on_fake_hardware(tree: Path, argv: list[str]) -> list[str]:
+    """``argv`` run in a mount namespace of its own that sees ``tree`` (a rig fixture tree,
+    k3doctor/rig/fixtures.py) where the GPUs' sysfs, amd-smi, dmesg and meminfo are, the way the rig's
+    nodes see theirs; everything else (Slurm, munge, the network) is this machine's."""
+    binds = [shlex.join(["mount", "--bind", str(tree / rel), f"/{rel}"]) + " || exit 99" for rel in FAKE_HARDWARE]
+    script = "\n".join([*binds, shlex.join(["exec", *argv])])
+    return ["unshare", "-m", "--propagation", "private", "--", "/bin/sh", "-c", script]
+
+
+def k3doctor_argv(*args: str) -> list[str]:
+    return [sys.executable, "-m", "k3doctor.cli", *args]

@@ -102,6 +102,11 @@ def test_fail_on_our_drain_keeps_quiet_for_the_same_cause_and_updates_a_new_one(
     assert decide(LaunchVerdict.DO_NOT_LAUNCH, FAILED, node(OUR_REASON)).note is None
     other = decide(LaunchVerdict.DO_NOT_LAUNCH, FAILED, node("k3doctor: rack-free: foreign container"))
     assert other.action == Action.DRAIN and other.reason == OUR_REASON
+    for before in ("k3doctor: ualink-state gpu1: accel_state is 'unconfigured' (loaded 60s ago) [UALINK-NOT-ACTIVE]",
+                   OUR_REASON.replace(" (+1 more)", "")):  # figures changed, or fewer other failures: same cause
+        assert decide(LaunchVerdict.DO_NOT_LAUNCH, FAILED, node(before)).action == Action.NONE
+    for before in (OUR_REASON.replace("gpu1", "gpu2"), OUR_REASON.replace("UALINK-NOT-ACTIVE", "UALINK-LANES")):
+        assert decide(LaunchVerdict.DO_NOT_LAUNCH, FAILED, node(before)).action == Action.DRAIN
 
 
 def test_ready_resumes_only_k3doctors_drain():
