@@ -149,7 +149,7 @@ def check_cmd(inventory, only, skip, tier, fmt, parallel, timeout, connect_timeo
 @click.option("--slurm-node", default=None, metavar="NAME",
               help="This node's Slurm name (default: $SLURMD_NODENAME, else the short hostname).")
 @click.option("--slurm-timeout", type=Seconds(minimum=1), default=10, show_default=True, metavar="S",
-              help="Deadline of each scontrol call.")
+              help="All scontrol calls together end by then (with the checks' 40 s: inside Slurm's 60 s).")
 def node_cmd(inventory, name, only, skip, overrides, timeout, node_deadline, as_json, fmt, output, verbose,
              slurm_drain, slurm_node, slurm_timeout):
     """Check this machine only, no SSH (passive checks, bounded): for Slurm, Ansible, ClusterShell."""
@@ -181,7 +181,7 @@ def node_cmd(inventory, name, only, skip, overrides, timeout, node_deadline, as_
                             progress=_progress())
     if slurm_drain:
         said, failed = slurm.apply(slurm_node, inv.nodes[0].name, report.results,
-                                   slurm.Scontrol(timeout_s=slurm_timeout))
+                                   slurm.Scontrol(budget_s=slurm_timeout))
         for line in said + ([f"slurm: ERROR: {r.message}" for r in failed] if as_json else []):
             click.echo(f"k3doctor: {line}", err=True)  # --json carries the node's checks only
         report.results += failed

@@ -27,6 +27,7 @@ import socket
 import subprocess
 from dataclasses import dataclass
 
+from .deadline import Deadline
 from .parsers import ParseError
 from .parsers.scontrol import SlurmNode, parse_show_node
 from .registry import remediation
@@ -34,7 +35,7 @@ from .results import LaunchVerdict, Result, Status, overall
 
 PREFIX = "k3doctor:"  # every reason k3doctor sets starts with it; it resumes no other drain
 REASON_MAX = 200  # characters: sinfo shows the start, scontrol all of it
-CALL_TIMEOUT_S = 10.0  # per scontrol call: two calls must fit in HealthCheckProgram's 60 s with the checks
+SLURM_BUDGET_S = 10.0  # all scontrol calls of a run: with the checks' 40 s, inside HealthCheckProgram's 60 s
 _NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # one node, never a hostlist (a,b / x[1-4])
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
 # What names a cause in a reason k3doctor wrote: "k3doctor: <check>[ gpuN]:" and the final " [CODE]"
@@ -124,11 +125,13 @@ def _held(node: SlurmNode) -> str:
 
 
 class Scontrol:
-    """``scontrol`` calls, each an argv list bounded by ``timeout_s`` (its process group is killed then)."""
+    """``scontrol`` calls, argv lists that all end within ``budget_s`` together (a call still running at
+    the deadline is killed with its process group)."""
 
-    def __init__(self, program: str = "scontrol", timeout_s: float = CALL_TIMEOUT_S):
+    def __init__(self, program: str = "scontrol", budget_s: float = SLURM_BUDGET_S):
         self.program = program
-        self.timeout_s = timeout_s
+        self.budget_s = budget_s
+        self.deadline = Deadline(budget_s, SLURM_BUDGET_S)
 
     def show_node(self, name: str) -> SlurmNode:
         out = self._call("show", "node", name)
@@ -154,9 +157,9 @@ class Scontrol:
         except OSError as exc:
             raise SlurmError(f"cannot run {path}: {exc.strerror}") from None
         try:
-            out, err = proc.communicate(timeout=self.timeout_s)
+            out, err = proc.communicate(timeout=self.deadline.remaining())
         except subprocess.TimeoutExpired:
-            raise SlurmError(f"`{shown}` did not answer within {self.timeout_s:g} s") from None
+            raise SlurmError(f"`{shown}` did not answer within the {self.budget_s:g} s Slurm budget") from None
         finally:
             _end(proc)
         if proc.returncode != 0:

@@ -112,20 +112,33 @@ class SlurmCluster:
         self.procs.clear()
 
     def pids(self) -> list[int]:
-        """Live processes whose command line names this cluster's directory (for leak checks)."""
+        """Live processes of this cluster: the daemons (their command lines name its directory) and
+        whatever ran with its SLURM_CONF (health checks, the k3doctor they start, its reads)."""
+        marks = (str(self.dir).encode(), f"SLURM_CONF={self.conf}\0".encode())
         found = []
         for entry in os.listdir("/proc"):
-            if entry.isdigit():
-                try:
-                    with open(f"/proc/{entry}/cmdline", "rb") as fh:
-                        cmdline = fh.read()
-                    with open(f"/proc/{entry}/stat", "rb") as fh:
-                        zombie = fh.read().rsplit(b")", 1)[1].split()[0] == b"Z"
-                except OSError:
-                    continue
-                if str(self.dir).encode() in cmdline and not zombie and int(entry) not in _ancestors():
-                    found.append(int(entry))
+            if not entry.isdigit() or int(entry) in _ancestors():
+                continue
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as fh:
+                    if fh.read().rsplit(b")", 1)[1].split()[0] == b"Z":
+                        continue
+                with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                    cmdline = fh.read()
+                with open(f"/proc/{entry}/environ", "rb") as fh:
+                    environ = fh.read()
+            except OSError:
+                continue
+            if marks[0] in cmdline or marks[1] in environ:
+                found.append(int(entry))
         return found
+
+    def gone(self, timeout_s: float = 30.0) -> list[int]:
+        """What is still running of this cluster after ``timeout_s`` (k3doctor's own reads end by their deadlines)."""
+        end = time.monotonic() + timeout_s
+        while self.pids() and time.monotonic() < end:
+            time.sleep(0.2)
+        return self.pids()
 
     # ----------------------------------------------------------------------------------------- client side
 
@@ -201,7 +214,7 @@ class SlurmCluster:
         key.chmod(0o400)
         ctld_port, slurmd_port = _free_ports(2)
         health = ([f"HealthCheckProgram={self.health_check}", f"HealthCheckInterval={self.health_interval_s}",
-                   "HealthCheckNodeState=ANY"] if self.health_check else [])
+                   "HealthCheckNodeState=IDLE"] if self.health_check else [])
         lines = [
             "ClusterName=k3test",
             "SlurmctldHost=localhost(127.0.0.1)",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shlex
 import shutil
 import subprocess
 import time
@@ -44,7 +45,7 @@ def cluster(tmp_path_factory):
         pytest.skip(why)
     with SlurmCluster(tmp_path_factory.mktemp("slurm")) as started:
         yield started
-    assert started.pids() == [], "Slurm daemons left running"
+    assert started.gone() == [], "Slurm daemons or k3doctor processes left running"
 
 
 @pytest.fixture
@@ -103,8 +104,7 @@ def test_an_inconclusive_run_neither_drains_nor_resumes(in_service, trees):
     [line] = slurm_lines(inconclusive)
     assert "left as it is: the run was inconclusive" in line
 
-    node_check(in_service, trees["card-unconfigured"])
-    assert in_service.state() == "drained"
+    in_service.drain(f"{UALINK_REASON} [UALINK-NOT-ACTIVE]")  # as an earlier run of k3doctor left it
     still = node_check(in_service, trees["dmesg-hang"], "--timeout", "2")
     assert still.returncode == 2 and in_service.state() == "drained"
     assert "k3doctor's drain stays" in slurm_lines(still)[0]
@@ -131,7 +131,8 @@ def test_a_hung_or_missing_scontrol_ends_by_its_deadline_with_one_line(in_servic
     proc = node_check(in_service, trees["card-unconfigured"], "--slurm-timeout", "2", env=env)
     took = time.monotonic() - started
     assert proc.returncode == 1, proc.stdout + proc.stderr  # the FAIL stands; Slurm could not be told
-    why = "`scontrol show node` did not answer within 2 s" if scontrol == "hangs" else "scontrol not found"
+    why = ("`scontrol show node` did not answer within the 2 s Slurm budget" if scontrol == "hangs"
+           else "scontrol not found")
     lines = [line for line in proc.stdout.splitlines() if "slurm-drain" in line]
     assert lines == [f"ERROR slurm-drain ct14: {why}{'' if scontrol == 'hangs' else f' (PATH={path})'}; "
                      f"Slurm node {NODE} left as it is  [SLURM-CALL-FAILED]"], proc.stdout
@@ -139,6 +140,33 @@ def test_a_hung_or_missing_scontrol_ends_by_its_deadline_with_one_line(in_servic
     assert took < 60  # Slurm kills a HealthCheckProgram at 60 s; a hang costs --slurm-timeout, not that
     assert in_service.state() == "idle"
     assert [p for p in os.listdir("/proc") if p.isdigit() and _names(p, str(sleeper))] == []
+
+
+def test_slurmds_own_health_check_drains_and_resumes_the_node(trees, tmp_path):
+    """slurm.conf's HealthCheckProgram runs the README's wrapper: slurmd itself calls k3doctor (no PATH, only
+    $SLURMD_NODENAME), which drains the node on the fault and resumes it once the hardware is healthy."""
+    why = missing()
+    if why:
+        pytest.skip(why)
+    current = tmp_path / "hardware"  # which fixture tree the node has now
+    current.symlink_to(trees["card-unconfigured"])
+    wrapper = tmp_path / "k3doctor-health"
+    node = k3doctor_argv("node", "--name", "ct14", "--only", CHECKS, "--slurm-drain", "--format", "npd")
+    wrapper.write_text("#!/bin/sh\n"
+                       "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n"
+                       f"SLURM_CONF={shlex.quote(str(tmp_path / 'slurm' / 'slurm.conf'))}\n"
+                       "export PATH SLURM_CONF\n"
+                       f"exec {shlex.join(on_fake_hardware(current, node))}\n")
+    wrapper.chmod(0o755)
+    with SlurmCluster(tmp_path / "slurm", health_check=str(wrapper), health_interval_s=3,
+                      ready=("idle", "drained")) as cluster:
+        cluster.wait_for(lambda: cluster.state() == "drained", "the health check's drain", timeout_s=90)
+        assert cluster.reason().startswith(UALINK_REASON)
+        current.unlink()
+        current.symlink_to(trees["healthy"])
+        cluster.wait_for(lambda: cluster.state() == "idle", "the health check's resume", timeout_s=90)
+        assert cluster.reason() == "none"
+    assert cluster.gone() == []
 
 
 def _names(pid: str, text: str) -> bool:

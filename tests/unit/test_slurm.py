@@ -160,8 +160,8 @@ def test_a_hung_scontrol_ends_by_its_deadline_with_its_children(tmp_path):
     marker = str(sleeper)
     fake = script(tmp_path, f"{sleeper} 300 &\n{sleeper} 301\n")
     started = time.monotonic()
-    with pytest.raises(SlurmError, match=r"`.*scontrol show node` did not answer within 1 s"):
-        Scontrol(fake, timeout_s=1).show_node("k3node")
+    with pytest.raises(SlurmError, match=r"`.*scontrol show node` did not answer within the 1 s Slurm budget"):
+        Scontrol(fake, budget_s=1).show_node("k3node")
     assert time.monotonic() - started < 10
     left = [p for p in os.listdir("/proc") if p.isdigit() and _cmdline_has(p, marker)]
     assert left == []
