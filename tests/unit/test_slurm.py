@@ -11,7 +11,7 @@ import pytest
 from k3doctor.parsers import ParseError
 from k3doctor.parsers.scontrol import SlurmNode, parse_show_node
 from k3doctor.results import LaunchVerdict, Result, Status
-from k3doctor.slurm import REASON_MAX, Action, Scontrol, SlurmError, decide, drain_reason, node_name, ours
+from k3doctor.slurm import REASON_MAX, Action, Scontrol, SlurmError, apply, decide, drain_reason, node_name, ours
 
 SAMPLES = Path(__file__).with_name("samples")
 
@@ -189,3 +189,36 @@ def test_a_failing_scontrol_says_what_it_said(tmp_path):
 def test_garbled_scontrol_output_is_an_error_not_a_state(tmp_path):
     with pytest.raises(SlurmError, match="cannot read the state of k3node"):
         Scontrol(script(tmp_path, "echo 'NodeName=k3node'\n")).show_node("k3node")
+
+
+def recording_scontrol(tmp_path: Path, shown: str) -> tuple[str, Path]:
+    """An scontrol that prints ``shown`` for `show node` and writes each argument of `update` on a line."""
+    (tmp_path / "shown.txt").write_text(shown)
+    log = tmp_path / "calls.txt"
+    fake = script(tmp_path, f'if [ "$1" = show ]; then cat {tmp_path / "shown.txt"}; '
+                            f'else printf "%s\\n" "$@" >> {log}; fi\n')
+    return fake, log
+
+
+def test_apply_drains_with_the_reason_as_one_argument_never_through_a_shell(tmp_path):
+    fake, log = recording_scontrol(tmp_path, sample("idle"))
+    hostile = [result(Status.FAIL, message="bad $(touch /tmp/k3doctor-pwned) `id`; rm -rf / 'x\"")]
+    said, failed = apply("k3node", "ct14", hostile, Scontrol(fake))
+    reason = "k3doctor: ualink-state gpu1: bad $(touch /tmp/k3doctor-pwned) `id`; rm -rf / 'x\" [UALINK-NOT-ACTIVE]"
+    assert log.read_text().splitlines() == ["update", "nodename=k3node", "state=drain", f"reason={reason}"]
+    assert said == [f"slurm: drained k3node: {reason}"] and failed == []
+    assert not Path("/tmp/k3doctor-pwned").exists()
+
+
+def test_apply_undrains_only_our_drain_and_reports_a_failed_call_as_one_error_row(tmp_path):
+    fake, log = recording_scontrol(tmp_path, sample("drained-k3doctor"))
+    assert apply("k3node", "ct14", [result(Status.PASS)], Scontrol(fake))[1] == []
+    assert log.read_text().splitlines() == ["update", "nodename=k3node", "state=undrain"]
+    (tmp_path / "human").mkdir()
+    human, log = recording_scontrol(tmp_path / "human", sample("down-human"))
+    assert apply("k3node", "ct14", [result(Status.PASS)], Scontrol(human)) == ([], [])
+    assert not log.exists()
+    said, [row] = apply("k3node", "ct14", [result(Status.PASS)], Scontrol("no-such-scontrol"))
+    assert said == [] and (row.check, row.node, row.status, row.remediation) == (
+        "slurm-drain", "ct14", Status.ERROR, "SLURM-CALL-FAILED")
+    assert row.message.endswith("; Slurm node k3node left as it is")
