@@ -184,8 +184,7 @@ class SlurmCluster:
             return False
 
     def _spawn(self, name: str, argv: list[str]) -> None:
-        log = open(self.dir / f"{name}.out", "wb")  # noqa: SIM115 - the daemon keeps it
-        with log:
+        with open(self.dir / f"{name}.out", "wb") as log:  # the daemon keeps its own copy of the descriptor
             self.procs[name] = subprocess.Popen(
                 [shutil.which(argv[0], path=SBIN_PATH), *argv[1:]], stdin=subprocess.DEVNULL, stdout=log,
                 stderr=subprocess.STDOUT, start_new_session=True, env=self.env, cwd=self.dir)
