@@ -102,7 +102,7 @@ def decide(verdict: LaunchVerdict, results, node: SlurmNode) -> Decision:
     """What to do to ``node`` after a run with this verdict (pure; see the module docstring)."""
     if verdict == LaunchVerdict.DO_NOT_LAUNCH:
         reason = drain_reason(results)
-        if node.reason and not node.reason.startswith(PREFIX):
+        if _held(node) and node.reason and not node.reason.startswith(PREFIX):
             return Decision(Action.NONE, note=f"{node.name} left as it is: already {_held(node)} with reason "
                                               f"{node.reason!r} (not k3doctor's); the failure is: {reason}")
         if ours(node) and _cause(node.reason) == _cause(reason):
@@ -120,8 +120,10 @@ def _cause(reason: str) -> tuple:
     return (match["where"], match["code"]) if match else (reason,)
 
 
-def _held(node: SlurmNode) -> str:
-    return "down" if node.state == "DOWN" else "drained" if node.drain_flag else node.state.lower()
+def _held(node: SlurmNode) -> str | None:
+    """How the node is out of service (None: it is not; a reason left on it then holds nothing)."""
+    return ("down" if node.state == "DOWN" else "drained" if node.drain_flag else
+            "failing" if "FAIL" in node.flags else None)
 
 
 class Scontrol:

@@ -95,6 +95,13 @@ def test_fail_never_overwrites_a_down_reason():
     assert got.action == Action.NONE and "already down" in got.note
 
 
+def test_fail_drains_a_node_in_service_whatever_stale_reason_it_still_carries():
+    got = decide(LaunchVerdict.DO_NOT_LAUNCH, FAILED, node("disk swap", state="IDLE", flags=()))
+    assert got.action == Action.DRAIN and got.reason == OUR_REASON
+    held = decide(LaunchVerdict.DO_NOT_LAUNCH, FAILED, node("bad DIMM", state="IDLE", flags=("FAIL",)))
+    assert held.action == Action.NONE and "already failing" in held.note
+
+
 def test_fail_on_our_drain_keeps_quiet_for_the_same_cause_and_updates_a_new_one():
     assert decide(LaunchVerdict.DO_NOT_LAUNCH, FAILED, node(OUR_REASON)) == (
         decide(LaunchVerdict.DO_NOT_LAUNCH, FAILED, node(OUR_REASON)))
