@@ -123,6 +123,70 @@ def check_cmd(inventory, only, skip, tier, fmt, parallel, timeout, connect_timeo
     _emit(report, checks, fmt, output, verbose)
 
 
+@cli.command("node")
+@click.option("--nodes", "inventory", metavar="INVENTORY.yaml",
+              help="Inventory this node is part of (its settings; default: this machine's defaults).")
+@click.option("--name", default=None, metavar="NAME", help="This node's name in the inventory (default: hostname).")
+@click.option("--only", default="", metavar="NAMES", help="Comma-separated checks to run (passive ones only).")
+@click.option("--skip", default="", metavar="NAMES", help="Comma-separated checks to leave out.")
+@click.option("--set", "overrides", multiple=True, metavar="CHECK.PARAM=VALUE", help="Override a parameter.")
+@click.option("--timeout", type=Seconds(), default=None, metavar="S",
+              help="Per-reading timeout (default: the inventory's, at most 20).")
+@click.option("--node-deadline", type=Seconds(), default=None, metavar="S",
+              help="Deadline for all of this node's reads (default: the inventory's, at most 40).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print this node's results and readings as one line of JSON for `k3doctor merge`.")
+@click.option("--format", "fmt", type=click.Choice(list(OUTPUTS)), default="table",
+              show_default=True, help="Report format (see README: Monitoring and CI).")
+@click.option("-o", "--output", type=OutputPath(), default="-", help="Write the report here.")
+@click.option("-v", "--verbose", is_flag=True, help="Show evidence and passing results.")
+@click.option("--slurm-drain", is_flag=True, help="HealthCheckProgram mode: a FAIL drains this node (reason "
+              "'k3doctor: ...'); a healthy run resumes it if the drain was k3doctor's (never another drain).")
+@click.option("--slurm-node", default=None, metavar="NAME",
+              help="This node's Slurm name (default: $SLURMD_NODENAME, else the short hostname).")
+@click.option("--slurm-timeout", type=Seconds(minimum=1), default=10, show_default=True, metavar="S",
+              help="All scontrol calls together end by then (with the checks' 40 s: inside Slurm's 60 s).")
+def node_cmd(inventory, name, only, skip, overrides, timeout, node_deadline, as_json, fmt, output, verbose,
+             slurm_drain, slurm_node, slurm_timeout):
+    """Check this machine only, no SSH (passive checks, bounded): for Slurm, Ansible, ClusterShell."""
+    from . import local
+
+    full = _inventory(inventory) if inventory else None
+    if full is None:
+        _load_plugins()
+    try:
+        inv = local.this_node(full, name)
+    except local.NodeSelectionError as exc:
+        raise click.UsageError(str(exc)) from None
+    apply_overrides(inv, overrides)
+    try:
+        checks = select_checks(REGISTRY, only=_names(only), skip=_names(skip))
+    except KeyError as exc:
+        raise click.UsageError(f"unknown check(s): {exc.args[0]} (see `k3doctor list`)") from None
+    active = [c.name for c in checks if c.interaction != "passive"]
+    if active:
+        raise click.UsageError(f"{', '.join(active)}: active probes span nodes; `node` runs passive checks only")
+    if slurm_drain:
+        from . import slurm
+
+        try:
+            slurm_node = slurm.node_name(slurm_node)
+        except ValueError as exc:
+            raise click.UsageError(f"--slurm-node: {exc}") from None
+    report = local.run_node(inv, checks, command_timeout_s=timeout, node_deadline_s=node_deadline,
+                            progress=_progress())
+    if slurm_drain:
+        said, failed = slurm.apply(slurm_node, inv.nodes[0].name, report.results,
+                                   slurm.Scontrol(budget_s=slurm_timeout))
+        for line in said + ([f"slurm: ERROR: {r.message}" for r in failed] if as_json else []):
+            click.echo(f"k3doctor: {line}", err=True)  # --json carries the node's checks only
+        report.results += failed
+    if as_json:
+        write_output(output, local.node_document(report, inv, checks, overrides) + "\n", private=True)
+        sys.exit(overall(report.results).exit_code)
+    _emit(report, checks, fmt, output, verbose)
+
+
 def _emit(report, checks, fmt, output, verbose):
     """Render with the registered format; the format also decides the exit code (Nagios: 0-3) and whether
     the file is private (reports hold evidence) or readable by a collector (Prometheus textfile)."""
@@ -511,7 +575,7 @@ def list_cmd(verbose):
 @click.argument("code")
 def explain_cmd(code):
     """Print what to do about a remediation CODE shown in a report."""
-    from . import gate  # noqa: F401  (registers the gate's codes)
+    from . import gate, slurm  # noqa: F401  (registers the gate's and --slurm-drain's codes)
     from .triage import judge, stacks  # noqa: F401  (and triage's)
 
     _load_plugins()

@@ -40,6 +40,7 @@ class RunOptions:
     record: bool = False  # collect baseline records instead of only judging
     replay: tuple | None = None  # ({node: {spec: reading}}, {node: why}) from a saved snapshot
     progress: Callable[[str], None] | None = None
+    cluster_judges: bool = True  # False: `k3doctor node` (the cluster judges run in `merge`)
 
 
 @dataclass
@@ -137,7 +138,7 @@ def run_checks(inv: Inventory, checks: list, opts: RunOptions = None) -> RunRepo
     baseline = opts.baseline or {}
 
     def visit(node: Node):
-        specs_by_check = specs_by_node[node.name] = _specs_of(passive, node.settings)
+        specs_by_check = specs_by_node[node.name] = specs_of(passive, node.settings)
         wanted = [s for specs in specs_by_check.values() if isinstance(specs, dict) for s in specs.values()]
         try:
             if opts.replay:
@@ -197,19 +198,8 @@ def run_checks(inv: Inventory, checks: list, opts: RunOptions = None) -> RunRepo
                                "(record it with `k3doctor baseline record` while it is healthy)")
                         for n in readings if n not in baseline]
         nodes = {n.name: n for n in inv.nodes}
-        reachable = [n for n in inv.nodes if n.name in readings]
-        for chk in cluster:
-            built = [n for n in reachable if isinstance(specs_by_node[n.name][chk.name], dict)]
-            gates = {n.name: Gate(chk, failed_by_node[n.name]) for n in built}
-            evaluated = [n for n in built if not gates[n.name].whole]
-            for n in built:  # a node left out says so once
-                results += _to_results(chk, n.name, gates[n.name].skipped())
-            per_node = {n.name: Readings(gates[n.name].readings(
-                {name: readings[n.name][spec] for name, spec in specs_by_node[n.name][chk.name].items()}))
-                for n in evaluated}
-            ctx = Context(chk, inv.cluster, nodes={n.name: n for n in evaluated},
-                          baseline={n: entry.get(chk.name) for n, entry in baseline.items()})
-            results += _to_results(chk, None, judge_safely(chk.judge, per_node, ctx)) if evaluated else []
+        if opts.cluster_judges:
+            results += judge_cluster(inv, cluster, readings, specs_by_node, failed_by_node, baseline)
         for chk in active:
             if opts.replay:
                 results.append(Result(chk.name, None, Status.SKIP, "active probe: not replayable from saved readings"))
@@ -243,7 +233,30 @@ def run_checks(inv: Inventory, checks: list, opts: RunOptions = None) -> RunRepo
                      unreachable=unreachable, readings=readings, records=records)
 
 
-def _specs_of(checks: list, settings) -> dict:
+def judge_cluster(inv: Inventory, cluster: list, readings: dict, specs_by_node: dict, failed_by_node: dict,
+                  baseline: dict) -> list:
+    """Phase 2: each cluster judge over the reachable nodes' readings, leaving out the nodes where a
+    prerequisite failed (``failed_by_node``: node -> prerequisite -> its blocking results there).
+    ``readings``: node -> {spec: reading}; ``specs_by_node``: node -> check -> {name: spec} (or the
+    Result that says why its reads could not be built there). Shared by ``check`` and ``merge``."""
+    results = []
+    reachable = [n for n in inv.nodes if n.name in readings]
+    for chk in cluster:
+        built = [n for n in reachable if isinstance(specs_by_node[n.name][chk.name], dict)]
+        gates = {n.name: Gate(chk, failed_by_node.get(n.name, {})) for n in built}
+        evaluated = [n for n in built if not gates[n.name].whole]
+        for n in built:  # a node left out says so once
+            results += _to_results(chk, n.name, gates[n.name].skipped())
+        per_node = {n.name: Readings(gates[n.name].readings(
+            {name: readings[n.name][spec] for name, spec in specs_by_node[n.name][chk.name].items()}))
+            for n in evaluated}
+        ctx = Context(chk, inv.cluster, nodes={n.name: n for n in evaluated},
+                      baseline={n: entry.get(chk.name) for n, entry in baseline.items()})
+        results += _to_results(chk, None, judge_safely(chk.judge, per_node, ctx)) if evaluated else []
+    return results
+
+
+def specs_of(checks: list, settings) -> dict:
     """check name -> its reading specs on one node, or the ERROR when building them failed there
     (a bug in a check's ``reads``: that check on that node, never every node)."""
     out = {}

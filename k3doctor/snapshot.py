@@ -65,11 +65,20 @@ def _decode_reading(data: dict):
     return _READINGS[kind](**fields)
 
 
+def encode_readings(got: dict) -> list:
+    """One node's ``{spec: reading}`` as JSON-ready entries, each reading as its spec lets it be saved."""
+    return [{"spec": _encode_spec(s), "reading": _encode_reading(saved_copy(s, v))} for s, v in got.items()]
+
+
+def decode_readings(entries: list) -> dict:
+    """:func:`encode_readings` back (raises KeyError, TypeError, ValueError on damaged entries)."""
+    return {_decode_spec(e["spec"]): _decode_reading(e["reading"]) for e in entries}
+
+
 def dump(report, inventory_text: str, overrides=()) -> str:
     """JSON of every node's readings (as far as each spec lets them be saved) plus the inventory and
     ``--set`` overrides they were taken with."""
-    nodes = {node: [{"spec": _encode_spec(s), "reading": _encode_reading(saved_copy(s, v))} for s, v in got.items()]
-             for node, got in report.readings.items()}
+    nodes = {node: encode_readings(got) for node, got in report.readings.items()}
     return json.dumps({"schema": SCHEMA, "inventory": inventory_text, "overrides": list(overrides),
                        "unreachable": report.unreachable, "nodes": nodes}, default=str)
 
@@ -83,8 +92,7 @@ def load(text: str) -> tuple:
             raise SnapshotError(f"not a k3doctor readings file (schema {schema!r}, want {SCHEMA})")
         if not isinstance(doc["inventory"], str) or not isinstance(doc.get("overrides", []), list):
             raise SnapshotError("damaged readings file: inventory must be text, overrides a list")
-        nodes = {node: {_decode_spec(e["spec"]): _decode_reading(e["reading"]) for e in entries}
-                 for node, entries in doc["nodes"].items()}
+        nodes = {node: decode_readings(entries) for node, entries in doc["nodes"].items()}
         return doc["inventory"], doc.get("overrides", []), nodes, doc.get("unreachable", {})
     except RecursionError:
         raise SnapshotError("damaged readings file: nested too deeply") from None

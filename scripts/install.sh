@@ -22,3 +22,5 @@ python3 -m pip install -q --disable-pip-version-check 'torch==2.13.0'
 # py-spy (triage --stacks) where the simulated nodes see it: their namespaces hide /root, not /usr/local.
 [ -x /usr/local/bin/py-spy ] ||
   /usr/bin/python3 -m pip install -q --disable-pip-version-check --break-system-packages 'py-spy>=0.4'
+# Slurm (slurmctld, slurmd, scontrol; munge) for the `k3doctor node --slurm-drain` tests, which start their own daemons.
+dpkg -s slurm-wlm >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq --no-install-recommends slurm-wlm >/dev/null; }
