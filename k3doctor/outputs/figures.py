@@ -74,6 +74,11 @@ class Pair:
         return any(r.remediation == TCP_FALLBACK for r in self.results)
 
     @property
+    def gpus(self) -> list:
+        """The GPUs the pair's results name (the probe's GPU, or the card a kernel log blamed)."""
+        return sorted({r.gpu for r in self.results if r.gpu is not None})
+
+    @property
     def message(self) -> str:
         return next(r.message for r in self.results if r.status == self.status)
 

@@ -66,6 +66,7 @@ li.finding .head { font-weight: 600; }
 .fix pre, details pre { white-space: pre-wrap; overflow-wrap: anywhere; background: #f0f2f5; padding: 8px;
                         margin: 4px 0 0; font-size: 12.5px; }
 .muted { color: #5f6670; }
+.nowrap { white-space: nowrap; }
 footer { color: #5f6670; font-size: 12px; margin-top: 18px; }
 """
 
@@ -226,12 +227,15 @@ def rack_map(report) -> str:
     return "".join(out)
 
 
-def _legend() -> str:
+def _legend(pairs) -> str:
     items = "".join(f'<span><i style="background:{FILL[s]}"></i>{s.value}</span>'
                     for s in (Status.PASS, Status.WARN, Status.FAIL, Status.ERROR, Status.SKIP))
+    gpus = sorted({g for p in pairs for g in p.gpus})
+    on = f" measured on gpu{', gpu'.join(map(str, gpus))}" if gpus else ""
+    edges = (f'<span class="muted">edges: fabric pairs{on} (bidir GB/s); dashed = TCP fallback, dotted = no '
+             'figures</span>') if pairs else ""
     return (f'<p class="legend">{items}<span><i style="background:{NO_RESULT};border:1px dashed #5f6670"></i>'
-            'no result</span><span class="muted">edges: fabric pairs (bidir GB/s); dashed = TCP fallback, '
-            'dotted = no figures</span></p>')
+            f"no result</span>{edges}</p>")
 
 
 def pair_table(report) -> str:
@@ -245,10 +249,12 @@ def pair_table(report) -> str:
     for p in pairs:
         cells = "".join(f"<td>{p.gbps[d]:,.1f}</td>" if d in p.gbps else "<td>-</td>" for d in directions)
         mark = " (TCP fallback)" if p.tcp_fallback else ""
-        rows.append(f'<tr class="pair-row" data-pair="{text(p.name)}"><td>{text(p.name)}</td>'
+        gpus = ", ".join(f"gpu{g}" for g in p.gpus) or "all"
+        rows.append(f'<tr class="pair-row" data-pair="{text(p.name)}"><td class="nowrap">{text(p.name)}</td>'
+                    f'<td class="nowrap">{gpus}</td>'
                     f'<td class="status" style="background:{_fill(p.status)};color:{_ink(p.status)}">'
                     f'{p.status.value}</td>{cells}<td>{text(p.message)}{mark}</td></tr>')
-    return (f"<table><tr><th>pair</th><th>status</th>{head}<th>result</th></tr>{''.join(rows)}</table>")
+    return f"<table><tr><th>pair</th><th>GPU</th><th>status</th>{head}<th>result</th></tr>{''.join(rows)}</table>"
 
 
 # ------------------------------------------------------------------------------------ busbw plot
@@ -416,9 +422,11 @@ def render(report, checks, verbose, remediations=None):
     body = [
         f'<header class="verdict" style="background:{VERDICT_FILL[verdict]}"><div class="wrap">'
         f'<h1 id="verdict">{verdict.text}</h1><p id="cause">{cause}</p>{fix}'
-        f'<p class="stats">{len(report.nodes)} node(s) &middot; {_counts(report.results)} &middot; {report.duration_s:.1f}s'
+        f'<p class="stats">{len(report.nodes)} node(s) &middot; {_counts(report.results)} &middot; '
+        f'{report.duration_s:.1f}s'
         f"{unreachable}</p></div></header><main>",
-        f'<section id="rack-map"><h2>Rack map</h2>{_legend()}{rack_map(report)}</section>',
+        f'<section id="rack-map"><h2>Rack map</h2>{_legend(fabric_pairs(report.results))}{rack_map(report)}'
+        "</section>",
     ]
     if pairs:
         body.append(f'<section id="fabric"><h2>Fabric pairs (deep tier)</h2>{pairs}</section>')
