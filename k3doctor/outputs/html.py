@@ -205,24 +205,27 @@ def rack_map(report) -> str:
             out.append(_svg_text(x + 8, y + 51, status.value if status else ("no result" if present else "not read"),
                                  size=11, weight="bold", fill=ink))
             out.append("</g>")
+    labels = []  # drawn after every edge, so no edge runs across another pair's label
     for pair, ya, yb, depth, label_y in pairs:
         status = pair.status
         colour = _fill(status)
         dash = ' stroke-dasharray="7 4"' if pair.tcp_fallback else \
             ' stroke-dasharray="2 3"' if not pair.gbps else ""
         x0, x1 = grid_right - GAP + 2, grid_right + depth
-        label = _edge_label(pair)
-        out.append(f'<g class="pair" data-pair="{text(pair.name)}" data-status="{status.value}" '
+        name = text(pair.name)
+        out.append(f'<g class="pair" data-pair="{name}" data-status="{status.value}" '
                    f'data-tcp="{int(pair.tcp_fallback)}" data-gbps="{text(json.dumps(pair.gbps, sort_keys=True))}">'
                    f'<title>{text(pair.name + ": " + pair.message)}</title>')
         out.append(f'<path d="M{x0},{ya} C{x1},{ya} {x1},{yb} {x0},{yb}" fill="none" stroke="{colour}" '
                    f'stroke-width="{2.5 if status == Status.PASS else 3.5}"{dash}/>')
         out += [f'<circle cx="{x0}" cy="{y}" r="4" fill="{colour}"/>' for y in (ya, yb)]
-        lx = grid_right + depth * 0.75
-        out.append(f'<rect x="{lx - 2:.1f}" y="{label_y - 11:.1f}" width="{7 * len(label) + 8}" height="16" rx="3" '
-                   f'fill="#fff" stroke="{colour}"/>')
-        out.append(_svg_text(lx + 2, label_y + 1, label, size=11, weight="bold", fill=colour))
         out.append("</g>")
+        label, lx = _edge_label(pair), grid_right + depth * 0.75
+        labels.append(f'<g class="pair-label" data-pair="{name}"><title>{text(pair.name + ": " + pair.message)}'
+                      f'</title><rect x="{lx - 2:.1f}" y="{label_y - 11:.1f}" width="{7 * len(label) + 8}" '
+                      f'height="16" rx="3" fill="#fff" stroke="{colour}"/>'
+                      + _svg_text(lx + 2, label_y + 1, label, size=11, weight="bold", fill=colour) + "</g>")
+    out += labels
     out.append("</svg>")
     return "".join(out)
 
