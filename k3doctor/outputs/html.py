@@ -107,7 +107,7 @@ def _cards(report, nodes) -> dict:
         vendors = got.get(Glob(VENDOR_GLOB)) if isinstance(got, dict) else None
         if node in cards and isinstance(vendors, dict):
             try:
-                cards[node].update(range(len(amd_cards(vendors))))
+                cards[node].update(amd_cards(vendors))  # GPU index = DRM card number, as the checks use it
             except (AttributeError, TypeError):  # an unreadable vendor glob: the results still place cards
                 pass
     return {n: sorted(c) for n, c in cards.items()}
@@ -163,13 +163,13 @@ def _edge_label(pair) -> str:
 def rack_map(report) -> str:
     nodes = _nodes(report)
     cards, ids = _cards(report, nodes), _accel_ids(report)
-    columns = max((len(c) and max(c) + 1 for c in cards.values()), default=0)
+    columns = sorted(set().union(*cards.values()))  # card numbers (card0 may be a BMC's VGA, not a GPU)
     by_place: dict = {}
     for r in report.results:
         by_place.setdefault((r.node, r.gpu), []).append(r)
     row_of = {n: i for i, n in enumerate(nodes)}
     pairs = _edge_layout(fabric_pairs(report.results), row_of)
-    grid_right = NODE_W + GAP + columns * (CARD_W + GAP)
+    grid_right = NODE_W + GAP + len(columns) * (CARD_W + GAP)
     width = grid_right + (max((d for _, _, _, d, _ in pairs), default=0) + 110 if pairs else 0)
     height = TOP + len(nodes) * ROW_H
     out = [f'<svg class="rack" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
@@ -187,8 +187,8 @@ def rack_map(report) -> str:
         note = "unreachable" if unreachable else f"node {status.value}" if status else "no node result"
         out.append(_svg_text(10, y + 44, note, size=12, fill=_fill(status) if status else "#5f6670"))
         out.append("</g>")
-        for col in range(columns):
-            x = NODE_W + GAP + col * (CARD_W + GAP)
+        for position, col in enumerate(columns):
+            x = NODE_W + GAP + position * (CARD_W + GAP)
             present = col in cards[node]
             mine = by_place.get((node, col), [])
             status = worst(r.status for r in mine)

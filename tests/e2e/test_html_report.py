@@ -69,7 +69,7 @@ def test_failing_card_is_red_on_the_rack_map_and_listed_with_its_fix(rig, tmp_pa
     _, explained, _ = k3("explain", "UALINK-NOT-ACTIVE")
     remedy = explained.split("\n\n", 1)[1].split("\n\nRaised by")[0].strip()
     assert " ".join(remedy.split()) in " ".join(finding.text.split())  # the fix itself, not only its code
-    # what Chromium painted: one card's worth of red in the map besides the banner, green for the 15 others
+    # what Chromium painted: the 15 healthy cards' green (and the table's) is on the screenshot
     assert pixels(png, FILL[Status.PASS]) > 15 * 100 * 50
 
     judged = tmp_path / "judged.html"  # the same page offline, from the saved readings

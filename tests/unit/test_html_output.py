@@ -7,7 +7,7 @@ import json
 import re
 from pathlib import Path
 
-from k3doctor.model.gpu import UALINK_GLOB
+from k3doctor.model.gpu import UALINK_GLOB, VENDOR_GLOB
 from k3doctor.outputs import OUTPUTS, write_output
 from k3doctor.outputs.html import FILL, NO_RESULT
 from k3doctor.readings import FileReading, Glob
@@ -63,6 +63,14 @@ def test_each_card_takes_its_worst_result_and_its_accid_from_the_readings():
     assert "AccId 52" in grid[("ct14", 3)][2] and "AccId ?" in grid[("ct14", 1)][2]  # unset: never guessed
     dom = parse(page(results, readings=readings))
     assert dom.first("g", cls="node", data_node="ct13").attrs["data-status"] == "ERROR"
+
+
+def test_cards_are_the_amd_drm_cards_a_bmc_vga_card0_is_no_column():
+    vendors = {f"/sys/class/drm/card{c}/device/vendor": FileReading("x", v) for c, v in
+               ((0, "0x1a03\n"), (1, "0x1002\n"), (2, "0x1002\n"))}
+    results = [Result("ualink-state", "ct13", Status.PASS, "ok", gpu=c) for c in (1, 2)]
+    grid = cards(parse(page(results, nodes=("ct13",), readings={"ct13": {Glob(VENDOR_GLOB): vendors}})))
+    assert set(grid) == {("ct13", 1), ("ct13", 2)}
 
 
 def test_an_unreachable_node_keeps_its_row_with_cards_marked_not_read():
