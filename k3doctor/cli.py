@@ -47,10 +47,17 @@ def _names(value: str) -> tuple:
     return tuple(n.strip() for n in (value or "").split(",") if n.strip())
 
 
-def _progress():
-    if not sys.stderr.isatty():
-        return None
-    return lambda msg: click.echo(f"k3doctor: {msg}", err=True)
+def _progress(quiet=False):
+    """Where a run's progress lines go: the live display on a terminal's stderr (k3doctor/progress.py), else nowhere."""
+    from . import progress
+
+    return progress.note if progress.wanted(quiet) else None
+
+
+def _shown(quiet=False):
+    from . import progress
+
+    return progress.shown(quiet)
 
 
 def _load_plugins():
@@ -100,8 +107,9 @@ def cli():
 @click.option("-o", "--output", type=OutputPath(), default="-",
               help="Write the report here (replaced atomically after the run; 0600: it may hold evidence).")
 @click.option("-v", "--verbose", is_flag=True, help="Show evidence and passing results.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress on stderr (it is shown only on a terminal anyway).")
 def check_cmd(inventory, only, skip, tier, fmt, parallel, timeout, connect_timeout, node_deadline,
-              accept_unknown_hosts, fix, baseline_path, overrides, pairs, save_readings, output, verbose):
+              accept_unknown_hosts, fix, baseline_path, overrides, pairs, save_readings, output, verbose, quiet):
     """Run the checks and report READY TO LAUNCH / DO NOT LAUNCH / INCONCLUSIVE."""
     inv = _inventory(inventory, logins=True)
     if pairs:
@@ -114,8 +122,9 @@ def check_cmd(inventory, only, skip, tier, fmt, parallel, timeout, connect_timeo
     baseline = _read_baseline(baseline_path) if baseline_path else None
     opts = RunOptions(parallel=parallel, command_timeout_s=timeout, connect_timeout_s=connect_timeout,
                       node_deadline_s=node_deadline, accept_unknown_hosts=accept_unknown_hosts, fix=fix,
-                      baseline=baseline, progress=_progress())
-    report = run_checks(inv, checks, opts)
+                      baseline=baseline, progress=_progress(quiet))
+    with _shown(quiet):
+        report = run_checks(inv, checks, opts)
     if save_readings:  # checked when parsed; replaced only now, atomically, 0600
         from . import snapshot
 
@@ -313,7 +322,8 @@ def baseline_group():
 @click.option("--accept-unknown-hosts", is_flag=True, help="Accept host keys missing from known_hosts.")
 @click.option("--tier", type=click.Choice(["fast", "deep"]), default="fast", show_default=True,
               help="deep: also record the active probes' figures (e.g. a known-good fabric pair).")
-def baseline_record_cmd(inventory, output, accept_unknown_hosts, tier):
+@click.option("-q", "--quiet", is_flag=True, help="No progress on stderr (it is shown only on a terminal anyway).")
+def baseline_record_cmd(inventory, output, accept_unknown_hosts, tier, quiet):
     """Snapshot what the checks that keep baselines read on every node (the rack should be healthy)."""
     import time
 
@@ -322,8 +332,9 @@ def baseline_record_cmd(inventory, output, accept_unknown_hosts, tier):
     inv = _inventory(inventory, logins=True)
     keepers = tuple(c.name for c in select_checks(REGISTRY, tier=tier) if c.record is not None)
     checks = select_checks(REGISTRY, only=keepers)  # + the prerequisites an active probe needs
-    report = run_checks(inv, checks, RunOptions(record=True, accept_unknown_hosts=accept_unknown_hosts,
-                                                progress=_progress()))
+    with _shown(quiet):
+        report = run_checks(inv, checks, RunOptions(record=True, accept_unknown_hosts=accept_unknown_hosts,
+                                                    progress=_progress(quiet)))
     doc = {"schema": "k3doctor.baseline/1", "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
            "inventory": inv.path, "nodes": report.records}
     write_output(output, yaml.safe_dump(doc, sort_keys=False), private=True)
@@ -375,7 +386,8 @@ def demo_cmd(scenario, list_scenarios, verbose):
         with Rig(Path(tmp), scenario=scenario) as rig:
             inv = load_inventory(str(rig.inventory_path), REGISTRY)
             checks = select_checks(REGISTRY)
-            report = run_checks(inv, checks, RunOptions(progress=_progress()))
+            with _shown():
+                report = run_checks(inv, checks, RunOptions(progress=_progress()))
             click.echo(render_table(report, checks, verbose=verbose))
     sys.exit(overall(report.results).exit_code)
 

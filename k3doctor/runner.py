@@ -17,6 +17,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
+from . import progress
 from .deadline import seconds
 from .gather import gather
 from .inventory import Inventory, Node
@@ -184,7 +185,8 @@ def run_checks(inv: Inventory, checks: list, opts: RunOptions = None) -> RunRepo
         workers = max(1, min(opts.parallel, len(inv.nodes)))
         pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="k3doctor-node")
         try:
-            list(pool.map(visit, inv.nodes))
+            with progress.task("reading nodes", total=len(inv.nodes)) as step:
+                list(pool.map(lambda node: (visit(node), step(node.name)), inv.nodes))
         except BaseException:  # Ctrl-C: stop the reads in flight on every node now, not at their deadlines
             interrupted.set()
             cancel_all(transports)
@@ -216,7 +218,8 @@ def run_checks(inv: Inventory, checks: list, opts: RunOptions = None) -> RunRepo
                           baseline={n: entry.get(chk.name) for n, entry in baseline.items()},
                           blocked=blocked, fix=opts.fix, deadline_s=seconds(chk.timeout_s or deadline, deadline))
             say(f"probe {chk.name}: starting")
-            verdicts = judge_safely(chk.probe, ctx)
+            with progress.task(f"probe {chk.name}"):
+                verdicts = judge_safely(chk.probe, ctx)
             results += _to_results(chk, None, verdicts)
             if opts.record and chk.record:  # an active check's record maps node -> entry
                 for node, entry in (_record_safely(chk, verdicts, ctx) or {}).items():

@@ -1,5 +1,5 @@
 """Output formats (``--format``): the registry, the built-in formats and the monitoring ones."""
-from . import builtin, nagios, npd, prom  # noqa: F401  (importing registers each format)
+from . import builtin, html, nagios, npd, prom  # noqa: F401  (importing registers each format)
 from .files import OutputPath, write_output
 from .registry import OUTPUTS, Output, launch_exit_code, output
 

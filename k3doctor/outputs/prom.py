@@ -8,10 +8,10 @@ the evidence of the all_reduce probe (busbw per message size) and the fabric pro
 """
 from __future__ import annotations
 
-import math
 import time
 
 from ..results import LaunchVerdict, Status, overall, worst
+from .figures import busbw_points, fabric_pairs
 from .registry import output
 
 PREFIX = "k3doctor"
@@ -74,22 +74,11 @@ def _bandwidths(report):
     busbw = _Family("allreduce_busbw_bytes_per_second", "all_reduce bus bandwidth per message size (deep tier)")
     fabric = _Family("fabric_bandwidth_bytes_per_second",
                      "GPU-to-GPU fabric bandwidth of a node pair per direction (deep tier)")
-    for r in report.results:
-        ev = r.evidence if isinstance(r.evidence, dict) else {}
-        sizes = ev.get("sizes") if r.node is None else None  # the whole-run result, not a per-node one
-        for row in sizes if isinstance(sizes, list) else ():
-            figures = (_number(row.get("bytes")), _number(row.get("busbw_gbs"))) if isinstance(row, dict) else ()
-            if figures and None not in figures:
-                busbw.set(row["busbw_gbs"] * GB, check=r.check, run=ev.get("run", ""), bytes=int(row["bytes"]))
-        gbps = ev.get("gbps")
-        if isinstance(gbps, dict) and ev.get("pair"):
-            for direction, value in gbps.items():
-                if _number(value) is not None:
-                    fabric.set(value * GB, check=r.check, pair=ev["pair"], exporter=ev.get("exporter", ""),
-                               importer=ev.get("importer", ""), direction=direction)
+    for point in busbw_points(report.results):
+        if point.collective == "all_reduce":
+            busbw.set(point.busbw_gbs * GB, check=point.check, run=point.run, bytes=point.bytes)
+    for pair in fabric_pairs(report.results):
+        for direction, value in pair.gbps.items():
+            fabric.set(value * GB, check=pair.check, pair=pair.name, exporter=pair.exporter,
+                       importer=pair.importer, direction=direction)
     return busbw, fabric
-
-
-def _number(value):
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    return value if ok else None

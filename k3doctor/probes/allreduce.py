@@ -21,6 +21,7 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from k3doctor import progress
 from k3doctor.parsers import ParseError
 from k3doctor.parsers.torch_errors import classify
 from k3doctor.probes.allreduce_worker import STAGES, TOKEN_PREFIX
@@ -504,6 +505,7 @@ def _diagnose(plan, transports, deadline_s, *, t0, repeats=1, good_enough=None, 
         limit = min(max(p.limit_s() for p in plans), left())
         if limit < MIN_ROUND_S and not first:
             return None
+        progress.note(f"allreduce-probe: {', '.join(p.label for p in plans)} (at most {limit:.0f}s)")
         return run(plans, transports, [limit] * len(plans))
 
     if deadline_s < MIN_DEADLINE_S:

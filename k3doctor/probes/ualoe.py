@@ -18,6 +18,7 @@ import uuid
 from dataclasses import dataclass, field
 from itertools import combinations
 
+from k3doctor import progress
 from k3doctor.model.gpu import locate_accid, parse_accel_ids
 from k3doctor.parsers import ParseError
 from k3doctor.parsers.dmesg import find_signatures, parse_log
@@ -782,6 +783,7 @@ def run(ctx) -> list:
     stale_verdicts, dirty = check_stale(ctx, involved)
     outcomes, errors = [], []
     accel = _accel_reader(ctx)
+    shown = progress.Counter("ualoe-fabric pairs", total=len(pairs))
     try:
         for rnd in schedule(pairs):
             runs = [(p, PairRun(ctx, cfg, launches, accel, *p)) for p in rnd if not set(p) & dirty.keys()]
@@ -793,11 +795,13 @@ def run(ctx) -> list:
             threads = [threading.Thread(target=_capture, args=(r, results, p), daemon=True) for p, r in runs]
             for th in threads:
                 th.start()
-            for th in threads:
+            for th, (p, _) in zip(threads, runs, strict=True):
                 while th.is_alive():
                     th.join(0.2)
+                shown.step(f"{p[0]}<->{p[1]}")
             outcomes += [results[p] for p, _ in runs]
     finally:
+        shown.close()
         launches.kill_all()
     measured = {o.pair: o.bw for o in outcomes if o.bw is not None}
     if reference is None:
