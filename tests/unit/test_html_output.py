@@ -12,9 +12,9 @@ from k3doctor.outputs import OUTPUTS, write_output
 from k3doctor.outputs.html import FILL, NO_RESULT
 from k3doctor.readings import FileReading, Glob
 from k3doctor.registry import REGISTRY, load_checks
-from k3doctor.report import printable
 from k3doctor.results import Result, Status
 from k3doctor.runner import RunReport
+from k3doctor.text import terminal_safe
 from tests.chromium import cards, parse, render
 
 REPO = Path(__file__).resolve().parents[2]
@@ -94,7 +94,7 @@ def test_hostile_node_text_is_escaped_everywhere():
     assert not re.search("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]", text)
     dom = parse(text)
     assert not dom.find_all("script")
-    shown = printable(HOSTILE)  # what a person reads: the markup as text, controls as \\xNN
+    shown = terminal_safe(HOSTILE)  # what a person reads: the markup as text, controls as \\xNN
     assert shown.startswith("<script>alert(1)</script>\\x1b[31m\\x00\\x07")
     [card] = [g for g in dom.find_all("g", cls="card") if g.attrs["data-node"] != "ct14"]
     assert card.attrs["data-node"] == shown
