@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 from k3doctor.model.gpu import VENDOR_GLOB, amd_cards, card_of
-from k3doctor.model.kernel_log import DMESG, LOAD_LINE, KernelLog
+from k3doctor.model.kernel_log import DMESG, KernelLog, is_amdgpu_load
 from k3doctor.parsers import ParseError
 from k3doctor.parsers.amdsmi import parse_static_vram
 from k3doctor.readings import Command, Exists, File, Glob, ReadingUnavailable
@@ -145,7 +145,7 @@ def ifoe_load_order(dmesg) -> tuple:
     except (ReadingUnavailable, ParseError) as exc:
         return None, f"load order not determinable: {exc}"
     first = {"ifoe": log.first(lambda line: line.text.startswith("ifoe")),
-             "amdgpu": log.first(lambda line: LOAD_LINE in line.text)}
+             "amdgpu": log.first(is_amdgpu_load)}
     missing = " and ".join(k for k, v in first.items() if v is None)
     if missing:
         return None, f"load order not determinable: no {missing} line with a boot timestamp in dmesg (rotated?)"

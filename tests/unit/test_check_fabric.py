@@ -5,6 +5,7 @@ import pytest
 from k3doctor.checks import fabric
 
 from k3doctor.inventory import Settings
+from k3doctor.model.gpu import card_buses
 from k3doctor.readings import CommandReading, FileReading, Readings, Unavailable
 from k3doctor.registry import REGISTRY
 from k3doctor.results import Status
@@ -130,7 +131,7 @@ def test_ppod_sentinels_mean_not_configured(sentinel):
 def test_sysfs_and_amd_smi_read_ppod_sentinels_alike(raw):
     """One helper for both sources: a "not configured" in one is never a real id in the other."""
     r = node({0: (raw, 2)})
-    (_, smi), *_ = fabric.amdsmi_gpus("ct13", r["fabric"], fabric.card_buses(r))
+    (_, smi), *_ = fabric.amdsmi_gpus("ct13", r["fabric"], card_buses(r["uevent"]))
     assert fabric.sysfs_gpus("ct13", r)[0].ppod == smi.ppod == (PPOD if raw == PPOD.upper() else None)
 
 

@@ -1,6 +1,8 @@
 """rack-free judged on Docker API dicts (corpus event format), KFD proc paths and showpids corpus text."""
 import json
 
+from k3doctor.checks import rack  # noqa: F401  (registers rack-free)
+
 from k3doctor.inventory import Settings
 from k3doctor.readings import CommandReading, Docker, DockerReading, Readings, Unavailable
 from k3doctor.registry import REGISTRY

@@ -4,6 +4,7 @@ import yaml
 from k3doctor.checks import ualink
 
 from k3doctor.inventory import Settings
+from k3doctor.model.ualink import ualink_cards
 from k3doctor.readings import CommandReading, FileReading, Readings, Unavailable
 from k3doctor.registry import REGISTRY
 from k3doctor.results import Status
@@ -78,7 +79,7 @@ def test_healthy_node_passes_every_card_in_both_layouts(layout):
 
 
 def test_cards_map_by_card_number_and_accel_id_file_not_by_position():
-    cards = ualink.ualink_cards(readings())
+    cards = ualink_cards(readings())
     assert {n: c.accel_id() for n, c in cards.items()} == {0: 51, 1: 50, 2: 49, 3: 48}
 
 
