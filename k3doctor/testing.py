@@ -63,24 +63,26 @@ def _settings(chk, settings, params: dict):
     return replace(settings, checks={**settings.checks, chk.name: {**settings.checks.get(chk.name, {}), **params}})
 
 
-def _readings(chk, plain: dict, settings) -> Readings:
+def _readings(chk, plain, settings) -> Readings:
+    plain = plain.raw() if isinstance(plain, Readings) else plain
     specs = chk.readings_for(settings)
     return Readings({name: as_reading(spec, plain[name]) if name in plain else
                      Unavailable(f"{name}: not given to the judge") for name, spec in specs.items()})
 
 
 def judge(chk, readings: dict, *, node: str = "node1", settings: Settings | None = None, baseline=None,
-          registry=None, **params) -> list:
+          nodes: dict | None = None, registry=None, **params) -> list:
     """The verdicts of check ``chk`` (its name, or the Check) on ``readings``, with ``params`` set.
 
-    Node and GPU checks take ``{reading name: value}`` for one node, ``node``; cluster checks take
+    Node and GPU checks take ``{reading name: value}`` (or a ``Readings``) for one node, ``node``; cluster checks take
     ``{node: {reading name: value}}`` and ``baseline`` as ``{node: entry}``. ``settings`` is every node's
-    (default: ``Settings()``, i.e. the inventory's defaults).
+    (default: ``Settings()``, i.e. the inventory's defaults); a cluster judge's ``ctx.nodes`` are
+    ``nodes`` (name -> inventory Node, each with its own settings) where given.
     """
     chk = _check(chk, registry)
     settings = _settings(chk, settings, params)
     if chk.scope == "cluster":
-        nodes = {name: Node(name, None, settings) for name in readings}
+        nodes = {name: Node(name, None, settings) for name in readings} if nodes is None else nodes
         per_node = {name: _readings(chk, plain, settings) for name, plain in readings.items()}
         ctx = Context(chk, settings, nodes=nodes, baseline=baseline or {})
         return chk.with_default_remediation(judge_safely(chk.judge, per_node, ctx))
