@@ -16,6 +16,7 @@ from k3doctor.parsers._common import UINT32_MAX
 DRM = "/sys/class/drm/card*/device"
 VENDOR_GLOB = f"{DRM}/vendor"
 UEVENT_GLOB = f"{DRM}/uevent"
+VRAM_GLOB = f"{DRM}/mem_info_vram_total"
 UALINK_DIR = f"{DRM}/ualink"
 UALINK_GLOB = f"{UALINK_DIR}/*"  # every ualink file of every card (accel_id among them)
 AMD_VENDOR = "0x1002"
@@ -43,6 +44,22 @@ def amd_cards(vendors: dict) -> list:
     """Card indices whose PCI vendor is AMD (a BMC's VGA card is card0 on many servers)."""
     return sorted(card_of(p) for p, reading in vendors.items()
                   if reading.exists and reading.text().lower() == AMD_VENDOR)
+
+
+def hbm_gib(vendors: dict, vram: dict) -> dict:
+    """AMD card -> HBM size in whole GiB (mem_info_vram_total, rounded: drivers reserve a few MiB); None
+    where the card has no such file."""
+    by_card = {card_of(p): reading for p, reading in vram.items()}
+    out = {}
+    for card in amd_cards(vendors):
+        if card not in by_card:
+            out[card] = None
+            continue
+        text = by_card[card].text()
+        if not text.isdigit():
+            raise ParseError(f"card{card} mem_info_vram_total is not a byte count: {text!r:.40}")
+        out[card] = round(int(text) / 2**30)
+    return out
 
 
 def card_bdfs(uevents: dict) -> dict:
