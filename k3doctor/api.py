@@ -27,7 +27,6 @@ from .readings import (
 )
 from .registry import CheckSettings, Param, check, remediation
 from .results import Status, Verdict, error, fail, passed, skip, warn
-from .transport import TransportError
 
 __all__ = [
     "Command", "ContainerInspect", "Context", "Docker", "Exists", "File", "Glob", "NotEvaluated", "Param",
@@ -77,7 +76,11 @@ def judge_safely(fn, *args) -> list:
         return [error(f"could not read: {exc}")]
     except ParseError as exc:
         return [error(f"unparseable output: {exc}")]
-    except TransportError as exc:
-        return [error(str(exc))]
     except Exception as exc:  # a bug in one check must not hide the others' results
+        # imported here, not above: a check that imports this module does not load paramiko (a probe that
+        # raised TransportError has it loaded already)
+        from .transport import TransportError
+
+        if isinstance(exc, TransportError):
+            return [error(str(exc))]
         return [error(f"internal error in check: {type(exc).__name__}: {exc}")]

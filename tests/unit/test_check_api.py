@@ -2,6 +2,8 @@
 temporary registry, judged through k3doctor.testing and by the runner alike, with no other edit."""
 import importlib.util
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -161,3 +163,19 @@ def test_overrides_are_checked_against_the_declaration(ifoe):
         apply_overrides(inv, ("ifoe-loaded.min_cards=many",), ifoe)
     with pytest.raises(OverrideError, match="expected CHECK.PARAM=VALUE"):
         apply_overrides(inv, ("ifoe-loaded.nope=1",), ifoe)
+
+
+def test_a_transport_failure_in_a_probe_is_its_message_not_an_internal_error():
+    from k3doctor.transport import TransportError
+
+    def probe():
+        raise TransportError("ct13: connection refused")
+
+    assert api.judge_safely(probe)[0].message == "ct13: connection refused"
+
+
+def test_the_author_api_loads_no_ssh_stack():
+    """A check module imports k3doctor.api when `k3doctor list` or `explain` loads it: no paramiko for that."""
+    code = "import sys, k3doctor.api, k3doctor.testing; print('paramiko' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "False"
