@@ -179,3 +179,20 @@ def test_the_author_api_loads_no_ssh_stack():
     code = "import sys, k3doctor.api, k3doctor.testing; print('paramiko' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_baseline_record_keeps_a_judges_record_and_a_probes_record_run_by_node():
+    """`k3doctor baseline record` through the runner on this machine: record= gives this node's entry from
+    its readings, record_run= the probe's entries by node from its verdicts."""
+    reg = Registry()
+    check("uptime-seen", title="t", reads={"uptime": File("/proc/uptime")}, registry=reg,
+          record=lambda r, ctx: {"up": r["uptime"].text() != "", "node": ctx.node})(
+        lambda r, ctx: passed("read"))
+    check("pair-probe", title="t", scope="node-pair", tier="deep", interaction="active", registry=reg,
+          record_run=lambda verdicts, ctx: {n: {"verdicts": len(verdicts)} for n in ctx.nodes})(
+        lambda ctx: [passed("pair ok"), passed("pair ok")])
+    inv = localhost_inventory()
+    node = inv.nodes[0].name
+    report = runner.run_checks(inv, reg.ordered(), runner.RunOptions(record=True))
+    assert [r.status for r in report.results] == [Status.PASS] * 3
+    assert report.records == {node: {"uptime-seen": {"up": True, "node": node}, "pair-probe": {"verdicts": 2}}}
