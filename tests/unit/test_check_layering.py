@@ -1,5 +1,7 @@
 """Checks never import each other: what two checks share lives in k3doctor/model/ or k3doctor/parsers/."""
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -45,3 +47,14 @@ def test_the_rule_sees_every_form_of_import(tmp_path, source):
     path = tmp_path / "probe.py"
     path.write_text(source + "\n")
     assert check_imports(path)
+
+
+def test_report_order_is_checks_order_not_imports():
+    """A fresh process (as the CLI starts) registers the built-in checks module by module in ORDER."""
+    code = ("from k3doctor.registry import REGISTRY, load_checks; load_checks(); "
+            "print(' '.join(dict.fromkeys((c.judge or c.probe).__module__.rsplit('.', 1)[-1] "
+            "for c in REGISTRY.checks.values())))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    from k3doctor.checks import ORDER
+
+    assert out.stdout.split() == [m for m in ORDER if CHECKS.joinpath(f"{m}.py") in MODULES]
