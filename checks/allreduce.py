@@ -382,7 +382,7 @@ def _figures(outcome) -> str:
 @check("allreduce-probe", title="torch.distributed all_reduce and all-to-all across every node, bounded and GPU-timed",
        scope="cluster", tier="deep", interaction="active", after=("ualink-state", "fabric-domain", "rack-free"),
        timeout_s=DEADLINE_S, remediation=(NODE_FAULT, FABRIC, INIT_HANG, WRONG_SUM, SLOW, LEFTOVER), params=PARAMS,
-       record=record_busbw)
+       record_run=record_busbw)
 def allreduce_probe(ctx):
     """§20: a bounded all_reduce over every node, then node/pair attribution when it fails."""
     verdicts = [skip(f"not probed: {why}", node=name) for name, why in ctx.blocked.items() if name in ctx.nodes]

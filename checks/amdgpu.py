@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from k3doctor.model.gpu import VENDOR_GLOB, amd_cards, card_of
-from k3doctor.model.kernel_log import DMESG, LOAD_LINE, KernelLog
+from k3doctor.model.gpu import VENDOR_GLOB, VRAM_GLOB, amd_cards, hbm_gib
+from k3doctor.model.kernel_log import DMESG, KernelLog, is_amdgpu_load
 from k3doctor.parsers import ParseError
 from k3doctor.parsers.amdsmi import parse_static_vram
 from k3doctor.readings import Command, Exists, File, Glob, ReadingUnavailable
@@ -16,7 +16,6 @@ PARAMS = "/sys/module/amdgpu/parameters"
 REQUIRED = {"gpu_recovery": "0", "halt_if_hws_hang": "1"}
 TUNED = {"mtype_local": "0", "noretry": "1"}
 IFOE = "/sys/module/ifoe"
-VRAM_GLOB = "/sys/class/drm/card*/device/mem_info_vram_total"
 _RELOAD_NOTE = """They are load-time parameters: only an unload/reload changes them, and reloading
 amdgpu retrains the UALink links (§5, §6) - weigh that: plan it for an idle tray, never
 under a job, and wait for every accel_state to read `active` again afterwards."""
@@ -145,7 +144,7 @@ def ifoe_load_order(dmesg) -> tuple:
     except (ReadingUnavailable, ParseError) as exc:
         return None, f"load order not determinable: {exc}"
     first = {"ifoe": log.first(lambda line: line.text.startswith("ifoe")),
-             "amdgpu": log.first(lambda line: LOAD_LINE in line.text)}
+             "amdgpu": log.first(is_amdgpu_load)}
     missing = " and ".join(k for k, v in first.items() if v is None)
     if missing:
         return None, f"load order not determinable: no {missing} line with a boot timestamp in dmesg (rotated?)"
@@ -154,24 +153,9 @@ def ifoe_load_order(dmesg) -> tuple:
     return ("before" if t_ifoe < t_amdgpu else "after"), why
 
 
-def hbm_gib(r) -> dict:
-    """card -> HBM size in whole GiB (mem_info_vram_total, rounded: drivers reserve a few MiB)."""
-    vram = {card_of(p): reading for p, reading in r["vram"].items()}
-    out = {}
-    for card in amd_cards(r["vendors"]):
-        if card not in vram:
-            out[card] = None
-            continue
-        text = vram[card].text()
-        if not text.isdigit():
-            raise ParseError(f"card{card} mem_info_vram_total is not a byte count: {text!r:.40}")
-        out[card] = round(int(text) / 2**30)
-    return out
-
-
 def record_inventory(r, ctx) -> dict:
     """Baseline entry: GPU count and HBM per card, for drift reports (old -> new)."""
-    return {"gpus": len(amd_cards(r["vendors"])), "hbm_gib": hbm_gib(r)}
+    return {"gpus": len(amd_cards(r["vendors"])), "hbm_gib": hbm_gib(r["vendors"], r["vram"])}
 
 
 INVENTORY_READS = {"vendors": Glob(VENDOR_GLOB), "vram": Glob(VRAM_GLOB)}
@@ -211,7 +195,7 @@ def amdsmi_cross_check(r, cards: list, sizes: dict, tolerance_gib: float, eviden
        reads=_inventory_reads, record=record_inventory)
 def gpu_inventory(r, ctx):
     """§12: wide EP assumes 4 GPUs per node and a KV budget computed for one HBM size."""
-    cards, sizes = amd_cards(r["vendors"]), hbm_gib(r)
+    cards, sizes = amd_cards(r["vendors"]), hbm_gib(r["vendors"], r["vram"])
     want_gpus, want_hbm = ctx.settings.gpus_per_node, ctx.settings.hbm_gib_per_gpu
     evidence = {"AMD cards": [f"card{c}" for c in cards], "HBM GiB": {f"card{c}": g for c, g in sizes.items()}}
     verdicts = []
@@ -261,7 +245,7 @@ def hbm_uniform(per_node, ctx):
     sizes, unread = {}, []
     for node, r in per_node.items():
         try:
-            sizes[node] = hbm_gib(r)
+            sizes[node] = hbm_gib(r["vendors"], r["vram"])
         except (ReadingUnavailable, ParseError) as exc:
             unread.append(error(f"HBM size not readable, left out of the comparison: {exc}", node=node))
     empty = [node for node, s in sizes.items() if all(g is None for g in s.values())]

@@ -8,7 +8,7 @@ import re
 
 from k3doctor.model.container import ROCJITSU_HOOK as HOOK
 from k3doctor.model.container import ROCJITSU_PREFIX, parse_env
-from k3doctor.parsers import ParseError
+from k3doctor.parsers.fsinfo import STAT_SIZE_FORMAT, parse_count, parse_stat
 from k3doctor.readings import Command, sh
 from k3doctor.registry import Param, check, remediation
 from k3doctor.results import fail, passed, skip, warn
@@ -50,7 +50,6 @@ def _sizes_problem(files) -> str | None:
     return None
 
 
-_STAT_LINE = re.compile(r"^(\d+) (/.*)$")
 _NO_CONTAINER = ("No such container", "is not running")
 # what stat/grep say about a file that is not there (busybox "can't stat", coreutils "cannot stat[x]")
 _NOT_THERE = re.compile(r"^(stat|grep): .*: (No such file or directory|Not a directory)$")
@@ -131,24 +130,6 @@ def _only_tool(stderr: str, pattern) -> bool:
     return bool(lines) and all(pattern.match(line) for line in lines)
 
 
-def parse_stat(text: str) -> dict:
-    """``stat -c '%s %n' files...`` -> {path: bytes}; files stat could not find are absent."""
-    sizes = {}
-    for line in text.splitlines():
-        match = _STAT_LINE.match(line)
-        if not match:
-            raise ParseError(f"stat: unexpected line {line!r:.120}")
-        sizes[match.group(2)] = int(match.group(1))
-    return sizes
-
-
-def parse_count(text: str, what: str) -> int:
-    value = text.strip()
-    if not value.isdigit():
-        raise ParseError(f"{what}: expected a count, got {value!r:.80}")
-    return int(value)
-
-
 def _bytes(n) -> str:
     return "missing" if n is None else f"{n:,} B"
 
@@ -163,7 +144,7 @@ def _rocjitsu_paths(settings) -> tuple:
 def _rocjitsu_reads(settings) -> dict:
     c = settings.container
     prefix, hook, translator, store = _rocjitsu_paths(settings)
-    reads = {"stat": exec_in(c, "stat", "-c", "%s %n", "--", prefix, hook, translator, store),
+    reads = {"stat": exec_in(c, "stat", "-c", STAT_SIZE_FORMAT, "--", prefix, hook, translator, store),
              "count": exec_in(c, "sh", "-c", f"ls -A {quote(store)} 2>/dev/null | wc -l"),
              # only the translation trio leaves the container: its environment holds tokens
              "env": exec_in(c, "sh", "-c", f"env | grep -E '^({'|'.join(TRIO)})=' || true")}
@@ -282,7 +263,7 @@ def judge_b0_active(found: dict, log):
 
 def _patch_reads(settings) -> dict:
     c = settings.container
-    return {"stat": exec_in(c, "stat", "-c", "%s %n", "--", *settings.param("files")),
+    return {"stat": exec_in(c, "stat", "-c", STAT_SIZE_FORMAT, "--", *settings.param("files")),
             "marker": exec_in(c, "grep", "-c", "--", settings.param("marker"), settings.param("marker_file"))}
 
 

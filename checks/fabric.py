@@ -7,11 +7,11 @@ Bandwidth 0, latency 0 and version 4294967295 are unpopulated by this firmware, 
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
-from k3doctor.checks.ualink import UALINK_READS, majority, ualink_cards
-
+from k3doctor.model.gpu import UEVENT_GLOB, card_buses, pci_bus
+from k3doctor.model.peers import majority
+from k3doctor.model.ualink import UALINK_READS, ualink_cards
 from k3doctor.parsers import ParseError
 from k3doctor.parsers._common import UINT32_MAX, ppod_or_none, to_u32
 from k3doctor.parsers.amdsmi import parse_fabric
@@ -19,12 +19,10 @@ from k3doctor.readings import Command, Glob, ReadingUnavailable
 from k3doctor.registry import check, remediation
 from k3doctor.results import Status, error, fail, passed, warn
 
-UEVENT = Glob("/sys/class/drm/card*/device/uevent")
+UEVENT = Glob(UEVENT_GLOB)
 # `--json` first; an amd-smi without it (or failing with it) falls back to the text form, saying so on stderr.
 FABRIC_SCRIPT = ('"$1" fabric --json || { rc=$?; echo "k3doctor: amd-smi fabric --json exited $rc, '
                  'reading the text form" >&2; "$1" fabric; }')
-_CARD = re.compile(r"^/sys/class/drm/card(\d+)/device/uevent$")
-_SLOT = re.compile(r"^PCI_SLOT_NAME=(\S+)$", re.MULTILINE)
 
 MISMATCH = remediation("FABRIC-DOMAIN-MISMATCH", "GPUs are in different PPOD/VPOD fabric domains", """
 Wide EP needs all 16 GPUs in one fabric domain: identical PPOD_ID and VPOD_ID (§7). A mismatch
@@ -98,27 +96,13 @@ def sysfs_gpus(node: str, r) -> dict:
     return out
 
 
-def card_buses(r) -> dict:
-    """PCI ``domain:bus`` -> card number; the GPU (.0) and its IFoE function (.1) share a bus (§28)."""
-    out = {}
-    for path, reading in (r.get("uevent") or {}).items():
-        match, slot = _CARD.match(path), _SLOT.search(reading.content or "")
-        if match and slot:
-            out[_bus(slot.group(1))] = int(match.group(1))
-    return out
-
-
-def _bus(bdf: str) -> str:
-    return bdf.lower().rsplit(":", 1)[0]
-
-
 def amdsmi_gpus(node: str, reading, buses: dict) -> list:
     """(FabricInfo, Gpu on the card of its PCI bus) per amd-smi fabric entry (tool output ->
     ParseError / ReadingUnavailable when unusable)."""
     out = []
     for info in parse_fabric(reading.output()):
         ev = {f"amd-smi GPU {info.gpu} PPOD_ID": info.ppod_id_raw, f"amd-smi GPU {info.gpu} VPOD_ID": info.vpod_id}
-        card = buses.get(_bus(info.bdf or info.fabric_bdf or ""))
+        card = buses.get(pci_bus(info.bdf or info.fabric_bdf or ""))
         out.append((info, Gpu(node, card, info.ppod_id, info.ppod_id_raw, info.vpod_id,
                               str(info.vpod_id) if info.vpod_id is not None else str(UINT32_MAX),
                               source="amd-smi", evidence=ev, smi=info.gpu)))
@@ -144,7 +128,7 @@ def node_gpus(node: str, r) -> tuple:
         sysfs = {}
         verdicts.append(error(f"sysfs ppod_id/vpod_id not readable: {exc}", node=node))
     try:
-        smi = amdsmi_gpus(node, r["fabric"], card_buses(r))
+        smi = amdsmi_gpus(node, r["fabric"], card_buses(r.get("uevent") or {}))
     except (ReadingUnavailable, ParseError) as exc:
         fabric = r.get("fabric")
         ev = {"stderr": fabric.stderr[-500:], "stdout": fabric.stdout[:500]} if fabric is not None else {}

@@ -3,8 +3,7 @@ GPU processes, resident VRAM. VRAM is not a free/busy signal on its own: a job w
 exist but have not loaded weights reads 0 % on every GPU; only VRAM in use counts, never 0 %."""
 from __future__ import annotations
 
-import re
-
+from k3doctor.model.gpu import KFD_PROC_GLOB, kfd_pids
 from k3doctor.parsers import ParseError
 from k3doctor.parsers.docker_events import container_from_api, event_from_dict
 from k3doctor.parsers.rocmsmi import parse_showmemuse, parse_showpids
@@ -15,8 +14,6 @@ from k3doctor.results import error, fail, passed, skip
 CHECK = "rack-free"
 WINDOW_MIN = 30
 MAX_VRAM_PCT = 10  # InferenceX wait_for_amd_gpu_clean passes at max VRAM% <= 10 (§3)
-KFD_PROC_GLOB = "/sys/class/kfd/kfd/proc/*"
-_KFD_PID = re.compile(r"/proc/(\d+)$")
 WATCHED_ACTIONS = ("create", "start")
 ENGINE_EVENT_BUFFER = 256  # dockerd answers `--since` only from its last 256 events, kept in memory
 GPU_READS = ("kfd", "pids", "memuse")  # GPU processes and VRAM: there are none to read without amdgpu
@@ -131,10 +128,6 @@ def judge_vram(percent: dict, max_pct: float) -> list:
                                  "(a created-but-not-loaded job reads 0 %, §3)", gpu=gpu, remediation=RACK_BUSY,
                                  evidence={"GPU Memory Allocated (VRAM%)": pct, "max_vram_pct": max_pct}))
     return verdicts
-
-
-def kfd_pids(kfd: dict) -> set:
-    return {int(m.group(1)) for path in kfd if (m := _KFD_PID.search(path))}
 
 
 @check(CHECK, title="only our container on the node, no foreign create/start recently, no GPU processes",

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import re
 
-from k3doctor.checks.rack import KFD_PROC_GLOB
-
+from k3doctor.model.gpu import KFD_PROC_GLOB
 from k3doctor.parsers import ParseError
 from k3doctor.readings import Command, Glob
 from k3doctor.registry import check, remediation

@@ -1,38 +1,25 @@
 """UALink sysfs state per GPU (reference §6, §28, §27 items 3 and 13), and its drift from a baseline.
 
-Every card's ``ualink/`` directory is read with three globs (newer flat layout plus the two
-older-layout subdirectories), so all cards cost three specs however many files they hold.
-Card number -> GPU index comes from the path; accel ids only from each card's ``accel_id``
-file (never card index = accel_id mod 4, §6).
+The cards' ``ualink/`` files come from the shared UALink view (:mod:`k3doctor.model.ualink`).
 """
 from __future__ import annotations
 
-import re
-from collections import Counter
-from dataclasses import dataclass
 from itertools import zip_longest
 
-from k3doctor.model.gpu import UALINK_DIR, UALINK_GLOB, VENDOR_GLOB, amd_cards
+from k3doctor.model.gpu import UALINK_DIR, VENDOR_GLOB, amd_cards
 from k3doctor.model.kernel_log import BOOT_ID, DMESG, UPTIME, seconds_since_amdgpu_load
+from k3doctor.model.peers import majority
+from k3doctor.model.ualink import UALINK_READS, Card, nibbles, ualink_cards
 from k3doctor.parsers import ParseError
-from k3doctor.parsers._common import UINT32_MAX, to_int, to_u32
+from k3doctor.parsers._common import UINT32_MAX
 from k3doctor.readings import Glob, ReadingUnavailable
 from k3doctor.registry import Param, check, remediation
 from k3doctor.results import error, fail, passed, warn
 
-UALINK_READS = {
-    "ualink": Glob(UALINK_GLOB),
-    "ualink_stations": Glob(f"{UALINK_DIR}/stations/lane_en_bitmap"),  # older layout (§6)
-    "ualink_setup": Glob(f"{UALINK_DIR}/setup/local_accels"),  # older layout (§6)
-}
-OLD_LAYOUT = {"stations/lane_en_bitmap": "station_lane_en_bitmap", "setup/local_accels": "local_accels"}
 BITMAP = "station_lane_en_bitmap"
-STATIONS = 18  # nibbles in station_lane_en_bitmap (§28)
 HALF_NIBBLES = {"3": "port 1 down, port 0 up", "c": "port 0 down, port 1 up"}  # CVS monitor reading (§28)
 RECORDED_FIELDS = ("accel_id", "local_accels", BITMAP, "link_type")
 SUMMARY = ("accel_state", *RECORDED_FIELDS)
-
-_PATH = re.compile(r"^/sys/class/drm/card(\d+)/device/ualink/(.+)$")
 
 NOT_ACTIVE = remediation("UALINK-NOT-ACTIVE", "a GPU's UALink accelerator is not active", """
 Every GPU's ualink/accel_state must read `active` before anything multi-node (§6);
@@ -95,78 +82,9 @@ intended state (re-cabling, re-partitioning), record a new baseline on the healt
 """)
 
 
-@dataclass
-class Card:
-    """One card's ualink files by (newer-layout) name."""
-
-    index: int
-    files: dict
-
-    def get(self, name: str):
-        """Stripped text, or None when the file does not exist; unreadable -> ReadingUnavailable."""
-        reading = self.files.get(name)
-        return None if reading is None or not reading.exists else reading.text()
-
-    def state_or_none(self):
-        """Lower-case accel_state, None when absent or unreadable (never raises)."""
-        reading = self.files.get("accel_state")
-        return reading.content.strip().lower() if reading is not None and reading.content is not None else None
-
-    def accel_id(self):
-        """The card's global accel id; None when unset (4294967295) or absent."""
-        return to_u32(self.get("accel_id"), f"card{self.index} accel_id")
-
-    def local_accels(self):
-        raw = self.get("local_accels")
-        return None if raw is None else [to_int(x, f"card{self.index} local_accels") for x in raw.split()]
-
-    def evidence(self) -> dict:
-        out = {}
-        for name, reading in sorted(self.files.items()):
-            if reading.exists:
-                out[f"card{self.index}/ualink/{name}"] = reading.error or (reading.content or "").strip()
-        return out
-
-
-def ualink_cards(r) -> dict:
-    """card number -> :class:`Card`, from the three ualink globs (both sysfs layouts merged)."""
-    cards: dict = {}
-    for key in UALINK_READS:
-        for path, reading in r[key].items():
-            match = _PATH.match(path)
-            if not match or reading.error == "is a directory":
-                continue
-            card, name = int(match.group(1)), match.group(2)
-            cards.setdefault(card, Card(card, {})).files[OLD_LAYOUT.get(name, name)] = reading
-    return dict(sorted(cards.items()))
-
-
-def nibbles(text: str, what: str) -> str:
-    """The lane bitmap's station nibbles, station 0 first (leftmost); a 0x prefix is dropped.
-
-    One nibble per station (§28); amd-smi trims trailing zero stations (§27 item 3), so a
-    shorter reading is padded with disabled stations before comparing.
-    """
-    digits = text.strip().lower().removeprefix("0x")
-    if not digits or not re.fullmatch(r"[0-9a-f]+", digits):
-        raise ParseError(f"{what}: not a hex lane bitmap: {text!r}")
-    return digits.ljust(STATIONS, "0")
-
-
 def half_stations(digits: str) -> list:
     """(station, nibble) for every half-enabled station (`3`/`c`, §28)."""
     return [(i, nib) for i, nib in enumerate(digits) if nib in HALF_NIBBLES]
-
-
-def majority(values: dict):
-    """(most common value, keys holding another value); value None on a tie for first place."""
-    counts = Counter(values.values()).most_common()
-    if not counts:
-        return None, []
-    if len(counts) > 1 and counts[0][1] == counts[1][1]:
-        return None, sorted(values)
-    top = counts[0][0]
-    return top, sorted(k for k, v in values.items() if v != top)
 
 
 def groups(values: dict, name=str) -> str:

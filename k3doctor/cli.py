@@ -270,28 +270,14 @@ def _inventory(path, logins=False):
 
 
 def apply_overrides(inv, overrides) -> None:
-    """``--set check.param=value``: checked against the parameter's declaration, applied to every node."""
-    from . import safeyaml
+    """``--set check.param=value`` (k3doctor/overrides.py); a bad one is a usage error."""
+    from .overrides import OverrideError
+    from .overrides import apply_overrides as apply
 
-    for item in overrides:
-        key, sep, raw = item.partition("=")
-        name, dot, param = key.rpartition(".")
-        chk = REGISTRY.checks.get(name)
-        if not (sep and dot) or chk is None or param not in chk.params:
-            raise click.UsageError(f"--set {item!r}: expected CHECK.PARAM=VALUE with a parameter from "
-                                   "`k3doctor list -v`")
-        try:
-            value = raw if isinstance(chk.params[param], str) else safeyaml.load(raw, "value")
-            wrong = safeyaml.control_character(value) if isinstance(value, str) else None
-        except safeyaml.YAMLInputError as exc:
-            wrong = exc.problems[0].split(": ", 2)[-1]
-        if wrong:
-            raise click.UsageError(f"--set {item!r}: {raw!r} is not a valid value ({wrong})")
-        expected = chk.param_problem(param, value, [n.name for n in inv.nodes])
-        if expected:
-            raise click.UsageError(f"--set {item!r}: {param} takes {expected}")
-        for settings in [inv.cluster] + [n.settings for n in inv.nodes]:
-            settings.checks.setdefault(name, {})[param] = value
+    try:
+        apply(inv, overrides, REGISTRY)
+    except OverrideError as exc:
+        raise click.UsageError(str(exc)) from None
 
 
 def _read_baseline(path: str) -> dict:
@@ -330,7 +316,7 @@ def baseline_record_cmd(inventory, output, accept_unknown_hosts, tier, quiet):
     import yaml
 
     inv = _inventory(inventory, logins=True)
-    keepers = tuple(c.name for c in select_checks(REGISTRY, tier=tier) if c.record is not None)
+    keepers = tuple(c.name for c in select_checks(REGISTRY, tier=tier) if c.keeps_baseline)
     checks = select_checks(REGISTRY, only=keepers)  # + the prerequisites an active probe needs
     with _shown(quiet):
         report = run_checks(inv, checks, RunOptions(record=True, accept_unknown_hosts=accept_unknown_hosts,

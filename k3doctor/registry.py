@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 
 from .deadline import MAX_SECONDS  # no time setting may exceed a day: a run always ends
 from .readings import Command
+from .results import Status
 
 SCOPES = ("node", "gpu", "cluster", "node-pair")
 TIERS = ("fast", "deep")
@@ -116,7 +117,8 @@ class Check:
     # what needs it and says so once ("not evaluated: <prerequisite> failed") as a SKIP.
     needs: dict = field(default_factory=dict)
     blocking: tuple = ()  # remediation codes of this check's FAIL/ERROR findings that stop its dependants (): any
-    record: Callable | None = None  # (readings, ctx) -> plain data kept by `k3doctor baseline record`
+    record: Callable | None = None  # judges: (readings, ctx) -> this node's entry kept by `k3doctor baseline record`
+    record_run: Callable | None = None  # probes: (verdicts, ctx) -> {node: entry}, the entries of the nodes it ran on
     fixer: Callable | None = None  # (transport, verdicts, ctx) -> verdicts; runs only with --fix
     doc: str = ""
     param_specs: dict = field(default_factory=dict, init=False)  # name -> Param (``params`` keeps the defaults)
@@ -124,6 +126,19 @@ class Check:
     def __post_init__(self):
         self.param_specs = {name: as_param(name, p) for name, p in self.params.items()}
         self.params = {name: spec.default for name, spec in self.param_specs.items()}
+
+    @property
+    def keeps_baseline(self) -> bool:
+        """Whether `k3doctor baseline record` keeps something of this check."""
+        return self.record is not None or self.record_run is not None
+
+    def with_default_remediation(self, verdicts) -> list:
+        """The verdicts as reported: a FAIL or WARN naming no remediation gets the check's first one,
+        so ``k3doctor explain`` has a text for every finding."""
+        if not self.remediations:
+            return list(verdicts)
+        return [replace(v, remediation=self.remediations[0])
+                if not v.remediation and v.status in (Status.FAIL, Status.WARN) else v for v in verdicts]
 
     def param_problem(self, name: str, value, nodes=None) -> str | None:
         """What is wrong with ``value`` for parameter ``name`` (None: acceptable)."""
@@ -173,6 +188,9 @@ class Registry:
                 raise RegistryError(f"check {chk.name!r}: {what} {value!r} not one of {', '.join(allowed)}")
         if (chk.judge is None) == (chk.probe is None):
             raise RegistryError(f"check {chk.name!r} needs exactly one of judge= or probe=")
+        if (chk.record if chk.probe else chk.record_run) is not None:
+            raise RegistryError(f"check {chk.name!r}: a probe keeps its baseline with record_run=(verdicts, ctx), "
+                                "a judge with record=(readings, ctx)")
         self.checks[chk.name] = chk
         return chk
 
@@ -218,7 +236,7 @@ REGISTRY = Registry()
 
 def check(name: str, *, title: str, scope: str = "node", reads=None, tier: str = "fast",
           interaction: str = "passive", after=(), timeout_s=None, remediation=(), params=None,
-          needs=(), blocking=(), record=None, fixer=None, registry: Registry = None):
+          needs=(), blocking=(), record=None, record_run=None, fixer=None, registry: Registry = None):
     """Register the decorated function as a check's judge (passive) or probe (active).
 
     ``needs`` names the checks that must not have failed on a node for this one to be evaluated
@@ -229,10 +247,11 @@ def check(name: str, *, title: str, scope: str = "node", reads=None, tier: str =
     A prerequisite that was not selected for the run blocks nothing; prerequisites are node or GPU checks
     (judged per node before their dependants).
 
-    ``record`` (optional) turns the check's readings into the node's baseline entry
-    (``record(readings, ctx)``; for an active check ``record(verdicts, ctx)`` returning
-    ``{node: entry}``); ``ctx.baseline`` then holds that entry (active and cluster checks:
-    node -> entry) for drift judgement. ``fixer`` (optional)
+    ``record`` (optional, judges) turns the check's readings into the node's baseline entry:
+    ``record(readings, ctx) -> entry``; ``record_run`` (optional, probes) turns a probe's verdicts
+    into the entries of the nodes it ran on: ``record_run(verdicts, ctx) -> {node: entry}``.
+    ``ctx.baseline`` then holds that entry (active and cluster checks: node -> entry) for drift
+    judgement. ``fixer`` (optional)
     repairs exactly what the verdicts' evidence names, and runs only when the user
     passed ``--fix``.
     """
@@ -245,7 +264,8 @@ def check(name: str, *, title: str, scope: str = "node", reads=None, tier: str =
             needs=dict(needs) if isinstance(needs, dict) else dict.fromkeys(needs),
             blocking=(blocking,) if isinstance(blocking, str) else tuple(blocking),
             remediations=(remediation,) if isinstance(remediation, str) else tuple(remediation),
-            params=dict(params or {}), record=record, fixer=fixer, doc=(fn.__doc__ or "").strip(),
+            params=dict(params or {}), record=record, record_run=record_run, fixer=fixer,
+            doc=(fn.__doc__ or "").strip(),
             **{kind: fn}))
         return fn
     return decorate

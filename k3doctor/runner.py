@@ -18,14 +18,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 from . import progress
+from .api import Context, judge_safely
 from .deadline import seconds
 from .gather import gather
 from .inventory import Inventory, Node
 from .parsers import ParseError
 from .prerequisites import Gate, blocking_findings
-from .readings import NotEvaluated, Readings, ReadingUnavailable, Unavailable
-from .registry import CheckSettings, prerequisites_first
-from .results import Result, Status, Verdict, error, skip
+from .readings import Readings, ReadingUnavailable, Unavailable
+from .registry import prerequisites_first
+from .results import Result, Status, error
 from .transport import LocalTransport, SSHTransport, Transport, TransportError, resolve_ssh_target
 
 
@@ -55,28 +56,6 @@ class RunReport:
     records: dict = field(default_factory=dict)  # node -> check -> baseline data (record mode)
 
 
-@dataclass
-class Context:
-    """What a judge or probe may know besides its readings: settings, params, baseline."""
-
-    check: object
-    settings: object
-    node: str | None = None
-    nodes: dict = field(default_factory=dict)  # cluster/probe scope: node name -> Node
-    baseline: object = None  # this check's baseline entry (cluster scope: node -> entry)
-    transports: dict = field(default_factory=dict)  # probes only
-    blocked: dict = field(default_factory=dict)  # probes only: node -> why it may not take part
-    fix: bool = False
-    deadline_s: float = 60.0
-
-    def __post_init__(self):
-        if not isinstance(self.settings, CheckSettings):
-            self.settings = CheckSettings(self.settings, self.check)
-
-    def param(self, name: str):
-        return self.settings.param(name)
-
-
 def make_transport(node: Node, inv: Inventory, opts: RunOptions) -> Transport:
     if node.transport == "local":
         return LocalTransport(node.name, sudo=node.sudo)
@@ -90,37 +69,10 @@ def make_transport(node: Node, inv: Inventory, opts: RunOptions) -> Transport:
     return SSHTransport(target, sudo=node.sudo)
 
 
-def _as_list(verdicts) -> list:
-    if verdicts is None:
-        return []
-    if isinstance(verdicts, Verdict):
-        return [verdicts]
-    return list(verdicts)
-
-
-def judge_safely(fn, *args) -> list:
-    """Run a judge or probe; whatever goes wrong becomes ERROR verdicts, never a traceback."""
-    try:
-        verdicts = _as_list(fn(*args))
-        return verdicts or [error("check returned no verdict (bug in the check)")]
-    except NotEvaluated as exc:
-        return [skip(str(exc))]
-    except ReadingUnavailable as exc:
-        return [error(f"could not read: {exc}")]
-    except ParseError as exc:
-        return [error(f"unparseable output: {exc}")]
-    except TransportError as exc:
-        return [error(str(exc))]
-    except Exception as exc:  # a bug in one check must not hide the others' results
-        return [error(f"internal error in check: {type(exc).__name__}: {exc}")]
-
-
 def _to_results(chk, node: str | None, verdicts) -> list:
     return [Result(check=chk.name, node=v.node or node, status=v.status, message=v.message, gpu=v.gpu,
-                   evidence=v.evidence, remediation=v.remediation or (
-                       chk.remediations[0] if chk.remediations and v.status in (Status.FAIL, Status.WARN)
-                       else None))
-            for v in verdicts]
+                   evidence=v.evidence, remediation=v.remediation)
+            for v in chk.with_default_remediation(verdicts)]
 
 
 def run_checks(inv: Inventory, checks: list, opts: RunOptions = None) -> RunReport:
@@ -168,7 +120,7 @@ def run_checks(inv: Inventory, checks: list, opts: RunOptions = None) -> RunRepo
             ctx = Context(chk, node.settings, node=node.name,
                           baseline=baseline.get(node.name, {}).get(chk.name), fix=opts.fix)
             if opts.record and chk.record:
-                records.setdefault(node.name, {})[chk.name] = _record_safely(chk, Readings(mine), ctx)
+                records.setdefault(node.name, {})[chk.name] = _record_safely(chk.record, Readings(mine), ctx)
             if chk.scope not in ("node", "gpu"):
                 continue
             gate = Gate(chk, failed)
@@ -221,8 +173,8 @@ def run_checks(inv: Inventory, checks: list, opts: RunOptions = None) -> RunRepo
             with progress.task(f"probe {chk.name}"):
                 verdicts = judge_safely(chk.probe, ctx)
             results += _to_results(chk, None, verdicts)
-            if opts.record and chk.record:  # an active check's record maps node -> entry
-                for node, entry in (_record_safely(chk, verdicts, ctx) or {}).items():
+            if opts.record and chk.record_run:
+                for node, entry in (_record_safely(chk.record_run, verdicts, ctx) or {}).items():
                     records.setdefault(node, {})[chk.name] = entry
     except BaseException:  # Ctrl-C in a probe: whatever it left in flight is stopped on the nodes too
         cancel_all(transports)
@@ -303,10 +255,10 @@ def _replayed(node: str, wanted: list, saved: dict, unreachable: dict) -> dict:
             for spec in wanted}
 
 
-def _record_safely(chk, r, ctx):
+def _record_safely(record, seen, ctx):
     """A baseline entry, or the reason it could not be taken (kept in the file, shown on use)."""
     try:
-        return chk.record(r, ctx)
+        return record(seen, ctx)
     except (ReadingUnavailable, ParseError) as exc:
         return {"unrecorded": str(exc)}
     except Exception as exc:  # a bug in one check's record must not lose the others'

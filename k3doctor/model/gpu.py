@@ -1,4 +1,5 @@
-"""The GPU/sysfs view checks and probes share: AMD cards, PCI address -> card, accel id -> node + card.
+"""The GPU/sysfs view checks and probes share: AMD cards, PCI address -> card, accel id -> node + card,
+the processes holding a KFD context.
 
 Card numbers come from sysfs paths (``/sys/class/drm/cardN/device/...``); a card's PCI address from
 its ``uevent`` (``PCI_SLOT_NAME``); its global UALink accelerator id only from its own
@@ -9,22 +10,34 @@ from __future__ import annotations
 
 import re
 
+from k3doctor.parsers import ParseError
 from k3doctor.parsers._common import UINT32_MAX
 
 DRM = "/sys/class/drm/card*/device"
 VENDOR_GLOB = f"{DRM}/vendor"
 UEVENT_GLOB = f"{DRM}/uevent"
+VRAM_GLOB = f"{DRM}/mem_info_vram_total"
 UALINK_DIR = f"{DRM}/ualink"
 UALINK_GLOB = f"{UALINK_DIR}/*"  # every ualink file of every card (accel_id among them)
 AMD_VENDOR = "0x1002"
-_CARD_FILE = re.compile(r"/card(\d+)/device/[^/]+$")
-_ACCEL_ID_FILE = re.compile(r"/card(\d+)/device/ualink/accel_id$")
+KFD_PROC_GLOB = "/sys/class/kfd/kfd/proc/*"  # one directory per process holding a KFD (GPU) context
+_CARD_FILE = re.compile(r"/card(\d+)/device/(.+)$")  # the one place a sysfs path becomes a card number
+_KFD_PID = re.compile(r"/proc/(\d+)$")
 _SLOT = re.compile(r"^PCI_SLOT_NAME=(?P<bdf>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])\s*$", re.MULTILINE)
+
+
+def card_file(path: str):
+    """(card number, path below ``device/``) of a ``/sys/class/drm/cardN/device/...`` path; None for another path."""
+    match = _CARD_FILE.search(path)
+    return (int(match.group(1)), match.group(2)) if match else None
 
 
 def card_of(path: str) -> int:
     """Card number of a ``/sys/class/drm/cardN/device/<file>`` path."""
-    return int(_CARD_FILE.search(path).group(1))
+    located = card_file(path)
+    if located is None:
+        raise ParseError(f"{path}: not a /sys/class/drm/cardN/device/ path")
+    return located[0]
 
 
 def amd_cards(vendors: dict) -> list:
@@ -33,15 +46,41 @@ def amd_cards(vendors: dict) -> list:
                   if reading.exists and reading.text().lower() == AMD_VENDOR)
 
 
+def hbm_gib(vendors: dict, vram: dict) -> dict:
+    """AMD card -> HBM size in whole GiB (mem_info_vram_total, rounded: drivers reserve a few MiB); None
+    where the card has no such file."""
+    by_card = {card_of(p): reading for p, reading in vram.items()}
+    out = {}
+    for card in amd_cards(vendors):
+        if card not in by_card:
+            out[card] = None
+            continue
+        text = by_card[card].text()
+        if not text.isdigit():
+            raise ParseError(f"card{card} mem_info_vram_total is not a byte count: {text!r:.40}")
+        out[card] = round(int(text) / 2**30)
+    return out
+
+
 def card_bdfs(uevents: dict) -> dict:
     """card -> PCI address (lower case) from each card's ``device/uevent`` reading; unreadable ones left out."""
     out = {}
     for path, reading in uevents.items():
-        match = _CARD_FILE.search(path)
-        slot = _SLOT.search(reading.content or "") if match and not reading.error else None
+        located = card_file(path)
+        slot = _SLOT.search(reading.content or "") if located and not reading.error else None
         if slot:
-            out[int(match.group(1))] = slot.group("bdf").lower()
+            out[located[0]] = slot.group("bdf").lower()
     return dict(sorted(out.items()))
+
+
+def pci_bus(bdf: str) -> str:
+    """``domain:bus`` of a PCI address (lower case): the GPU (.0) and its IFoE function (.1) share it (§28)."""
+    return bdf.lower().rsplit(":", 1)[0]
+
+
+def card_buses(uevents: dict) -> dict:
+    """PCI ``domain:bus`` -> card number, from each card's ``device/uevent`` reading."""
+    return {pci_bus(bdf): card for card, bdf in card_bdfs(uevents).items()}
 
 
 def card_for_bdf(bdf: str, bdfs: dict):
@@ -55,11 +94,12 @@ def card_for_bdf(bdf: str, bdfs: dict):
 
 def _accel_entry(path: str, value: str):
     """(accel id, card) for one accel_id file, None when unset (UINT32_MAX) or not a number."""
-    match = _ACCEL_ID_FILE.search(path)
+    located = card_file(path)
     value = (value or "").strip()
-    if not match or not value.isascii() or not value.isdigit() or int(value) == UINT32_MAX:
+    if not located or located[1] != "ualink/accel_id" or not value.isascii() or not value.isdigit() \
+            or int(value) == UINT32_MAX:
         return None
-    return int(value), int(match.group(1))
+    return int(value), located[0]
 
 
 def accel_ids(ualink_files: dict) -> dict:
@@ -98,3 +138,8 @@ def locate_accid(accid: int, accel_ids_by_node: dict, gpus_per_node: int) -> tup
     tray, position = accid_to_location(accid, gpus_per_node)
     return None, None, f"§6 formula: tray CT{tray}, accelerator {position} of that tray (no inventory node " \
                        "reports this accel_id)"
+
+
+def kfd_pids(kfd: dict) -> set:
+    """Process ids holding a KFD context, from the :data:`KFD_PROC_GLOB` reading."""
+    return {int(m.group(1)) for path in kfd if (m := _KFD_PID.search(path))}

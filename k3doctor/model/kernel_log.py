@@ -22,6 +22,11 @@ BOOT_ID = File("/proc/sys/kernel/random/boot_id")
 CLOCK_SLACK_S = 5.0  # dmesg and /proc/uptime are read moments apart: a stamp this far past uptime is fine
 
 
+def is_amdgpu_load(line) -> bool:
+    """amdgpu_init()'s line: the one mark of a module load (sysfs keeps no load time)."""
+    return LOAD_LINE in line.text
+
+
 def read_uptime(reading):
     """Seconds since boot from a /proc/uptime reading; ``(None, why)`` when unreadable or absurd."""
     if reading is None or reading.content is None:
@@ -62,7 +67,7 @@ class KernelLog:
 
     def amdgpu_loads(self) -> list:
         """Indices of amdgpu_init()'s lines, in log order (one per module load)."""
-        return [i for i, line in enumerate(self.lines) if LOAD_LINE in line.text]
+        return [i for i, line in enumerate(self.lines) if is_amdgpu_load(line)]
 
     def first(self, predicate):
         """(seconds since boot, line) of the first line with a monotonic stamp matching ``predicate``."""

@@ -4,7 +4,8 @@
 size, total blocks, blocks available to non-root users (what ``df`` calls Available), free blocks,
 then the path as given. ``find ... -printf FIND_FORMAT`` prints one NUL-terminated record per file:
 type letter (``f`` regular, ``l`` broken symlink under ``-L``, ``d`` directory ...), size in bytes,
-name. A listing that does not end in NUL was cut off.
+name. A listing that does not end in NUL was cut off. ``stat -c STAT_SIZE_FORMAT FILES`` prints
+``bytes path`` per file it found; ``wc -l`` and ``grep -c`` print one count.
 """
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ from k3doctor.parsers import ParseError
 
 STATFS_FORMAT = "%i %S %b %a %f %n"
 FIND_FORMAT = "%y %s %f\\0"
+STAT_SIZE_FORMAT = "%s %n"
 _STATFS = re.compile(r"^([0-9a-f]+) (\d+) (\d+) (\d+) (\d+) (/.*)$")
+_STAT_LINE = re.compile(r"^(\d+) (/.*)$")
 _FIND = re.compile(r"^([a-zA-Z]) (\d+) ([^/]+)$", re.DOTALL)
 
 
@@ -71,3 +74,22 @@ def parse_find_listing(text: str) -> list:
             raise ParseError(f"find listing: unexpected record {record!r:.120}")
         out.append(ListedFile(match.group(3), match.group(1), int(match.group(2))))
     return out
+
+
+def parse_stat(text: str) -> dict:
+    """``stat -c STAT_SIZE_FORMAT files...`` -> {path: bytes}; files stat could not find are absent."""
+    sizes = {}
+    for line in text.splitlines():
+        match = _STAT_LINE.match(line)
+        if not match:
+            raise ParseError(f"stat: unexpected line {line!r:.120}")
+        sizes[match.group(2)] = int(match.group(1))
+    return sizes
+
+
+def parse_count(text: str, what: str) -> int:
+    """The one count ``wc -l`` or ``grep -c`` printed; anything else is a ParseError."""
+    value = text.strip()
+    if not value.isdigit():
+        raise ParseError(f"{what}: expected a count, got {value!r:.80}")
+    return int(value)

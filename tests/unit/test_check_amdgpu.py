@@ -3,11 +3,12 @@ import json
 
 from k3doctor.checks import amdgpu
 
+from k3doctor import testing
+from k3doctor.api import Context, judge_safely
 from k3doctor.inventory import Settings
 from k3doctor.readings import CommandReading, FileReading, Readings, Unavailable
 from k3doctor.registry import REGISTRY
 from k3doctor.results import Status
-from k3doctor.runner import Context, judge_safely
 
 DRIVER, INVENTORY, UNIFORM = (REGISTRY.checks[n] for n in ("amdgpu-driver", "gpu-inventory", "hbm-uniform"))
 P = "/sys/module/amdgpu/parameters"
@@ -24,7 +25,7 @@ def driver_readings(params=None, kfd=True, ifoe=True, dmesg=DMESG, dmesg_rc=0):
 
 def judge(chk, r, baseline=None, settings=None, **params):
     settings = settings or Settings(hbm_gib_per_gpu=432, gpus_per_node=4, checks={chk.name: params})
-    return judge_safely(chk.judge, r, Context(chk, settings, node="ct13", baseline=baseline))
+    return testing.judge(chk, r, node="ct13", settings=settings, baseline=baseline)
 
 
 def findings(verdicts):

@@ -4,11 +4,12 @@ import json
 import pytest
 from k3doctor.checks import fabric
 
+from k3doctor import testing
 from k3doctor.inventory import Settings
+from k3doctor.model.gpu import card_buses
 from k3doctor.readings import CommandReading, FileReading, Readings, Unavailable
 from k3doctor.registry import REGISTRY
 from k3doctor.results import Status
-from k3doctor.runner import Context, judge_safely
 
 CHECK = REGISTRY.checks["fabric-domain"]
 PPOD = "3e56c1d0-7a4b-4e21-9f3c-58d2b4a1878f"
@@ -58,8 +59,7 @@ def node(sys_pods=None, smi_pods=None, form="json", fabric_reading=None):
 
 
 def judge(per_node, **params):
-    settings = Settings(checks={"fabric-domain": params})
-    return judge_safely(CHECK.judge, per_node, Context(CHECK, settings))
+    return testing.judge(CHECK, per_node, nodes={}, **params)
 
 
 def rack(**odd):
@@ -130,7 +130,7 @@ def test_ppod_sentinels_mean_not_configured(sentinel):
 def test_sysfs_and_amd_smi_read_ppod_sentinels_alike(raw):
     """One helper for both sources: a "not configured" in one is never a real id in the other."""
     r = node({0: (raw, 2)})
-    (_, smi), *_ = fabric.amdsmi_gpus("ct13", r["fabric"], fabric.card_buses(r))
+    (_, smi), *_ = fabric.amdsmi_gpus("ct13", r["fabric"], card_buses(r["uevent"]))
     assert fabric.sysfs_gpus("ct13", r)[0].ppod == smi.ppod == (PPOD if raw == PPOD.upper() else None)
 
 

@@ -7,11 +7,11 @@ import pytest
 from k3doctor.checks import host
 from k3rig.fixtures import healthy_checkpoint, meminfo_text
 
+from k3doctor import testing
 from k3doctor.inventory import Node, Settings
 from k3doctor.readings import CommandReading, FileReading, Readings, Unavailable
 from k3doctor.registry import REGISTRY
 from k3doctor.results import Status
-from k3doctor.runner import Context, judge_safely
 
 CHECK = REGISTRY.checks[host.CHECK]
 NODES = ("ct13", "ct14", "ct16", "ct17")
@@ -55,8 +55,7 @@ def node(mem=None, shards=None, docker=None, logs=None, **readings):
 def judge(faulty=None, nodes=NODES, inventory_nodes=None, **params):
     """Verdicts over the rack; ``faulty`` maps node -> node() keyword overrides."""
     per_node = {n: node(**(faulty or {}).get(n, {})) for n in nodes}
-    ctx = Context(CHECK, Settings(checks={CHECK.name: params}), nodes=inventory_nodes or {})
-    return judge_safely(CHECK.judge, per_node, ctx)
+    return testing.judge(CHECK, per_node, nodes=inventory_nodes or {}, **params)
 
 
 def findings(verdicts):

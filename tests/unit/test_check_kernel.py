@@ -10,12 +10,12 @@ import datetime
 import pytest
 from k3doctor.checks import kernel
 
+from k3doctor import testing
 from k3doctor.inventory import Node, Settings
 from k3doctor.parsers.dmesg import parse_line
 from k3doctor.readings import CommandReading, FileReading, Readings
 from k3doctor.registry import REGISTRY
 from k3doctor.results import Status
-from k3doctor.runner import Context, judge_safely
 from tests.corpus import load
 
 CHECK = REGISTRY.checks["kernel-health"]
@@ -110,10 +110,9 @@ def node_readings(log: str, tray: int = 13, uptime: float = 200000.0, rc: int = 
 def judge(logs: dict, node_params=None, **params):
     """Judge {node: log text or Readings}; ``node_params`` overrides parameters on single nodes."""
     per_node = {n: v if isinstance(v, Readings) else node_readings(v, NODES[n]) for n, v in logs.items()}
-    cluster = Settings(gpus_per_node=4, checks={"kernel-health": params})
     nodes = {n: Node(n, n, Settings(gpus_per_node=4, checks={"kernel-health": {
         **params, **(node_params or {}).get(n, {})}})) for n in per_node}
-    return judge_safely(CHECK.judge, per_node, Context(CHECK, cluster, nodes=nodes))
+    return testing.judge(CHECK, per_node, settings=Settings(gpus_per_node=4), nodes=nodes, **params)
 
 
 def found(verdicts):

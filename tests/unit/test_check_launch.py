@@ -11,6 +11,7 @@ import pytest
 from k3doctor.checks import launch as lc
 from k3rig.fixtures import NodeState, launch_script
 
+from k3doctor import testing
 from k3doctor.inventory import Node, Settings
 from k3doctor.model import network
 from k3doctor.model.container import (
@@ -25,7 +26,6 @@ from k3doctor.parsers import ParseError
 from k3doctor.readings import CommandReading, ContainerInspect, ContainerReading, FileReading, Readings
 from k3doctor.registry import REGISTRY
 from k3doctor.results import Status
-from k3doctor.runner import Context, judge_safely
 
 CHK = REGISTRY.checks["launch-config"]
 SAMPLES = Path(__file__).with_name("samples")
@@ -82,8 +82,8 @@ def judge(per_node=None, ips=IPS, stepping="B0", node_steppings=None, **params):
         settings = Settings(container="k3ep16", image=IMAGE, stepping=step, checks={CHK.name: params})
         nodes[n] = Node(n, ips[n], settings, data_ip=ips[n])
         per_node.setdefault(n, readings(place=i))
-    cluster = Settings(container="k3ep16", image=IMAGE, stepping=stepping, checks={CHK.name: params})
-    return judge_safely(CHK.judge, per_node, Context(CHK, cluster, nodes=nodes))
+    cluster = Settings(container="k3ep16", image=IMAGE, stepping=stepping)
+    return testing.judge(CHK, per_node, settings=cluster, nodes=nodes, **params)
 
 
 def findings(verdicts):

@@ -1,11 +1,13 @@
 """rack-free judged on Docker API dicts (corpus event format), KFD proc paths and showpids corpus text."""
 import json
 
+from k3doctor.checks import rack  # noqa: F401  (registers rack-free)
+
+from k3doctor import testing
 from k3doctor.inventory import Settings
 from k3doctor.readings import CommandReading, Docker, DockerReading, Readings, Unavailable
 from k3doctor.registry import REGISTRY
 from k3doctor.results import Status
-from k3doctor.runner import Context, judge_safely
 from tests.corpus import load
 
 CHECK = REGISTRY.checks["rack-free"]
@@ -47,8 +49,7 @@ def readings(containers=(), events=(), kfd=(), pids=NO_PIDS, pids_rc=0, mem=IDLE
 
 
 def judge(r, **params):
-    settings = Settings(container="k3ep16", checks={"rack-free": params})
-    return judge_safely(CHECK.judge, r, Context(CHECK, settings, node="ct13"))
+    return testing.judge(CHECK, r, node="ct13", settings=Settings(container="k3ep16"), **params)
 
 
 def bad(verdicts):

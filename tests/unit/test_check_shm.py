@@ -2,10 +2,10 @@
 import shlex
 
 from k3doctor.checks import shm
-from k3doctor.checks.rack import KFD_PROC_GLOB
 
 from k3doctor import runner
 from k3doctor.inventory import Inventory, Node, Settings, SSHSettings
+from k3doctor.model.gpu import KFD_PROC_GLOB
 from k3doctor.readings import CommandReading, Readings
 from k3doctor.registry import REGISTRY
 from k3doctor.results import Status, fail

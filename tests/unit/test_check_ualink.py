@@ -3,11 +3,11 @@ import pytest
 import yaml
 from k3doctor.checks import ualink
 
-from k3doctor.inventory import Settings
+from k3doctor import testing
+from k3doctor.model.ualink import ualink_cards
 from k3doctor.readings import CommandReading, FileReading, Readings, Unavailable
 from k3doctor.registry import REGISTRY
 from k3doctor.results import Status
-from k3doctor.runner import Context, judge_safely
 
 CHECK = REGISTRY.checks["ualink-state"]
 PPOD = "3e56c1d0-7a4b-4e21-9f3c-58d2b4a1878f"
@@ -61,8 +61,7 @@ def without_ualink(r, card, visible=True):
 
 
 def judge(r, baseline=None, **params):
-    settings = Settings(checks={"ualink-state": params})
-    return judge_safely(CHECK.judge, r, Context(CHECK, settings, node="ct13", baseline=baseline))
+    return testing.judge(CHECK, r, node="ct13", baseline=baseline, **params)
 
 
 def findings(verdicts):
@@ -78,7 +77,7 @@ def test_healthy_node_passes_every_card_in_both_layouts(layout):
 
 
 def test_cards_map_by_card_number_and_accel_id_file_not_by_position():
-    cards = ualink.ualink_cards(readings())
+    cards = ualink_cards(readings())
     assert {n: c.accel_id() for n, c in cards.items()} == {0: 51, 1: 50, 2: 49, 3: 48}
 
 

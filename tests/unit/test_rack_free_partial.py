@@ -3,11 +3,11 @@ node has, a reading cut at the output cap, a process table glued to "No KFD PIDs
 event it cannot read (which must not hide the containers it can)."""
 from k3doctor.checks import rack  # noqa: F401  (registers rack-free)
 
+from k3doctor import testing
 from k3doctor.inventory import Settings
 from k3doctor.readings import CommandReading, DockerReading, Readings
 from k3doctor.registry import REGISTRY
 from k3doctor.results import Status
-from k3doctor.runner import Context, judge_safely
 from tests.corpus import load
 
 CHECK = REGISTRY.checks["rack-free"]
@@ -32,8 +32,7 @@ def judge(mem=None, pids=NO_PIDS, events=(), containers=(), mem_truncated=False,
         "memuse": CommandReading("rocm-smi --showmemuse", 0, memuse(0, 0, 0, 0) if mem is None else mem, "",
                                  truncated=mem_truncated),
     })
-    settings = Settings(container="k3ep16", gpus_per_node=gpus)
-    return judge_safely(CHECK.judge, r, Context(CHECK, settings, node="ct13"))
+    return testing.judge(CHECK, r, node="ct13", settings=Settings(container="k3ep16", gpus_per_node=gpus))
 
 
 def statuses(verdicts):

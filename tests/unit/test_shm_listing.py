@@ -5,12 +5,13 @@ import shlex
 import pytest
 from k3doctor.checks import shm
 
+from k3doctor import testing
+from k3doctor.api import Context, judge_safely
 from k3doctor.inventory import Settings
 from k3doctor.parsers import ParseError
 from k3doctor.readings import CommandReading, Readings
 from k3doctor.registry import REGISTRY
 from k3doctor.results import Status
-from k3doctor.runner import Context, judge_safely
 
 CHECK = REGISTRY.checks["shm-clean"]
 
@@ -28,7 +29,7 @@ class RecordingTransport:
 
 def judge(listing):
     r = Readings({"shm": CommandReading("find", 0, listing, ""), "kfd": {}})
-    return judge_safely(CHECK.judge, r, Context(CHECK, Settings(), node="ct17"))
+    return testing.judge(CHECK, r, node="ct17")
 
 
 def test_the_reading_puts_the_size_before_the_name():

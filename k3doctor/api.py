@@ -1,0 +1,86 @@
+"""The check author's API in one module: what a check declares, what its judge gets and returns.
+
+A check is one file in ``checks/`` (or a plugin module): readings declared as data (``File``,
+``Exists``, ``Glob``, ``Command``, ``Docker``, ``ContainerInspect``), registered with ``@check``
+together with its remediation texts, and a pure judge ``(readings, ctx) -> verdicts``. A judge
+that raises :class:`ReadingUnavailable` or :class:`ParseError` gets an ERROR for that node and
+check, :class:`NotEvaluated` a SKIP (:func:`judge_safely`, the one place that says so). What the
+judge knows besides its readings is the :class:`Context`. ``k3doctor.testing`` judges a check on
+plain readings the same way the runner does.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .parsers import ParseError
+from .readings import (
+    Command,
+    ContainerInspect,
+    Docker,
+    Exists,
+    File,
+    Glob,
+    NotEvaluated,
+    Readings,
+    ReadingUnavailable,
+    sh,
+)
+from .registry import CheckSettings, Param, check, remediation
+from .results import Status, Verdict, error, fail, passed, skip, warn
+
+__all__ = [
+    "Command", "ContainerInspect", "Context", "Docker", "Exists", "File", "Glob", "NotEvaluated", "Param",
+    "ParseError", "ReadingUnavailable", "Readings", "Status", "Verdict", "check", "error", "fail",
+    "judge_safely", "passed", "remediation", "sh", "skip", "warn",
+]
+
+
+@dataclass
+class Context:
+    """What a judge or probe may know besides its readings: settings, params, baseline."""
+
+    check: object
+    settings: object
+    node: str | None = None
+    nodes: dict = field(default_factory=dict)  # cluster/probe scope: node name -> Node
+    baseline: object = None  # this check's baseline entry (cluster scope: node -> entry)
+    transports: dict = field(default_factory=dict)  # probes only
+    blocked: dict = field(default_factory=dict)  # probes only: node -> why it may not take part
+    fix: bool = False
+    deadline_s: float = 60.0
+
+    def __post_init__(self):
+        if not isinstance(self.settings, CheckSettings):
+            self.settings = CheckSettings(self.settings, self.check)
+
+    def param(self, name: str):
+        return self.settings.param(name)
+
+
+def _as_list(verdicts) -> list:
+    if verdicts is None:
+        return []
+    if isinstance(verdicts, Verdict):
+        return [verdicts]
+    return list(verdicts)
+
+
+def judge_safely(fn, *args) -> list:
+    """Run a judge or probe; whatever goes wrong becomes ERROR verdicts, never a traceback."""
+    try:
+        verdicts = _as_list(fn(*args))
+        return verdicts or [error("check returned no verdict (bug in the check)")]
+    except NotEvaluated as exc:
+        return [skip(str(exc))]
+    except ReadingUnavailable as exc:
+        return [error(f"could not read: {exc}")]
+    except ParseError as exc:
+        return [error(f"unparseable output: {exc}")]
+    except Exception as exc:  # a bug in one check must not hide the others' results
+        # imported here, not above: a check that imports this module does not load paramiko (a probe that
+        # raised TransportError has it loaded already)
+        from .transport import TransportError
+
+        if isinstance(exc, TransportError):
+            return [error(str(exc))]
+        return [error(f"internal error in check: {type(exc).__name__}: {exc}")]

@@ -1,0 +1,104 @@
+"""Judge a check on plain readings, exactly as the runner judges it: for check authors' unit tests.
+
+Readings are given by the names the check declared, typed as the gatherer delivers them:
+
+- ``Exists``: ``True`` / ``False`` (a bool, nothing is read);
+- ``File``: the file's text, or ``None`` when it does not exist (a ``FileReading``: ``.text()``, ``.exists``);
+- ``Glob``: ``{path: text or None}`` (a dict of ``FileReading`` by path; no match is ``{}``);
+- ``Command``: its stdout for a run that exited 0, or ``(rc, stdout, stderr)`` (a ``CommandReading``:
+  ``.output()`` raises ``ReadingUnavailable`` unless it exited 0, complete and in time);
+- ``Docker`` / ``ContainerInspect``: their reading objects.
+
+A reading object (``FileReading``, ``CommandReading``, ``Unavailable``, ...) is passed on as it is, and a
+declared reading left out reads as unavailable (the judge's ``ReadingUnavailable`` is an ERROR). The
+verdicts come back as the report shows them: through :func:`k3doctor.api.judge_safely`, with the
+check's first remediation on a FAIL or WARN that names none.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import replace
+
+from . import registry as _registry
+from .api import Context, judge_safely
+from .inventory import Node, Settings
+from .readings import Command, CommandReading, Exists, File, FileReading, Glob, Readings, Unavailable
+from .shell import join
+
+__all__ = ["as_reading", "judge", "temporary_registry"]
+
+
+def as_reading(spec, value):
+    """The reading the gatherer would deliver for ``spec`` from a plain ``value`` (see the module doc)."""
+    if isinstance(spec, Exists):
+        return value if isinstance(value, (bool, Unavailable)) else bool(value)
+    if isinstance(spec, File):
+        return _file(spec.path, value)
+    if isinstance(spec, Glob) and isinstance(value, dict):
+        return {path: _file(path, text) for path, text in value.items()}
+    if isinstance(spec, Command) and isinstance(value, (str, tuple)):
+        rc, stdout, stderr = (0, value, "") if isinstance(value, str) else value
+        return CommandReading(join(spec.argv), rc, stdout, stderr, timed_out=rc in (124, 137))
+    return value
+
+
+def _file(path: str, value):
+    return FileReading(path, value) if value is None or isinstance(value, str) else value
+
+
+def _check(chk, registry):
+    if not isinstance(chk, str):
+        return chk
+    registry = registry or _registry.REGISTRY
+    if chk not in registry.checks and registry is _registry.REGISTRY:
+        _registry.load_checks()
+    return registry.checks[chk]
+
+
+def _settings(chk, settings, params: dict):
+    settings = settings or Settings()
+    unknown = sorted(set(params) - set(chk.params))
+    if unknown:
+        raise ValueError(f"check {chk.name!r} declares no parameter {', '.join(unknown)}")
+    return replace(settings, checks={**settings.checks, chk.name: {**settings.checks.get(chk.name, {}), **params}})
+
+
+def _readings(chk, plain, settings) -> Readings:
+    plain = plain.raw() if isinstance(plain, Readings) else plain
+    specs = chk.readings_for(settings)
+    return Readings({name: as_reading(spec, plain[name]) if name in plain else
+                     Unavailable(f"{name}: not given to the judge") for name, spec in specs.items()})
+
+
+def judge(chk, readings: dict, *, node: str = "node1", settings: Settings | None = None, baseline=None,
+          nodes: dict | None = None, registry=None, **params) -> list:
+    """The verdicts of check ``chk`` (its name, or the Check) on ``readings``, with ``params`` set.
+
+    Node and GPU checks take ``{reading name: value}`` (or a ``Readings``) for one node, ``node``; cluster checks take
+    ``{node: {reading name: value}}`` and ``baseline`` as ``{node: entry}``. ``settings`` is every node's
+    (default: ``Settings()``, i.e. the inventory's defaults); a cluster judge's ``ctx.nodes`` are
+    ``nodes`` (name -> inventory Node, each with its own settings) where given.
+    """
+    chk = _check(chk, registry)
+    settings = _settings(chk, settings, params)
+    if chk.scope == "cluster":
+        nodes = {name: Node(name, None, settings) for name in readings} if nodes is None else nodes
+        per_node = {name: _readings(chk, plain, settings) for name, plain in readings.items()}
+        ctx = Context(chk, settings, nodes=nodes, baseline=baseline or {})
+        return chk.with_default_remediation(judge_safely(chk.judge, per_node, ctx))
+    if chk.judge is None:
+        raise ValueError(f"check {chk.name!r} is a probe: it orchestrates nodes and has no judge of readings")
+    ctx = Context(chk, settings, node=node, baseline=baseline)
+    return chk.with_default_remediation(judge_safely(chk.judge, _readings(chk, readings, settings), ctx))
+
+
+@contextmanager
+def temporary_registry():
+    """A fresh registry that ``@check`` and ``remediation(...)`` register into while the block runs:
+    a test's throwaway check never joins (or clashes with) the real ones."""
+    saved, fresh = _registry.REGISTRY, _registry.Registry()
+    _registry.REGISTRY = fresh
+    try:
+        yield fresh
+    finally:
+        _registry.REGISTRY = saved
