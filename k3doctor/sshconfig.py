@@ -116,8 +116,9 @@ def load(path: str | None) -> paramiko.SSHConfig | None:
 
 def lookup(config: paramiko.SSHConfig | None, host: str) -> HostConfig:
     """OpenSSH's answer for ``host`` (first value wins, Match host sees HostName); tokens expanded."""
-    if config is None:
-        return HostConfig()
+    if config is None:  # OpenSSH's defaults, for this user
+        return HostConfig(user_known_hosts=_files(None, USER_KNOWN_HOSTS, {}),
+                          global_known_hosts=_files(None, GLOBAL_KNOWN_HOSTS, {}))
     try:
         raw = config.lookup(host)
         port = int(raw["port"]) if "port" in raw else None
