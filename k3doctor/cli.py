@@ -18,6 +18,7 @@ from .deadline import MAX_SECONDS
 from .inventory import (
     InventoryError,
     NodeSourceError,
+    check_ssh_config,
     load_inventory,
     load_nodes,
     localhost_inventory,
@@ -217,6 +218,7 @@ def _inventory(path, logins=False, ansible_inventory=None):
     _load_plugins()
     try:
         inv = load_nodes(path, ansible_inventory, REGISTRY)
+        check_ssh_config(inv)
         problems = unset_password_variables(inv) if logins else []
         if problems:
             raise InventoryError(problems)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import yaml
 
-from . import ansible, nodesets
+from . import ansible, nodesets, sshconfig
 from .registry import MAX_SECONDS
 from .safeyaml import YAMLInputError, by_line, compose, decode, load, plain
 
@@ -402,6 +402,16 @@ def is_ansible_inventory(path: str) -> bool:
         return True
     return isinstance(doc, dict) and ("all" in doc or any(
         isinstance(group, dict) and set(group) & {"hosts", "children", "vars"} for group in doc.values()))
+
+
+def check_ssh_config(inv: Inventory) -> None:
+    """The ssh config as a whole (Include loops and nesting, unparsable lines) before anything runs, as one
+    line; what it says about one host (a bad Port) stays that node's ERROR."""
+    if any(n.transport == "ssh" for n in inv.nodes):
+        try:
+            sshconfig.load(inv.ssh.ssh_config)
+        except sshconfig.SSHConfigError as exc:
+            raise NodeSourceError([str(exc)]) from None
 
 
 def unset_password_variables(inv: Inventory) -> list:
