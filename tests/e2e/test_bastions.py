@@ -96,6 +96,8 @@ def test_a_node_behind_two_bastions_is_checked_with_agent_keys_and_verified_hops
     assert rc == 0, doc
     assert [(r["node"], r["status"]) for r in doc["results"]] == [("ct13", "PASS")]
     assert doc["nodes"][0]["reachable"] is True
+    rc, doc = k3(home, agent, "check", "--nodes", "ct13-behind", "--only", "amdgpu-driver")  # a bare node set
+    assert rc == 0 and [(r["node"], r["status"]) for r in doc["results"]] == [("ct13-behind", "PASS")], doc
 
 
 @pytest.mark.parametrize("hop", [0, 1, 2])
