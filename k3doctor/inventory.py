@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import yaml
 
-from . import ansible, nodesets, sshconfig
+from . import ansible, nodesets
 from .registry import MAX_SECONDS
 from .safeyaml import YAMLInputError, by_line, compose, decode, load, plain
 
@@ -408,6 +408,8 @@ def check_ssh_config(inv: Inventory) -> None:
     """The ssh config as a whole (Include loops and nesting, unparsable lines) before anything runs, as one
     line; what it says about one host (a bad Port) stays that node's ERROR."""
     if any(n.transport == "ssh" for n in inv.nodes):
+        from . import sshconfig  # paramiko: only for SSH nodes
+
         try:
             sshconfig.load(inv.ssh.ssh_config)
         except sshconfig.SSHConfigError as exc:

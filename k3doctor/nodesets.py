@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import re
 
-from ClusterShell.NodeSet import NodeSet, NodeSetException
-from ClusterShell.NodeUtils import GroupResolver, GroupSource
-
 _GROUP = re.compile(r"@([A-Za-z0-9_.+-]+)")
 
 
@@ -29,6 +26,9 @@ def expand(pattern: str, groups: dict | None = None) -> list:
     if unknown:
         known = ", ".join(sorted(groups)) or "none"
         raise NodeSetError(f"node set {pattern!r}: no group {unknown[0]!r} in the Ansible inventory (groups: {known})")
+    from ClusterShell.NodeSet import NodeSet, NodeSetException  # only where a node set is given (CLI start-up)
+    from ClusterShell.NodeUtils import GroupResolver, GroupSource
+
     table = {name: ",".join(members) or "" for name, members in (groups or {}).items()}
     try:
         names = list(NodeSet(pattern, resolver=GroupResolver(GroupSource("inventory", table))))
