@@ -14,7 +14,15 @@ import click
 
 from . import __version__
 from .deadline import MAX_SECONDS
-from .inventory import InventoryError, load_inventory, localhost_inventory, unset_password_variables
+from .inventory import (
+    InventoryError,
+    NodeSourceError,
+    check_ssh_config,
+    load_inventory,
+    load_nodes,
+    localhost_inventory,
+    unset_password_variables,
+)
 from .outputs import OUTPUTS, OutputPath, write_output
 from .registry import REGISTRY, load_checks
 from .report import render_table
@@ -65,6 +73,14 @@ def _load_plugins():
         click.echo(f"k3doctor: warning: {problem}", err=True)
 
 
+NODES_HELP = ("Nodes: an inventory (k3doctor YAML, or an Ansible inventory: ini, YAML, directory) or a node set "
+              "(ct[13-14,16-17], @group of the Ansible inventory)")
+ansible_option = click.option(
+    "--ansible-inventory", "ansible_inventory", metavar="PATH", default=None,
+    help="Take the nodes from this Ansible inventory (read by `ansible-inventory --list`); --nodes may then be "
+         "a node set (@group) choosing among its hosts.")
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="k3doctor")
 def cli():
@@ -76,8 +92,9 @@ def cli():
 
 
 @cli.command("check")
-@click.option("--nodes", "inventory", metavar="INVENTORY.yaml",
-              help="Inventory of nodes to check (default: this machine, no SSH).")
+@click.option("--nodes", "inventory", metavar="INVENTORY|NODESET",
+              help=NODES_HELP + " (default: this machine, no SSH).")
+@ansible_option
 @click.option("--only", default="", metavar="NAMES", help="Comma-separated checks to run (see `k3doctor list`).")
 @click.option("--skip", default="", metavar="NAMES", help="Comma-separated checks to leave out.")
 @click.option("--tier", type=click.Choice(["fast", "deep"]), default="fast", show_default=True,
@@ -108,10 +125,10 @@ def cli():
               help="Write the report here (replaced atomically after the run; 0600: it may hold evidence).")
 @click.option("-v", "--verbose", is_flag=True, help="Show evidence and passing results.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr (it is shown only on a terminal anyway).")
-def check_cmd(inventory, only, skip, tier, fmt, parallel, timeout, connect_timeout, node_deadline,
+def check_cmd(inventory, ansible_inventory, only, skip, tier, fmt, parallel, timeout, connect_timeout, node_deadline,
               accept_unknown_hosts, fix, baseline_path, overrides, pairs, save_readings, output, verbose, quiet):
     """Run the checks and report READY TO LAUNCH / DO NOT LAUNCH / INCONCLUSIVE."""
-    inv = _inventory(inventory, logins=True)
+    inv = _inventory(inventory, logins=True, ansible_inventory=ansible_inventory)
     if pairs:
         overrides += (f"ualoe-fabric.pairs={pairs}",)
     apply_overrides(inv, overrides)
@@ -254,16 +271,20 @@ def _saved_inventory(inv_text: str, saved: dict, source: str):
     return inv
 
 
-def _inventory(path, logins=False):
+def _inventory(path, logins=False, ansible_inventory=None):
     """Plugins loaded, then the inventory (validated against their parameters) or exit 3;
     ``logins``: also every ``password_env`` variable must be set (not for offline judging)."""
     _load_plugins()
     try:
-        inv = load_inventory(path, REGISTRY) if path else localhost_inventory()
+        inv = load_nodes(path, ansible_inventory, REGISTRY)
+        check_ssh_config(inv)
         problems = unset_password_variables(inv) if logins else []
         if problems:
             raise InventoryError(problems)
         return inv
+    except NodeSourceError as exc:
+        click.echo(f"k3doctor: {exc}", err=True)
+        sys.exit(EXIT_USAGE)
     except InventoryError as exc:
         click.echo(f"k3doctor: invalid inventory:\n{exc}", err=True)
         sys.exit(EXIT_USAGE)
@@ -302,20 +323,21 @@ def baseline_group():
 
 
 @baseline_group.command("record")
-@click.option("--nodes", "inventory", metavar="INVENTORY.yaml", help="Inventory (default: this machine).")
+@click.option("--nodes", "inventory", metavar="INVENTORY|NODESET", help=NODES_HELP + " (default: this machine).")
+@ansible_option
 @click.option("-o", "--output", type=OutputPath(stdout=False), required=True,
               help="Baseline YAML file to write (checked before the run, replaced atomically after it).")
 @click.option("--accept-unknown-hosts", is_flag=True, help="Accept host keys missing from known_hosts.")
 @click.option("--tier", type=click.Choice(["fast", "deep"]), default="fast", show_default=True,
               help="deep: also record the active probes' figures (e.g. a known-good fabric pair).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr (it is shown only on a terminal anyway).")
-def baseline_record_cmd(inventory, output, accept_unknown_hosts, tier, quiet):
+def baseline_record_cmd(inventory, ansible_inventory, output, accept_unknown_hosts, tier, quiet):
     """Snapshot what the checks that keep baselines read on every node (the rack should be healthy)."""
     import time
 
     import yaml
 
-    inv = _inventory(inventory, logins=True)
+    inv = _inventory(inventory, logins=True, ansible_inventory=ansible_inventory)
     keepers = tuple(c.name for c in select_checks(REGISTRY, tier=tier) if c.keeps_baseline)
     checks = select_checks(REGISTRY, only=keepers)  # + the prerequisites an active probe needs
     with _shown(quiet):
@@ -379,8 +401,9 @@ def demo_cmd(scenario, list_scenarios, verbose):
 
 
 @cli.command("triage")
-@click.option("--nodes", "inventory", metavar="INVENTORY.yaml",
-              help="Inventory: read our container's server log on every node (default: this machine).")
+@click.option("--nodes", "inventory", metavar="INVENTORY|NODESET",
+              help=NODES_HELP + ": read our container's server log on every node (default: this machine).")
+@ansible_option
 @click.option("--logs", "logs_dir", type=click.Path(exists=True, file_okay=False), default=None,
               help="Judge log files copied off the cluster instead (one per node or per rank), offline.")
 @click.option("--log", "log_paths", multiple=True, metavar="NODE=PATH",
@@ -402,7 +425,7 @@ def demo_cmd(scenario, list_scenarios, verbose):
 @click.option("-o", "--output", type=OutputPath(), default="-",
               help="Write the report here; a .tar.gz keeps everything read (secrets redacted) for `k3doctor judge`.")
 @click.option("-v", "--verbose", is_flag=True, help="Show evidence and passing results.")
-def triage_cmd(inventory, logs_dir, log_paths, stepping, tail, endpoint, stacks, py_spy, timeout,
+def triage_cmd(inventory, ansible_inventory, logs_dir, log_paths, stepping, tail, endpoint, stacks, py_spy, timeout,
                accept_unknown_hosts, fmt, output, verbose):
     """Why is it stuck, and which rank? Reads every node's server log and names the rank at fault."""
     import time
@@ -412,7 +435,7 @@ def triage_cmd(inventory, logs_dir, log_paths, stepping, tail, endpoint, stacks,
     from .triage.judge import Layout
 
     started = time.monotonic()
-    inv = _inventory(inventory, logins=not logs_dir)
+    inv = _inventory(inventory, logins=not logs_dir, ansible_inventory=ansible_inventory)
     paths = {}
     for item in log_paths:
         node, sep, path = item.partition("=")

@@ -6,14 +6,16 @@ suggests the fix; all errors are reported at once and nothing runs on a bad inve
 from __future__ import annotations
 
 import difflib
+import json
 import os
 import re
 from dataclasses import dataclass, field
 
 import yaml
 
+from . import ansible, nodesets
 from .registry import MAX_SECONDS
-from .safeyaml import YAMLInputError, by_line, compose, decode, plain
+from .safeyaml import YAMLInputError, by_line, compose, decode, load, plain
 
 STEPPINGS = ("A0", "B0")
 DEFAULT_TOOLS = {
@@ -27,6 +29,10 @@ DEFAULT_TOOLS = {
 
 class InventoryError(YAMLInputError):
     """Every problem found, one per line, as ``file:line: key: message``."""
+
+
+class NodeSourceError(InventoryError):
+    """What ``--nodes`` / ``--ansible-inventory`` name cannot be read (node set syntax, Ansible); one line."""
 
 
 @dataclass
@@ -141,6 +147,8 @@ SSH_KEYS = {"known_hosts": _str, "accept_unknown_hosts": _bool, "ssh_config": _s
 LOGIN_KEYS = {"port": _port, "user": _user, "identity_file": _str, "password_env": _env_name, "sudo": _bool,
               "transport": _transport}
 NODE_KEYS = {"name": _node_name, "host": _host, "data_ip": _host, **LOGIN_KEYS, **SETTINGS_KEYS}
+# `- hosts: ct[13-17]`: one node per name of the node set (name and SSH host), the entry's other keys for each
+NODE_SET_KEYS = {"hosts": _str, **LOGIN_KEYS, **SETTINGS_KEYS}
 TOP_KEYS = {"cluster": CLUSTER_KEYS, "ssh": SSH_KEYS, "defaults": LOGIN_KEYS, "nodes": "nodes"}
 
 
@@ -195,6 +203,9 @@ class _Validator:
         out = []
         for i, item in enumerate(node.value):
             where = f"{key}[{i}]"
+            if isinstance(item, yaml.MappingNode) and any(k.value == "hosts" for k, _ in item.value):
+                out += self.node_set(item, where)
+                continue
             entry = self.mapping(item, where, NODE_KEYS)
             entry["_line"] = item.start_mark.line + 1
             entry["_node"] = item
@@ -202,6 +213,28 @@ class _Validator:
             if "name" not in entry["_given"]:
                 self.problem(item, f"{where}.name", "missing; every node needs a unique name")
             out.append(entry)
+        return out
+
+    def node_set(self, item, where: str) -> list:
+        """``- hosts: NODESET``: one entry per node name, each with the entry's other settings."""
+        entry = self.mapping(item, where, NODE_SET_KEYS)
+        if "hosts" not in entry:
+            return []
+        line = item.start_mark.line + 1
+        try:
+            names = nodesets.expand(entry.pop("hosts"))
+        except nodesets.NodeSetError as exc:
+            self.problem(item, f"{where}.hosts", str(exc))
+            return []
+        given = {k.value for k, _ in item.value} - {"hosts"} | {"name", "host"}
+        out = []
+        for name in names:
+            for rule in (_node_name, _host):
+                ok, expected = rule(name)
+                if not ok:
+                    self.problem(item, f"{where}.hosts", f"{name!r} is not {expected}")
+                    return []
+            out.append({**entry, "name": name, "host": name, "_line": line, "_node": item, "_given": given})
         return out
 
     def checks(self, node, key: str) -> dict:
@@ -300,6 +333,87 @@ def load_inventory(path: str, registry=None) -> Inventory:
     except YAMLInputError as exc:
         raise InventoryError(exc.problems) from None
     return parse_inventory(text, path, registry)
+
+
+def load_nodes(spec: str | None, ansible_inventory: str | None = None, registry=None) -> Inventory:
+    """What ``--nodes`` names: a k3doctor inventory file; an Ansible inventory (a directory, an ini file,
+    a YAML file in Ansible's layout); or a node set (``ct[13-14,16-17]``, ``@group`` from an Ansible
+    inventory). With ``ansible_inventory`` the nodes come from it, ``spec`` (a node set) choosing among them.
+
+    A bare node set has nothing but names: each is its node's SSH host, and everything else about the
+    login comes from the ssh config (HostName, User, Port, IdentityFile, ProxyJump, known_hosts files)
+    and the defaults, as for ``ssh NAME``."""
+    try:
+        if ansible_inventory:
+            if spec and not nodesets.looks_like_nodeset(spec):
+                raise NodeSourceError([f"--nodes {spec} and --ansible-inventory {ansible_inventory}: give one "
+                                       "inventory (--nodes may then be a node set choosing among its hosts)"])
+            return from_ansible(ansible.read(ansible_inventory), spec, registry)
+        if spec is None:
+            return localhost_inventory()
+        path = os.path.expanduser(spec)
+        if os.path.exists(path) and is_ansible_inventory(path):
+            return from_ansible(ansible.read(path), None, registry)
+        if os.path.exists(path) or not nodesets.looks_like_nodeset(spec):
+            return load_inventory(spec, registry)
+        if "@" in spec:  # groups: Ansible's own default inventory (ansible.cfg, ANSIBLE_INVENTORY)
+            return from_ansible(ansible.read(None), spec, registry)
+        nodesets.expand(spec)  # its syntax error as one line of its own, not as a line of the text below
+        return parse_inventory(f"nodes:\n  - hosts: {json.dumps(spec)}\n", f"--nodes {spec}", registry)
+    except (ansible.AnsibleError, nodesets.NodeSetError) as exc:
+        raise NodeSourceError([str(exc)]) from None
+
+
+def from_ansible(source: ansible.AnsibleInventory, spec: str | None, registry=None) -> Inventory:
+    """One node per Ansible host (``spec``: those of a node set, ``@group`` allowed): its name, and the
+    login from ansible_host / ansible_port / ansible_user / ansible_ssh_private_key_file; ``ansible_connection:
+    local`` is the local transport. The result is a k3doctor inventory text (validated, saved with readings)."""
+    names = nodesets.expand(spec, source.groups) if spec else list(source.hosts)
+    missing = [n for n in names if n not in source.hosts]
+    if missing:
+        raise NodeSourceError([f"{missing[0]} is not a host of {source.source}" +
+                               (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")])
+    if not names:
+        raise NodeSourceError([f"{source.source} has no hosts"])
+    lines = []
+    for name in names:
+        h = source.hosts[name]
+        entry = {"name": name, "transport": "local"} if h.local else {
+            "name": name, "host": h.host or name,
+            **{k: v for k, v in (("port", h.port), ("user", h.user), ("identity_file", h.identity_file)) if v}}
+        lines.append(f"  - {json.dumps(entry)}\n")
+    label = f"{source.source} (read by ansible-inventory)"
+    return parse_inventory("nodes:\n" + "".join(lines), label, registry)
+
+
+def is_ansible_inventory(path: str) -> bool:
+    """A directory, or a file that is not a k3doctor inventory: YAML files only when laid out as Ansible's
+    (groups with hosts / children / vars), so a broken k3doctor YAML still gets its own line-accurate errors."""
+    if os.path.isdir(path):
+        return True
+    try:
+        with open(path, "rb") as fh:
+            doc = load(decode(fh.read(), path), path)
+    except (OSError, YAMLInputError):
+        return not path.endswith((".yaml", ".yml", ".json"))
+    if isinstance(doc, dict) and set(doc) & set(TOP_KEYS):
+        return False
+    if not path.endswith((".yaml", ".yml", ".json")):
+        return True
+    return isinstance(doc, dict) and ("all" in doc or any(
+        isinstance(group, dict) and set(group) & {"hosts", "children", "vars"} for group in doc.values()))
+
+
+def check_ssh_config(inv: Inventory) -> None:
+    """The ssh config as a whole (Include loops and nesting, unparsable lines) before anything runs, as one
+    line; what it says about one host (a bad Port) stays that node's ERROR."""
+    if any(n.transport == "ssh" for n in inv.nodes):
+        from . import sshconfig  # paramiko: only for SSH nodes
+
+        try:
+            sshconfig.load(inv.ssh.ssh_config)
+        except sshconfig.SSHConfigError as exc:
+            raise NodeSourceError([str(exc)]) from None
 
 
 def unset_password_variables(inv: Inventory) -> list:

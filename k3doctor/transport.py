@@ -1,7 +1,8 @@
 """How k3doctor reaches a node: one connection per node, reused by every check.
 
-``SSHTransport`` (paramiko) verifies host keys against known_hosts unless the user opts
-out, honours ``~/.ssh/config`` (User, Port, IdentityFile, ProxyJump) and runs every
+``SSHTransport`` (paramiko) verifies host keys against known_hosts at every hop unless the user
+opts out, reads ``~/.ssh/config`` as OpenSSH does (sshconfig.py: HostName, User, Port, IdentityFile,
+ProxyJump chains, known_hosts files, HostKeyAlias, Include, Match), uses ssh-agent keys, and runs every
 command under a node-side ``timeout`` so a command that outlives its deadline is killed on
 the node, not orphaned. ``LocalTransport`` runs the same commands on this machine.
 Both hand out a Docker SDK client that talks to the node's own engine.
@@ -20,12 +21,12 @@ from dataclasses import dataclass
 
 import paramiko
 
+from . import sshconfig
 from .deadline import Deadline, seconds
 from .readings import CommandReading
 from .shell import quote, with_timeout
 
 log = logging.getLogger("k3doctor")
-GLOBAL_KNOWN_HOSTS = "/etc/ssh/ssh_known_hosts"  # pinned system-wide: a mismatch there is a changed key
 KILL_GRACE_S = 2.0  # node-side SIGKILL follows SIGTERM after this
 DOCKER_OP_TIMEOUT_S = 30.0  # one Docker API call at most (and never past the node deadline)
 CLIENT_GRACE_S = 5.0  # client gives the node this long to report its own kill
@@ -42,7 +43,7 @@ class TransportError(Exception):
 
 @dataclass
 class SSHTarget:
-    """Where and how to log in, after merging the inventory with ~/.ssh/config."""
+    """Where and how to log in, after merging the inventory with the ssh config (see sshconfig.py)."""
 
     node: str
     host: str
@@ -50,43 +51,69 @@ class SSHTarget:
     user: str | None = None
     identity_file: str | None = None
     password: str | None = None  # from an environment variable named in the inventory
-    proxy_jump: str | None = None
-    ssh_config_path: str | None = None  # where the jump host's own settings are looked up
-    known_hosts: str | None = None
+    proxy_jump: str | None = None  # as written (ProxyJump), for messages; ``jumps`` is what is used
+    ssh_config_path: str | None = None
+    known_hosts: str | None = None  # the inventory's file: then the only one, for every hop
     accept_unknown_hosts: bool = False
     connect_timeout_s: float = 10.0
+    jumps: tuple = ()  # SSHTarget per jump host, first hop first
+    known_hosts_files: tuple = ()  # files the host key is verified against (missing ones are skipped)
+    host_key_alias: str | None = None  # known_hosts name instead of [host]:port (HostKeyAlias)
+    use_agent: bool = True  # ssh-agent keys (SSH_AUTH_SOCK) may be tried
+    look_for_keys: bool = True  # ~/.ssh/id_* may be tried
 
     def __repr__(self):  # never show the password
         return f"SSHTarget({self.user}@{self.host}:{self.port})"
+
+    @property
+    def first_hop(self) -> tuple:
+        """(host, port) this machine opens a TCP connection to: the first jump host, else the node."""
+        return (self.jumps[0].host, self.jumps[0].port) if self.jumps else (self.host, self.port)
 
 
 def resolve_ssh_target(node: str, host: str, *, port=None, user=None, identity_file=None,
                        password=None, known_hosts=None, accept_unknown_hosts=False,
                        connect_timeout_s=10.0, ssh_config_path="~/.ssh/config") -> SSHTarget:
-    """Inventory values win; ~/.ssh/config fills what the inventory leaves open."""
-    cfg = {}
+    """Inventory values win; the ssh config fills what the inventory leaves open (HostName, Port, User,
+    IdentityFile, ProxyJump chains, known_hosts files, HostKeyAlias), as OpenSSH would read it."""
     path = os.path.expanduser(ssh_config_path) if ssh_config_path else None
     try:
-        if path and os.path.exists(path):
-            cfg = paramiko.SSHConfig.from_path(path).lookup(host)
-        port = int(port or cfg.get("port") or 22)
-    except (OSError, ValueError, paramiko.ssh_exception.ConfigParseError) as exc:
+        config = sshconfig.load(path)
+        return _resolve(node, host, port, user, identity_file, config, path, jumps=None,
+                        common=dict(password=password, known_hosts=os.path.expanduser(known_hosts) if known_hosts
+                                    else None, accept_unknown_hosts=accept_unknown_hosts,
+                                    connect_timeout_s=connect_timeout_s), seen=())
+    except sshconfig.SSHConfigError as exc:
         raise TransportError(f"cannot use ssh config {path} for {host}: {exc}") from None
-    identities = cfg.get("identityfile") or []
+
+
+def _resolve(node, host, port, user, identity_file, config, path, *, jumps, common, seen) -> SSHTarget:
+    """One login; ``jumps`` given: the chain that reaches it (a hop of an explicit list does not follow its
+    own ProxyJump, as in OpenSSH), else the host's own ProxyJump from the config."""
+    cfg = sshconfig.lookup(config, host)
+    if jumps is None and cfg.proxy_command and not cfg.proxy_jump:
+        raise sshconfig.SSHConfigError(f"ProxyCommand is not supported for {host}; use ProxyJump")
+    hostname, port = cfg.hostname or host, int(port or cfg.port or 22)
+    if (hostname, port) in seen or len(seen) >= sshconfig.MAX_JUMPS:
+        raise sshconfig.SSHConfigError(f"ProxyJump loop (or more than {sshconfig.MAX_JUMPS} hops): "
+                                       + " -> ".join(f"{h}:{p}" for h, p in (*seen, (hostname, port))))
+    seen = (*seen, (hostname, port))
+    if jumps is None:  # the host's own ProxyJump: the first hop follows its own, each next is reached through it
+        jumps = ()
+        for hop_user, hop_host, hop_port in cfg.proxy_jump:
+            hop = _resolve(f"{node} (jump host {hop_host})", hop_host, hop_port, hop_user, None, config, path,
+                           jumps=jumps or None, common={**common, "password": None},
+                           seen=(*seen, *((j.host, j.port) for j in jumps)))
+            jumps = (*jumps, hop) if jumps else (*hop.jumps, hop)
+    identity = os.path.expanduser(identity_file) if identity_file else (
+        cfg.identity_files[0] if cfg.identity_files else None)
+    known = (common["known_hosts"],) if common["known_hosts"] else cfg.user_known_hosts + cfg.global_known_hosts
     return SSHTarget(
-        node=node,
-        host=cfg.get("hostname", host),
-        port=port,
-        user=user or cfg.get("user") or "root",
-        identity_file=os.path.expanduser(identity_file) if identity_file else (
-            os.path.expanduser(identities[0]) if identities else None),
-        password=password,
-        proxy_jump=cfg.get("proxyjump"),
-        ssh_config_path=ssh_config_path,
-        known_hosts=os.path.expanduser(known_hosts) if known_hosts else None,
-        accept_unknown_hosts=accept_unknown_hosts,
-        connect_timeout_s=connect_timeout_s,
-    )
+        node=node, host=hostname, port=port, user=user or cfg.user or "root", identity_file=identity,
+        proxy_jump=",".join(h for _, h, _ in cfg.proxy_jump) or None, ssh_config_path=path, jumps=tuple(jumps),
+        known_hosts_files=known, host_key_alias=cfg.host_key_alias,
+        use_agent=cfg.use_agent and not (identity and cfg.identities_only),
+        look_for_keys=identity is None, **common)
 
 
 class _AcceptForThisRun(paramiko.MissingHostKeyPolicy):
@@ -145,6 +172,27 @@ def load_known_hosts(host_keys: paramiko.HostKeys, path: str) -> set:
             for name in entry.hostnames:
                 host_keys.add(name, entry.key.get_name(), entry.key)
     return revoked
+
+
+def _trust_known_hosts(trusted: paramiko.HostKeys, t: SSHTarget) -> set:
+    """Put the keys known for ``t`` into ``trusted`` under the name paramiko checks ([host]:port), looked up
+    under HostKeyAlias where one is set; returns the revoked keys of every file read (never written back)."""
+    loaded, revoked = paramiko.HostKeys(), set()
+    for path in (f for f in t.known_hosts_files if os.path.exists(f)):
+        try:
+            revoked |= load_known_hosts(loaded, path)
+        except (OSError, paramiko.hostkeys.InvalidHostKey) as exc:
+            raise TransportError(f"cannot use known_hosts file {path}: {exc}") from None
+    checked = t.host if t.port == 22 else f"[{t.host}]:{t.port}"
+    for key_type, key in (loaded.lookup(t.host_key_alias or checked) or {}).items():
+        trusted.add(checked, key_type, key)
+    return revoked
+
+
+def _files_said(t: SSHTarget) -> str:
+    """The known_hosts files of a message, and the alias the key was looked up under."""
+    files = " ".join(t.known_hosts_files) or "no known_hosts file"
+    return files + (f", as {t.host_key_alias}" if t.host_key_alias else "")
 
 
 class Transport:
@@ -351,45 +399,39 @@ class SSHTransport(Transport):
         super().__init__(target.node, **kw)
         self.target = target
         self._client: paramiko.SSHClient | None = None
-        self._jump: paramiko.SSHClient | None = None
+        self._jumps: list = []  # jump host logins, first hop first
 
     def connect(self) -> None:
         if self._client is None:
-            sock = None
-            if self.target.proxy_jump:
-                self._jump, sock = self._open_jump(self.target.proxy_jump)
-            self._client = self._login(self.target, sock)
+            sock, hops = None, self.target.jumps
+            for number, hop in enumerate(hops, 1):  # each hop verified like any other host, in its own timeout
+                which = f"jump host {number} of {len(hops)}"
+                try:
+                    self._jumps.append(self._login(hop, sock))
+                except TransportError as exc:
+                    self.close()
+                    raise TransportError(f"{which}: {exc}") from None
+                sock = self._tunnel(self._jumps[-1], hop, hops[number] if number < len(hops) else self.target, which)
+            try:
+                self._client = self._login(self.target, sock)
+            except TransportError:
+                self.close()
+                raise
 
-    def _open_jump(self, spec: str):
-        """One ProxyJump hop (``user@host:port``), verified like any other host."""
-        user, _, hostport = spec.rpartition("@")
-        host, _, port = hostport.partition(":")
-        hop = resolve_ssh_target(f"{self.node} (jump host)", host, port=port or None, user=user or None,
-                                 known_hosts=self.target.known_hosts,
-                                 accept_unknown_hosts=self.target.accept_unknown_hosts,
-                                 connect_timeout_s=self.target.connect_timeout_s,
-                                 ssh_config_path=self.target.ssh_config_path)
-        jump = self._login(hop, None)
+    def _tunnel(self, jump: paramiko.SSHClient, hop: SSHTarget, to: SSHTarget, which: str):
+        """A direct-tcpip channel from ``hop`` to the next login, opened within the connect timeout."""
         try:
-            channel = jump.get_transport().open_channel(
-                "direct-tcpip", (self.target.host, self.target.port), ("127.0.0.1", 0),
-                timeout=self.target.connect_timeout_s)
+            return jump.get_transport().open_channel(
+                "direct-tcpip", (to.host, to.port), ("127.0.0.1", 0), timeout=hop.connect_timeout_s)
         except (paramiko.SSHException, OSError) as exc:
-            jump.close()
-            raise TransportError(f"jump host {hop.host} could not reach {self.target.host}:{self.target.port}: "
-                                 f"{exc}") from None
-        return jump, channel
+            self.close()
+            raise TransportError(f"{which} {hop.host}:{hop.port} could not reach {to.host}:{to.port}: "
+                                 f"{exc or 'no answer'}") from None
 
     @staticmethod
     def _login(t: SSHTarget, sock) -> paramiko.SSHClient:
         client = paramiko.SSHClient()
-        files = [t.known_hosts] if t.known_hosts else [os.path.expanduser("~/.ssh/known_hosts"), GLOBAL_KNOWN_HOSTS]
-        revoked = set()
-        for path in (f for f in files if os.path.exists(f)):
-            try:
-                revoked |= load_known_hosts(client.get_host_keys(), path)  # never written back
-            except (OSError, paramiko.hostkeys.InvalidHostKey) as exc:
-                raise TransportError(f"cannot use known_hosts file {path}: {exc}") from None
+        revoked = _trust_known_hosts(client.get_host_keys(), t)
         client.set_missing_host_key_policy(_RefuseRevoked(
             revoked, _AcceptForThisRun() if t.accept_unknown_hosts else paramiko.RejectPolicy()))
         where = f"{t.user}@{t.host}:{t.port}"
@@ -401,11 +443,11 @@ class SSHTransport(Transport):
                 t.host, port=t.port, username=t.user, key_filename=t.identity_file, password=t.password,
                 timeout=t.connect_timeout_s, banner_timeout=t.connect_timeout_s,
                 auth_timeout=t.connect_timeout_s, channel_timeout=t.connect_timeout_s,
-                allow_agent=t.identity_file is None, look_for_keys=t.identity_file is None, sock=sock)
+                allow_agent=t.use_agent, look_for_keys=t.look_for_keys, sock=sock)
         except paramiko.BadHostKeyException:
             client.close()
             raise TransportError(
-                f"host key of {t.host}:{t.port} does NOT match known_hosts ({t.known_hosts or '~/.ssh/known_hosts'})"
+                f"host key of {t.host}:{t.port} does NOT match known_hosts ({_files_said(t)})"
                 " - refusing to connect; if the node was reinstalled, verify its key and replace the entry "
                 f"(ssh-keygen -R '[{t.host}]:{t.port}')") from None
         except _RevokedHostKey as exc:
@@ -423,7 +465,7 @@ class SSHTransport(Transport):
             client.close()
             if "not found in known_hosts" in str(exc):
                 raise TransportError(
-                    f"host key of {t.host}:{t.port} is unknown (not in {t.known_hosts or '~/.ssh/known_hosts'});"
+                    f"host key of {t.host}:{t.port} is unknown (not in {_files_said(t)});"
                     " add it (ssh-keyscan -p PORT HOST >> known_hosts) after verifying it, or pass"
                     " --accept-unknown-hosts") from None
             if not handshake:
@@ -574,10 +616,10 @@ class SSHTransport(Transport):
                                op_timeout_s=min(DOCKER_OP_TIMEOUT_S, deadline.remaining()))
 
     def close(self) -> None:
-        for client in (self._client, self._jump):
+        for client in [self._client, *reversed(self._jumps)]:
             if client is not None:
                 client.close()
-        self._client = self._jump = None
+        self._client, self._jumps = None, []
 
 
 class _PidLine:
