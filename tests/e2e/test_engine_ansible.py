@@ -1,0 +1,103 @@
+"""`k3doctor node --json` carried by a real Ansible (ansible-core's own fan-out over the rig's sshd), joined by
+`k3doctor merge`: the merged report is the direct `k3doctor check` report of the same rack, healthy and faulty;
+an engine's failures become that node's ERROR."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.cli import k3, k3json
+from tests.e2e.node_install import NODE_PYTHON, install_for_nodes
+
+pytestmark = pytest.mark.e2e
+
+ANSIBLE = Path(sys.executable).with_name("ansible")
+SAME = ("check", "node", "gpu", "status", "message", "remediation", "evidence")
+
+
+@pytest.fixture(scope="module")
+def engine(rig, tmp_path_factory):
+    """(run ansible ad-hoc with ARGS -> (rc, stdout), the node-side k3doctor command) for the rig."""
+    if not ANSIBLE.exists():
+        pytest.skip("ansible-core is not installed (pip install -e '.[test]')")
+    work = tmp_path_factory.mktemp("ansible")
+    user_base = install_for_nodes(work / "node-site")
+    hosts = work / "hosts.ini"
+    hosts.write_text("[rig]\n" + "".join(
+        f"{n.name} ansible_host={n.host} ansible_port={n.port} ansible_user=root\n" for n in rig.nodes) +
+        "[all:vars]\n"
+        f"ansible_ssh_private_key_file={rig.identity_file}\n"
+        f"ansible_ssh_common_args='-o UserKnownHostsFile={rig.known_hosts} -o StrictHostKeyChecking=yes'\n"
+        f"ansible_python_interpreter={NODE_PYTHON}\n")
+    env = {**os.environ, "ANSIBLE_HOME": str(work / "home"), "ANSIBLE_LOCAL_TEMP": str(work / "local"),
+           "ANSIBLE_REMOTE_TMP": str(work / "remote"), "ANSIBLE_SSH_ARGS": "-o ControlMaster=no",
+           "ANSIBLE_PIPELINING": "true", "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORKS": "4"}
+    node_cmd = (f"env {user_base} {NODE_PYTHON} -m k3doctor.cli node --json --nodes {rig.inventory_path} "
+                "--name {{ inventory_hostname }}")
+
+    def ansible(command: str):
+        proc = subprocess.run([str(ANSIBLE), "all", "-i", str(hosts), "-m", "command", "-a", command],
+                              capture_output=True, text=True, timeout=240, env=env)
+        return proc.returncode, proc.stdout
+
+    yield ansible, node_cmd
+    shutil.rmtree(work / "remote", ignore_errors=True)
+
+
+def merged(tmp_path, out, *args):
+    (tmp_path / "ansible.out").write_text(out)
+    return k3json("merge", tmp_path / "ansible.out", *args)
+
+
+def rows(doc):
+    return [{k: r[k] for k in SAME} for r in doc["results"]]
+
+
+@pytest.mark.parametrize("scenario", ["healthy", "mixed-hbm", "ppod-mismatch"])
+def test_merged_ansible_results_are_the_direct_check_report(rig, engine, tmp_path, scenario):
+    ansible, node_cmd = engine
+    rig.apply(scenario)
+    rc_direct, direct = k3json("check", "--nodes", rig.inventory_path)
+    rc_engine, out = ansible(node_cmd)
+    assert out.count("rc=") == 4 and out.count('"schema":"k3doctor.node/1"') == 4, out[-2000:]
+    rc_merged, report = merged(tmp_path, out, "--nodes", rig.inventory_path)
+    assert rows(report) == rows(direct)
+    assert (rc_merged, report["verdict"], [n["name"] for n in report["nodes"]]) == \
+        (rc_direct, direct["verdict"], [n["name"] for n in direct["nodes"]])
+    if scenario == "healthy":
+        assert rc_engine == 0 and rc_merged == 0 and all(r["status"] == "PASS" for r in report["results"])
+    else:  # the fault is named where it is (the odd node's GPUs), by a cluster judge that ran in merge
+        assert rc_merged == 1 and {r["node"] for r in report["results"] if r["status"] == "FAIL"} == {"ct16"}
+
+
+def test_an_engine_failure_is_that_nodes_error_and_the_rest_is_judged(rig, engine, tmp_path):
+    """One host answers without k3doctor (the engine says why), the others are merged; a node left out is an ERROR."""
+    ansible, node_cmd = engine
+    rig.apply("healthy")
+    broken = node_cmd.replace("{{ inventory_hostname }}", "{{ inventory_hostname }}"
+                              " {{ '--only=no-such-check' if inventory_hostname == 'ct14' else '' }}")
+    _, out = ansible(broken)
+    rc, report = merged(tmp_path, out, "--nodes", rig.inventory_path)
+    errors = {(r["node"], r["check"]) for r in report["results"] if r["status"] == "ERROR"}
+    assert rc == 2 and {node for node, _ in errors} == {"ct14"}, report["results"]
+    why = next(r["message"] for r in report["results"] if r["node"] == "ct14")
+    assert why.startswith("node not checked: no k3doctor result (FAILED rc=3") and "no-such-check" in why
+    assert not [r for r in report["results"] if r["node"] != "ct14" and r["status"] != "PASS" and r["node"]]
+
+
+def test_two_results_for_one_node_or_a_garbled_file_are_one_line_and_exit_3(rig, engine, tmp_path):
+    ansible, node_cmd = engine
+    rig.apply("healthy")
+    _, out = ansible(node_cmd)
+    (tmp_path / "a.out").write_text(out)
+    rc, stdout, err = k3("merge", tmp_path / "a.out", tmp_path / "a.out", "--nodes", rig.inventory_path)
+    assert (rc, stdout) == (3, "") and len(err.strip().splitlines()) == 1 and "two results for ct13" in err
+    doc = next(line for line in out.splitlines() if line.startswith("{"))
+    (tmp_path / "cut.json").write_text(doc[: len(doc) // 2] + "\n")
+    rc, stdout, err = k3("merge", tmp_path / "cut.json", "--nodes", rig.inventory_path)
+    assert (rc, stdout) == (3, "") and len(err.strip().splitlines()) == 1 and "garbled JSON" in err
+    json.loads(doc)  # the document itself was whole
