@@ -92,8 +92,9 @@ class Inventory:
         domain, boards and checkpoint copy are compared among themselves, never with another rack's."""
         if not self.racks:
             return [(None, list(self.nodes))]
-        by_name = {n.name: n for n in self.nodes}
-        return [(rack, [by_name[name] for name in names]) for rack, names in self.racks.items()]
+        by_name = {n.name: n for n in self.nodes}  # a node's own run (`k3doctor node`) has only its own rack
+        groups = [(rack, [by_name[name] for name in names if name in by_name]) for rack, names in self.racks.items()]
+        return [(rack, nodes) for rack, nodes in groups if nodes]
 
 
 # --- schema -----------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 an engine's failures become that node's ERROR."""
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from tests.e2e.node_install import NODE_PYTHON, install_for_nodes
 pytestmark = pytest.mark.e2e
 
 ANSIBLE = Path(sys.executable).with_name("ansible")
+HEADER = re.compile(r"^(\S+) \| [A-Z]+ \| rc=-?\d+ >>$", re.M)
 SAME = ("check", "node", "gpu", "status", "message", "remediation", "evidence")
 
 
@@ -53,51 +55,55 @@ def merged(tmp_path, out, *args):
     return k3json("merge", tmp_path / "ansible.out", *args)
 
 
+AGE = re.compile(r"\(\d+s ago\)")  # kernel-health says how long ago amdgpu loaded: the clock moved between runs
+
+
 def rows(doc):
-    return [{k: r[k] for k in SAME} for r in doc["results"]]
+    return [{k: AGE.sub("(Ns ago)", r[k]) if k == "message" else r[k] for k in SAME} for r in doc["results"]]
 
 
-@pytest.mark.parametrize("scenario", ["healthy", "mixed-hbm", "ppod-mismatch"])
+def hosts_answered(out):
+    return sorted(HEADER.findall(out))
+
+
+@pytest.mark.parametrize("scenario", ["healthy", "mixed-hbm"])
 def test_merged_ansible_results_are_the_direct_check_report(rig, engine, tmp_path, scenario):
+    """mixed-hbm: ct16's 288 GiB boards are a node finding (gpu-inventory, judged on ct16) and a cluster one
+    (hbm-uniform, judged in merge across the nodes' readings); both as `check` reports them."""
     ansible, node_cmd = engine
     rig.apply(scenario)
     rc_direct, direct = k3json("check", "--nodes", rig.inventory_path)
     rc_engine, out = ansible(node_cmd)
-    assert out.count("rc=") == 4 and out.count('"schema":"k3doctor.node/1"') == 4, out[-2000:]
+    assert hosts_answered(out) == ["ct13", "ct14", "ct16", "ct17"] and out.count('{"schema":"k3doctor.node/1"') == 4
     rc_merged, report = merged(tmp_path, out, "--nodes", rig.inventory_path)
     assert rows(report) == rows(direct)
     assert (rc_merged, report["verdict"], [n["name"] for n in report["nodes"]]) == \
         (rc_direct, direct["verdict"], [n["name"] for n in direct["nodes"]])
     if scenario == "healthy":
         assert rc_engine == 0 and rc_merged == 0 and all(r["status"] == "PASS" for r in report["results"])
-    else:  # the fault is named where it is (the odd node's GPUs), by a cluster judge that ran in merge
-        assert rc_merged == 1 and {r["node"] for r in report["results"] if r["status"] == "FAIL"} == {"ct16"}
+    else:  # named where it is: ct16's GPUs, by the node's own judge and by the cluster judge in merge
+        failed = {(r["check"], r["node"]) for r in report["results"] if r["status"] == "FAIL"}
+        assert rc_merged == 1 and failed == {("gpu-inventory", "ct16"), ("hbm-uniform", "ct16")}, failed
 
 
-def test_an_engine_failure_is_that_nodes_error_and_the_rest_is_judged(rig, engine, tmp_path):
-    """One host answers without k3doctor (the engine says why), the others are merged; a node left out is an ERROR."""
+def test_an_engine_failure_is_that_nodes_error_and_bad_inputs_are_one_line(rig, engine, tmp_path):
+    """ct14 answers without a result (the engine says why); the others are merged. The same results twice, or a
+    document cut in half with no host to own it, are bad input: one line, exit 3."""
     ansible, node_cmd = engine
     rig.apply("healthy")
-    broken = node_cmd.replace("{{ inventory_hostname }}", "{{ inventory_hostname }}"
-                              " {{ '--only=no-such-check' if inventory_hostname == 'ct14' else '' }}")
+    broken = node_cmd + " {{ '--only=no-such-check' if inventory_hostname == 'ct14' else '' }}"
     _, out = ansible(broken)
     rc, report = merged(tmp_path, out, "--nodes", rig.inventory_path)
-    errors = {(r["node"], r["check"]) for r in report["results"] if r["status"] == "ERROR"}
-    assert rc == 2 and {node for node, _ in errors} == {"ct14"}, report["results"]
+    errors = {r["node"] for r in report["results"] if r["status"] == "ERROR"}
+    assert rc == 2 and errors == {"ct14"}, report["results"]
     why = next(r["message"] for r in report["results"] if r["node"] == "ct14")
     assert why.startswith("node not checked: no k3doctor result (FAILED rc=3") and "no-such-check" in why
-    assert not [r for r in report["results"] if r["node"] != "ct14" and r["status"] != "PASS" and r["node"]]
+    assert all(r["status"] == "PASS" for r in report["results"] if r["node"] != "ct14")
 
-
-def test_two_results_for_one_node_or_a_garbled_file_are_one_line_and_exit_3(rig, engine, tmp_path):
-    ansible, node_cmd = engine
-    rig.apply("healthy")
-    _, out = ansible(node_cmd)
-    (tmp_path / "a.out").write_text(out)
-    rc, stdout, err = k3("merge", tmp_path / "a.out", tmp_path / "a.out", "--nodes", rig.inventory_path)
-    assert (rc, stdout) == (3, "") and len(err.strip().splitlines()) == 1 and "two results for ct13" in err
-    doc = next(line for line in out.splitlines() if line.startswith("{"))
-    (tmp_path / "cut.json").write_text(doc[: len(doc) // 2] + "\n")
+    rc, stdout, err = k3("merge", tmp_path / "ansible.out", tmp_path / "ansible.out", "--nodes", rig.inventory_path)
+    assert (rc, stdout) == (3, "") and len(err.strip().splitlines()) == 1 and "two results for ct1" in err
+    doc = next(line for line in out.splitlines() if line.startswith('{"schema"'))
+    json.loads(doc)  # whole as the node wrote it ...
+    (tmp_path / "cut.json").write_text(doc[: len(doc) // 2] + "\n")  # ... and cut short
     rc, stdout, err = k3("merge", tmp_path / "cut.json", "--nodes", rig.inventory_path)
     assert (rc, stdout) == (3, "") and len(err.strip().splitlines()) == 1 and "garbled JSON" in err
-    json.loads(doc)  # the document itself was whole
