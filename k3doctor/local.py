@@ -18,7 +18,7 @@ from dataclasses import replace
 
 from . import __version__, snapshot
 from .inventory import Inventory, localhost_inventory
-from .runner import RunOptions, RunReport, run_checks
+from .runner import RunOptions, RunReport, run_checks, specs_of
 
 SCHEMA = "k3doctor.node/1"
 COMMAND_TIMEOUT_S = 20.0  # per reading, at most (the inventory's ssh.command_timeout_s when lower)
@@ -67,8 +67,9 @@ def node_document(report: RunReport, inv: Inventory, checks: list, overrides=())
     it: ``merge`` judges those across every node."""
     node = inv.nodes[0].name
     own = {c.name for c in checks if c.scope in ("node", "gpu")}
-    cluster_specs = {spec for c in checks if c.scope == "cluster" and c.interaction == "passive"
-                     for spec in _specs(c, inv.nodes[0].settings)}
+    cluster = specs_of([c for c in checks if c.scope == "cluster" and c.interaction == "passive"],
+                       inv.nodes[0].settings)
+    cluster_specs = {spec for specs in cluster.values() if isinstance(specs, dict) for spec in specs.values()}
     got = report.readings.get(node, {})
     doc = {
         "schema": SCHEMA,
@@ -85,9 +86,3 @@ def node_document(report: RunReport, inv: Inventory, checks: list, overrides=())
     }
     return json.dumps(doc, separators=(",", ":"), default=str)
 
-
-def _specs(chk, settings) -> list:
-    try:
-        return list(chk.readings_for(settings).values())
-    except Exception:  # its reads could not be built here: merge says so for this check on this node
-        return []

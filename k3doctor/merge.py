@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from . import snapshot
 from .inventory import Inventory, Node, Settings, SSHSettings
@@ -119,9 +119,9 @@ def _parse(source: str, text: str) -> list:
                 continue
             out.append(_document(doc, where, engine_host=owner))
             answered.add(owner)
-        elif owner is not None:  # the host's other output: stderr, a shell's or ssh's complaint
-            first = said.get(owner, (where, ""))
-            said[owner] = (first[0], f"{first[1]}: {body}" if first[1] and prefixed is None else body)
+        elif owner is not None:  # the host's other output (stderr, a shell's or ssh's complaint): its last line
+            first, status = said.get(owner, (where, ""))[0], said.get(owner, (where, ""))[1].split(": ", 1)[0]
+            said[owner] = (first, f"{status}: {body[:300]}" if status and prefixed is None else body[:300])
         else:
             raise MergeError(f"{where}: not a k3doctor node result ({line[:60]!r}); see `k3doctor merge --help`")
     out += [NodeResult(h, where, problem=f"no k3doctor result ({what or 'no output'})")
@@ -142,8 +142,9 @@ def _engine_message(body: list) -> str:
         doc = json.loads("\n".join(body))
     except json.JSONDecodeError:
         return " ".join(" ".join(body).split())[:300]
-    msg = doc.get("msg") or doc.get("stderr") or doc.get("module_stderr") or "failed" if isinstance(doc, dict) else doc
-    return " ".join(str(msg).split())[:300]
+    if isinstance(doc, dict):
+        doc = doc.get("msg") or doc.get("stderr") or doc.get("module_stderr") or "failed"
+    return " ".join(str(doc).split())[:300]
 
 
 def _document(doc, where: str, engine_host: str | None = None) -> NodeResult:
@@ -240,14 +241,17 @@ def merge(inv: Inventory, checks: list, by_node: dict, started: float | None = N
             unreachable[node.name] = why
             results += [Result(c.name, node.name, Status.ERROR, f"node not checked: {why}") for c in checks]
             continue
+        specs_by_node[node.name] = specs_of(passive, node.settings)
         mine = {c.name: [r for r in got.results if r.check == c.name] for c in own}
-        for chk in own:
-            if chk.name not in got.checks:
+        for chk in passive:  # in the order `check` puts a node's results
+            if chk.name in mine and chk.name not in got.checks:
                 mine[chk.name] = [Result(chk.name, node.name, Status.ERROR, "not run on this node (its `k3doctor "
                                          "node` ran other checks: --only/--skip, or an older k3doctor)")]
-            results += mine[chk.name]
+            if chk.name in mine:
+                results += mine[chk.name]
+            elif isinstance(specs_by_node[node.name][chk.name], Result):  # its reads could not be built here
+                results.append(replace(specs_by_node[node.name][chk.name], node=node.name))
         failed_by_node[node.name] = {c.name: blocking_findings(c, mine[c.name]) for c in own}
-        specs_by_node[node.name] = specs_of(passive, node.settings)
         readings[node.name] = {spec: got.readings.get(spec, Unavailable(
             "not in this node's result (its `k3doctor node` ran other checks or another k3doctor)"))
             for specs in specs_by_node[node.name].values() if isinstance(specs, dict) for spec in specs.values()}

@@ -55,11 +55,27 @@ def merged(tmp_path, out, *args):
     return k3json("merge", tmp_path / "ansible.out", *args)
 
 
-AGE = re.compile(r"\(\d+s ago\)")  # kernel-health says how long ago amdgpu loaded: the clock moved between runs
+# What moved between the two runs by itself: the clock (kernel-health says how long ago amdgpu loaded) and the
+# free space of the disk the rig's Docker roots share with everything else on this machine (host-resources).
+MOVING = ((re.compile(r"\(\d+s ago\)"), "(Ns ago)"), (re.compile(r"\d+(\.\d+)? GB free"), "N GB free"))
+MOVING_EVIDENCE = ("available_bytes", "used_pct")
+
+
+def steady(value):
+    if isinstance(value, str):
+        for pattern, same in MOVING:
+            value = pattern.sub(same, value)
+        return value
+    if isinstance(value, dict):
+        return {k: None if k in MOVING_EVIDENCE else steady(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [steady(v) for v in value]
+    return value
 
 
 def rows(doc):
-    return [{k: AGE.sub("(Ns ago)", r[k]) if k == "message" else r[k] for k in SAME} for r in doc["results"]]
+    """Every result's check, node, GPU, status, message, remediation and evidence, less what moved by itself."""
+    return [{k: steady(r[k]) for k in SAME} for r in doc["results"]]
 
 
 def hosts_answered(out):

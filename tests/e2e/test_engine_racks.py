@@ -87,3 +87,15 @@ def test_a_full_rack_is_quiet_and_the_second_racks_faults_are_named_in_it(tmp_pa
     assert hbm == ["rack A: all 72 GPUs report 432 GiB HBM", "rack B: all 16 GPUs report 432 GiB HBM"]
     kernel = next(r for r in doc["results"] if r["check"] == "kernel-health" and r["status"] == "FAIL")
     assert kernel["evidence"]["seen_in"] == "b-ct2" and "b-ct1 card2" in kernel["message"]
+
+
+def test_check_over_ssh_judges_each_rack_of_the_rig_on_its_own(rig, tmp_path):
+    """The 4-node rig split into two racks: ct16's other PPOD_ID is a mismatch within one rack, not across two."""
+    rig.apply("ppod-mismatch")
+    split = yaml.safe_load(rig.inventory_path.read_text())
+    split["racks"] = {"A": ["ct13", "ct14", "ct17"], "B": ["ct16"]}
+    (tmp_path / "split.yaml").write_text(yaml.safe_dump(split))
+    for inventory, failing in ((rig.inventory_path, {"ct16"}), (tmp_path / "split.yaml", set())):
+        rc, doc = k3json("check", "--nodes", inventory, "--only", "fabric-domain")
+        assert {r["node"] for r in doc["results"] if r["status"] == "FAIL"} == failing, doc["results"]
+        assert rc == (1 if failing else 0) and not [r for r in doc["results"] if r["status"] in ("ERROR", "WARN")]
