@@ -31,15 +31,17 @@ class NodeSelectionError(ValueError):
 
 def this_node(inv: Inventory | None, name: str | None) -> Inventory:
     """A one-node inventory of this machine, read through the local transport: ``name``'s entry of
-    ``inv`` (its settings, tools and check parameters), else this machine under ``name`` (default: its
-    hostname) with the default settings."""
+    ``inv`` (its settings, tools and check parameters; default: the entry named as this machine's hostname,
+    or its first label), else this machine under ``name`` (default: its hostname) with the default settings."""
     if inv is None:
         local = localhost_inventory()
         if name:
             local.nodes[0].name = name
         return local
-    name = name or os.uname().nodename
-    mine = [n for n in inv.nodes if n.name == name]
+    hostname = os.uname().nodename
+    names = (name,) if name else (hostname, hostname.split(".")[0])  # ct13.example.org is ct13 too
+    mine = [n for wanted in names for n in inv.nodes if n.name == wanted][:1]
+    name = name or hostname
     if not mine:
         raise NodeSelectionError(f"{name!r} is not a node of {inv.path} (name it with --name; nodes: "
                                  f"{', '.join(n.name for n in inv.nodes[:8])}{' ...' if len(inv.nodes) > 8 else ''})")

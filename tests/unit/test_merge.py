@@ -54,11 +54,13 @@ def test_a_document_keeps_node_results_and_only_saved_copies_of_cluster_readings
     assert "\n" not in document()  # one line: engines prefix or frame it per line
 
 
-def test_this_node_is_the_inventorys_entry_through_the_local_transport():
+def test_this_node_is_the_inventorys_entry_through_the_local_transport(monkeypatch):
     inv = local.this_node(inventory(), "ct14")
     assert [(n.name, n.transport, n.host) for n in inv.nodes] == [("ct14", "local", "127.0.0.2")]
     with pytest.raises(local.NodeSelectionError, match="'ct99' is not a node of inv.yaml"):
         local.this_node(inventory(), "ct99")
+    monkeypatch.setattr(local.os, "uname", lambda: type("U", (), {"nodename": "ct13.rack.example"})())
+    assert [n.name for n in local.this_node(inventory(), None).nodes] == ["ct13"]
 
 
 def test_plain_lines_clush_prefixes_and_ansible_blocks_all_read():
