@@ -183,8 +183,16 @@ def node_cmd(inventory, name, only, skip, overrides, timeout, node_deadline, as_
               help="Write the report here (replaced atomically after the run; 0600: it may hold evidence).")
 @click.option("-v", "--verbose", is_flag=True, help="Show evidence and passing results.")
 def merge_cmd(sources, inventory, only, skip, fmt, output, verbose):
-    """Join `k3doctor node --json` results (files, - for stdin; Ansible or clush output too), judge the cluster
-    checks across them, and report as `check` does."""
+    """Join `k3doctor node --json` results, judge the cluster checks across them, and report as `check` does.
+
+    \b
+    RESULTS are files or - (stdin) holding, line by line:
+      a node document per line (node --json, -o files, srun --output files)
+      HOST: DOCUMENT              (clush, pdsh; not clush -b)
+      HOST | CHANGED | rc=0 >>    (Ansible ad-hoc, also -o/oneline, UNREACHABLE!/FAILED! =>)
+    A node of --nodes without a result, or one its engine reports failed, is an ERROR there; duplicates,
+    unknown nodes, another inventory and text no host owns exit 3.
+    """
     import time
 
     from . import merge
