@@ -40,7 +40,6 @@ class RunOptions:
     record: bool = False  # collect baseline records instead of only judging
     replay: tuple | None = None  # ({node: {spec: reading}}, {node: why}) from a saved snapshot
     progress: Callable[[str], None] | None = None
-    cluster_judges: bool = True  # False: `k3doctor node` (the cluster judges run in `merge`)
 
 
 @dataclass
@@ -198,8 +197,7 @@ def run_checks(inv: Inventory, checks: list, opts: RunOptions = None) -> RunRepo
                                "(record it with `k3doctor baseline record` while it is healthy)")
                         for n in readings if n not in baseline]
         nodes = {n.name: n for n in inv.nodes}
-        if opts.cluster_judges:
-            results += judge_cluster(inv, cluster, readings, specs_by_node, failed_by_node, baseline)
+        results += judge_cluster(inv, cluster, readings, specs_by_node, failed_by_node, baseline)
         for chk in active:
             if opts.replay:
                 results.append(Result(chk.name, None, Status.SKIP, "active probe: not replayable from saved readings"))
