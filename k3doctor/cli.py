@@ -213,6 +213,68 @@ def node_cmd(inventory, name, only, skip, overrides, timeout, node_deadline, as_
     _emit(report, checks, fmt, output, verbose)
 
 
+@cli.command("merge")
+@click.argument("sources", nargs=-1, required=True, metavar="RESULTS...")
+@click.option("--nodes", "inventory", metavar="INVENTORY.yaml",
+              help="The inventory the nodes ran with: every node of it is expected (and its racks: judged apart).")
+@click.option("--only", default="", metavar="NAMES", help="Comma-separated checks to report.")
+@click.option("--skip", default="", metavar="NAMES", help="Comma-separated checks to leave out.")
+@click.option("--format", "fmt", type=click.Choice(list(OUTPUTS)), default="table",
+              show_default=True, help="Report format (see README: Monitoring and CI).")
+@click.option("-o", "--output", type=OutputPath(), default="-",
+              help="Write the report here (replaced atomically after the run; 0600: it may hold evidence).")
+@click.option("-v", "--verbose", is_flag=True, help="Show evidence and passing results.")
+def merge_cmd(sources, inventory, only, skip, fmt, output, verbose):
+    """Join `k3doctor node --json` results, judge the cluster checks across them, and report as `check` does.
+
+    \b
+    RESULTS are files or - (stdin) holding, line by line:
+      a node document per line (node --json, -o files, srun --output files)
+      HOST: DOCUMENT              (clush, pdsh; not clush -b)
+      HOST | CHANGED | rc=0 >>    (Ansible ad-hoc, also -o/oneline, UNREACHABLE!/FAILED! =>)
+    A node of --nodes without a result, or one its engine reports failed, is an ERROR there; duplicates,
+    unknown nodes, another inventory and text no host owns exit 3.
+    """
+    import time
+
+    from . import merge
+
+    started = time.monotonic()
+    inv = _inventory(inventory) if inventory else None
+    if inv is None:
+        _load_plugins()
+    try:
+        found = merge.read_inputs(_read_sources(sources))
+        inv = merge.inventory_of(found, inv)
+        apply_overrides(inv, merge.common_overrides(found))
+        by_node = merge.one_each(found)
+    except merge.MergeError as exc:
+        click.echo(f"k3doctor: merge: {exc}", err=True)
+        sys.exit(EXIT_USAGE)
+    try:
+        checks = [c for c in select_checks(REGISTRY, only=_names(only), skip=_names(skip))
+                  if c.interaction == "passive"]
+    except KeyError as exc:
+        raise click.UsageError(f"unknown check(s): {exc.args[0]} (see `k3doctor list`)") from None
+    _emit(merge.merge(inv, checks, by_node, started), checks, fmt, output, verbose)
+
+
+def _read_sources(sources) -> list:
+    """(name, text) of each RESULTS argument (``-``: stdin), or one line and exit 3."""
+    out = []
+    for source in sources:
+        try:
+            if source == "-":
+                out.append(("<stdin>", click.get_text_stream("stdin").read()))
+            else:
+                with open(source, encoding="utf-8") as fh:
+                    out.append((source, fh.read()))
+        except (OSError, UnicodeDecodeError) as exc:
+            click.echo(f"k3doctor: merge: cannot read {source}: {getattr(exc, 'strerror', None) or exc}", err=True)
+            sys.exit(EXIT_USAGE)
+    return out
+
+
 def _emit(report, checks, fmt, output, verbose):
     """Render with the registered format; the format also decides the exit code (Nagios: 0-3) and whether
     the file is private (reports hold evidence) or readable by a collector (Prometheus textfile)."""

@@ -165,6 +165,12 @@ class LocalEngineChannel:
     def recv_stderr_ready(self) -> bool:  # nothing speaks on stderr here
         return False
 
+    def makefile(self, *args, **kwargs):
+        """The SDK finds a raw stream's socket (an archive, a log) at ``fp.channel`` on channel-based clients."""
+        fp = self._sock.makefile(*args, **kwargs)
+        fp.channel = self
+        return fp
+
     def close(self):
         try:
             self._sock.shutdown(socket.SHUT_RDWR)

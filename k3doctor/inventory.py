@@ -90,6 +90,17 @@ class Inventory:
     ssh: SSHSettings
     cluster: Settings
     text: str = ""  # as loaded: saved with the readings, so `k3doctor judge` re-judges what was checked
+    racks: dict = field(default_factory=dict)  # rack name -> node names; {}: the nodes are one rack
+
+    def rack_groups(self) -> list:
+        """(rack name, its nodes) for each rack, or (None, every node) without ``racks:``: the cluster checks'
+        domain. One rack is one PPOD (§4: 18 trays, 72 GPUs, one PPOD_ID; §7), whose accel ids, fabric
+        domain, boards and checkpoint copy are compared among themselves, never with another rack's."""
+        if not self.racks:
+            return [(None, list(self.nodes))]
+        by_name = {n.name: n for n in self.nodes}  # a node's own run (`k3doctor node`) has only its own rack
+        groups = [(rack, [by_name[name] for name in names if name in by_name]) for rack, names in self.racks.items()]
+        return [(rack, nodes) for rack, nodes in groups if nodes]
 
 
 # --- schema -----------------------------------------------------------------------------
@@ -149,7 +160,7 @@ LOGIN_KEYS = {"port": _port, "user": _user, "identity_file": _str, "password_env
 NODE_KEYS = {"name": _node_name, "host": _host, "data_ip": _host, **LOGIN_KEYS, **SETTINGS_KEYS}
 # `- hosts: ct[13-17]`: one node per name of the node set (name and SSH host), the entry's other keys for each
 NODE_SET_KEYS = {"hosts": _str, **LOGIN_KEYS, **SETTINGS_KEYS}
-TOP_KEYS = {"cluster": CLUSTER_KEYS, "ssh": SSH_KEYS, "defaults": LOGIN_KEYS, "nodes": "nodes"}
+TOP_KEYS = {"cluster": CLUSTER_KEYS, "ssh": SSH_KEYS, "defaults": LOGIN_KEYS, "nodes": "nodes", "racks": "racks"}
 
 
 class _Validator:
@@ -183,6 +194,8 @@ class _Validator:
                 out[name] = self.mapping(vnode, where, rule)
             elif rule == "nodes":
                 out[name] = self.nodes(vnode, where)
+            elif rule == "racks":
+                out[name] = self.racks(vnode, where)
             elif rule == "tools":
                 out[name] = self.mapping(vnode, where, {k: _tool for k in DEFAULT_TOOLS})
             elif rule == "checks":
@@ -237,6 +250,42 @@ class _Validator:
             out.append({**entry, "name": name, "host": name, "_line": line, "_node": item, "_given": given})
         return out
 
+    def racks(self, node, key: str) -> dict:
+        """``racks: {rack-name: [node, ...]}``: rack name -> [(node name, YAML node)], checked against the
+        nodes by :meth:`check_racks`."""
+        if not isinstance(node, yaml.MappingNode) or not node.value:
+            self.problem(node, key, "expected a mapping of rack-name: [node names]")
+            return {}
+        out = {}
+        for knode, vnode in node.value:
+            where = f"{key}.{knode.value}"
+            ok, expected = _node_name(plain(knode))
+            if not ok:
+                self.problem(knode, where, f"expected {expected} as the rack name")
+                continue
+            if not isinstance(vnode, yaml.SequenceNode) or not vnode.value:
+                self.problem(vnode, where, "expected a non-empty list of node names")
+                continue
+            out[knode.value] = [(plain(item), item) for item in vnode.value]
+        return out
+
+    def check_racks(self, racks: dict, nodes: list) -> dict:
+        """Every node in exactly one rack, every name a node: rack -> node names (inventory order)."""
+        known, home = {n.name for n in nodes}, {}
+        for rack, members in racks.items():
+            for name, item in members:
+                if name not in known:
+                    self.problem(item, f"racks.{rack}", f"{name!r} is not a node of this inventory")
+                elif name in home:
+                    self.problem(item, f"racks.{rack}", f"{name} is already in rack {home[name]}")
+                else:
+                    home[name] = rack
+        for n in nodes:
+            if n.name not in home:
+                self.problems.append(f"{self.path}:{n.line}: nodes: {n.name}: in no rack: with `racks:` every node "
+                                     "must be in one (the cluster checks judge each rack on its own)")
+        return {rack: [n.name for n in nodes if home.get(n.name) == rack] for rack in racks}
+
     def checks(self, node, key: str) -> dict:
         """``checks: {check-name: {param: value}}`` against the params the checks declare.
 
@@ -279,6 +328,8 @@ def _any(v):
     return True, ""
 
 
+
+
 def _merge_settings(base: Settings, raw: dict, cluster_name=None) -> Settings:
     tools = {**base.tools, **raw.get("tools", {})}
     checks = {name: dict(params) for name, params in base.checks.items()}
@@ -318,10 +369,11 @@ def parse_inventory(text: str, path: str = "<inventory>", registry=None) -> Inve
             name=name, host=entry.get("host"), settings=_merge_settings(cluster, entry),
             data_ip=entry.get("data_ip"), line=entry["_line"], **login))
     v.check_params([n.name for n in nodes])
+    racks = v.check_racks(top["racks"], nodes) if top.get("racks") else {}
     if v.problems:
         raise InventoryError(by_line(v.problems, path))
     ssh = SSHSettings(**top.get("ssh", {}))
-    return Inventory(path=path, nodes=nodes, ssh=ssh, cluster=cluster, text=text)
+    return Inventory(path=path, nodes=nodes, ssh=ssh, cluster=cluster, text=text, racks=racks)
 
 
 def load_inventory(path: str, registry=None) -> Inventory:

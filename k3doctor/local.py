@@ -18,7 +18,7 @@ from dataclasses import replace
 
 from . import __version__, snapshot
 from .inventory import Inventory, localhost_inventory
-from .runner import RunOptions, RunReport, run_checks
+from .runner import RunOptions, RunReport, run_checks, specs_of
 
 SCHEMA = "k3doctor.node/1"
 COMMAND_TIMEOUT_S = 20.0  # per reading, at most (the inventory's ssh.command_timeout_s when lower)
@@ -31,15 +31,17 @@ class NodeSelectionError(ValueError):
 
 def this_node(inv: Inventory | None, name: str | None) -> Inventory:
     """A one-node inventory of this machine, read through the local transport: ``name``'s entry of
-    ``inv`` (its settings, tools and check parameters), else this machine under ``name`` (default: its
-    hostname) with the default settings."""
+    ``inv`` (its settings, tools and check parameters; default: the entry named as this machine's hostname,
+    or its first label), else this machine under ``name`` (default: its hostname) with the default settings."""
     if inv is None:
         local = localhost_inventory()
         if name:
             local.nodes[0].name = name
         return local
-    name = name or os.uname().nodename
-    mine = [n for n in inv.nodes if n.name == name]
+    hostname = os.uname().nodename
+    names = (name,) if name else (hostname, hostname.split(".")[0])  # ct13.example.org is ct13 too
+    mine = [n for wanted in names for n in inv.nodes if n.name == wanted][:1]
+    name = name or hostname
     if not mine:
         raise NodeSelectionError(f"{name!r} is not a node of {inv.path} (name it with --name; nodes: "
                                  f"{', '.join(n.name for n in inv.nodes[:8])}{' ...' if len(inv.nodes) > 8 else ''})")
@@ -67,8 +69,9 @@ def node_document(report: RunReport, inv: Inventory, checks: list, overrides=())
     it: ``merge`` judges those across every node."""
     node = inv.nodes[0].name
     own = {c.name for c in checks if c.scope in ("node", "gpu")}
-    cluster_specs = {spec for c in checks if c.scope == "cluster" and c.interaction == "passive"
-                     for spec in _specs(c, inv.nodes[0].settings)}
+    cluster = specs_of([c for c in checks if c.scope == "cluster" and c.interaction == "passive"],
+                       inv.nodes[0].settings)
+    cluster_specs = {spec for specs in cluster.values() if isinstance(specs, dict) for spec in specs.values()}
     got = report.readings.get(node, {})
     doc = {
         "schema": SCHEMA,
@@ -85,9 +88,3 @@ def node_document(report: RunReport, inv: Inventory, checks: list, overrides=())
     }
     return json.dumps(doc, separators=(",", ":"), default=str)
 
-
-def _specs(chk, settings) -> list:
-    try:
-        return list(chk.readings_for(settings).values())
-    except Exception:  # its reads could not be built here: merge says so for this check on this node
-        return []

@@ -42,7 +42,6 @@ class RunOptions:
     record: bool = False  # collect baseline records instead of only judging
     replay: tuple | None = None  # ({node: {spec: reading}}, {node: why}) from a saved snapshot
     progress: Callable[[str], None] | None = None
-    cluster_judges: bool = True  # False: `k3doctor node` (the cluster judges run in `merge`)
 
 
 @dataclass
@@ -152,8 +151,7 @@ def run_checks(inv: Inventory, checks: list, opts: RunOptions = None) -> RunRepo
                                "(record it with `k3doctor baseline record` while it is healthy)")
                         for n in readings if n not in baseline]
         nodes = {n.name: n for n in inv.nodes}
-        if opts.cluster_judges:
-            results += judge_cluster(inv, cluster, readings, specs_by_node, failed_by_node, baseline)
+        results += judge_cluster(inv, cluster, readings, specs_by_node, failed_by_node, baseline)
         for chk in active:
             if opts.replay:
                 results.append(Result(chk.name, None, Status.SKIP, "active probe: not replayable from saved readings"))
@@ -195,20 +193,30 @@ def judge_cluster(inv: Inventory, cluster: list, readings: dict, specs_by_node: 
     ``readings``: node -> {spec: reading}; ``specs_by_node``: node -> check -> {name: spec} (or the
     Result that says why its reads could not be built there). Shared by ``check`` and ``merge``."""
     results = []
-    reachable = [n for n in inv.nodes if n.name in readings]
     for chk in cluster:
-        built = [n for n in reachable if isinstance(specs_by_node[n.name][chk.name], dict)]
-        gates = {n.name: Gate(chk, failed_by_node.get(n.name, {})) for n in built}
-        evaluated = [n for n in built if not gates[n.name].whole]
-        for n in built:  # a node left out says so once
-            results += _to_results(chk, n.name, gates[n.name].skipped())
-        per_node = {n.name: Readings(gates[n.name].readings(
-            {name: readings[n.name][spec] for name, spec in specs_by_node[n.name][chk.name].items()}))
-            for n in evaluated}
-        ctx = Context(chk, inv.cluster, nodes={n.name: n for n in evaluated},
-                      baseline={n: entry.get(chk.name) for n, entry in baseline.items()})
-        results += _to_results(chk, None, judge_safely(chk.judge, per_node, ctx)) if evaluated else []
+        for rack, members in inv.rack_groups():  # each rack on its own (inventory `racks:`)
+            results += _judge_rack(chk, rack, inv.cluster, [n for n in members if n.name in readings], readings,
+                                   specs_by_node, failed_by_node, baseline)
     return results
+
+
+def _judge_rack(chk, rack, settings, reachable: list, readings, specs_by_node, failed_by_node, baseline) -> list:
+    built = [n for n in reachable if isinstance(specs_by_node[n.name][chk.name], dict)]
+    gates = {n.name: Gate(chk, failed_by_node.get(n.name, {})) for n in built}
+    evaluated = [n for n in built if not gates[n.name].whole]
+    results = []
+    for n in built:  # a node left out says so once
+        results += _to_results(chk, n.name, gates[n.name].skipped())
+    per_node = {n.name: Readings(gates[n.name].readings(
+        {name: readings[n.name][spec] for name, spec in specs_by_node[n.name][chk.name].items()}))
+        for n in evaluated}
+    ctx = Context(chk, settings, nodes={n.name: n for n in evaluated},
+                  baseline={n: entry.get(chk.name) for n, entry in baseline.items()})
+    verdicts = _to_results(chk, None, judge_safely(chk.judge, per_node, ctx)) if evaluated else []
+    for r in verdicts:  # a rack-wide result says which rack
+        if rack is not None and r.node is None:
+            r.message = f"rack {rack}: {r.message}"
+    return results + verdicts
 
 
 def specs_of(checks: list, settings) -> dict:

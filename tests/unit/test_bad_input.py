@@ -80,7 +80,7 @@ def test_aliases_are_walked_once_not_exponentially():
         f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n"
         for p, c in zip("abcdefgh", "bcdefghi", strict=True))
     got = problems(laughs + NODES)
-    assert got[0] == "inv.yaml:1: a: unknown key; known keys: cluster, ssh, defaults, nodes"
+    assert got[0] == "inv.yaml:1: a: unknown key; known keys: cluster, ssh, defaults, nodes, racks"
 
 
 @pytest.mark.parametrize("params,expected", [
