@@ -249,13 +249,13 @@ def build_plan(ctx, participants: list) -> tuple:
         raise ParamError(f"allreduce-probe.alltoall_splits must be even or uneven, got {splits!r}")
     members = []
     for name in participants:
-        node = ctx.nodes[name]
-        where = node.settings.param(ctx.check, "where")
+        node, settings = ctx.nodes[name], ctx.node_settings(name)
+        where = settings.param("where")
         if where not in ("container", "host"):
             raise ParamError(f"allreduce-probe.where must be container or host, got {where!r} ({name})")
-        launcher = (("docker", "exec", "-i", node.settings.container, node.settings.tools["container_python"])
-                    if where == "container" else (node.settings.tools["python"],))
-        ranks = node.settings.param(ctx.check, "ranks_per_node") or node.settings.gpus_per_node
+        launcher = (("docker", "exec", "-i", settings.container, settings.tools["container_python"])
+                    if where == "container" else (settings.tools["python"],))
+        ranks = settings.param("ranks_per_node") or settings.gpus_per_node
         if not isinstance(ranks, int) or isinstance(ranks, bool) or ranks < 1:
             raise ParamError(f"allreduce-probe.ranks_per_node must be a positive integer, got {ranks!r} ({name})")
         members.append(Member(name, node.address, ranks, launcher))

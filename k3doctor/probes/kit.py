@@ -52,28 +52,33 @@ class Blame:
     untested: bool = False  # on == pair: a node of the pair was in no other pair
 
 
-def blame(ranks: dict) -> dict:
-    """{pair: Blame} for every pair ranked above 0 in ``ranks`` ({pair: 0 good, higher worse}).
-
-    A node carries a rank-r fault when it is in two or more pairs and every one of them has rank r.
-    """
+def _pairs_of(ranks: dict) -> dict:
     by_node: dict = {}
     for pair in ranks:
         for n in pair:
             by_node.setdefault(n, []).append(pair)
+    return by_node
 
-    def carries(node, rank) -> bool:
-        return len(by_node[node]) >= 2 and all(ranks[p] == rank for p in by_node[node])
 
+def carriers(ranks: dict) -> dict:
+    """{node: its peers} for each node in two or more pairs that are bad (rank > 0) and equally bad in every one."""
+    out = {}
+    for node, pairs in _pairs_of(ranks).items():
+        if len(pairs) >= 2 and ranks[pairs[0]] > 0 and all(ranks[p] == ranks[pairs[0]] for p in pairs):
+            out[node] = tuple(sorted({x for p in pairs for x in p} - {node}))
+    return out
+
+
+def blame(ranks: dict) -> dict:
+    """{pair: Blame} for every pair ranked above 0 in ``ranks`` ({pair: 0 good, higher worse})."""
+    by_node, carrying = _pairs_of(ranks), carriers(ranks)
     out = {}
     for pair, rank in ranks.items():
         if rank <= 0:
             continue
-        guilty = [n for n in pair if carries(n, rank)]
+        guilty = [n for n in pair if n in carrying]
         if len(guilty) == 1:
-            (node,) = guilty
-            peers = tuple(sorted({x for p in by_node[node] for x in p} - {node}))
-            out[pair] = Blame("node", (node,), peers)
+            out[pair] = Blame("node", (guilty[0],), carrying[guilty[0]])
         elif not guilty and all(any(ranks[q] < rank for q in by_node[n] if q != pair) for n in pair):
             out[pair] = Blame("path", tuple(pair))
         else:
