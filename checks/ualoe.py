@@ -61,7 +61,8 @@ matches your own shell.
            "p2p_port": 55559,
            "bw_port": 55560,
            "listen_timeout_s": 15.0,  # exporter/listener must listen within this
-           "p2p_timeout_s": 60.0,  # no RESULT line by then: FAIL (a bad link hangs, §8)
+           "p2p_timeout_s": 25.0,  # no RESULT line by then: FAIL (a bad link hangs, §8); healthy p2p takes
+           # seconds (§8 "Correctness (seconds)"; < 1 s per pair on the rig), so a hung pair is named in ~1/2 min
            "bw_timeout_s": 180.0,  # no bandwidth table by then: FAIL
            "min_read_gbps": 1500.0,  # absolute floors (early V3/V4 rack: 2029 / 3192 / 3986)
            "min_write_gbps": 1500.0,
