@@ -4,7 +4,7 @@
 confirmed listening (its own PID holds a LISTEN socket on the port) before the
 importer/connector starts; every remote process records its PID in a file and is killed by
 that PID in a ``finally`` (timeout, failure or Ctrl-C alike), on top of the node-side
-``timeout`` every transport command runs under.  What the tools print is parsed by
+``timeout`` every transport command runs under (:mod:`k3doctor.probes.ualoe_remote`).  What the tools print is parsed by
 :mod:`k3doctor.parsers.ubench` and judged by :mod:`k3doctor.probes.ualoe_verdicts`; the
 check (checks/ualoe.py) builds the :class:`Config` from its parameters and each node's settings.
 """
@@ -13,14 +13,21 @@ from __future__ import annotations
 import posixpath
 import threading
 import time
-import uuid
 from dataclasses import dataclass, field
 
 from k3doctor.model.gpu import parse_accel_ids
 from k3doctor.parsers import ParseError
 from k3doctor.parsers.ubench import listening, parse_bw, parse_p2p
 from k3doctor.probes.kit import rounds, tail
-from k3doctor.probes.ualoe_scripts import ACCEL_SCRIPT, LISTEN_SCRIPT, PROCS_SCRIPT, kill_pids, kill_recorded
+from k3doctor.probes.ualoe_remote import (
+    ACCEL_SCRIPT,
+    LISTEN_SCRIPT,
+    PROCS_SCRIPT,
+    SHORT_S,
+    Background,
+    Launches,
+    kill_pids,
+)
 from k3doctor.probes.ualoe_verdicts import (
     Outcome,
     PlanError,
@@ -35,69 +42,8 @@ from k3doctor.results import Status, error, fail, skip, warn
 from k3doctor.shell import quote
 from k3doctor.transport import TransportError
 
-SHORT_S = 15.0  # bookkeeping commands (process tables, kills, kernel log)
 NOT_RUNNABLE = {126: "is not executable", 127: "was not found"}  # the shell's rc when exec fails
 
-
-class Launches:
-    """Every remote process this probe started, as (node, pidfile), for the final kill."""
-
-    def __init__(self, transports: dict):
-        self.transports = transports
-        self.token = uuid.uuid4().hex[:12]
-        self.pidfiles: dict = {}
-        self.lock = threading.Lock()
-        self.closed = False
-
-    def pidfile(self, node: str, role: str) -> str:
-        path = f"/tmp/k3doctor-ualoe.{self.token}.{role}.pid"
-        with self.lock:
-            if self.closed:  # the probe is being torn down (Ctrl-C): start nothing more
-                raise RuntimeError("probe stopped")
-            self.pidfiles.setdefault(node, set()).add(path)
-        return path
-
-    def kill(self, node: str, only=None) -> None:
-        with self.lock:
-            files = sorted(only if only is not None else self.pidfiles.get(node, ()))
-            self.pidfiles[node] = self.pidfiles.get(node, set()) - set(files)
-        if files:
-            try:
-                self.transports[node].run(kill_recorded(files), timeout_s=SHORT_S)
-            except Exception:  # noqa: BLE001 - cleanup must reach every node; the node-side timeout still applies
-                pass
-
-    def kill_all(self) -> None:
-        with self.lock:
-            self.closed = True
-        for node in list(self.pidfiles):
-            self.kill(node)
-
-
-class Background:
-    """A blocking transport command run in a daemon thread (the exporter/listener side)."""
-
-    def __init__(self, transport, command: str, timeout_s: float):
-        self.reading, self.exc = None, None
-        self.thread = threading.Thread(target=self._run, args=(transport, command, timeout_s), daemon=True)
-        self.thread.start()
-
-    def _run(self, transport, command, timeout_s):
-        try:
-            self.reading = transport.run(command, timeout_s=timeout_s)
-        except Exception as exc:  # noqa: BLE001 - surfaced to the pair's verdict
-            self.exc = exc
-
-    def wait(self, seconds: float):
-        self.thread.join(seconds)
-        return not self.thread.is_alive()
-
-    def output(self) -> str:
-        if self.exc is not None:
-            return f"(transport failed: {self.exc})"
-        if self.reading is None:
-            return "(still running)"
-        return (self.reading.stdout + self.reading.stderr).strip()
 
 @dataclass
 class Config:

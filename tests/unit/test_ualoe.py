@@ -4,7 +4,7 @@ import pytest
 from k3doctor.model.gpu import locate_accid, parse_accel_ids
 from k3doctor.parsers import ParseError, ubench
 from k3doctor.parsers.ubench import Bandwidth
-from k3doctor.probes import kit, ualoe, ualoe_verdicts
+from k3doctor.probes import kit, ualoe_remote, ualoe_verdicts
 from k3doctor.probes.ualoe_verdicts import Outcome, PlanError
 from k3doctor.results import Status
 
@@ -223,10 +223,10 @@ def test_single_pair_cannot_be_pinned_and_kernel_log_names_the_gpu():
 
 
 def test_kill_scripts_quote_pidfiles_and_check_argv0():
-    script = ualoe.kill_recorded(["/tmp/k3doctor-ualoe.x.serve.ct 13.pid"])
+    script = ualoe_remote.kill_recorded(["/tmp/k3doctor-ualoe.x.serve.ct 13.pid"])
     assert "'/tmp/k3doctor-ualoe.x.serve.ct 13.pid'" in script
     assert 'case "${a0##*/}" in ualoe_p2p.exe|ualoe_bw.exe)' in script
-    assert ualoe.kill_pids([12, 34]).rstrip().endswith('for p in 12 34; do k "$p"; done; true')
+    assert ualoe_remote.kill_pids([12, 34]).rstrip().endswith('for p in 12 34; do k "$p"; done; true')
 
 
 def slow(a, b):
