@@ -4,9 +4,10 @@
 confirmed listening (its own PID holds a LISTEN socket on the port) before the
 importer/connector starts; every remote process records its PID in a file and is killed by
 that PID in a ``finally`` (timeout, failure or Ctrl-C alike), on top of the node-side
-``timeout`` every transport command runs under (:mod:`k3doctor.probes.ualoe_remote`).  What the tools print is parsed by
-:mod:`k3doctor.parsers.ubench` and judged by :mod:`k3doctor.probes.ualoe_verdicts`; the
-check (checks/ualoe.py) builds the :class:`Config` from its parameters and each node's settings.
+``timeout`` every transport command runs under (:mod:`k3doctor.probes.ualoe_remote`).  What
+the tools print is parsed by :mod:`k3doctor.parsers.ubench` and judged by
+:mod:`k3doctor.probes.ualoe_verdicts`; the check (checks/ualoe.py) builds the :class:`Config`
+from its parameters and each node's settings.
 """
 from __future__ import annotations
 
