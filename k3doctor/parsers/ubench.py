@@ -127,7 +127,7 @@ class Proc:
 
 
 def parse_procs(text: str) -> tuple:
-    """(self mount namespace, {ancestor pids incl. self}, [Proc]) from PROCS_SCRIPT output."""
+    """(self mount namespace, {ancestor pids incl. self}, [Proc]) from ``ualoe_remote.PROCS_SCRIPT`` output."""
     self_mnt, ancestors, procs = None, set(), []
     for line in text.splitlines():
         kind, _, rest = line.partition(" ")
@@ -148,7 +148,7 @@ def parse_procs(text: str) -> tuple:
 
 
 def listening(text: str, port: int) -> bool | None:
-    """From ``LISTEN_SCRIPT`` output: True when the recorded PID owns a LISTEN socket on ``port``.
+    """From ``ualoe_remote.LISTEN_SCRIPT`` output: True when the recorded PID owns a LISTEN socket on ``port``.
 
     None: the process is gone (or never wrote its PID).  Matching the socket inode to the PID
     means a stale listener of another round holding the port does not count as ours.

@@ -97,5 +97,5 @@ class Finding:
 
 
 def tail(text: str, lines: int = 8) -> str:
-    """The last ``lines`` non-blank-trimmed lines of a tool's output, for evidence and one-line reasons."""
+    """The last ``lines`` lines of a tool's output (stripped), for evidence and one-line reasons."""
     return "\n".join((text or "").strip().splitlines()[-lines:])
