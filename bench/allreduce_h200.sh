@@ -34,8 +34,8 @@ probe() {  # name, extra --set options...
 }
 
 probe healthy
-probe hang-rendezvous --set allreduce-probe.inject_hang=gpuhost:1@rendezvous
-probe hang-init-once --set allreduce-probe.inject_hang=gpuhost:1@init@once --set allreduce-probe.init_s=20
+K3DOCTOR_TEST_HANG=gpuhost:1@rendezvous probe hang-rendezvous
+K3DOCTOR_TEST_HANG=gpuhost:1@init@once probe hang-init-once --set allreduce-probe.init_s=20
 cat "$out/ps.txt"
 
 python3 - "$out" <<'PY'

@@ -14,6 +14,7 @@ When it fails it re-runs per node and per node pair to say which of the three it
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from k3doctor.probes.allreduce import MIN_DEADLINE_S, Member, Plan, diagnose
@@ -110,7 +111,8 @@ PARAMS = {
     "iters": 20,
     "warmup_iters": 5,
     "start_s": 45,  # process start incl. `import torch` and GPU context
-    "rendezvous_s": 30,  # an arrived rank waits this long for the others
+    "rendezvous_s": 20,  # an arrived rank waits this long for the others: healthy 0.7-4.1 s on the loaded
+    # 2-core rig (the spread of the ranks' `import torch`), 5x margin (bench/hang_verdict.py)
     "init_s": 45,  # communicator init + first tiny all_reduce (§20's probe uses 45 s)
     "warmup_s": 30,
     "sweep_s": 90,
@@ -136,7 +138,6 @@ PARAMS = {
     "warn_band": 0.1,
     "repeats": 2,  # attempts while a figure is below its floor (noisy results)
     "hierarchy": True,  # on failure, re-run per node and per node pair
-    "inject_hang": "",  # test hook: NODE[:LOCAL_RANK]@STAGE[@once] makes that rank stop at STAGE
 }
 
 _DEFAULT_SIZES = {"gpu": (1 << 20, 4 << 30), "cpu": (4 << 10, 1 << 20)}
@@ -160,6 +161,11 @@ def _number(ctx, name, minimum, integer=False):
     return int(value) if integer else float(value)
 
 
+# Tests only (not a parameter): NODE[:LOCAL_RANK]@STAGE[@once] in the environment of the k3doctor process makes
+# that rank stop at STAGE like a rank stuck in the driver - how the rig's hang tests stand in for a hung RCCL.
+TEST_HANG_ENV = "K3DOCTOR_TEST_HANG"
+
+
 def parse_inject(text: str, nodes: list) -> tuple:
     """``NODE[:LOCAL]@STAGE[@once]`` -> ({node: (local, stage)}, once)."""
     if not text:
@@ -170,7 +176,7 @@ def parse_inject(text: str, nodes: list) -> tuple:
     node, _, local = target.partition(":")
     if len(parts) not in (2, 3) or (len(parts) == 3 and not once) or stage not in STAGES \
             or node not in nodes or not (local or "0").isdigit():
-        raise ParamError(f"allreduce-probe.inject_hang {text!r}: expected NODE[:LOCAL_RANK]@STAGE[@once] with a "
+        raise ParamError(f"{TEST_HANG_ENV} {text!r}: expected NODE[:LOCAL_RANK]@STAGE[@once] with a "
                          f"probed node ({', '.join(nodes)}) and a stage of {', '.join(STAGES)}")
     return {node: (int(local or 0), stage)}, once
 
@@ -249,20 +255,20 @@ def build_plan(ctx, participants: list) -> tuple:
         raise ParamError(f"allreduce-probe.alltoall_splits must be even or uneven, got {splits!r}")
     members = []
     for name in participants:
-        node = ctx.nodes[name]
-        where = node.settings.param(ctx.check, "where")
+        node, settings = ctx.nodes[name], ctx.node_settings(name)
+        where = settings.param("where")
         if where not in ("container", "host"):
             raise ParamError(f"allreduce-probe.where must be container or host, got {where!r} ({name})")
-        launcher = (("docker", "exec", "-i", node.settings.container, node.settings.tools["container_python"])
-                    if where == "container" else (node.settings.tools["python"],))
-        ranks = node.settings.param(ctx.check, "ranks_per_node") or node.settings.gpus_per_node
+        launcher = (("docker", "exec", "-i", settings.container, settings.tools["container_python"])
+                    if where == "container" else (settings.tools["python"],))
+        ranks = settings.param("ranks_per_node") or settings.gpus_per_node
         if not isinstance(ranks, int) or isinstance(ranks, bool) or ranks < 1:
             raise ParamError(f"allreduce-probe.ranks_per_node must be a positive integer, got {ranks!r} ({name})")
         members.append(Member(name, node.address, ranks, launcher))
-    inject, once = parse_inject(ctx.param("inject_hang") or "", participants)
+    inject, once = parse_inject(os.environ.get(TEST_HANG_ENV, ""), participants)
     for m in members:
         if m.node in inject and inject[m.node][0] >= m.ranks:
-            raise ParamError(f"allreduce-probe.inject_hang: {m.node} runs {m.ranks} rank(s), "
+            raise ParamError(f"{TEST_HANG_ENV}: {m.node} runs {m.ranks} rank(s), "
                              f"there is no local rank {inject[m.node][0]}")
     plan = Plan(label="full", members=tuple(members), port=_number(ctx, "port", 1, integer=True),
                 backend=backend, sizes_gpu=geometric(*ranges["gpu"], factor),

@@ -1,8 +1,11 @@
 """UALoE fabric data path between node pairs: ubench 07_ualoe p2p + bandwidth (reference §8)."""
 from __future__ import annotations
 
+from k3doctor.parsers.ubench import METRICS
 from k3doctor.probes import ualoe
+from k3doctor.probes.ualoe_verdicts import Judging, PlanError, known_good, plan_problem, recorded_reference
 from k3doctor.registry import Param, check, remediation
+from k3doctor.results import error
 
 P2P = remediation("UALOE-P2P", "fabric p2p between two nodes failed or produced no result", """
 ubench 07 could not share memory across the fabric between the pair named in the report (§8).
@@ -50,15 +53,16 @@ matches your own shell.
 
 @check("ualoe-fabric", title="UALoE fabric p2p + bandwidth between node pairs (ubench 07)", scope="node-pair",
        tier="deep", interaction="active", after=("ualink-state", "fabric-domain", "rack-free"),
-       remediation=(P2P, TCP, SLOW, STALE), record_run=lambda verdicts, ctx: ualoe.known_good(verdicts),
+       remediation=(P2P, TCP, SLOW, STALE), record_run=lambda verdicts, ctx: known_good(verdicts),
        params={
-           "pairs": Param("quick", validate=ualoe.plan_problem),  # quick (ring: every node in two pairs), all,
+           "pairs": Param("quick", validate=plan_problem),  # quick (ring: every node in two pairs), all,
            # or a,b;c,d
            "gpu": 0,  # GPU index used on both sides; -1: all GPUs, aggregate mode (§8 pitfall 1)
            "p2p_port": 55559,
            "bw_port": 55560,
            "listen_timeout_s": 15.0,  # exporter/listener must listen within this
-           "p2p_timeout_s": 60.0,  # no RESULT line by then: FAIL (a bad link hangs, §8)
+           "p2p_timeout_s": 25.0,  # no RESULT line by then: FAIL (a bad link hangs, §8); healthy p2p takes
+           # seconds (§8 "Correctness (seconds)"; < 1 s per pair on the rig), so a hung pair is named in ~1/2 min
            "bw_timeout_s": 180.0,  # no bandwidth table by then: FAIL
            "min_read_gbps": 1500.0,  # absolute floors (early V3/V4 rack: 2029 / 3192 / 3986)
            "min_write_gbps": 1500.0,
@@ -73,4 +77,37 @@ def ualoe_fabric(ctx):
     A bad link hangs rather than errors, so every stage has a deadline, the kernel log is read
     on failure, and every process this probe started is killed by PID before it returns.
     """
-    return ualoe.run(ctx)
+    try:
+        judging = judging_of(ctx)
+    except PlanError as exc:
+        return [error(str(exc))]
+    return ualoe.run(ctx, build_config(ctx), judging)
+
+
+_CODES = {"p2p": P2P, "stale": STALE, "tcp": TCP, "floor": SLOW, "reference": SLOW}
+
+
+def build_config(ctx) -> ualoe.Config:
+    """The probe's run settings: this check's parameters, and each node's own ubench build directory."""
+    return ualoe.Config(plan=ctx.param("pairs"),
+                        ubench_dir={n: ctx.node_settings(n).tools["ubench_dir"] for n in ctx.nodes},
+                        gpu=int(ctx.param("gpu")), p2p_port=int(ctx.param("p2p_port")),
+                        bw_port=int(ctx.param("bw_port")), listen_timeout_s=float(ctx.param("listen_timeout_s")),
+                        p2p_timeout_s=float(ctx.param("p2p_timeout_s")),
+                        bw_timeout_s=float(ctx.param("bw_timeout_s")), gpus_per_node=ctx.settings.gpus_per_node,
+                        codes=_CODES)
+
+
+def judging_of(ctx) -> Judging:
+    """Floors, warn band and the known-good reference: the inventory's reference_gbps, else the baseline's."""
+    ref = ctx.param("reference_gbps") or {}
+    if isinstance(ref, dict) and ref:
+        bad = [k for k, v in ref.items() if k not in METRICS or isinstance(v, bool) or not isinstance(v, (int, float))]
+        if bad:
+            raise PlanError(f"reference_gbps: keys must be {', '.join(METRICS)} with GB/s numbers; got {ref!r}")
+        reference, ref_from = {k: float(v) for k, v in ref.items()}, "reference_gbps from the inventory"
+    else:
+        reference, ref_from = recorded_reference(ctx.baseline)
+    return Judging(floors={m: float(ctx.param(f"min_{m}_gbps")) for m in METRICS},
+                   warn_pct=float(ctx.param("warn_pct")),
+                   tcp_max_gbps=float(ctx.param("tcp_fallback_max_gbps")), reference=reference, ref_from=ref_from)

@@ -56,6 +56,10 @@ class Context:
     def param(self, name: str):
         return self.settings.param(name)
 
+    def node_settings(self, node: str) -> CheckSettings:
+        """One node's settings as this check sees them: its own `tools:`, gpus_per_node and params win."""
+        return CheckSettings(self.nodes[node].settings, self.check)
+
 
 def _as_list(verdicts) -> list:
     if verdicts is None:

@@ -26,6 +26,7 @@ from k3doctor.parsers import ParseError
 from k3doctor.parsers.torch_errors import classify
 from k3doctor.probes.allreduce_worker import STAGES, TOKEN_PREFIX
 from k3doctor.probes.collective_figures import ALL_REDUCE, ALL_TO_ALL, figures
+from k3doctor.probes.kit import Finding, carriers, pair_rounds, tail
 from k3doctor.shell import join
 from k3doctor.transport import TransportError
 
@@ -389,35 +390,12 @@ def _size_row(out: Outcome, event: dict, world: int) -> None:
 
 
 def _tail(run: NodeRun) -> str:
-    text = (run.stderr or run.stdout or "").strip().splitlines()
     what = "timed out" if run.timed_out else f"exit status {run.rc}"
-    return f"{what}: {text[-1][:200]}" if text else what
+    last = tail(run.stderr or run.stdout, 1)
+    return f"{what}: {last[:200]}" if last else what
 
 
 # --- the hierarchy (§20): node alone, node pairs, retry -----------------------------------
-
-def pair_rounds(nodes: list) -> list:
-    """Every pair once, grouped into rounds of disjoint pairs (circle method) to run at once."""
-    ring = list(nodes) + ([None] if len(nodes) % 2 else [])
-    rounds = []
-    for _ in range(len(ring) - 1):
-        half = len(ring) // 2
-        pairs = [(ring[i], ring[-1 - i]) for i in range(half)]
-        rounds.append([tuple(sorted(p, key=nodes.index)) for p in pairs if None not in p])
-        ring = [ring[0], ring[-1], *ring[1:-1]]
-    return [r for r in rounds if r]
-
-
-@dataclass
-class Finding:
-    """A conclusion of the hierarchy: ``kind`` is node, node-fabric, pair, intermittent, wrong-sum, scale,
-    unresolved."""
-
-    kind: str
-    nodes: tuple
-    message: str
-    evidence: dict = field(default_factory=dict)
-
 
 def attribute(full: Outcome, singles: dict, pairs: dict, retry: Outcome | None,
               not_run: str | None = None) -> list:
@@ -430,18 +408,13 @@ def attribute(full: Outcome, singles: dict, pairs: dict, retry: Outcome | None,
     if findings:
         return findings
     failed = {pair: o for pair, o in pairs.items() if not o.ok}
-    tested = {}
-    for pair in pairs:
-        for n in pair:
-            tested.setdefault(n, []).append(pair)
-    blamed = [n for n, ps in tested.items() if len(ps) >= 2 and all(p in failed for p in ps)]
-    for n in blamed:
-        peers = sorted({m for p in tested[n] for m in p if m != n})
+    blamed = carriers({pair: 0 if o.ok else 1 for pair, o in pairs.items()})
+    for n, peers in blamed.items():
         findings.append(Finding("node-fabric", (n,), f"cross-node fault at {n}: every node passes alone, "
                                 f"but {n} fails with every peer ({', '.join(peers)})",
-                                {"pairs": {"+".join(p): failed[p].evidence() for p in tested[n]}}))
+                                {"pairs": {"+".join(p): o.evidence() for p, o in failed.items() if n in p}}))
     for pair, o in failed.items():
-        if not set(pair) & set(blamed):
+        if not set(pair) & blamed.keys():
             findings.append(Finding("pair", pair, f"cross-node fabric between {pair[0]} and {pair[1]}: each "
                                     f"passes alone and with other peers, together they fail ({o.describe()})",
                                     {"pair": o.evidence()}))

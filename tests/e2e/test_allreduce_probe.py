@@ -10,6 +10,7 @@ python is /usr/bin/python3 (the rig hides /root): torch must be installed for it
 import psutil
 import pytest
 import yaml
+from k3doctor.checks.allreduce import TEST_HANG_ENV
 
 from tests.e2e.cli import k3json
 
@@ -24,8 +25,10 @@ START = ["--set", f"{PROBE}.start_s=150"]
 RENDEZVOUS_S = 20
 
 
-def k3(rig, *args, only=PROBE, timeout=600):
-    rc, doc = k3json("check", "--nodes", rig.inventory_path, "--only", only, *START, *args, timeout=timeout)
+def k3(rig, *args, only=PROBE, timeout=600, hang=None):
+    """``hang``: NODE[:LOCAL_RANK]@STAGE[@once], that rank stops at STAGE like a rank stuck in the driver."""
+    rc, doc = k3json("check", "--nodes", rig.inventory_path, "--only", only, *START, *args, timeout=timeout,
+                     env={TEST_HANG_ENV: hang} if hang else None)
     return rc, [r for r in doc["results"] if r["check"] == PROBE]
 
 
@@ -63,8 +66,7 @@ def test_healthy_rack_passes_with_figures_and_leaves_nothing(rig, torch_on_nodes
 def test_rank_hung_at_rendezvous_is_named_killed_and_blamed_on_its_node(rig, torch_on_nodes):
     rig.apply("healthy")
     hung = names(rig)[3]
-    rc, results = k3(rig, *HOST, "--set", f"{PROBE}.inject_hang={hung}@rendezvous",
-                     "--set", f"{PROBE}.rendezvous_s={RENDEZVOUS_S}")
+    rc, results = k3(rig, *HOST, "--set", f"{PROBE}.rendezvous_s={RENDEZVOUS_S}", hang=f"{hung}@rendezvous")
     assert rc == 1, results
     cluster = next(r for r in results if r["node"] is None)
     ev = cluster["evidence"]
@@ -84,7 +86,7 @@ def test_rank_hung_at_rendezvous_is_named_killed_and_blamed_on_its_node(rig, tor
 def test_intermittent_init_hang_is_told_apart_by_nodes_pairs_and_retry(rig, torch_on_nodes):
     rig.apply("healthy")
     hung = names(rig)[1]
-    rc, results = k3(rig, *HOST, "--set", f"{PROBE}.inject_hang={hung}@init@once", "--set", f"{PROBE}.init_s=8")
+    rc, results = k3(rig, *HOST, "--set", f"{PROBE}.init_s=8", hang=f"{hung}@init@once")
     assert rc == 0, results  # a warning: launching is reasonable, with a retrying wrapper
     [r] = results
     ev = r["evidence"]
@@ -119,8 +121,8 @@ def test_default_path_runs_the_ranks_inside_the_container(rig, torch_on_nodes):
 def test_a_rank_hung_inside_the_container_is_killed_there_too(rig, torch_on_nodes):
     rig.apply("healthy")  # killing a `docker exec` client does not kill what it started in the container
     hung = names(rig)[1]
-    rc, results = k3(rig, "--set", f"{PROBE}.ranks_per_node=1", "--set", f"{PROBE}.inject_hang={hung}@init",
-                     "--set", f"{PROBE}.init_s=8", "--set", f"{PROBE}.hierarchy=false")
+    rc, results = k3(rig, "--set", f"{PROBE}.ranks_per_node=1", "--set", f"{PROBE}.init_s=8",
+                     "--set", f"{PROBE}.hierarchy=false", hang=f"{hung}@init")
     assert rc == 1, results
     cluster = next(r for r in results if r["node"] is None)
     assert cluster["evidence"]["failed_stage"] == "init" and cluster["evidence"]["missing_nodes"] == [hung]

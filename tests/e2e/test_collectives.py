@@ -7,6 +7,7 @@ nccl/RCCL with the timer swapped. Each all-to-all rank verifies the bytes it rec
 """
 
 import pytest
+from k3doctor.checks.allreduce import TEST_HANG_ENV
 
 from tests.e2e.cli import k3json
 
@@ -16,8 +17,9 @@ PROBE = "allreduce-probe"
 HOST = ["--set", f"{PROBE}.where=host", "--set", f"{PROBE}.ranks_per_node=1"]
 
 
-def probe(rig, *args):
-    rc, doc = k3json("check", "--nodes", rig.inventory_path, "--only", PROBE, *HOST, *args, timeout=300)
+def probe(rig, *args, hang=None):
+    rc, doc = k3json("check", "--nodes", rig.inventory_path, "--only", PROBE, *HOST, *args, timeout=300,
+                     env={TEST_HANG_ENV: hang} if hang else None)
     return rc, doc["results"]
 
 
@@ -51,8 +53,8 @@ def test_healthy_rack_sweeps_both_collectives_verified_and_quiet(rig, torch_on_n
 def test_rank_hung_in_the_all_to_all_is_named_with_its_stage_and_node(rig, torch_on_nodes):
     rig.apply("healthy")
     hung = rig.nodes[2].name
-    rc, results = probe(rig, "--set", f"{PROBE}.inject_hang={hung}@alltoall", "--set", f"{PROBE}.alltoall_s=8",
-                        "--set", f"{PROBE}.deadline_s=150")
+    rc, results = probe(rig, "--set", f"{PROBE}.alltoall_s=8", "--set", f"{PROBE}.deadline_s=150",
+                        hang=f"{hung}@alltoall")
     assert rc == 1, results
     mine = [r for r in results if r["check"] == PROBE]
     cluster = next(r for r in mine if r["node"] is None)

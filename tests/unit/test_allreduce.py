@@ -31,6 +31,7 @@ from k3doctor.runner import Context
 
 load_checks()
 from k3doctor.checks.allreduce import (  # noqa: E402
+    TEST_HANG_ENV,
     ParamError,
     allreduce_probe,
     build_plan,
@@ -344,14 +345,22 @@ def test_build_plan_uses_each_nodes_settings_and_data_plane_address():
     ({"backend": "mpi"}, "backend must be auto, nccl or gloo"),
     ({"min_bytes": 6}, "multiple of 4"),
     ({"init_s": 0}, "init_s must be a number >= 1"),
-    ({"inject_hang": "n9@init"}, "expected NODE[:LOCAL_RANK]@STAGE[@once]"),
-    ({"inject_hang": "n1@boot"}, "expected NODE[:LOCAL_RANK]@STAGE[@once]"),
-    ({"inject_hang": "n2:2@init"}, "n2 runs 2 rank(s), there is no local rank 2"),
 ])
 def test_bad_params_are_clear_errors(params, message):
     with pytest.raises(ParamError, match=re.escape(message)):
         ctx = ctx_for(**params)
         build_plan(ctx, ["n1", "n2"])
+
+
+@pytest.mark.parametrize("hang, message", [
+    ("n9@init", "expected NODE[:LOCAL_RANK]@STAGE[@once]"),
+    ("n1@boot", "expected NODE[:LOCAL_RANK]@STAGE[@once]"),
+    ("n2:2@init", "n2 runs 2 rank(s), there is no local rank 2"),
+])
+def test_bad_test_hangs_are_clear_errors(hang, message, monkeypatch):
+    monkeypatch.setenv(TEST_HANG_ENV, hang)
+    with pytest.raises(ParamError, match=re.escape(message)):
+        build_plan(ctx_for(), ["n1", "n2"])
 
 
 def test_inject_and_floor_params_parse():

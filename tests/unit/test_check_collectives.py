@@ -21,6 +21,7 @@ from k3doctor.runner import Context
 
 load_checks()
 from k3doctor.checks.allreduce import (  # noqa: E402
+    TEST_HANG_ENV,
     Limits,
     ParamError,
     build_plan,
@@ -177,11 +178,16 @@ def test_default_plan_sweeps_ep_dispatch_sizes_at_every_wire_format():
     ({"timer": "cpu"}, "timer must be auto, graph, events or host"),
     ({"alltoall_min_tokens": 64, "alltoall_max_tokens": 32}, "tokens 64..32: min above max"),
     ({"alltoall_s": 0}, "alltoall_s must be a number >= 1"),
-    ({"inject_hang": "n1@dispatch"}, "a stage of start, rendezvous, init, warmup, sweep, alltoall"),
 ])
 def test_bad_collective_params_are_clear_errors(params, message):
     with pytest.raises(ParamError, match=re.escape(message)):
         build_plan(ctx_for(**params), ["n1", "n2"])
+
+
+def test_a_test_hang_names_the_stages_it_may_stop_at(monkeypatch):
+    monkeypatch.setenv(TEST_HANG_ENV, "n1@dispatch")
+    with pytest.raises(ParamError, match=re.escape("a stage of start, rendezvous, init, warmup, sweep, alltoall")):
+        build_plan(ctx_for(), ["n1", "n2"])
 
 
 def outcome_with(ar: dict, a2a: dict) -> Outcome:

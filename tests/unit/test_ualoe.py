@@ -1,9 +1,11 @@
 """The pure half of the ualoe-fabric probe: plans, ubench output, process/socket tables, judgement."""
 import pytest
 
-from k3doctor.parsers import ParseError
-from k3doctor.probes import ualoe
-from k3doctor.probes.ualoe import Bandwidth, Outcome, PlanError
+from k3doctor.model.gpu import locate_accid, parse_accel_ids
+from k3doctor.parsers import ParseError, ubench
+from k3doctor.parsers.ubench import Bandwidth
+from k3doctor.probes import kit, ualoe_remote, ualoe_verdicts
+from k3doctor.probes.ualoe_verdicts import Outcome, PlanError
 from k3doctor.results import Status
 
 NODES = ["ct13", "ct14", "ct16", "ct17"]
@@ -12,46 +14,46 @@ NODES = ["ct13", "ct14", "ct16", "ct17"]
 # --- plans ---------------------------------------------------------------------------------------
 
 def test_quick_plan_is_a_ring_covering_every_node_twice():
-    pairs = ualoe.plan_pairs("quick", NODES)
+    pairs = ualoe_verdicts.plan_pairs("quick", NODES)
     assert pairs == [("ct13", "ct14"), ("ct14", "ct16"), ("ct16", "ct17"), ("ct17", "ct13")]
     assert all(sum(n in p for p in pairs) == 2 for n in NODES)
-    assert ualoe.plan_pairs("quick", ["a", "b", "c"]) == [("a", "b"), ("b", "c"), ("c", "a")]
-    assert ualoe.plan_pairs("quick", ["a", "b"]) == [("a", "b")]
-    assert ualoe.plan_pairs("quick", ["a"]) == []
+    assert ualoe_verdicts.plan_pairs("quick", ["a", "b", "c"]) == [("a", "b"), ("b", "c"), ("c", "a")]
+    assert ualoe_verdicts.plan_pairs("quick", ["a", "b"]) == [("a", "b")]
+    assert ualoe_verdicts.plan_pairs("quick", ["a"]) == []
 
 
 def test_all_and_explicit_plans():
-    assert len(ualoe.plan_pairs("all", NODES)) == 6
-    assert ualoe.plan_pairs(" ct13,ct16 ; ct14, ct17", NODES) == [("ct13", "ct16"), ("ct14", "ct17")]
+    assert len(ualoe_verdicts.plan_pairs("all", NODES)) == 6
+    assert ualoe_verdicts.plan_pairs(" ct13,ct16 ; ct14, ct17", NODES) == [("ct13", "ct16"), ("ct14", "ct17")]
 
 
 @pytest.mark.parametrize("plan, words", [("ct13,ct99", "unknown node(s) ct99"), ("ct13", "not two different"),
                                          ("ct13,ct13", "not two different"), ("everything", "not two different")])
 def test_bad_plans_say_what_is_wrong(plan, words):
     with pytest.raises(PlanError, match=words.replace("(", r"\(").replace(")", r"\)")):
-        ualoe.plan_pairs(plan, NODES)
+        ualoe_verdicts.plan_pairs(plan, NODES)
 
 
 def test_schedule_never_runs_pairs_sharing_a_node_at_once():
-    rounds = ualoe.schedule(ualoe.plan_pairs("all", NODES))
+    rounds = kit.rounds(ualoe_verdicts.plan_pairs("all", NODES))
     assert [len(r) for r in rounds] == [2, 2, 2]
     for rnd in rounds:
         nodes = [n for p in rnd for n in p]
         assert len(nodes) == len(set(nodes))
-    assert ualoe.schedule(ualoe.plan_pairs("quick", NODES)) == [
+    assert kit.rounds(ualoe_verdicts.plan_pairs("quick", NODES)) == [
         [("ct13", "ct14"), ("ct16", "ct17")], [("ct14", "ct16"), ("ct17", "ct13")]]
 
 
 # --- ubench output -------------------------------------------------------------------------------
 
 def test_p2p_result_lines():
-    ok = ualoe.parse_p2p("[INFO] x\nRESULT OK: 1/1 pairs PASS\n")
+    ok = ubench.parse_p2p("[INFO] x\nRESULT OK: 1/1 pairs PASS\n")
     assert ok.ok and (ok.passed, ok.total) == (1, 1)
-    assert ualoe.parse_p2p("RESULT OK: 4/4 pairs PASS").ok  # aggregate mode (§27 item 4)
-    assert not ualoe.parse_p2p("RESULT FAIL: 3/4 pairs PASS").ok
-    assert not ualoe.parse_p2p("RESULT: 4/4 pairs FAILED").ok
-    assert not ualoe.parse_p2p("RESULT OK: 0/0 pairs PASS").ok
-    assert ualoe.parse_p2p("[FATAL] ualoe_p2p.cpp:49 hipMemSetAccess(...) -> invalid argument") is None
+    assert ubench.parse_p2p("RESULT OK: 4/4 pairs PASS").ok  # aggregate mode (§27 item 4)
+    assert not ubench.parse_p2p("RESULT FAIL: 3/4 pairs PASS").ok
+    assert not ubench.parse_p2p("RESULT: 4/4 pairs FAILED").ok
+    assert not ubench.parse_p2p("RESULT OK: 0/0 pairs PASS").ok
+    assert ubench.parse_p2p("[FATAL] ualoe_p2p.cpp:49 hipMemSetAccess(...) -> invalid argument") is None
 
 
 TABLE = """[INFO] ualoe_bw connect: peer 127.0.0.11:55560, 4 GPU pair(s), 1 GiB transfers
@@ -65,28 +67,28 @@ total              5776.00        6217.25       10949.94
 
 
 def test_bw_table_total_row():
-    bw = ualoe.parse_bw(TABLE)
+    bw = ubench.parse_bw(TABLE)
     assert (bw.read, bw.write, bw.bidir, bw.rows) == (5776.0, 6217.25, 10949.94, 4)
 
 
 def test_bw_table_without_total_sums_rows_and_follows_column_order():
     text = "pair  bidir  write  read\n0  2,740.0  1,550.0  1,440.0\n1  2,760.0  1,560.0  1,450.0\n"
-    bw = ualoe.parse_bw(text)
+    bw = ubench.parse_bw(text)
     assert (bw.read, bw.write, bw.bidir) == (2890.0, 3110.0, 5500.0)
 
 
 def test_bw_key_value_summary_with_units():
-    bw = ualoe.parse_bw("read: 5.78 TB/s\nwrite: 6,219 GB/s\nbidirectional: 10961 GB/s\n")
+    bw = ubench.parse_bw("read: 5.78 TB/s\nwrite: 6,219 GB/s\nbidirectional: 10961 GB/s\n")
     assert (bw.read, bw.write, bw.bidir) == (5780.0, 6219.0, 10961.0)
 
 
 def test_bw_no_table_is_none_and_torn_table_is_a_parse_error():
-    assert ualoe.parse_bw("[INFO] ualoe_bw connect: peer 127.0.0.11:55560\n") is None
-    assert ualoe.parse_bw("") is None
+    assert ubench.parse_bw("[INFO] ualoe_bw connect: peer 127.0.0.11:55560\n") is None
+    assert ubench.parse_bw("") is None
     with pytest.raises(ParseError, match="no numeric rows"):
-        ualoe.parse_bw("GPU pair   read (GB/s)  write (GB/s)  bidir (GB/s)\n")
+        ubench.parse_bw("GPU pair   read (GB/s)  write (GB/s)  bidir (GB/s)\n")
     with pytest.raises(ParseError, match="not bidir"):
-        ualoe.parse_bw("read: 10 GB/s\nwrite: 10 GB/s\n")
+        ubench.parse_bw("read: 10 GB/s\nwrite: 10 GB/s\n")
 
 
 # --- process and socket tables -------------------------------------------------------------------
@@ -106,16 +108,16 @@ def test_stale_tools_match_argv0_basename_exactly():
         f"proc 400 1 mnt:[1] /root/ubench/build/ualoe_bw.exe{sep}listen",  # an ancestor: never ours to kill
         f"proc 105 1 mnt:[2] /root/ubench/build/ualoe_bw.exe{sep}listen",  # another node of the rig
     )
-    stale = ualoe.stale_tools(text)
+    stale = ualoe_verdicts.stale_tools(text)
     assert [(p.pid, p.tool) for p in stale] == [(100, "ualoe_bw.exe"), (101, "ualoe_p2p.exe")]
     assert stale[0].argv == ("/root/ubench/build/ualoe_bw.exe", "listen", "-port=55560")
 
 
 def test_process_table_without_self_line_is_a_parse_error():
     with pytest.raises(ParseError, match="no 'self' line"):
-        ualoe.stale_tools("")
+        ualoe_verdicts.stale_tools("")
     with pytest.raises(ParseError, match="not understood"):
-        ualoe.stale_tools(procs("proc x y z"))
+        ualoe_verdicts.stale_tools(procs("proc x y z"))
 
 
 TCP = """  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
@@ -126,20 +128,20 @@ TCP = """  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retr
 
 def test_listening_needs_our_pid_to_own_the_listen_socket():
     ours = "alive 77\nlrwx------ 1 root root 64 Nov 29 3 -> socket:[424242]\n" + TCP
-    assert ualoe.listening(ours, 55576) is True
-    assert ualoe.listening(ours, 55560) is False  # wrong port
+    assert ubench.listening(ours, 55576) is True
+    assert ubench.listening(ours, 55560) is False  # wrong port
     other = "alive 77\nlrwx------ 1 root root 64 Nov 29 3 -> socket:[999]\n" + TCP
-    assert ualoe.listening(other, 55576) is False  # someone else (a stale listener) holds it
-    assert ualoe.listening(TCP, 55576) is None  # our process is gone
+    assert ubench.listening(other, 55576) is False  # someone else (a stale listener) holds it
+    assert ubench.listening(TCP, 55576) is None  # our process is gone
 
 
 def test_accel_ids_and_accid_location():
     text = ("/sys/class/drm/card0/device/ualink/accel_id 51\n/sys/class/drm/card1/device/ualink/accel_id 50\n"
             "/sys/class/drm/card2/device/ualink/accel_id 4294967295\n")
-    ids = ualoe.parse_accel_ids(text)
+    ids = parse_accel_ids(text)
     assert ids == {51: 0, 50: 1}
-    assert ualoe.locate_accid(50, {"ct13": ids}, 4) == ("ct13", 1, "sysfs accel_id")
-    node, card, how = ualoe.locate_accid(70, {"ct13": ids}, 4)
+    assert locate_accid(50, {"ct13": ids}, 4) == ("ct13", 1, "sysfs accel_id")
+    node, card, how = locate_accid(70, {"ct13": ids}, 4)
     assert (node, card) == (None, None) and "tray CT18, accelerator 2" in how
 
 
@@ -151,14 +153,14 @@ LOG = """[   29.570000] amdgpu 0000:01:00.0: UALINK: accelerator accel_id=55 is 
 
 def test_fabric_findings_only_after_the_pre_run_marker():
     lines = LOG.splitlines()
-    found = ualoe.fabric_findings(LOG, lines[1])
+    found = ualoe_verdicts.fabric_findings(LOG, lines[1])
     assert [f.signature for f in found] == ["lsdma_pio_error"]
-    found = ualoe.fabric_findings(LOG, lines[0])
+    found = ualoe_verdicts.fabric_findings(LOG, lines[0])
     assert [(f.signature, f.accid) for f in found] == [("npa_rsp_timeout", 51), ("lsdma_pio_error", None)]
-    assert ualoe.fabric_findings(LOG, lines[-1]) == []
-    assert len(ualoe.fabric_findings(LOG, "a line that rotated out")) == 2
+    assert ualoe_verdicts.fabric_findings(LOG, lines[-1]) == []
+    assert len(ualoe_verdicts.fabric_findings(LOG, "a line that rotated out")) == 2
     with pytest.raises(ParseError):
-        ualoe.fabric_findings("dmesg: read kernel buffer failed: Operation not permitted\n", None)
+        ualoe_verdicts.fabric_findings("dmesg: read kernel buffer failed: Operation not permitted\n", None)
 
 
 # --- judgement -----------------------------------------------------------------------------------
@@ -168,7 +170,7 @@ HEALTHY = Bandwidth(5780.0, 6222.0, 10961.0, 4)
 
 
 def judge(bw, reference=None):
-    return ualoe.judge_bandwidth(bw, FLOORS, reference, "same-day best pair a<->b", 5.0, 50.0)
+    return ualoe_verdicts.judge_bandwidth(bw, FLOORS, reference, "same-day best pair a<->b", 5.0, 50.0)
 
 
 def test_bandwidth_judgement_classes():
@@ -185,8 +187,8 @@ def test_bandwidth_judgement_classes():
 
 def test_same_day_reference_is_the_best_pair_and_needs_two():
     slow = Bandwidth(5190.0, 5600.0, 9850.0, 4)
-    assert ualoe.same_day_reference({"a<->b": HEALTHY}) == (None, None)
-    ref, label = ualoe.same_day_reference({"a<->b": slow, "c<->d": HEALTHY})
+    assert ualoe_verdicts.same_day_reference({"a<->b": HEALTHY}) == (None, None)
+    ref, label = ualoe_verdicts.same_day_reference({"a<->b": slow, "c<->d": HEALTHY})
     assert ref == HEALTHY.as_dict() and label == "same-day best pair c<->d"
 
 
@@ -197,7 +199,7 @@ def outcome(a, b, ok=True, **kw):
 def test_a_node_failing_with_every_peer_carries_the_fault():
     outcomes = [outcome("ct13", "ct14"), outcome("ct14", "ct16", False), outcome("ct16", "ct17", False),
                 outcome("ct17", "ct13")]
-    verdicts = ualoe.attribute(outcomes, {})
+    verdicts = ualoe_verdicts.attribute(outcomes, {})
     bad = [v for v in verdicts if v.status == Status.FAIL]
     assert [(v.node, v.evidence["pair"]) for v in bad] == [("ct16", "ct14<->ct16"), ("ct16", "ct16<->ct17")]
     assert all("fault is on ct16" in v.message and "(ct14, ct17)" in v.message for v in bad)
@@ -207,24 +209,24 @@ def test_a_node_failing_with_every_peer_carries_the_fault():
 def test_one_failed_pair_between_good_nodes_points_at_the_path():
     outcomes = [outcome("ct13", "ct14"), outcome("ct14", "ct16", False), outcome("ct16", "ct17"),
                 outcome("ct17", "ct13")]
-    bad = [v for v in ualoe.attribute(outcomes, {}) if v.status == Status.FAIL]
+    bad = [v for v in ualoe_verdicts.attribute(outcomes, {}) if v.status == Status.FAIL]
     assert [v.node for v in bad] == ["ct14", "ct16"]
     assert all("path between them" in v.message for v in bad)
 
 
 def test_single_pair_cannot_be_pinned_and_kernel_log_names_the_gpu():
     o = outcome("a", "b", False, blame={"a": 3})
-    bad = ualoe.attribute([o], {"c": "not tested: ualink-state is FAIL"})
+    bad = ualoe_verdicts.attribute([o], {"c": "not tested: ualink-state is FAIL"})
     assert [(v.status, v.node, v.gpu) for v in bad] == [
         (Status.SKIP, "c", None), (Status.FAIL, "a", 3), (Status.FAIL, "b", 0)]
     assert "cannot be pinned to one node" in bad[1].message
 
 
 def test_kill_scripts_quote_pidfiles_and_check_argv0():
-    script = ualoe.kill_recorded(["/tmp/k3doctor-ualoe.x.serve.ct 13.pid"])
+    script = ualoe_remote.kill_recorded(["/tmp/k3doctor-ualoe.x.serve.ct 13.pid"])
     assert "'/tmp/k3doctor-ualoe.x.serve.ct 13.pid'" in script
     assert 'case "${a0##*/}" in ualoe_p2p.exe|ualoe_bw.exe)' in script
-    assert ualoe.kill_pids([12, 34]).rstrip().endswith('for p in 12 34; do k "$p"; done; true')
+    assert ualoe_remote.kill_pids([12, 34]).rstrip().endswith('for p in 12 34; do k "$p"; done; true')
 
 
 def slow(a, b):
@@ -233,7 +235,7 @@ def slow(a, b):
 
 def test_a_node_slow_with_every_peer_carries_the_slowness_not_a_fault():
     outcomes = [outcome("ct13", "ct14"), outcome("ct14", "ct16"), slow("ct16", "ct17"), slow("ct17", "ct13")]
-    warned = [v for v in ualoe.attribute(outcomes, {}) if v.status == Status.WARN]
+    warned = [v for v in ualoe_verdicts.attribute(outcomes, {}) if v.status == Status.WARN]
     assert [(v.node, v.evidence["pair"]) for v in warned] == [("ct17", "ct16<->ct17"), ("ct17", "ct17<->ct13")]
     for v in warned:
         assert "slower than the reference with every peer it was paired with (ct13, ct16)" in v.message
@@ -245,7 +247,7 @@ def test_slow_pairs_do_not_make_a_node_fail_with_every_peer():
     # ct16 failed one pair and was only slow in the other: it did not fail with every peer
     outcomes = [outcome("ct13", "ct14"), outcome("ct14", "ct16", False), slow("ct16", "ct17"),
                 outcome("ct17", "ct13")]
-    verdicts = ualoe.attribute(outcomes, {})
+    verdicts = ualoe_verdicts.attribute(outcomes, {})
     assert not any("failed with every peer" in v.message for v in verdicts)
     failed = [v for v in verdicts if v.status == Status.FAIL]
     assert [v.node for v in failed] == ["ct14", "ct16"] and all("path between them" in v.message for v in failed)

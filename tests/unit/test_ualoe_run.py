@@ -61,16 +61,21 @@ def context(nodes: dict, **params):
     values = {**chk.params, "listen_timeout_s": 2.0, **params}
     return SimpleNamespace(nodes={n: SimpleNamespace(address=f"10.0.0.{i}") for i, n in enumerate(nodes)},
                            transports=nodes, blocked={}, fix=False, baseline=None, param=values.__getitem__,
-                           settings=SimpleNamespace(tools={"ubench_dir": UBENCH}, gpus_per_node=4))
+                           settings=SimpleNamespace(tools={"ubench_dir": UBENCH}, gpus_per_node=4),
+                           node_settings=lambda node: SimpleNamespace(tools={"ubench_dir": UBENCH}, gpus_per_node=4))
 
 
 P2P_TIMEOUT_S, BW_TIMEOUT_S = 5.0, 7.0
+PROBE = REGISTRY.checks["ualoe-fabric"].probe
+CODES = {"p2p": "UALOE-P2P", "stale": "UALOE-STALE"}
 
 
 def pair(exporter: FakeNode, importer: FakeNode):
     ctx = context({"a": exporter, "b": importer})
-    cfg = ualoe.Config(ubench_dir=UBENCH, gpu=0, p2p_port=55559, bw_port=55560, listen_timeout_s=2.0,
-                       p2p_timeout_s=P2P_TIMEOUT_S, bw_timeout_s=BW_TIMEOUT_S, gpus_per_node=4)
+    cfg = ualoe.Config(plan="quick", ubench_dir={"a": UBENCH, "b": UBENCH}, gpu=0, p2p_port=55559, bw_port=55560,
+                       listen_timeout_s=2.0,
+                       p2p_timeout_s=P2P_TIMEOUT_S, bw_timeout_s=BW_TIMEOUT_S, gpus_per_node=4,
+                       codes=CODES)
     return ualoe.PairRun(ctx, cfg, ualoe.Launches(ctx.transports), dict, "a", "b").run()
 
 
@@ -116,7 +121,7 @@ def test_a_tool_the_shell_cannot_start_is_an_error_not_a_fabric_fail(tool, side,
 
 def test_an_unreadable_process_table_skips_only_that_nodes_pairs():
     nodes = {"ct13": FakeNode(), "ct14": FakeNode(procs=""), "ct16": FakeNode(), "ct17": FakeNode(procs=None)}
-    verdicts = ualoe.run(context(nodes, pairs="ct13,ct14;ct16,ct13;ct17,ct16"))
+    verdicts = PROBE(context(nodes, pairs="ct13,ct14;ct16,ct13;ct17,ct16"))
     errors = [v for v in verdicts if v.status == Status.ERROR]
     assert [v.node for v in errors] == ["ct14", "ct17"]
     assert "no 'self' line" in errors[0].message and "Connection refused" in errors[1].message
@@ -135,6 +140,7 @@ def test_a_timed_out_process_listing_is_not_read_as_no_leftovers():
             return CommandReading(command, None, got.stdout, "", timed_out=True) if command == ualoe.PROCS_SCRIPT \
                 else got
 
-    verdicts, dirty = ualoe.check_stale(context({"ct13": FakeNode(), "ct14": Slow()}), ["ct13", "ct14"])
+    verdicts, dirty = ualoe.check_stale(context({"ct13": FakeNode(), "ct14": Slow()}), ["ct13", "ct14"],
+                                       "UALOE-STALE")
     assert [(v.status, v.node) for v in verdicts] == [(Status.ERROR, "ct14")]
     assert "timed out" in verdicts[0].message and list(dirty) == ["ct14"]
