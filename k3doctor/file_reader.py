@@ -4,7 +4,7 @@ node's work. It prints the gather script's frames itself (k3doctor/gather.py), o
 write, so a reader killed at the node deadline leaves at most its last frame cut off.
 
 Run as ``python3 -c SOURCE NONCE CAP READ_TIMEOUT INDEX KIND PATH ...`` (KIND ``F`` file, ``G`` glob).
-Written for any python3 a node may have (3.6 on): standard library only, no f-string features past 3.6.
+Written for any python3 a node may have (3.6 on): standard library only, nothing past 3.6.
 """
 import glob
 import os
@@ -21,7 +21,7 @@ def _alarm(signum, frame):
 
 
 def _frame(nonce, index, rc, total, out, err, path):
-    head = "@@%s %s %s %d %d %d %d\n" % (nonce, index, rc, total, len(out), len(err), len(path))
+    head = f"@@{nonce} {index} {rc} {total} {len(out)} {len(err)} {len(path)}\n"
     return head.encode() + path + out + err
 
 
@@ -45,7 +45,7 @@ def read_one(path, cap, read_timeout):
     except _TimedOut:
         return "124", 0, b"", b""
     except OSError as exc:
-        return "1", 0, b"", ("%s: %s\n" % (os.fsdecode(path), os.strerror(exc.errno or 5))).encode()
+        return "1", 0, b"", f"{os.fsdecode(path)}: {os.strerror(exc.errno or 5)}\n".encode()
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
     data = b"".join(parts)

@@ -30,13 +30,14 @@ from .readings import (
     Glob,
     Unavailable,
 )
-from .shell import join, quote, with_timeout
+from .shell import join, quote
 from .transport import TransportError
 
 MISSING, DIRECTORY = "M", "D"
 FSIZE_BLOCK = 512  # `ulimit -f` unit in POSIX sh (bash outside POSIX mode counts 1024: a looser cap, still cut)
 DOCKER_STOP_MARGIN_S = 10.0  # past the deadline, for the Docker reader to stop its channels on the node
 GROUP_KILL_GRACE_S = 0.5  # TERM -> KILL of a reading's group; well inside the node-side KILL_GRACE_S
+KILL_AFTER_S = 2.0  # a reading's `timeout -k`: KILL this long after its TERM
 NODE_PYTHON = "python3"  # reads every File and Glob in one process where the node has it (amd-smi needs it)
 FILE_READER = Path(__file__).with_name("file_reader.py").read_text()
 
@@ -89,8 +90,9 @@ def _script_for(index: int, spec, command_timeout_s: float) -> str:
         return (f"p={quote(spec.pattern)}; IFS=; for f in $p; do IFS=' '; "
                 f"[ -e \"$f\" ] || [ -L \"$f\" ] && readf {index} \"$f\"; done; IFS=' '; none {index} END ''")
     if isinstance(spec, Command):
-        timeout = spec.timeout_s or command_timeout_s  # with_timeout clamps it
-        return f"bg {with_timeout(join(spec.argv), timeout)}; emit {index} $? ''"
+        timeout = seconds(spec.timeout_s or command_timeout_s, 30.0)
+        # `timeout` runs argv itself (no `sh -c` between): one process less per reading
+        return f"bg timeout -k {KILL_AFTER_S:g} {timeout:g} {join(spec.argv)}; emit {index} $? ''"
     raise TypeError(f"cannot gather {spec!r} in a shell script")
 
 
@@ -101,7 +103,7 @@ def _files_at_once(files: list, nonce: str, command_timeout_s: float, cap_bytes:
     for index, spec in files:
         words += [str(index), "F", spec.path] if isinstance(spec, File) else [str(index), "G", spec.pattern]
     one_by_one = "\n".join(_script_for(i, spec, command_timeout_s) for i, spec in files)
-    reader = with_timeout(join([python, "-I", "-S", "-c", FILE_READER, *words]), batch_timeout_s, 1)
+    reader = f"timeout -k 1 {seconds(batch_timeout_s, 120.0):g} {join([python, '-I', '-S', '-c', FILE_READER, *words])}"
     return (f"if command -v {quote(python)} >/dev/null 2>&1; then batch {reader}\n"
             f"else\n{one_by_one}\nfi")
 

@@ -5,7 +5,7 @@ hardware tree of a rig node (sysfs, amd-smi, rocm-smi, dmesg, /proc/meminfo: ``f
 bind-mounted in a mount namespace, like the full rig's nodes, but has no Docker engine: Docker readings are
 errors there. Nodes of the same tray share one namespace (and one tree), so 256 nodes cost 18 namespaces
 and 256 sshd listeners; the start takes seconds. Each node's work runs in its own sshd sessions, so the
-CPU a run costs the nodes is what the listeners' reaped children used (``node_cpu_s``).
+CPU a run costs the nodes is what the namespaces' processes (``pids()``) used and reaped.
 
 ``dead`` extra nodes answer no SSH: half refuse (nothing listens), half are blackholed (a listener whose
 accept queue is full drops every SYN, as a powered-off node or a DROP rule does).
@@ -31,7 +31,6 @@ from .rack import SBIN_PATH, _kill, _mount_namespace, missing_requirements
 SSH_PORT = 2222
 RACK_TRAYS = tuple(range(1, 19))  # a full rack of this family: 18 trays (reference §4)
 START_TIMEOUT_S = 120
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 class LightRack:
@@ -117,20 +116,16 @@ class LightRack:
         self._blackholes.clear()
         shutil.rmtree(self.workdir, ignore_errors=True)
 
-    def node_cpu_s(self) -> float:
-        """CPU seconds (user + system) used so far by everything the light nodes' sshds ran and reaped."""
-        total = 0
-        for pid in self.listener_pids():
-            try:
-                with open(f"/proc/{pid}/stat", "rb") as fh:
-                    fields = fh.read().rsplit(b")", 1)[1].split()
-                total += int(fields[13]) + int(fields[14])  # cutime, cstime
-            except OSError:
-                continue
-        return total / CLK_TCK
-
     def listener_pids(self) -> list[int]:
         return [pid for leader in self._leaders for pid in _children(leader.pid)]
+
+    def pids(self) -> list[int]:
+        """Every process of the light nodes now: the namespaces' members (sshds, sessions, what they run)."""
+        found = []
+        for entry in os.listdir("/proc"):
+            if entry.isdigit() and _mount_namespace(int(entry)) in self._namespaces:
+                found.append(int(entry))
+        return found
 
     # ------------------------------------------------------------------------------------------ internals
 
@@ -150,8 +145,8 @@ class LightRack:
                            check=True, capture_output=True)
         (self.workdir / "authorized_keys").write_text(self.identity_file.with_suffix(".pub").read_text())
         kind, key = (self.workdir / "host_key.pub").read_text().split()[:2]
-        self.known_hosts.write_text("".join(f"[{host}]:{SSH_PORT} {kind} {key}\n"
-                                            for host in [h for _, h, _ in self.hosts] + [h for _, h in self.dead_hosts]))
+        hosts = [h for _, h, _ in self.hosts] + [h for _, h in self.dead_hosts]
+        self.known_hosts.write_text("".join(f"[{host}]:{SSH_PORT} {kind} {key}\n" for host in hosts))
 
     def _sshd_config(self, tray_dir: Path, name: str, host: str) -> Path:
         path = tray_dir / f"sshd-{name}.conf"
