@@ -235,7 +235,8 @@ def table(got: dict, nodes: int, dead: int) -> None:
         print(f"\nansible / k3doctor: {ratio:.2f}x")
     if "k3doctor+dead" in got and "k3doctor" in got:
         pairs = zip(got["k3doctor+dead"], got["k3doctor"], strict=True)
-        print(f"k3doctor with {dead} dead / all alive: {statistics.median(d['wall'] / a['wall'] for d, a in pairs):.2f}x")
+        ratio = statistics.median(d["wall"] / a["wall"] for d, a in pairs)
+        print(f"k3doctor with {dead} dead / all alive: {ratio:.2f}x")
 
 
 if __name__ == "__main__":
