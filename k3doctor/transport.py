@@ -18,7 +18,10 @@ import threading
 import time
 from dataclasses import dataclass
 
+# isort: off
+from . import lazy_imports  # noqa: F401  (first: paramiko's `invoke` import is deferred, see there)
 import paramiko
+# isort: on
 
 from .deadline import Deadline, seconds
 from .readings import CommandReading
