@@ -179,6 +179,27 @@ def run_once(argv: list, setup: Setup, env: dict) -> dict:
             "node_cpu": setup.node_cpu_s() - cpu_before}
 
 
+def first_connection(runs: int, env: dict) -> list:
+    """Seconds from starting ``k3doctor check`` to its first TCP connection to a node (a listener here)."""
+    import socket
+
+    times = []
+    with socket.create_server(("127.0.0.1", 0)) as server, tempfile.TemporaryDirectory() as tmp:
+        inventory = Path(tmp) / "inventory.yaml"
+        inventory.write_text(yaml.safe_dump({"ssh": {"known_hosts": "/dev/null", "connect_timeout_s": 1},
+                                             "nodes": [{"name": "n1", "host": "127.0.0.1",
+                                                        "port": server.getsockname()[1]}]}))
+        for _ in range(runs):
+            started = time.monotonic()
+            proc = subprocess.Popen([sys.executable, "-m", "k3doctor.cli", "check", "--nodes", str(inventory)],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=REPO)
+            conn, _ = server.accept()
+            times.append(time.monotonic() - started)
+            conn.close()
+            proc.wait()
+    return times
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     where = parser.add_mutually_exclusive_group(required=True)
@@ -213,6 +234,10 @@ def main() -> None:
                       f"rc {figures['rc']}", flush=True)
         print(f"load after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         table(got, nodes, len(setup.dead))
+        if "k3doctor" in runs:
+            starts = first_connection(args.runs, env)
+            print(f"k3doctor CLI start to first connection: min {min(starts):.3f} / median "
+                  f"{statistics.median(starts):.3f} / max {max(starts):.3f} s")
         if args.json:
             args.json.write_text(json.dumps({"nodes": nodes, "dead": len(setup.dead), "runs": got}, indent=1))
 
