@@ -213,6 +213,7 @@ def main() -> None:
     args = parser.parse_args()
     env = dict(os.environ, ANSIBLE_HOST_KEY_CHECKING="True", ANSIBLE_LOCAL_TEMP="/tmp/.k3bench-ansible-local",
                PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # the Python contenders run as installed: with their bytecode
     with tempfile.TemporaryDirectory(prefix="k3bench-", dir="/tmp") as tmp, Setup(args, Path(tmp)) as setup:
         specs = read_set(setup.inventories[""])
         script = Path(tmp) / "reads.sh"
