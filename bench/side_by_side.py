@@ -27,6 +27,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -159,8 +160,9 @@ def contenders(setup: Setup, script: Path, parallel: int, only: set) -> dict:
                            f"-o UserKnownHostsFile={setup.known_hosts}'\n"
                            "ansible_python_interpreter=/usr/bin/python3\nansible_remote_tmp=/tmp/.k3bench-ansible\n")
             ansible = shutil.which("ansible", path=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+            # raw: ansible templates its arguments, and the script's `docker --format '{{...}}'` is no template
             out["ansible" + suffix] = [ansible, "all", "-i", str(ini), "-f", str(parallel), "-o", "-m", "shell",
-                                       "-a", script.read_text()]
+                                       "-a", "{% raw %}" + script.read_text() + "{% endraw %}"]
         if "k3doctor" in only:
             out["k3doctor" + suffix] = [sys.executable, "-m", "k3doctor.cli", "check", "--nodes", str(inventory),
                                         "--format", "json", "--parallel", str(parallel),
@@ -211,6 +213,7 @@ def main() -> None:
     parser.add_argument("--only", default="openssh,ansible,k3doctor")
     parser.add_argument("--json", type=Path, help="also write every run's figures here")
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the nodes on the way out
     env = dict(os.environ, ANSIBLE_HOST_KEY_CHECKING="True", ANSIBLE_LOCAL_TEMP="/tmp/.k3bench-ansible-local",
                PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # the Python contenders run as installed: with their bytecode
