@@ -160,9 +160,10 @@ def contenders(setup: Setup, script: Path, parallel: int, only: set) -> dict:
                            f"-o UserKnownHostsFile={setup.known_hosts}'\n"
                            "ansible_python_interpreter=/usr/bin/python3\nansible_remote_tmp=/tmp/.k3bench-ansible\n")
             ansible = shutil.which("ansible", path=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
-            # raw: ansible templates its arguments, and the script's `docker --format '{{...}}'` is no template
+            # raw: ansible templates its arguments (the script's `docker --format '{{...}}'` is no template);
+            # `: ;` first, as an argument that starts with `{` is read as JSON
             out["ansible" + suffix] = [ansible, "all", "-i", str(ini), "-f", str(parallel), "-o", "-m", "shell",
-                                       "-a", "{% raw %}" + script.read_text() + "{% endraw %}"]
+                                       "-a", ": ; {% raw %}" + script.read_text() + "{% endraw %}"]
         if "k3doctor" in only:
             out["k3doctor" + suffix] = [sys.executable, "-m", "k3doctor.cli", "check", "--nodes", str(inventory),
                                         "--format", "json", "--parallel", str(parallel),
