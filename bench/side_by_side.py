@@ -210,6 +210,7 @@ def main() -> None:
     where.add_argument("--light", type=int, metavar="N", help="N light nodes")
     parser.add_argument("--dead", type=float, default=0, metavar="PERCENT", help="also with this share dead (light)")
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=1, help="rounds not counted, first")
     parser.add_argument("--parallel", type=int, default=64)
     parser.add_argument("--only", default="openssh,ansible,k3doctor")
     parser.add_argument("--json", type=Path, help="also write every run's figures here")
@@ -225,17 +226,17 @@ def main() -> None:
         runs = contenders(setup, script, args.parallel, set(args.only.split(",")))
         nodes = len(setup.ssh)
         print(f"nodes: {nodes} ({'rig' if args.rig else 'light'}), dead: {len(setup.dead)}, readings per node: "
-              f"{len(specs)}, parallel {args.parallel}, runs {args.runs} + 1 warm-up, load before: "
+              f"{len(specs)}, parallel {args.parallel}, runs {args.runs} + {args.warmup} warm-up, load before: "
               f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
         got = {name: [] for name in runs}
         names = list(runs)
-        for round_ in range(args.runs + 1):
+        for round_ in range(args.warmup + args.runs):
             order = names[round_ % len(names):] + names[:round_ % len(names)]
             for name in order:
                 figures = run_once(runs[name], setup, env)
-                if round_:
+                if round_ >= args.warmup:
                     got[name].append(figures)
-                print(f"  round {round_}{' (warm-up)' if not round_ else ''} {name}: {figures['wall']:.2f}s "
+                print(f"  round {round_}{' (warm-up)' if round_ < args.warmup else ''} {name}: {figures['wall']:.2f}s "
                       f"rc {figures['rc']}", flush=True)
         print(f"load after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         table(got, nodes, len(setup.dead))
