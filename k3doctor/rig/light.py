@@ -70,14 +70,12 @@ class LightRack:
 
     def _start(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
-        net = self._free_net()
         total = self.count + self.dead_count
+        net, held = self._reserve_net(total)
         addresses = [f"127.{net}.{1 + i // 250}.{1 + i % 250}" for i in range(total)]
         self.hosts = [(f"n{i + 1:03d}-{node_name(RACK_TRAYS[i % len(RACK_TRAYS)])}", addresses[i],
                        RACK_TRAYS[i % len(RACK_TRAYS)]) for i in range(self.count)]
         self.dead_hosts = [(f"dead{i + 1:03d}", addresses[self.count + i]) for i in range(self.dead_count)]
-        for _, address in self.dead_hosts[self.dead_count // 2:]:
-            self._blackholes += _blackhole(address, SSH_PORT)
         self._write_ssh_files()
         trays = sorted({tray for _, _, tray in self.hosts})
         states = {s.tray: s for s in scenarios.node_states(scenarios.load("healthy"), RACK_TRAYS)}
@@ -86,6 +84,11 @@ class LightRack:
             write_tree(tree, states[tray])
             (tree.parent / "tmp").mkdir(mode=0o1777)
             (tree.parent / "tmp").chmod(0o1777)
+        for sock in held:  # hand the addresses over
+            sock.close()
+        for _, address in self.dead_hosts[self.dead_count // 2:]:
+            self._blackholes += _blackhole(address, SSH_PORT)
+        for tray in trays:
             self._spawn(tray, [(name, host) for name, host, t in self.hosts if t == tray])
         self._write_inventory()
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -129,14 +132,19 @@ class LightRack:
 
     # ------------------------------------------------------------------------------------------ internals
 
-    def _free_net(self) -> int:
+    def _reserve_net(self, total: int) -> tuple[int, list[socket.socket]]:
+        """The first ``127.N`` whose node addresses are all free, held (bound, not listening) until the sshds
+        take them, so light racks starting at the same time pick different nets."""
         for net in range(200, 255):
+            held: list[socket.socket] = []
             try:
-                with socket.socket() as probe:
-                    probe.bind((f"127.{net}.1.1", SSH_PORT))
-                return net
+                for i in range(total):
+                    held.append(socket.socket())
+                    held[-1].bind((f"127.{net}.{1 + i // 250}.{1 + i % 250}", SSH_PORT))
+                return net, held
             except OSError:
-                continue
+                for sock in held:
+                    sock.close()
         raise RuntimeError("no free 127.N net for light nodes")
 
     def _write_ssh_files(self) -> None:
