@@ -179,7 +179,7 @@ def run_once(argv: list, setup: Setup, env: dict) -> dict:
     wall = time.monotonic() - started
     proc.returncode = os.waitstatus_to_exitcode(status)
     return {"wall": wall, "rc": proc.returncode, "peak_mb": usage.ru_maxrss / 1024,
-            "node_cpu": setup.node_cpu_s() - cpu_before}
+            "cpu": usage.ru_utime + usage.ru_stime, "node_cpu": setup.node_cpu_s() - cpu_before}
 
 
 def first_connection(runs: int, env: dict) -> list:
@@ -250,7 +250,7 @@ def main() -> None:
 
 def table(got: dict, nodes: int, dead: int) -> None:
     print("\n| contender | wall s min / median / max | vs openssh (median of per-round ratios) | peak MB "
-          "| node CPU s per node |\n|---|---|---|---|---|")
+          "| own CPU s | node CPU s per node |\n|---|---|---|---|---|---|")
     for name, runs in got.items():
         walls = [r["wall"] for r in runs]
         suffix = "+dead" if name.endswith("+dead") else ""
@@ -260,7 +260,8 @@ def table(got: dict, nodes: int, dead: int) -> None:
         alive = nodes - (dead if suffix else 0)
         cpu = statistics.median(r["node_cpu"] for r in runs) / max(alive, 1)
         print(f"| {name} | {min(walls):.2f} / {statistics.median(walls):.2f} / {max(walls):.2f} | {ratio} "
-              f"| {max(r['peak_mb'] for r in runs):.0f} | {cpu:.3f} |")
+              f"| {max(r['peak_mb'] for r in runs):.0f} | {statistics.median(r.get('cpu', 0) for r in runs):.2f} "
+              f"| {cpu:.3f} |")
     if "k3doctor" in got and "ansible" in got:
         ratio = statistics.median(a["wall"] / k["wall"] for a, k in zip(got["ansible"], got["k3doctor"], strict=True))
         print(f"\nansible / k3doctor: {ratio:.2f}x")
