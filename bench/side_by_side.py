@@ -19,7 +19,8 @@ half blackholed), suffix ``+dead``. Printed per contender: wall seconds min/medi
 the floor (``vs openssh``: per round, pairing the runs of one round), peak RSS of the contender's largest
 process, its own CPU seconds (this side), and the CPU seconds the nodes spent per node (sshd sessions
 and everything they ran; on the rig also the node's dockerd/containerd). Light nodes share this
-machine's cores: their wall time is the total node-side work. Asserts nothing: speed targets live here, not in timed tests.
+machine's cores: their wall time is the total node-side work. Asserts nothing: speed targets live here,
+not in timed tests.
 """
 from __future__ import annotations
 
