@@ -12,6 +12,7 @@ import secrets
 import threading
 import time
 from collections.abc import Iterable
+from pathlib import Path
 
 from .deadline import Deadline, seconds
 from .model.container import launch_from_script, record_from_inspect
@@ -29,13 +30,16 @@ from .readings import (
     Glob,
     Unavailable,
 )
-from .shell import join, quote, with_timeout
+from .shell import join, quote
 from .transport import TransportError
 
 MISSING, DIRECTORY = "M", "D"
 FSIZE_BLOCK = 512  # `ulimit -f` unit in POSIX sh (bash outside POSIX mode counts 1024: a looser cap, still cut)
 DOCKER_STOP_MARGIN_S = 10.0  # past the deadline, for the Docker reader to stop its channels on the node
 GROUP_KILL_GRACE_S = 0.5  # TERM -> KILL of a reading's group; well inside the node-side KILL_GRACE_S
+KILL_AFTER_S = 2.0  # a reading's `timeout -k`: KILL this long after its TERM
+NODE_PYTHON = "python3"  # reads every File and Glob in one process where the node has it (amd-smi needs it)
+FILE_READER = Path(__file__).with_name("file_reader.py").read_text()
 
 _PRELUDE = r"""
 LC_ALL=C; export LC_ALL
@@ -64,6 +68,9 @@ emit() {
   printf '@@{nonce} %s %s %s %s %s %s\n%s' "$1" "$2" $n $m $el ${#3} "$3"
   cat "$o" "$t/ec"
 }
+# One process for every file and glob (k3doctor/file_reader.py), in a process group of its own like any
+# reading; it writes whole frames itself. Without the node's python3 the shell reads them one by one.
+batch() { ( exec "$@" ) < /dev/null & w=$!; wait "$w"; r=$?; kill -9 "-$w" 2>/dev/null; w=; return $r; }
 none() { printf '@@{nonce} %s %s 0 0 0 %s\n%s' "$1" "$2" ${#3} "$3"; }
 readf() {
   if [ -d "$2" ]; then none "$1" D "$2"
@@ -83,18 +90,40 @@ def _script_for(index: int, spec, command_timeout_s: float) -> str:
         return (f"p={quote(spec.pattern)}; IFS=; for f in $p; do IFS=' '; "
                 f"[ -e \"$f\" ] || [ -L \"$f\" ] && readf {index} \"$f\"; done; IFS=' '; none {index} END ''")
     if isinstance(spec, Command):
-        timeout = spec.timeout_s or command_timeout_s  # with_timeout clamps it
-        return f"bg {with_timeout(join(spec.argv), timeout)}; emit {index} $? ''"
+        timeout = seconds(spec.timeout_s or command_timeout_s, 30.0)
+        # `timeout` runs argv itself (no `sh -c` between): one process less per reading
+        return f"bg timeout -k {KILL_AFTER_S:g} {timeout:g} {join(spec.argv)}; emit {index} $? ''"
     raise TypeError(f"cannot gather {spec!r} in a shell script")
 
 
-def build_script(specs: list, nonce: str, command_timeout_s: float, cap_bytes: int) -> str:
+def _files_at_once(files: list, nonce: str, command_timeout_s: float, cap_bytes: int, python: str,
+                   batch_timeout_s: float) -> str:
+    """Every (index, File|Glob) in one reader process where ``python`` exists on the node, else one by one."""
+    words = [nonce, str(cap_bytes), f"{command_timeout_s:g}"]
+    for index, spec in files:
+        words += [str(index), "F", spec.path] if isinstance(spec, File) else [str(index), "G", spec.pattern]
+    one_by_one = "\n".join(_script_for(i, spec, command_timeout_s) for i, spec in files)
+    reader = f"timeout -k 1 {seconds(batch_timeout_s, 120.0):g} {join([python, '-I', '-S', '-c', FILE_READER, *words])}"
+    return (f"if command -v {quote(python)} >/dev/null 2>&1; then batch {reader}\n"
+            f"else\n{one_by_one}\nfi")
+
+
+def build_script(specs: list, nonce: str, command_timeout_s: float, cap_bytes: int,
+                 python: str = NODE_PYTHON, deadline_s: float = 120.0) -> str:
+    """The node's gather script. Files and globs are all read where the first of them stands (one process);
+    everything else runs in the order given."""
     command_timeout_s = seconds(command_timeout_s, 30.0)
     prelude = (_PRELUDE.replace("{nonce}", nonce).replace("{cap}", str(cap_bytes))
                .replace("{blocks}", str(cap_bytes // FSIZE_BLOCK + 1)).replace("{grace}", f"{GROUP_KILL_GRACE_S:g}")
                .replace("{read_timeout}", f"{command_timeout_s:g}"))
-    body = "\n".join(_script_for(i, spec, command_timeout_s) for i, spec in enumerate(specs))
-    return prelude + body + "\n"
+    files = [(i, spec) for i, spec in enumerate(specs) if isinstance(spec, (File, Glob))]
+    lines = []
+    for i, spec in enumerate(specs):
+        if files and i == files[0][0]:
+            lines.append(_files_at_once(files, nonce, command_timeout_s, cap_bytes, python, deadline_s))
+        elif not isinstance(spec, (File, Glob)):
+            lines.append(_script_for(i, spec, command_timeout_s))
+    return prelude + "\n".join(lines) + "\n"
 
 
 def parse_frames(data: bytes, nonce: str) -> dict:
@@ -171,8 +200,8 @@ def gather_shell(transport, specs: list, *, command_timeout_s: float, deadline_s
     if not specs:
         return {}
     nonce = secrets.token_hex(8)
-    script = build_script(specs, nonce, command_timeout_s, cap_bytes)
     deadline_s = seconds(deadline_s, 120.0)
+    script = build_script(specs, nonce, command_timeout_s, cap_bytes, deadline_s=deadline_s)
     result = transport.run_bytes("sh -s", timeout_s=deadline_s, stdin=script.encode())
     frames = parse_frames(result.stdout, nonce)
     if result.timed_out:

@@ -19,7 +19,10 @@ import threading
 import time
 from dataclasses import dataclass
 
+# isort: off
+from . import lazy_imports  # noqa: F401  (first: paramiko's `invoke` import is deferred, see there)
 import paramiko
+# isort: on
 
 from . import sshconfig
 from .deadline import Deadline, seconds
@@ -35,6 +38,9 @@ STOP_GRACE_S = 2.0  # clean-up on a node: TERM, this long to go (gather's trap t
 # Stops process groups (and their leaders, in case a group does not exist yet). `timeout` forwards the
 # TERM to its group; gather's trap stops its in-flight reading and removes its scratch directory.
 STOP_SCRIPT = "g='{targets}'; kill -TERM $g 2>/dev/null; sleep {grace}; kill -KILL $g 2>/dev/null; exit 0"
+# The TCP reachability probe before the SSH handshake: a live node answers a SYN in well under a second
+# (this allows two SYN retransmits, at 1 s and 3 s); a dead or filtered one costs this, not the connect timeout.
+PROBE_TIMEOUT_S = 3.0
 
 
 class TransportError(Exception):
@@ -385,6 +391,24 @@ def _killpg(group: int, sig: int) -> None:
         pass
 
 
+def probe_tcp(host: str, port: int, timeout_s: float) -> socket.socket:
+    """The node's SSH port, connected within ``timeout_s`` (bounded separately from the SSH handshake), as
+    the socket the handshake then runs on (the probe costs the node no extra connection). A node that is
+    down, blackholed or refusing is one TransportError naming which, before any SSH is tried."""
+    where = f"{host}:{port}"
+    try:
+        return socket.create_connection((host, port), timeout=seconds(timeout_s, PROBE_TIMEOUT_S))
+    except ConnectionRefusedError:
+        raise TransportError(f"connection refused by {where} (no sshd listening?)") from None
+    except TimeoutError:
+        raise TransportError(f"unreachable: no TCP answer from {where} within {timeout_s:g}s (node down, or the "
+                             "port filtered?); SSH was not tried") from None
+    except socket.gaierror as exc:
+        raise TransportError(f"cannot resolve host {host!r}: {exc.strerror}") from None
+    except OSError as exc:
+        raise TransportError(f"unreachable: cannot reach {where}: {exc.strerror or exc}") from None
+
+
 def _handshake_done(client: paramiko.SSHClient) -> bool:
     """Whether the server got as far as its host key (a silent port times out before: paramiko then
     reports a confusing "No existing session")."""
@@ -438,6 +462,8 @@ class SSHTransport(Transport):
         if t.identity_file and not os.path.isfile(t.identity_file):
             raise TransportError(f"identity file {t.identity_file} for {where} does not exist "
                                  "(identity_file in the inventory or IdentityFile in the ssh config)")
+        if sock is None:  # a jump host's channel is already connected; a direct node is probed first
+            sock = probe_tcp(t.host, t.port, min(t.connect_timeout_s, PROBE_TIMEOUT_S))
         try:
             client.connect(
                 t.host, port=t.port, username=t.user, key_filename=t.identity_file, password=t.password,
