@@ -154,6 +154,11 @@ class SlurmCluster:
         except (subprocess.CalledProcessError, subprocess.TimeoutExpired):
             return ""
 
+    def drain_state(self) -> str:
+        """``state()`` less sinfo's ``*`` (not responding: slurmctld missed a ping of slurmd, as on a loaded
+        box), which drain and resume neither set nor clear."""
+        return self.state().rstrip("*")
+
     def reason(self) -> str:
         """The node's drain/down reason as sinfo prints it (``none`` when there is none)."""
         return self.run("sinfo", "-h", "-N", "-n", NODE, "-o", "%E", timeout_s=10).stdout.strip()

@@ -70,16 +70,16 @@ def test_a_fail_drains_with_k3doctors_reason_and_a_later_pass_resumes(in_service
     failed = node_check(in_service, trees["card-unconfigured"])
     assert failed.returncode == 1, failed.stdout + failed.stderr
     assert slurm_lines(failed) == [f"k3doctor: slurm: drained {NODE}: {in_service.reason()}"]
-    assert in_service.state() == "drained"
+    assert in_service.drain_state() == "drained"
     assert in_service.reason().startswith(UALINK_REASON) and in_service.reason().endswith("[UALINK-NOT-ACTIVE]")
 
     again = node_check(in_service, trees["card-unconfigured"])  # the next health check, same fault: quiet
-    assert again.returncode == 1 and slurm_lines(again) == [] and in_service.state() == "drained"
+    assert again.returncode == 1 and slurm_lines(again) == [] and in_service.drain_state() == "drained"
 
     healed = node_check(in_service, trees["healthy"])
     assert healed.returncode == 0, healed.stdout + healed.stderr
     assert slurm_lines(healed) == [f"k3doctor: slurm: resumed {NODE}: healthy again (its drain was k3doctor's)"]
-    assert (in_service.state(), in_service.reason()) == ("idle", "none")
+    assert (in_service.drain_state(), in_service.reason()) == ("idle", "none")
     assert "READY TO LAUNCH" in healed.stdout
 
 
@@ -87,11 +87,11 @@ def test_a_humans_drain_is_never_resumed_nor_overwritten(in_service, trees):
     in_service.drain("disk swap")
     healthy = node_check(in_service, trees["healthy"])
     assert healthy.returncode == 0 and slurm_lines(healthy) == []
-    assert (in_service.state(), in_service.reason()) == ("drained", "disk swap")
+    assert (in_service.drain_state(), in_service.reason()) == ("drained", "disk swap")
 
     failed = node_check(in_service, trees["card-unconfigured"])
     assert failed.returncode == 1
-    assert (in_service.state(), in_service.reason()) == ("drained", "disk swap")
+    assert (in_service.drain_state(), in_service.reason()) == ("drained", "disk swap")
     [line] = slurm_lines(failed)
     assert "left as it is: already drained with reason 'disk swap' (not k3doctor's)" in line
     assert UALINK_REASON in line
@@ -100,13 +100,13 @@ def test_a_humans_drain_is_never_resumed_nor_overwritten(in_service, trees):
 def test_an_inconclusive_run_neither_drains_nor_resumes(in_service, trees):
     inconclusive = node_check(in_service, trees["dmesg-hang"], "--timeout", "2")
     assert inconclusive.returncode == 2, inconclusive.stdout + inconclusive.stderr
-    assert in_service.state() == "idle"
+    assert in_service.drain_state() == "idle"
     [line] = slurm_lines(inconclusive)
     assert "left as it is: the run was inconclusive" in line
 
     in_service.drain(f"{UALINK_REASON} [UALINK-NOT-ACTIVE]")  # as an earlier run of k3doctor left it
     still = node_check(in_service, trees["dmesg-hang"], "--timeout", "2")
-    assert still.returncode == 2 and in_service.state() == "drained"
+    assert still.returncode == 2 and in_service.drain_state() == "drained"
     assert "k3doctor's drain stays" in slurm_lines(still)[0]
 
 
@@ -138,7 +138,7 @@ def test_a_hung_or_missing_scontrol_ends_by_its_deadline_with_one_line(in_servic
                      f"Slurm node {NODE} left as it is  [SLURM-CALL-FAILED]"], proc.stdout
     assert slurm_lines(proc) == [] and "Traceback" not in proc.stderr
     assert took < 60  # Slurm kills a HealthCheckProgram at 60 s; a hang costs --slurm-timeout, not that
-    assert in_service.state() == "idle"
+    assert in_service.drain_state() == "idle"
     assert [p for p in os.listdir("/proc") if p.isdigit() and _names(p, str(sleeper))] == []
 
 
@@ -162,11 +162,11 @@ def test_slurmds_own_health_check_drains_and_resumes_the_node(trees, tmp_path):
     wrapper.chmod(0o755)
     with SlurmCluster(tmp_path / "slurm", health_check=str(wrapper), health_interval_s=3,
                       ready=("idle", "drained")) as cluster:
-        cluster.wait_for(lambda: cluster.state() == "drained", "the health check's drain", timeout_s=90)
+        cluster.wait_for(lambda: cluster.drain_state() == "drained", "the health check's drain", timeout_s=90)
         assert cluster.reason().startswith(UALINK_REASON)
         current.unlink()
         current.symlink_to(trees["healthy"])
-        cluster.wait_for(lambda: cluster.state() == "idle", "the health check's resume", timeout_s=90)
+        cluster.wait_for(lambda: cluster.drain_state() == "idle", "the health check's resume", timeout_s=90)
         assert cluster.reason() == "none"
     assert cluster.gone() == []
 
