@@ -23,6 +23,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from .lifecycle import Started
 from .rack import SBIN_PATH, START_TIMEOUT_S, RigNode, _kill
 
 NET_PREFIX = "10.250"  # links are /30s of 10.250.N.0/24, N the first /24 this machine does not use
@@ -49,7 +50,7 @@ class Hop:
         return f"{where} {self.public_key}\n"
 
 
-class BastionChain:
+class BastionChain(Started):
     """``hops`` bastions in front of ``node``; ``behind`` is the node's sshd behind them.
 
     ``authorized_keys``: public keys (text) every sshd of the chain accepts for root."""
@@ -64,21 +65,10 @@ class BastionChain:
         self._sshds: list[subprocess.Popen] = []
         self._net = ""
 
-    def __enter__(self) -> BastionChain:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    def start(self) -> None:
+    def _check(self) -> None:
+        """Refuse to start, before anything is made, where the rig cannot run."""
         if self._holders:
             raise RuntimeError("bastion chain already started")
-        try:
-            self._start()
-        except BaseException:
-            self.stop()
-            raise
 
     def _start(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)

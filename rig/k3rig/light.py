@@ -26,14 +26,15 @@ import yaml
 
 from . import scenario as scenarios
 from .fixtures import BIND_PATHS, GPUS_PER_NODE, node_name, write_tree
-from .rack import SBIN_PATH, _kill, _mount_namespace, missing_requirements
+from .lifecycle import Started
+from .rack import SBIN_PATH, _accepts, _kill, _mount_namespace, missing_requirements
 
 SSH_PORT = 2222
 RACK_TRAYS = tuple(range(1, 19))  # a full rack of this family: 18 trays (reference §4)
 START_TIMEOUT_S = 120
 
 
-class LightRack:
+class LightRack(Started):
     """``nodes`` light nodes (trays 1..18 over and over) plus ``dead`` unreachable ones; a context manager."""
 
     def __init__(self, workdir: Path, nodes: int = 64, dead: int = 0):
@@ -50,23 +51,12 @@ class LightRack:
         self._namespaces: set[str] = set()
         self._blackholes: list[socket.socket] = []  # listeners and the connections filling their queues
 
-    def __enter__(self) -> LightRack:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    def start(self) -> None:
+    def _check(self) -> None:
+        """Refuse to start, before anything is made, where the rig cannot run."""
         missing = [m for m in missing_requirements() if "docker" not in m and "containerd" not in m
                    and "runc" not in m and "busybox" not in m]
         if missing:
             raise RuntimeError("light nodes need: " + "; ".join(missing))
-        try:
-            self._start()
-        except BaseException:
-            self.stop()
-            raise
 
     def _start(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -209,14 +199,6 @@ def _blackhole(host: str, port: int) -> list[socket.socket]:
     server.bind((host, port))
     server.listen(0)
     return [server, socket.create_connection((host, port), timeout=5)]
-
-
-def _accepts(host: str, port: int) -> bool:
-    try:
-        socket.create_connection((host, port), timeout=1).close()
-        return True
-    except OSError:
-        return False
 
 
 def _wait_namespace(leader: subprocess.Popen, deadline: float) -> str:

@@ -50,6 +50,7 @@ from .fixtures import (
     rank_commands,
     write_tree,
 )
+from .lifecycle import Started
 
 SSH_PORT = 2222
 UNREACHABLE_SUFFIX = 15  # <net>.15 is in known_hosts with nothing listening: for connection-failure tests
@@ -131,7 +132,7 @@ class RigNode:
         return Path(f"/proc/{self.ns_pid}/root")
 
 
-class Rig:
+class Rig(Started):
     """A simulated 4 x 4-GPU rack.  See the module docstring; use as a context manager or start()/stop()."""
 
     def __init__(self, workdir: Path, nodes: int = 4, scenario: str | Path = "healthy"):
@@ -164,14 +165,8 @@ class Rig:
 
     # ------------------------------------------------------------------------------------------- lifecycle
 
-    def __enter__(self) -> Rig:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    def start(self) -> None:
+    def _check(self) -> None:
+        """Refuse to start, before anything is made, where the rig cannot run."""
         missing = missing_requirements()
         if missing:
             raise RuntimeError("the simulated rack needs: " + "; ".join(missing))
@@ -182,11 +177,6 @@ class Rig:
             raise ValueError(f"workdir {self.workdir} is too long for unix socket paths below it")
         if self._sshds or self._dockerds:
             raise RuntimeError("rig already started")
-        try:
-            self._start()
-        except BaseException:
-            self.stop()
-            raise
 
     def _start(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
