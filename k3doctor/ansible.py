@@ -10,6 +10,9 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
+from .procs import drain_killed
+
+KILL_GRACE_S = 2.0  # after the kill, how long its output may still take to arrive
 ANSIBLE_TIMEOUT_S = 120.0  # a plain ini/yaml inventory reads in ~1 s (12 s on the loaded 2-core CI box)
 # An inventory source Ansible cannot parse is only a warning by default: it would read as zero hosts.
 STRICT_ENV = {"ANSIBLE_INVENTORY_UNPARSED_FAILED": "true", "ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED": "true",
@@ -55,7 +58,7 @@ def read(path: str | None, timeout_s: float = ANSIBLE_TIMEOUT_S) -> AnsibleInven
         out, err = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)  # ansible-inventory and any inventory script it started
-        proc.communicate()
+        drain_killed(proc, KILL_GRACE_S)  # a script that left the group must not hold us past the deadline
         raise AnsibleError(f"{what} did not finish within {timeout_s:g} s") from None
     if proc.returncode != 0:
         said = [ln.strip() for ln in err.decode("utf-8", "replace").splitlines() if ln.strip()]

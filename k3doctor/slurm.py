@@ -25,12 +25,12 @@ import shutil
 import signal
 import socket
 import subprocess
-import time
 from dataclasses import dataclass
 
 from .deadline import Deadline
 from .parsers import ParseError
 from .parsers.scontrol import SlurmNode, parse_show_node
+from .procs import wait_group_gone
 from .registry import remediation
 from .results import LaunchVerdict, Result, Status, overall
 
@@ -179,7 +179,7 @@ def _end(proc: subprocess.Popen) -> None:
         except (ProcessLookupError, PermissionError):
             pass
         proc.wait()
-        _wait_group_gone(proc.pid)
+        wait_group_gone(proc.pid)
     for pipe in (proc.stdout, proc.stderr):
         if pipe:
             pipe.close()
@@ -201,15 +201,3 @@ def apply(name: str, report_node: str | None, results, scontrol: Scontrol) -> tu
         return [], [Result(check=STEP, node=report_node, status=Status.ERROR, remediation=SLURM_CALL,
                            message=f"{exc}; Slurm node {name} left as it is")]
     return ([f"slurm: {decision.note}"] if decision.note else []), []
-
-
-def _wait_group_gone(group: int, within_s: float = 1.0) -> None:
-    """SIGKILL takes effect when each member of the group next runs: on a loaded box one can outlive killpg's
-    return by a moment. Wait, bounded, until none is left (a zombie awaiting its reaper counts until reaped)."""
-    end = time.monotonic() + within_s
-    while time.monotonic() < end:
-        try:
-            os.killpg(group, 0)
-        except (ProcessLookupError, PermissionError):
-            return
-        time.sleep(0.01)

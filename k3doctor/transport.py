@@ -26,6 +26,7 @@ import paramiko
 
 from . import sshconfig
 from .deadline import Deadline, seconds
+from .procs import drain_killed
 from .readings import CommandReading
 from .shell import quote, with_timeout
 
@@ -314,7 +315,7 @@ class LocalTransport(Transport):
             timed_out = False
         except subprocess.TimeoutExpired:
             _killpg(proc.pid, 9)
-            out, err = _drain_killed(proc)
+            out, err = drain_killed(proc, KILL_GRACE_S)
             timed_out = True
         finally:
             self._untrack(proc)
@@ -354,19 +355,6 @@ class LocalTransport(Transport):
 
         return docker_over_ssh(open_channel, lambda chan, deadline_hit: self._untrack(chan), deadline,
                                op_timeout_s=op_timeout_s)
-
-
-def _drain_killed(proc: subprocess.Popen) -> tuple[bytes, bytes]:
-    """What a command whose group was just killed had written. A process that left the group (setsid,
-    a daemon) can hold the pipes open for ever: after KILL_GRACE_S its output is given up, so the
-    deadline holds (the command is reported timed out either way)."""
-    try:
-        return proc.communicate(timeout=KILL_GRACE_S)
-    except subprocess.TimeoutExpired:
-        for pipe in (proc.stdout, proc.stderr):
-            pipe.close()
-        proc.wait()  # the shell itself was killed with its group: it is gone
-        return b"", b""
 
 
 def _groups_in(sessions: set) -> set:
