@@ -45,7 +45,7 @@ sys.path.insert(0, str(REPO))
 from k3doctor.inventory import load_inventory  # noqa: E402
 from k3doctor.readings import Command, ContainerInspect, Docker, Exists, File, Glob  # noqa: E402
 from k3doctor.registry import REGISTRY, load_checks  # noqa: E402
-from k3doctor.runner import _specs_of, select_checks  # noqa: E402
+from k3doctor.runner import select_checks, specs_of  # noqa: E402
 from k3doctor.shell import join, quote  # noqa: E402
 
 
@@ -54,7 +54,7 @@ def read_set(inventory: Path) -> list:
     load_checks()
     inv = load_inventory(str(inventory))
     checks = [c for c in select_checks(REGISTRY, tier="fast") if c.interaction == "passive"]
-    specs = _specs_of(checks, inv.nodes[0].settings)
+    specs = specs_of(checks, inv.nodes[0].settings)
     return list(dict.fromkeys(s for by_name in specs.values() if isinstance(by_name, dict) for s in by_name.values()))
 
 

@@ -9,7 +9,7 @@ import re
 from k3doctor.model.container import ROCJITSU_HOOK as HOOK
 from k3doctor.model.container import ROCJITSU_PREFIX, parse_env
 from k3doctor.parsers.fsinfo import STAT_SIZE_FORMAT, parse_count, parse_stat
-from k3doctor.readings import Command, sh
+from k3doctor.readings import in_container, sh
 from k3doctor.registry import Param, check, remediation
 from k3doctor.results import fail, passed, skip, warn
 from k3doctor.shell import quote
@@ -103,12 +103,6 @@ class ContainerMissing(Exception):
     """`docker exec` could not run in our container: it does not exist or is not running."""
 
 
-
-
-def exec_in(container: str, *argv, saved=None) -> Command:
-    return Command(("docker", "exec", container, *argv), saved=saved)
-
-
 def exec_stdout(reading, container: str, tolerated=None) -> str:
     """stdout of a `docker exec`; ContainerMissing when docker says so, ReadingUnavailable otherwise.
 
@@ -144,10 +138,10 @@ def _rocjitsu_paths(settings) -> tuple:
 def _rocjitsu_reads(settings) -> dict:
     c = settings.container
     prefix, hook, translator, store = _rocjitsu_paths(settings)
-    reads = {"stat": exec_in(c, "stat", "-c", STAT_SIZE_FORMAT, "--", prefix, hook, translator, store),
-             "count": exec_in(c, "sh", "-c", f"ls -A {quote(store)} 2>/dev/null | wc -l"),
+    reads = {"stat": in_container(c, "stat", "-c", STAT_SIZE_FORMAT, "--", prefix, hook, translator, store),
+             "count": in_container(c, "sh", "-c", f"ls -A {quote(store)} 2>/dev/null | wc -l"),
              # only the translation trio leaves the container: its environment holds tokens
-             "env": exec_in(c, "sh", "-c", f"env | grep -E '^({'|'.join(TRIO)})=' || true")}
+             "env": in_container(c, "sh", "-c", f"env | grep -E '^({'|'.join(TRIO)})=' || true")}
     if settings.stepping == "B0":  # the only evidence that would make an active prefix on B0 worth a WARN
         reads["log"] = sh(f"{{ docker logs --tail {int(settings.param('log_tail_lines'))} -- {quote(c)} 2>&1; "
                           f"echo {LOG_RC}$?; }} | awk {quote(COUNT_TRANSLATED)}")
@@ -263,8 +257,8 @@ def judge_b0_active(found: dict, log):
 
 def _patch_reads(settings) -> dict:
     c = settings.container
-    return {"stat": exec_in(c, "stat", "-c", STAT_SIZE_FORMAT, "--", *settings.param("files")),
-            "marker": exec_in(c, "grep", "-c", "--", settings.param("marker"), settings.param("marker_file"))}
+    return {"stat": in_container(c, "stat", "-c", STAT_SIZE_FORMAT, "--", *settings.param("files")),
+            "marker": in_container(c, "grep", "-c", "--", settings.param("marker"), settings.param("marker_file"))}
 
 
 def patch_needed(required: str, image, needs: str) -> tuple:

@@ -28,6 +28,7 @@ from .readings import (
     File,
     FileReading,
     Glob,
+    InContainer,
     Unavailable,
 )
 from .shell import join, quote
@@ -40,6 +41,16 @@ GROUP_KILL_GRACE_S = 0.5  # TERM -> KILL of a reading's group; well inside the n
 KILL_AFTER_S = 2.0  # a reading's `timeout -k`: KILL this long after its TERM
 NODE_PYTHON = "python3"  # reads every File and Glob in one process where the node has it (amd-smi needs it)
 FILE_READER = Path(__file__).with_name("file_reader.py").read_text()
+
+# One frame of $t/o (stdout) and $t/e (stderr), each cut at the cap: `emit INDEX RC PATH`.
+_EMIT = r"""emit() {
+  n=$(wc -c < "$t/o"); o=$t/o; m=$n
+  if [ "$n" -gt {cap} ]; then head -c {cap} "$t/o" > "$t/oc"; o=$t/oc; m={cap}; fi
+  if [ -s "$t/e" ]; then head -c {cap} "$t/e" > "$t/ec"; el=$(wc -c < "$t/ec"); else : > "$t/ec"; el=0; fi
+  printf '@@{nonce} %s %s %s %s %s %s\n%s' "$1" "$2" $n $m $el ${#3} "$3"
+  cat "$o" "$t/ec"
+}
+"""
 
 _PRELUDE = r"""
 LC_ALL=C; export LC_ALL
@@ -61,16 +72,13 @@ trap stop TERM HUP INT PIPE
 # outlives it (a child that escaped the TERM) is killed with the group, so nothing is left behind.
 bg() { ( ulimit -f {blocks}; exec "$@" ) > "$t/o" 2> "$t/e" < /dev/null & w=$!; wait "$w"; r=$?
   kill -9 "-$w" 2>/dev/null; w=; return $r; }
-emit() {
-  n=$(wc -c < "$t/o"); o=$t/o; m=$n
-  if [ "$n" -gt {cap} ]; then head -c {cap} "$t/o" > "$t/oc"; o=$t/oc; m={cap}; fi
-  if [ -s "$t/e" ]; then head -c {cap} "$t/e" > "$t/ec"; el=$(wc -c < "$t/ec"); else : > "$t/ec"; el=0; fi
-  printf '@@{nonce} %s %s %s %s %s %s\n%s' "$1" "$2" $n $m $el ${#3} "$3"
-  cat "$o" "$t/ec"
-}
-# One process for every file and glob (k3doctor/file_reader.py), in a process group of its own like any
+{emit}# One process for every file and glob (k3doctor/file_reader.py), in a process group of its own like any
 # reading; it writes whole frames itself. Without the node's python3 the shell reads them one by one.
 batch() { ( exec "$@" ) < /dev/null & w=$!; wait "$w"; r=$?; kill -9 "-$w" 2>/dev/null; w=; return $r; }
+# Every reading of one container in one `docker exec` (k3doctor/gather.py, _IN_CONTAINER): the
+# container's shell writes their frames itself; then one frame here with docker's own exit and stderr.
+inside() { i=$1; shift; ( exec "$@" ) 2> "$t/e" < /dev/null & w=$!; wait "$w"; r=$?
+  kill -9 "-$w" 2>/dev/null; w=; : > "$t/o"; emit "$i" $r ''; }
 none() { printf '@@{nonce} %s %s 0 0 0 %s\n%s' "$1" "$2" ${#3} "$3"; }
 readf() {
   if [ -d "$2" ]; then none "$1" D "$2"
@@ -78,6 +86,31 @@ readf() {
   else none "$1" M "$2"; fi
 }
 """
+
+
+# The script a container's shell runs for its readings (`run INDEX TIMEOUT ARGV...`), framed like the
+# node's: output capped where it is written, each command under its own `timeout` where the image has one
+# (the node's `timeout` around the whole exec bounds it anyway), the temporary directory removed on exit.
+_IN_CONTAINER = r"""LC_ALL=C; export LC_ALL
+t=$(mktemp -d "${TMPDIR:-/tmp}/k3doctor.XXXXXXXX") || { echo "k3doctor: no mktemp in the container" >&2; exit 97; }
+trap 'rm -rf "$t"' EXIT
+trap 'rm -rf "$t"; exit 143' TERM HUP INT PIPE
+command -v timeout >/dev/null 2>&1 && to=1 || to=
+{emit}run() { i=$1; s=$2; shift 2; [ -n "$to" ] && set -- timeout -k {kill_after} "$s" "$@"
+  ( ulimit -f {blocks}; exec "$@" ) > "$t/o" 2> "$t/e" < /dev/null; emit "$i" $? ''; }
+"""
+CONTAINER_EXEC_MARGIN_S = 5.0  # the whole exec's own timeout: its readings' timeouts, and this
+
+
+def _in_container(batch: int, members: list, command_timeout_s: float, fill) -> str:
+    """One `docker exec` running every (index, InContainer) of one container; its frame has index ``batch``."""
+    timeouts = [seconds(spec.timeout_s or command_timeout_s, 30.0) for _, spec in members]
+    body = fill(_IN_CONTAINER) + "".join(f"run {i} {t:g} {join(spec.inner)}\n"
+                                         for (i, spec), t in zip(members, timeouts, strict=True))
+    total = sum(timeouts) + CONTAINER_EXEC_MARGIN_S
+    container = members[0][1].container
+    return (f"inside {batch} timeout -k {KILL_AFTER_S:g} {total:g} "
+            f"{join(['docker', 'exec', container, 'sh', '-c', body, 'k3doctor-in-container'])}")
 
 
 def _script_for(index: int, spec, command_timeout_s: float) -> str:
@@ -113,17 +146,35 @@ def build_script(specs: list, nonce: str, command_timeout_s: float, cap_bytes: i
     """The node's gather script. Files and globs are all read where the first of them stands (one process);
     everything else runs in the order given."""
     command_timeout_s = seconds(command_timeout_s, 30.0)
-    prelude = (_PRELUDE.replace("{nonce}", nonce).replace("{cap}", str(cap_bytes))
-               .replace("{blocks}", str(cap_bytes // FSIZE_BLOCK + 1)).replace("{grace}", f"{GROUP_KILL_GRACE_S:g}")
-               .replace("{read_timeout}", f"{command_timeout_s:g}"))
+
+    def fill(text: str) -> str:
+        return (text.replace("{emit}", _EMIT).replace("{nonce}", nonce).replace("{cap}", str(cap_bytes))
+                .replace("{blocks}", str(cap_bytes // FSIZE_BLOCK + 1)).replace("{grace}", f"{GROUP_KILL_GRACE_S:g}")
+                .replace("{read_timeout}", f"{command_timeout_s:g}").replace("{kill_after}", f"{KILL_AFTER_S:g}"))
+
     files = [(i, spec) for i, spec in enumerate(specs) if isinstance(spec, (File, Glob))]
+    batches = container_batches(specs)
     lines = []
     for i, spec in enumerate(specs):
         if files and i == files[0][0]:
             lines.append(_files_at_once(files, nonce, command_timeout_s, cap_bytes, python, deadline_s))
+        elif isinstance(spec, InContainer):  # all of its container's readings, where the first stands
+            first = [b for b, members in batches.items() if members[0][0] == i]
+            if first:
+                lines.append(_in_container(first[0], batches[first[0]], command_timeout_s, fill))
         elif not isinstance(spec, (File, Glob)):
             lines.append(_script_for(i, spec, command_timeout_s))
-    return prelude + "\n".join(lines) + "\n"
+    return fill(_PRELUDE) + "\n".join(lines) + "\n"
+
+
+def container_batches(specs: list) -> dict:
+    """Frame index of each container's one exec -> its [(index, InContainer)], in the order given.
+    The frame indices follow the readings' own (``len(specs)`` onwards)."""
+    by_container: dict = {}
+    for i, spec in enumerate(specs):
+        if isinstance(spec, InContainer):
+            by_container.setdefault(spec.container, []).append((i, spec))
+    return {len(specs) + k: members for k, members in enumerate(by_container.values())}
 
 
 def parse_frames(data: bytes, nonce: str) -> dict:
@@ -188,6 +239,20 @@ def _reading(spec, frames: list, why_missing: str):
                           timed_out=code in (124, 137), truncated=truncated)
 
 
+def _exec_outcomes(specs: list, frames: dict) -> dict:
+    """Frames for the in-container readings that the container never framed: when ``docker exec`` itself
+    failed (no such container, engine down) or was killed at its timeout, each of them reads as that exec's
+    own exit status and stderr, as if it had been its own exec."""
+    filled = {}
+    for batch, members in container_batches(specs).items():
+        outcome = frames.get(batch)
+        if not outcome or outcome[0][0] == "0":
+            continue
+        rc, _, _, err, _ = outcome[0]
+        filled.update({i: [(rc, "", "", err, False)] for i, _ in members if i not in frames})
+    return filled
+
+
 def _describe(spec) -> str:
     if isinstance(spec, Command):
         return f"`{join(spec.argv)}`"
@@ -204,6 +269,7 @@ def gather_shell(transport, specs: list, *, command_timeout_s: float, deadline_s
     script = build_script(specs, nonce, command_timeout_s, cap_bytes, deadline_s=deadline_s)
     result = transport.run_bytes("sh -s", timeout_s=deadline_s, stdin=script.encode())
     frames = parse_frames(result.stdout, nonce)
+    frames.update(_exec_outcomes(specs, frames))
     if result.timed_out:
         why = f"node deadline of {deadline_s:g}s reached (raise ssh.node_deadline_s if the node is just slow)"
     elif result.rc not in (0, None):

@@ -12,8 +12,8 @@ from . import readings as rd
 from . import redaction
 
 SCHEMA = "k3doctor.readings/1"
-_SPECS = {cls.__name__: cls for cls in (rd.File, rd.Exists, rd.Glob, rd.Command, rd.Docker,
-                                        rd.ContainerInspect)}
+_SPECS = {cls.__name__: cls for cls in (rd.File, rd.Exists, rd.Glob, rd.Command, rd.InContainer,
+                                        rd.Docker, rd.ContainerInspect)}
 _READINGS = {cls.__name__: cls for cls in (rd.FileReading, rd.CommandReading, rd.DockerReading, rd.Unavailable,
                                            rd.ContainerReading)}
 
@@ -32,7 +32,7 @@ def _encode_spec(spec) -> dict:
 def _decode_spec(data: dict):
     fields = dict(data)
     cls = _SPECS[fields.pop("kind")]
-    if cls is rd.Command:
+    if issubclass(cls, rd.Command):
         fields["argv"] = tuple(fields["argv"])
     if isinstance(fields.get("saved"), dict):
         saved = dict(fields["saved"])
