@@ -95,7 +95,7 @@ _IN_CONTAINER = r"""LC_ALL=C; export LC_ALL
 t=$(mktemp -d "${TMPDIR:-/tmp}/k3doctor.XXXXXXXX") || { echo "k3doctor: no mktemp in the container" >&2; exit 97; }
 trap 'rm -rf "$t"' EXIT
 trap 'rm -rf "$t"; exit 143' TERM HUP INT PIPE
-command -v timeout >/dev/null 2>&1 && to=1 || to=
+timeout -k 1 5 true 2>/dev/null && to=1 || to=  # coreutils, busybox >= 1.30 (older busybox wants -t SECS)
 {emit}run() { i=$1; s=$2; shift 2; [ -n "$to" ] && set -- timeout -k {kill_after} "$s" "$@"
   ( ulimit -f {blocks}; exec "$@" ) > "$t/o" 2> "$t/e" < /dev/null; emit "$i" $? ''; }
 """
