@@ -20,18 +20,20 @@ from .readings import (
     Exists,
     File,
     Glob,
+    InContainer,
     NotEvaluated,
     Readings,
     ReadingUnavailable,
+    in_container,
     sh,
 )
 from .registry import CheckSettings, Param, check, remediation
 from .results import Status, Verdict, error, fail, passed, skip, warn
 
 __all__ = [
-    "Command", "ContainerInspect", "Context", "Docker", "Exists", "File", "Glob", "NotEvaluated", "Param",
-    "ParseError", "ReadingUnavailable", "Readings", "Status", "Verdict", "check", "error", "fail",
-    "judge_safely", "passed", "remediation", "sh", "skip", "warn",
+    "Command", "ContainerInspect", "Context", "Docker", "Exists", "File", "Glob", "InContainer", "NotEvaluated",
+    "Param", "ParseError", "ReadingUnavailable", "Readings", "Status", "Verdict", "check", "error", "fail",
+    "in_container", "judge_safely", "passed", "remediation", "sh", "skip", "warn",
 ]
 
 
