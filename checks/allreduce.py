@@ -28,7 +28,7 @@ from k3doctor.probes.collective_figures import (
     geometric,
     human,
 )
-from k3doctor.registry import check, remediation
+from k3doctor.registry import Param, check, remediation
 from k3doctor.results import Status, error, fail, passed, skip, warn
 
 DEADLINE_S = 240  # well under the 5 minutes a user will wait for a pre-launch answer (§20: cold start ~25 min)
@@ -101,8 +101,10 @@ tray reset (§11) before the launch.
 """)
 
 PARAMS = {
-    "where": "container",  # container: `docker exec -i <container>` (§13); host: the host's python
-    "backend": "auto",  # auto: nccl (RCCL on ROCm) when torch sees a GPU, else gloo
+    # container: `docker exec -i <container>` (§13); host: the host's python
+    "where": Param("container", choices=("container", "host")),
+    # auto: nccl (RCCL on ROCm) when torch sees a GPU, else gloo
+    "backend": Param("auto", choices=("auto", "nccl", "gloo")),
     "ranks_per_node": 0,  # 0: gpus_per_node
     "port": 29801,  # first rendezvous port; each run of the hierarchy takes the next one (§17)
     "min_bytes": 0,  # 0: 1 MiB on GPUs, 4 KiB on gloo
@@ -117,16 +119,20 @@ PARAMS = {
     "warmup_s": 30,
     "sweep_s": 90,
     "alltoall_s": 90,  # the all-to-all sweep (its own stage: a hang there is named `alltoall`)
-    "timer": "auto",  # auto/graph: GPU events around a captured graph of the N calls (nccl/RCCL), host clock on
-    # gloo; events: GPU events around N eager calls (the fallback where capture fails); host: the host clock
+    # auto/graph: GPU events around a captured graph of the N calls (nccl/RCCL), host clock on gloo;
+    # events: GPU events around N eager calls (the fallback where capture fails); host: the host clock
+    "timer": Param("auto", choices=("auto", "graph", "events", "host")),
     "alltoall": True,  # also sweep all_to_all_single (wide-EP dispatch/combine, §19)
-    "alltoall_sizes": "ep",  # ep: tokens x wire bytes per token (§19); bytes: min..max bytes like alltoall_perf
-    "alltoall_wires": ["bf16", "fp8", "fp4"],  # §19: 14,336 / 7,168+256 / 3,584+256 bytes per token
+    # ep: tokens x wire bytes per token (§19); bytes: min..max bytes like alltoall_perf
+    "alltoall_sizes": Param("ep", choices=("ep", "bytes")),
+    # §19: 14,336 / 7,168+256 / 3,584+256 bytes per token
+    "alltoall_wires": Param(["bf16", "fp8", "fp4"], validate=lambda v, nodes: _wires_problem(v)),
     "alltoall_min_tokens": 0,  # per-rank tokens, 0: 16 on GPUs, 1 on gloo
     "alltoall_max_tokens": 0,  # 0: 8192 on GPUs, 16 on gloo
     "alltoall_min_bytes": 0,  # alltoall_sizes=bytes; 0: 64 KiB on GPUs, 4 KiB on gloo
     "alltoall_max_bytes": 0,  # 0: 4 GiB on GPUs, 1 MiB on gloo
-    "alltoall_splits": "even",  # uneven: each rank sends a different share to each peer (routed tokens)
+    # uneven: each rank sends a different share to each peer (routed tokens)
+    "alltoall_splits": Param("even", choices=("even", "uneven")),
     "deadline_s": DEADLINE_S,  # the whole probe, hierarchy included
     "busbw_floor_gbs": {},  # all_reduce {bytes: GB/s}; none configured (and no baseline): reported, not judged
     "latency_max_us": {},  # all_reduce {bytes: us per call}: a latency ceiling for small messages
@@ -211,6 +217,13 @@ class Limits:
                 for op in table if table[op]}
 
 
+def _wires_problem(wires) -> str | None:
+    """alltoall_wires: a non-empty list of §19's wire formats."""
+    if not wires or any(w not in WIRE_BYTES_PER_TOKEN for w in wires):
+        return f"a non-empty list of wire formats of {', '.join(WIRE_BYTES_PER_TOKEN)} (§19)"
+    return None
+
+
 def _a2a_sizes(ctx, kind: str, factor: int) -> tuple:
     """The all-to-all sweep for ``kind`` (gpu or cpu): EP-dispatch shaped or plain bytes."""
     if not ctx.param("alltoall"):
@@ -222,12 +235,7 @@ def _a2a_sizes(ctx, kind: str, factor: int) -> tuple:
         if hi < lo:
             raise ParamError(f"allreduce-probe alltoall sizes {lo}..{hi}: min above max")
         return byte_sizes(lo, hi, factor)
-    if mode != "ep":
-        raise ParamError(f"allreduce-probe.alltoall_sizes must be ep or bytes, got {mode!r}")
     wires = ctx.param("alltoall_wires")
-    if not isinstance(wires, list) or not wires or any(w not in WIRE_BYTES_PER_TOKEN for w in wires):
-        raise ParamError(f"allreduce-probe.alltoall_wires must list wire formats of {', '.join(WIRE_BYTES_PER_TOKEN)}"
-                         f" (§19), got {wires!r}")
     lo = _number(ctx, "alltoall_min_tokens", 0, integer=True) or _DEFAULT_A2A_TOKENS[kind][0]
     hi = _number(ctx, "alltoall_max_tokens", 0, integer=True) or _DEFAULT_A2A_TOKENS[kind][1]
     if hi < lo:
@@ -245,20 +253,11 @@ def build_plan(ctx, participants: list) -> tuple:
         if a % 4 or b < a:
             raise ParamError(f"allreduce-probe sizes {a}..{b}: min_bytes must be a multiple of 4 (float32) "
                              "and not above max_bytes")
-    backend = ctx.param("backend")
-    if backend not in ("auto", "nccl", "gloo"):
-        raise ParamError(f"allreduce-probe.backend must be auto, nccl or gloo, got {backend!r}")
-    timer, splits = ctx.param("timer"), ctx.param("alltoall_splits")
-    if timer not in ("auto", "graph", "events", "host"):
-        raise ParamError(f"allreduce-probe.timer must be auto, graph, events or host, got {timer!r}")
-    if splits not in ("even", "uneven"):
-        raise ParamError(f"allreduce-probe.alltoall_splits must be even or uneven, got {splits!r}")
+    backend, timer, splits = ctx.param("backend"), ctx.param("timer"), ctx.param("alltoall_splits")
     members = []
     for name in participants:
         node, settings = ctx.nodes[name], ctx.node_settings(name)
         where = settings.param("where")
-        if where not in ("container", "host"):
-            raise ParamError(f"allreduce-probe.where must be container or host, got {where!r} ({name})")
         launcher = (("docker", "exec", "-i", settings.container, settings.tools["container_python"])
                     if where == "container" else (settings.tools["python"],))
         ranks = settings.param("ranks_per_node") or settings.gpus_per_node

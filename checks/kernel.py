@@ -21,12 +21,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
+from k3doctor.deadline import MAX_SECONDS
 from k3doctor.model.gpu import UALINK_GLOB, UEVENT_GLOB, accel_ids, card_bdfs, card_for_bdf, locate_accid
 from k3doctor.model.kernel_log import BOOT_ID, DMESG, UPTIME, KernelLog
 from k3doctor.parsers import ParseError
 from k3doctor.parsers.dmesg import BLOCK, SIGNATURE_NAMES, WARN, scan
 from k3doctor.readings import Glob, ReadingUnavailable
-from k3doctor.registry import REGISTRY, CheckSettings, RegistryError, check, remediation
+from k3doctor.registry import REGISTRY, CheckSettings, Param, RegistryError, check, remediation
 from k3doctor.results import error, fail, passed, warn
 
 SEVERITIES = {"fail": fail, "warn": warn}
@@ -165,8 +166,19 @@ class RuleError(ValueError):
 
 def rules_for(params) -> tuple:
     """The built-in rules with the site's ``rules`` overrides/additions applied and ``silence`` removed."""
+    table = with_site_rules(params.param("rules"))
+    silenced = params.param("silence")
+    unknown = [s for s in silenced if s not in table]
+    if unknown:
+        raise RuleError(f"silence: no rule {', '.join(map(str, unknown))} (rules: {', '.join(table)})")
+    return tuple(rule for rule_id, rule in table.items() if rule_id not in silenced)
+
+
+def with_site_rules(site) -> dict:
+    """rule id -> Rule: the built-in table with the site's ``rules`` (overrides and additions) applied."""
     table = {rule.id: rule for rule in RULES}
-    site = params.param("rules")
+    if not isinstance(site, dict):
+        raise RuleError(f"rules: expected a mapping of rule id to rule fields, got {site!r}")
     for rule_id, spec in site.items():
         if not isinstance(spec, dict):
             raise RuleError(f"rules.{rule_id}: expected a mapping of rule fields, got {spec!r}")
@@ -182,11 +194,16 @@ def rules_for(params) -> tuple:
         rule = replace(base, **{k: str(v) for k, v in spec.items()})
         _validate(rule)
         table[rule_id] = rule
-    silenced = params.param("silence")
-    unknown = [s for s in silenced if s not in table]
-    if unknown:
-        raise RuleError(f"silence: no rule {', '.join(map(str, unknown))} (rules: {', '.join(table)})")
-    return tuple(rule for rule_id, rule in table.items() if rule_id not in silenced)
+    return table
+
+
+def _rules_problem(value, nodes) -> str | None:
+    """kernel-health.rules, checked when the inventory is read (exit 3), not when the log is judged."""
+    try:
+        with_site_rules(value)
+    except RuleError as exc:
+        return f"kernel-health site rules that can be used ({exc})"
+    return None
 
 
 def _validate(rule: Rule) -> None:
@@ -222,15 +239,23 @@ def window_start(log: KernelLog, since: str, window: str) -> tuple:
     return loads[-1], None, f"since amdgpu last loaded ({f'{age:.0f}s ago' if age is not None else load.raw[:60]})"
 
 
+def _window_problem(value, nodes) -> str | None:
+    try:
+        _check_window(str(value))
+    except RuleError:
+        return "amdgpu-load, boot or a number of seconds (above 0, at most a day) as a string"
+    return None
+
+
 def _check_window(window: str) -> None:
     if window in ("amdgpu-load", "boot"):
         return
     try:
-        if float(window) > 0:
+        if 0 < float(window) <= MAX_SECONDS:
             return
     except ValueError:
         pass
-    raise RuleError(f"window {window!r}: use amdgpu-load, boot or a number of seconds")
+    raise RuleError(f"window {window!r}: use amdgpu-load, boot or a number of seconds (at most a day)")
 
 
 @dataclass
@@ -338,7 +363,8 @@ def _reads(settings) -> dict:
 
 @check("kernel-health", title="no wedged-GPU, page-fault, reset, RAS, fabric or host-crash signature in the kernel log",
        scope="cluster", reads=_reads, remediation=REMEDIATIONS,
-       params={"window": "amdgpu-load", "rules": {}, "silence": [], "benign_bert_msrs": ["0xc00023e1"]})
+       params={"window": Param("amdgpu-load", validate=_window_problem), "rules": Param({}, validate=_rules_problem),
+               "silence": [], "benign_bert_msrs": ["0xc00023e1"]})
 def kernel_health(per_node, ctx):
     """§10 (checklist item 3): a node whose kernel log shows a wedged GPU, page faults, resets, RAS errors,
     §8 fabric failures or a fatal BERT record is excluded, even at 0% VRAM and with no container.

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from k3doctor.inventory import parse_inventory
+from k3doctor.inventory import InventoryError, parse_inventory
 from k3doctor.probes.allreduce import (
     MIN_DEADLINE_S,
     Finding,
@@ -341,8 +341,24 @@ def test_build_plan_uses_each_nodes_settings_and_data_plane_address():
 
 
 @pytest.mark.parametrize("params, message", [
-    ({"where": "vm"}, "where must be container or host"),
-    ({"backend": "mpi"}, "backend must be auto, nccl or gloo"),
+    ({"where": "vm"}, "allreduce-probe.where: expected one of container, host, got 'vm'"),
+    ({"backend": "mpi"}, "allreduce-probe.backend: expected one of auto, nccl, gloo, got 'mpi'"),
+    ({"timer": "cpu"}, "allreduce-probe.timer: expected one of auto, graph, events, host, got 'cpu'"),
+    ({"alltoall_sizes": "tokens"}, "allreduce-probe.alltoall_sizes: expected one of ep, bytes, got 'tokens'"),
+    ({"alltoall_splits": "random"}, "allreduce-probe.alltoall_splits: expected one of even, uneven"),
+    ({"alltoall_wires": ["fp6"]}, "allreduce-probe.alltoall_wires: expected a non-empty list of wire formats of "
+                                  "bf16, fp8, fp4"),
+    ({"alltoall_wires": []}, "allreduce-probe.alltoall_wires: expected a non-empty list of wire formats"),
+])
+def test_bad_choices_are_refused_when_the_inventory_is_read(params, message):
+    """Exit 3 before anything runs (the CLI prints InventoryError as one clear line), not an ERROR after."""
+    text = INVENTORY.replace("  container: k3ep16\n", "  container: k3ep16\n  checks: {allreduce-probe: "
+                             + json.dumps(params) + "}\n")
+    with pytest.raises(InventoryError, match=re.escape(message)):
+        parse_inventory(text, registry=REGISTRY)
+
+
+@pytest.mark.parametrize("params, message", [
     ({"min_bytes": 6}, "multiple of 4"),
     ({"init_s": 0}, "init_s must be a number >= 1"),
 ])

@@ -6,12 +6,14 @@ full, SDMA fence, VRAM lost, RAS count, BERT, UALink init) are the reference's o
 into a real capture's log so they are judged in the same surroundings.
 """
 import datetime
+import json
+import re
 
 import pytest
 from k3doctor.checks import kernel
 
 from k3doctor import testing
-from k3doctor.inventory import Node, Settings
+from k3doctor.inventory import InventoryError, Node, Settings, parse_inventory
 from k3doctor.parsers.dmesg import parse_line
 from k3doctor.readings import CommandReading, FileReading, Readings
 from k3doctor.registry import REGISTRY
@@ -296,3 +298,21 @@ def test_the_owner_of_an_accid_is_found_even_when_its_own_log_is_unreadable():
     assert "restricted dmesg needs root" in verdicts[0].message
     assert "it shows faults of ct16, reported there" in verdicts[2].message
     assert "the whole boot (amdgpu's load line is not in the log" in verdicts[2].message
+
+
+@pytest.mark.parametrize("params, message", [
+    ({"window": "yesterday"}, "kernel-health.window: expected amdgpu-load, boot or a number of seconds"),
+    ({"window": "inf"}, "kernel-health.window: expected amdgpu-load, boot or a number of seconds"),
+    ({"rules": {"SITE-X": {"pattern": "(", "remediation": "GPU-HUNG-RESET"}}},
+     "rules.SITE-X: pattern '(' is not a regex"),
+    ({"rules": {"KERNEL-PAGE-FAULT": {"severity": "page"}}}, "rules.KERNEL-PAGE-FAULT: severity 'page' is not fail"),
+])
+def test_bad_window_and_site_rules_are_refused_when_the_inventory_is_read(params, message):
+    """Exit 3 before any node is read (the CLI prints InventoryError as one line), not an ERROR per node."""
+    text = ("cluster:\n  checks:\n    kernel-health: " + json.dumps(params)
+            + "\nnodes:\n  - {name: ct13, host: 10.0.0.13}\n")
+    with pytest.raises(InventoryError, match=re.escape(message)):
+        parse_inventory(text, registry=REGISTRY)
+    good = parse_inventory(text.replace(json.dumps(params), json.dumps({"window": "3600", "rules": {}})),
+                           registry=REGISTRY)
+    assert good.cluster.checks["kernel-health"]["window"] == "3600"
