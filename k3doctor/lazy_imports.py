@@ -1,9 +1,11 @@
 """Modules the CLI's start does not need, deferred until first used (CLI start to first connection, issue 12).
 
-paramiko imports ``invoke`` at its own import for one ssh_config feature (``Match exec``); invoke pulls in
-asyncio and unittest.mock, about a fifth of ``k3doctor check``'s start. Importing this module first puts a
-stand-in for ``invoke`` in ``sys.modules`` that imports the real one on its first attribute use, so it
-costs nothing unless a ``Match exec`` line is evaluated.
+Importing this module first puts a stand-in for each in ``sys.modules`` that imports the real one on its
+first attribute use:
+- ``paramiko`` (~0.1 s): not needed before the first node's TCP probe; its first use is that node's
+  handshake (k3doctor/transport.py ``_login``), so every node's connect is under way while it loads.
+- ``invoke``: paramiko imports it for one ssh_config feature (``Match exec``); it pulls in asyncio and
+  unittest.mock, and costs nothing unless a ``Match exec`` line is evaluated.
 """
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import importlib.util
 import sys
 import types
 
-DEFERRED = ("invoke",)
+DEFERRED = ("paramiko", "invoke")
 
 
 class _Deferred(types.ModuleType):

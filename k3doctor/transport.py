@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 
 # isort: off
-from . import lazy_imports  # noqa: F401  (first: paramiko's `invoke` import is deferred, see there)
+from . import lazy_imports  # noqa: F401  (first: paramiko itself is imported at the first handshake, see there)
 import paramiko
 # isort: on
 
@@ -121,79 +121,6 @@ def _resolve(node, host, port, user, identity_file, config, path, *, jumps, comm
         known_hosts_files=known, host_key_alias=cfg.host_key_alias,
         use_agent=cfg.use_agent and not (identity and cfg.identities_only),
         look_for_keys=identity is None, **common)
-
-
-class _AcceptForThisRun(paramiko.MissingHostKeyPolicy):
-    """--accept-unknown-hosts: trust an unknown key for this run only; never save it (a changed key
-    is still refused by paramiko before any policy is asked)."""
-
-    def missing_host_key(self, client, hostname, key):
-        log.warning("accepting unknown host key of %s for this run only: %s %s", hostname, key.get_name(),
-                    key.fingerprint if hasattr(key, "fingerprint") else key.get_base64()[:24])
-        client.get_host_keys().add(hostname, key.get_name(), key)
-
-
-class _RevokedHostKey(paramiko.SSHException):
-    """The node presented a key that a known_hosts ``@revoked`` line names."""
-
-
-class _RefuseRevoked(paramiko.MissingHostKeyPolicy):
-    """Refuse a revoked key before any other policy may accept it. Revoked keys are left out of the
-    known keys, so paramiko always asks the policy about them."""
-
-    def __init__(self, revoked: set, policy: paramiko.MissingHostKeyPolicy):
-        self.revoked, self.policy = revoked, policy
-
-    def missing_host_key(self, client, hostname, key):
-        if (key.get_name(), key.get_base64()) in self.revoked:
-            raise _RevokedHostKey(f"{hostname} {key.get_name()}")
-        return self.policy.missing_host_key(client, hostname, key)
-
-
-def load_known_hosts(host_keys: paramiko.HostKeys, path: str) -> set:
-    """Add a known_hosts file's keys to ``host_keys``; returns its revoked keys as (type, base64).
-
-    OpenSSH markers: a ``@revoked`` key is refused for every host (its host pattern is usually
-    ``*``, which paramiko cannot match), and is never trusted even if another line lists it;
-    ``@cert-authority`` lines are skipped (paramiko does not verify host certificates)."""
-    revoked, entries = set(), []
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        for number, line in enumerate(fh, 1):
-            line = line.strip()
-            if not line or line.startswith("#"):
-                continue
-            marker, _, rest = line.partition(" ") if line.startswith("@") else ("", "", line)
-            if marker == "@cert-authority":
-                continue
-            if marker not in ("", "@revoked"):
-                raise paramiko.hostkeys.InvalidHostKey(line, ValueError(f"line {number}: unknown marker {marker}"))
-            entry = paramiko.hostkeys.HostKeyEntry.from_line(rest.strip(), number)
-            if entry is None:  # a key type paramiko does not know: OpenSSH would not use it either
-                continue
-            if marker:
-                revoked.add((entry.key.get_name(), entry.key.get_base64()))
-            else:
-                entries.append(entry)
-    for entry in entries:
-        if (entry.key.get_name(), entry.key.get_base64()) not in revoked:
-            for name in entry.hostnames:
-                host_keys.add(name, entry.key.get_name(), entry.key)
-    return revoked
-
-
-def _trust_known_hosts(trusted: paramiko.HostKeys, t: SSHTarget) -> set:
-    """Put the keys known for ``t`` into ``trusted`` under the name paramiko checks ([host]:port), looked up
-    under HostKeyAlias where one is set; returns the revoked keys of every file read (never written back)."""
-    loaded, revoked = paramiko.HostKeys(), set()
-    for path in (f for f in t.known_hosts_files if os.path.exists(f)):
-        try:
-            revoked |= load_known_hosts(loaded, path)
-        except (OSError, paramiko.hostkeys.InvalidHostKey) as exc:
-            raise TransportError(f"cannot use known_hosts file {path}: {exc}") from None
-    checked = t.host if t.port == 22 else f"[{t.host}]:{t.port}"
-    for key_type, key in (loaded.lookup(t.host_key_alias or checked) or {}).items():
-        trusted.add(checked, key_type, key)
-    return revoked
 
 
 def _files_said(t: SSHTarget) -> str:
@@ -442,16 +369,22 @@ class SSHTransport(Transport):
 
     @staticmethod
     def _login(t: SSHTarget, sock) -> paramiko.SSHClient:
-        client = paramiko.SSHClient()
-        revoked = _trust_known_hosts(client.get_host_keys(), t)
-        client.set_missing_host_key_policy(_RefuseRevoked(
-            revoked, _AcceptForThisRun() if t.accept_unknown_hosts else paramiko.RejectPolicy()))
         where = f"{t.user}@{t.host}:{t.port}"
         if t.identity_file and not os.path.isfile(t.identity_file):
             raise TransportError(f"identity file {t.identity_file} for {where} does not exist "
                                  "(identity_file in the inventory or IdentityFile in the ssh config)")
         if sock is None:  # a jump host's channel is already connected; a direct node is probed first
             sock = probe_tcp(t.host, t.port, min(t.connect_timeout_s, PROBE_TIMEOUT_S))
+        from . import hostkeys  # paramiko's import starts here, after the probe (lazy_imports)
+
+        client = paramiko.SSHClient()
+        try:
+            revoked = hostkeys.trust_known_hosts(client.get_host_keys(), t)
+        except hostkeys.KnownHostsError as exc:
+            sock.close()
+            raise TransportError(str(exc)) from None
+        client.set_missing_host_key_policy(hostkeys.RefuseRevoked(
+            revoked, hostkeys.AcceptForThisRun() if t.accept_unknown_hosts else paramiko.RejectPolicy()))
         try:
             client.connect(
                 t.host, port=t.port, username=t.user, key_filename=t.identity_file, password=t.password,
@@ -464,7 +397,7 @@ class SSHTransport(Transport):
                 f"host key of {t.host}:{t.port} does NOT match known_hosts ({_files_said(t)})"
                 " - refusing to connect; if the node was reinstalled, verify its key and replace the entry "
                 f"(ssh-keygen -R '[{t.host}]:{t.port}')") from None
-        except _RevokedHostKey as exc:
+        except hostkeys.RevokedHostKey as exc:
             client.close()
             raise TransportError(
                 f"host key of {t.host}:{t.port} ({exc}) is marked @revoked in known_hosts - "

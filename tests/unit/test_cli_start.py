@@ -1,6 +1,8 @@
 """What `k3doctor check` imports before its first connection: only what it needs (issue 12)."""
+import socket
 import subprocess
 import sys
+import textwrap
 
 
 def imported_after(code: str) -> set:
@@ -9,12 +11,42 @@ def imported_after(code: str) -> set:
     return set(out.split())
 
 
-def test_the_cli_leaves_invoke_and_tabulate_until_they_are_used():
-    loaded = imported_after("import k3doctor.cli")
-    assert "paramiko" in loaded and "invoke.context" not in loaded and "asyncio" not in loaded
-    assert "tabulate" not in loaded
+def test_the_cli_and_its_checks_leave_paramiko_invoke_and_tabulate_until_they_are_used():
+    loaded = imported_after("import k3doctor.cli, k3doctor.runner\nfrom k3doctor.registry import load_checks\n"
+                            "load_checks()")
+    assert "paramiko.transport" not in loaded and "paramiko.client" not in loaded
+    assert "invoke.context" not in loaded and "asyncio" not in loaded
+    assert "tabulate" not in loaded and "docker" not in loaded
 
 
 def test_paramiko_still_gets_the_real_invoke_when_it_asks():
     loaded = imported_after("import k3doctor.transport, paramiko.config as c\nassert callable(c.invoke.run)")
     assert "invoke.context" in loaded
+
+
+def test_a_nodes_tcp_probe_comes_before_paramiko_and_its_handshake_after():
+    """The first connection needs no paramiko; the handshake on it then gets the real paramiko."""
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        code = textwrap.dedent(f"""
+            import sys
+            from k3doctor.transport import SSHTransport, TransportError, probe_tcp, resolve_ssh_target
+            sock = probe_tcp("127.0.0.1", {port}, 3)
+            before = "paramiko.transport" in sys.modules
+            t = SSHTransport(resolve_ssh_target("n1", "127.0.0.1", port={port}, known_hosts="/dev/null",
+                                                connect_timeout_s=1))
+            sock.close()
+            try:
+                t.connect()
+            except TransportError as exc:
+                print("said:", exc)
+            print("before:", before, "after:", "paramiko.transport" in sys.modules)
+        """)
+        proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+        for _ in range(2):  # the probe above, then the transport's own
+            conn, _ = server.accept()
+            conn.close()
+        out, err = proc.communicate(timeout=60)
+    assert "before: False after: True" in out, (out, err)
+    assert "said:" in out  # a listener that closes at once is no sshd: one TransportError, no traceback

@@ -8,7 +8,8 @@ import paramiko
 import pytest
 
 from k3doctor import sshconfig
-from k3doctor.transport import TransportError, _trust_known_hosts, resolve_ssh_target
+from k3doctor.hostkeys import trust_known_hosts
+from k3doctor.transport import TransportError, resolve_ssh_target
 
 
 def write(path, text):
@@ -128,10 +129,10 @@ def test_a_host_key_alias_is_the_only_name_the_key_is_trusted_under(tmp_path):
                                         f"  UserKnownHostsFile {known}\n"
                                         f"Host u\n  HostName behind.example\n  UserKnownHostsFile {known}\n")
     trusted = paramiko.HostKeys()
-    _trust_known_hosts(trusted, target(config))
+    trust_known_hosts(trusted, target(config))
     assert trusted.lookup("[10.0.0.9]:2222")[key.get_name()] == key
     unaliased = paramiko.HostKeys()
-    _trust_known_hosts(unaliased, resolve_ssh_target("n", "10.0.0.9", port=2222, ssh_config_path=str(config)))
+    trust_known_hosts(unaliased, resolve_ssh_target("n", "10.0.0.9", port=2222, ssh_config_path=str(config)))
     assert unaliased.lookup("[10.0.0.9]:2222") is None
     assert list(unaliased.keys()) == []
 
