@@ -1,9 +1,10 @@
 """A Docker SDK client that rides on k3doctor's existing SSH connection.
 
 docker-py's own ``ssh://`` support opens a second, separately configured SSH login per
-node; this adapter instead opens an exec channel running ``docker system dial-stdio`` on
-the connection the transport already verified, so host-key policy and the one-connection-
-per-node rule hold for Docker traffic too.
+node; this adapter instead takes its API channels from the transport, on the connection it
+already verified (straight to the engine socket through sshd, or an exec channel running
+``docker system dial-stdio``: transport.py ``EngineRoute``), so host-key policy and the
+one-connection-per-node rule hold for Docker traffic too.
 """
 from __future__ import annotations
 
@@ -46,7 +47,8 @@ class _Channels:
         raise ConnectionError("node deadline reached")
 
     def errors(self) -> str:
-        """What ``docker system dial-stdio`` said on stderr (e.g. that the daemon is not running)."""
+        """What ``docker system dial-stdio`` said on stderr (e.g. that the daemon is not running); a channel
+        straight to the engine socket has no stderr."""
         said = []
         with self._lock:
             chans = list(self._chans) + list(self._given_back)
@@ -124,8 +126,8 @@ class _ChannelAdapter(BaseHTTPAdapter):
 
 
 def docker_over_ssh(open_channel, release, deadline, op_timeout_s: float = 30.0) -> docker.DockerClient:
-    """A client whose every API channel comes from ``open_channel()`` (an exec channel running
-    ``docker system dial-stdio`` under a node-side timeout), is closed at ``deadline`` at the latest and
+    """A client whose every API channel comes from ``open_channel()`` (to the engine socket through sshd,
+    or ``docker system dial-stdio`` under a node-side timeout), is closed at ``deadline`` at the latest and
     given back on close with ``release(channel, deadline_hit)``; one API call waits at most ``op_timeout_s``."""
     timeout = max(0.1, op_timeout_s)
     channels = _Channels(open_channel, release, deadline)
