@@ -37,9 +37,9 @@ def open_message(chanid: int, window_size: int, max_packet_size: int, socket_pat
 
 def open_streamlocal(transport: paramiko.Transport, socket_path: str, timeout_s: float) -> paramiko.Channel:
     """A channel to ``socket_path`` on the node, open within ``timeout_s``. Raises paramiko.ChannelException
-    when sshd refuses it: OpenSSH answers every refusal alike (forwarding disabled, no such socket, connect
-    refused or not permitted for the login user: "administratively prohibited", the cause only in its own
-    log); SSHException when the connection is gone or the node does not answer in time."""
+    when sshd refuses it: OpenSSH 9.2 answers every refusal alike (forwarding disabled, no such socket, nobody
+    listening, not permitted for the login user: "Connect failed", the cause only in its own log);
+    SSHException when the connection is gone or the node does not answer in time."""
     if not transport.active:
         raise paramiko.SSHException("SSH session not active")
     with transport.lock:

@@ -612,7 +612,8 @@ class SSHTransport(Transport):
                 self._stop([(None, group)])
 
         return docker_over_ssh(open_channel, release, deadline,
-                               op_timeout_s=min(DOCKER_OP_TIMEOUT_S, deadline.remaining()))
+                               op_timeout_s=min(DOCKER_OP_TIMEOUT_S, deadline.remaining()),
+                               why_dial_stdio=lambda: self._engine_route.refused)
 
     def _streamlocal_channel(self, timeout_s: float):
         """A channel to the engine socket, or None where this node's sshd refused the first one (the route
@@ -622,8 +623,8 @@ class SSHTransport(Transport):
         try:
             chan = open_streamlocal(self._client.get_transport(), path, timeout_s)
         except paramiko.ChannelException as exc:
-            said = (f"sshd refused a channel to {path} ({exc.text}: AllowStreamLocalForwarding or "
-                    f"DisableForwarding, or the socket missing or not permitted for {self.target.user})")
+            said = (f"sshd refused a channel to {path} ({exc.text}: streamlocal forwarding off in its sshd_config, "
+                    f"or the socket missing, not listening or not permitted for {self.target.user})")
             if self._engine_route.refuse(said):
                 return None
             raise TransportError(f"Docker engine on {self.node}: {said}") from None

@@ -30,13 +30,14 @@ def findings(doc):
 
 @contextlib.contextmanager
 def recorded(nodes):
-    """{node name: function giving the docker CLI starts recorded there} while inside."""
+    """A function giving {node name: the docker CLI starts recorded there} while inside."""
     with contextlib.ExitStack() as stack:
-        yield {n.name: stack.enter_context(docker_cli_recorded(n)) for n in nodes}
+        starts = {n.name: stack.enter_context(docker_cli_recorded(n)) for n in nodes}
+        yield lambda: {name: got() for name, got in starts.items()}
 
 
-def dialed(starts) -> dict:
-    return {name: [line for line in got() if "dial-stdio" in line] for name, got in starts.items()}
+def dialed(seen) -> dict:
+    return {name: [line for line in lines if "dial-stdio" in line] for name, lines in seen.items()}
 
 
 def engine_results(doc, rack, node):
@@ -50,13 +51,12 @@ def engine_results(doc, rack, node):
 def test_healthy_rack_reads_every_engine_with_no_docker_process_on_the_nodes(rig):
     with recorded(rig.nodes) as starts:
         rc, doc = check(rig.inventory_path)
-        seen = {name: got() for name, got in starts.items()}
+        seen = starts()
     assert (rc, findings(doc)) == (0, [])
     for node in rig.nodes:  # the engine was read: its checks passed there
         assert {c for c, status, _ in engine_results(doc, rig, node.name) if status == "PASS"} == set(ENGINE_CHECKS)
     assert all(seen.values()), seen  # the recorder sees the docker CLI (the in-container reads' `docker exec`)
-    assert {name: [line for line in lines if "dial-stdio" in line] for name, lines in seen.items()} == \
-        {n.name: [] for n in rig.nodes}
+    assert dialed(seen) == {n.name: [] for n in rig.nodes}
 
 
 @pytest.fixture(scope="module")
@@ -69,8 +69,9 @@ def refusing_rack(tmp_path_factory):
 def test_a_node_whose_sshd_refuses_streamlocal_is_read_through_dial_stdio(refusing_rack):
     with recorded(refusing_rack.nodes) as starts:
         rc, doc = check(refusing_rack.inventory_path)
-        used = dialed(starts)
+        used = dialed(starts())
     assert (rc, findings(doc)) == (0, [])
     assert used["ct13"] == [] and used["ct14"], used  # the fallback on exactly the refusing node
-    assert engine_results(doc, refusing_rack, "ct14") == engine_results(doc, refusing_rack, "ct13")  # the same readings either way
-    assert {c for c, status, _ in engine_results(doc, refusing_rack, "ct14") if status == "PASS"} == set(ENGINE_CHECKS)
+    via_dial_stdio, via_streamlocal = (engine_results(doc, refusing_rack, name) for name in ("ct14", "ct13"))
+    assert via_dial_stdio == via_streamlocal  # the same readings either way
+    assert {c for c, status, _ in via_dial_stdio if status == "PASS"} == set(ENGINE_CHECKS)

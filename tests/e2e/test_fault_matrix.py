@@ -184,8 +184,8 @@ def test_sshd_killed_mid_run(rack, tmp_path):
 
 @pytest.mark.parametrize("mode, node, cause", [
     # streamlocal refused (nothing listens on the socket), then the fallback names the node's own cause
-    ("stopped", 0, "sshd refused a channel to /var/run/docker.sock .*; then docker system dial-stdio did not "
-                   "start: .*connect: connection refused"),
+    ("stopped", 0, "sshd refused a channel to /var/run/docker.sock .*; then docker system dial-stdio said: "
+                   ".*connect: connection refused"),
     ("silent", 1, f"did not answer within the node deadline of {DEADLINE_S}s"),
     ("trickle", 3, f"did not answer within the node deadline of {DEADLINE_S}s"),
 ])
