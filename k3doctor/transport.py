@@ -628,8 +628,8 @@ class SSHTransport(Transport):
             if self._engine_route.refuse(said):
                 return None
             raise TransportError(f"Docker engine on {self.node}: {said}") from None
-        except (paramiko.SSHException, OSError, AttributeError) as exc:
-            raise TransportError(f"SSH session to {self.node} lost: {exc}") from None
+        except (paramiko.SSHException, OSError, EOFError, AttributeError) as exc:  # no answer, or connection gone
+            raise TransportError(f"Docker engine on {self.node} not reached: {exc or 'SSH session lost'}") from None
         self._engine_route.worked()
         self._track(chan)
         return chan
