@@ -3,10 +3,10 @@
 sshd connects to the socket as the login user and relays the bytes; nothing is started on the node (the
 Docker API needs no ``docker system dial-stdio`` there). The channel type is an OpenSSH extension (its
 PROTOCOL file, section 2.4) that paramiko has no public call for, so ``open_streamlocal`` opens it with
-paramiko's Transport internals exactly as ``Transport.open_channel`` does for ``direct-tcpip``.
-Tested with paramiko 5.1.0 against OpenSSH 9.2 sshd; the internals used (``lock``, ``_next_channel``,
-``_channels``, ``channel_events``, ``channels_seen``, ``Channel._set_transport/_set_window``,
-``_send_user_message``) have kept this shape since paramiko 1.15.
+paramiko's Transport internals exactly as ``Transport.open_channel`` does for ``direct-tcpip``. Tested with
+paramiko 3.0.0 (setup.cfg's floor) and 5.1.0 against OpenSSH 9.2 sshd; the internals used (``lock``,
+``_next_channel``, ``_channels``, ``channel_events``, ``channels_seen``, ``Channel._set_transport`` and
+``_set_window``, ``_send_user_message``) have kept this shape since paramiko 1.15.
 """
 from __future__ import annotations
 
