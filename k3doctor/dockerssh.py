@@ -55,9 +55,11 @@ class _Channels:
         for chan in chans:
             while chan.recv_stderr_ready():
                 said.append(chan.recv_stderr(4096).decode("utf-8", "replace"))
-        said = " ".join(" ".join(said).split())[-300:]
-        why = self._why_dial_stdio()
-        return f"{why}; then docker system dial-stdio said: {said}" if said and why else said
+        said, why = " ".join(" ".join(said).split()), self._why_dial_stdio()
+        if not (said and why):
+            return said[-300:]
+        why = f"{why}; then docker system dial-stdio said: "
+        return why + said[-max(100, 300 - len(why)):]  # both causes within a message's 300 characters
 
     def _expire(self):
         with self._lock:

@@ -623,8 +623,8 @@ class SSHTransport(Transport):
         try:
             chan = open_streamlocal(self._client.get_transport(), path, timeout_s)
         except paramiko.ChannelException as exc:
-            said = (f"sshd refused a channel to {path} ({exc.text}: streamlocal forwarding off in its sshd_config, "
-                    f"or the socket missing, not listening or not permitted for {self.target.user})")
+            said = f"sshd refused a channel to {path} ({exc.text}: forwarding off, or the socket not usable by " \
+                   f"{self.target.user})"
             if self._engine_route.refuse(said):
                 return None
             raise TransportError(f"Docker engine on {self.node}: {said}") from None
