@@ -1,9 +1,10 @@
 """A Docker SDK client that rides on k3doctor's existing SSH connection.
 
 docker-py's own ``ssh://`` support opens a second, separately configured SSH login per
-node; this adapter instead opens an exec channel running ``docker system dial-stdio`` on
-the connection the transport already verified, so host-key policy and the one-connection-
-per-node rule hold for Docker traffic too.
+node; this adapter instead takes its API channels from the transport, on the connection it
+already verified (straight to the engine socket through sshd, or an exec channel running
+``docker system dial-stdio``: transport.py ``EngineRoute``), so host-key policy and the
+one-connection-per-node rule hold for Docker traffic too.
 """
 from __future__ import annotations
 
@@ -26,8 +27,8 @@ class _Channels:
     so a thread blocked on an engine that never answers (or trickles a byte now and then) returns then;
     ``stop()`` gives them back to the transport, which also stops them on the node if the deadline hit."""
 
-    def __init__(self, open_channel, release, deadline):
-        self._open, self._release = open_channel, release
+    def __init__(self, open_channel, release, deadline, why_dial_stdio=lambda: None):
+        self._open, self._release, self._why_dial_stdio = open_channel, release, why_dial_stdio
         self._lock = threading.Lock()
         self._chans: list = []
         self._given_back: list = []  # closed, kept for their stderr
@@ -46,14 +47,19 @@ class _Channels:
         raise ConnectionError("node deadline reached")
 
     def errors(self) -> str:
-        """What ``docker system dial-stdio`` said on stderr (e.g. that the daemon is not running)."""
+        """What ``docker system dial-stdio`` said on stderr (e.g. that the daemon is not running), after why
+        it was used where that was a refused channel straight to the engine socket (which has no stderr)."""
         said = []
         with self._lock:
             chans = list(self._chans) + list(self._given_back)
         for chan in chans:
             while chan.recv_stderr_ready():
                 said.append(chan.recv_stderr(4096).decode("utf-8", "replace"))
-        return " ".join(" ".join(said).split())[-300:]
+        said, why = " ".join(" ".join(said).split()), self._why_dial_stdio()
+        if not (said and why):
+            return said[-300:]
+        why = f"{why}; then docker system dial-stdio said: "
+        return why + said[-max(100, 300 - len(why)):]  # both causes within a message's 300 characters
 
     def _expire(self):
         with self._lock:
@@ -123,12 +129,14 @@ class _ChannelAdapter(BaseHTTPAdapter):
         self._channels.stop()
 
 
-def docker_over_ssh(open_channel, release, deadline, op_timeout_s: float = 30.0) -> docker.DockerClient:
-    """A client whose every API channel comes from ``open_channel()`` (an exec channel running
-    ``docker system dial-stdio`` under a node-side timeout), is closed at ``deadline`` at the latest and
-    given back on close with ``release(channel, deadline_hit)``; one API call waits at most ``op_timeout_s``."""
+def docker_over_ssh(open_channel, release, deadline, op_timeout_s: float = 30.0,
+                    why_dial_stdio=lambda: None) -> docker.DockerClient:
+    """A client whose every API channel comes from ``open_channel()`` (to the engine socket through sshd,
+    or ``docker system dial-stdio`` under a node-side timeout), is closed at ``deadline`` at the latest and
+    given back on close with ``release(channel, deadline_hit)``; one API call waits at most ``op_timeout_s``.
+    ``why_dial_stdio()``: why the channels are dial-stdio ones (None if not, or not for a reason to tell)."""
     timeout = max(0.1, op_timeout_s)
-    channels = _Channels(open_channel, release, deadline)
+    channels = _Channels(open_channel, release, deadline, why_dial_stdio)
     api = docker.APIClient(base_url="ssh://k3doctor", version=MIN_API_VERSION, timeout=timeout,
                            use_ssh_client=True)  # shell-out mode: builds no second SSH client
     adapter = _ChannelAdapter(channels, timeout)

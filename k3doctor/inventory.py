@@ -43,6 +43,7 @@ class SSHSettings:
     connect_timeout_s: float = 10.0
     command_timeout_s: float = 30.0
     node_deadline_s: float = 120.0
+    docker_socket: str | None = None  # the nodes' engine socket; None: /var/run/docker.sock (docker's default)
 
 
 @dataclass
@@ -142,6 +143,12 @@ _tool = _word(r"[^-\s][^\s]*", "a tool path or command name (no spaces, not star
 _env_name = _word(r"[A-Za-z_][A-Za-z0-9_]*", "an environment variable name")
 
 
+def _socket_path(v):
+    return (isinstance(v, str) and v.startswith("/") and len(v.encode()) < 108
+            and not any(c in v for c in "\n\t\0") and v.strip() == v,
+            "an absolute path of a unix socket on the nodes (one line, under 108 bytes)")
+
+
 def _stepping(v):
     return v in STEPPINGS, "A0 or B0 (the silicon stepping; it cannot be read from the board, §1)"
 
@@ -154,7 +161,8 @@ SETTINGS_KEYS = {"container": _container, "image": _str, "stepping": _stepping, 
                  "gpus_per_node": _posint, "tools": "tools", "checks": "checks"}
 CLUSTER_KEYS = {"name": _str, **SETTINGS_KEYS}
 SSH_KEYS = {"known_hosts": _str, "accept_unknown_hosts": _bool, "ssh_config": _str,
-            "connect_timeout_s": _seconds, "command_timeout_s": _seconds, "node_deadline_s": _seconds}
+            "connect_timeout_s": _seconds, "command_timeout_s": _seconds, "node_deadline_s": _seconds,
+            "docker_socket": _socket_path}
 LOGIN_KEYS = {"port": _port, "user": _user, "identity_file": _str, "password_env": _env_name, "sudo": _bool,
               "transport": _transport}
 NODE_KEYS = {"name": _node_name, "host": _host, "data_ip": _host, **LOGIN_KEYS, **SETTINGS_KEYS}

@@ -65,7 +65,7 @@ def make_transport(node: Node, inv: Inventory, opts: RunOptions) -> Transport:
         accept_unknown_hosts=opts.accept_unknown_hosts or inv.ssh.accept_unknown_hosts,
         connect_timeout_s=seconds(opts.connect_timeout_s or inv.ssh.connect_timeout_s, 10.0),
         ssh_config_path=inv.ssh.ssh_config)
-    return SSHTransport(target, sudo=node.sudo)
+    return SSHTransport(target, sudo=node.sudo, docker_socket=inv.ssh.docker_socket)
 
 
 def _to_results(chk, node: str | None, verdicts) -> list:

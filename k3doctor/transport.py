@@ -29,6 +29,7 @@ from .deadline import Deadline, seconds
 from .procs import drain_killed
 from .readings import CommandReading
 from .shell import quote, with_timeout
+from .streamlocal import open_streamlocal
 
 log = logging.getLogger("k3doctor")
 KILL_GRACE_S = 2.0  # node-side SIGKILL follows SIGTERM after this
@@ -39,6 +40,7 @@ STOP_GRACE_S = 2.0  # clean-up on a node: TERM, this long to go (gather's trap t
 # Stops process groups (and their leaders, in case a group does not exist yet). `timeout` forwards the
 # TERM to its group; gather's trap stops its in-flight reading and removes its scratch directory.
 STOP_SCRIPT = "g='{targets}'; kill -TERM $g 2>/dev/null; sleep {grace}; kill -KILL $g 2>/dev/null; exit 0"
+DEFAULT_DOCKER_SOCKET = "/var/run/docker.sock"  # the engine's API socket unless the inventory names another
 # The TCP reachability probe before the SSH handshake: a live node answers a SYN in well under a second
 # (this allows two SYN retransmits, at 1 s and 3 s); a dead or filtered one costs this, not the connect timeout.
 PROBE_TIMEOUT_S = 3.0
@@ -334,11 +336,13 @@ def _handshake_done(client: paramiko.SSHClient) -> bool:
 class SSHTransport(Transport):
     """paramiko connection, opened once; every ``run`` is one exec channel on it."""
 
-    def __init__(self, target: SSHTarget, **kw):
+    def __init__(self, target: SSHTarget, *, docker_socket: str | None = None, **kw):
         super().__init__(target.node, **kw)
         self.target = target
         self._client: paramiko.SSHClient | None = None
         self._jumps: list = []  # jump host logins, first hop first
+        self.docker_socket = docker_socket  # the node's engine socket; None: the default (and docker's own)
+        self._engine_route = EngineRoute(self.sudo)
 
     def connect(self) -> None:
         if self._client is None:
@@ -513,8 +517,11 @@ class SSHTransport(Transport):
             log.warning("could not stop k3doctor's processes on %s: %s", self.node, exc)
 
     def docker(self, deadline: Deadline):
-        """A Docker SDK client on this connection, bounded by ``deadline``: its API channels run under a
-        node-side ``timeout`` ending then, and are closed here then (see dockerssh)."""
+        """A Docker SDK client on this connection, bounded by ``deadline`` (see dockerssh). Its API channels
+        go straight to the engine socket through sshd (streamlocal.py: nothing runs on the node, so at the
+        deadline there is no node-side process to stop: closing the channel here ends it), else, where the
+        node's sshd refused that or the node is ``sudo: true`` (``EngineRoute``), through ``docker system
+        dial-stdio`` under a node-side ``timeout`` ending then, stopped on the node when the deadline hit."""
         from .dockerssh import docker_over_ssh
 
         self.connect()
@@ -525,33 +532,11 @@ class SSHTransport(Transport):
                 raise TransportError(f"Docker engine on {self.node} not read: the node deadline was reached")
             with self._lock:
                 self.round_trips += 1
-            chan = self._channel()
-            self._track(chan)
-            try:
-                # exec: docker is timeout's own child, so its KILL follows if docker outlives the TERM
-                chan.exec_command(self._announced(with_timeout("exec docker system dial-stdio", left, KILL_GRACE_S)))
-                head = _PidLine(None)
-                end = time.monotonic() + min(left, self.target.connect_timeout_s)
-                while head.group is None and not head.done and time.monotonic() < end:
-                    if chan.recv_stderr_ready():
-                        head.add(chan.recv_stderr(4096))
-                    elif chan.exit_status_ready():
-                        break
-                    else:
-                        time.sleep(0.01)
-            except (paramiko.SSHException, OSError) as exc:
-                self._untrack(chan)
-                chan.close()
-                raise TransportError(f"SSH session to {self.node} broke: {exc}") from None
-            if head.group is None:
-                self._untrack(chan)
-                message = head.text() or "no answer"
-                chan.close()
-                if self.sudo and "password is required" in message:
-                    raise self._sudo_wants_password()
-                raise TransportError(f"docker system dial-stdio did not start on {self.node}: {message}")
-            self._track(chan, head.group)
-            return chan
+            if self._engine_route.streamlocal:
+                chan = self._streamlocal_channel(min(left, self.target.connect_timeout_s))
+                if chan is not None:
+                    return chan
+            return self._dial_stdio_channel(left)
 
         def release(chan, deadline_hit):
             with self._lock:
@@ -560,13 +545,100 @@ class SSHTransport(Transport):
                 self._stop([(None, group)])
 
         return docker_over_ssh(open_channel, release, deadline,
-                               op_timeout_s=min(DOCKER_OP_TIMEOUT_S, deadline.remaining()))
+                               op_timeout_s=min(DOCKER_OP_TIMEOUT_S, deadline.remaining()),
+                               why_dial_stdio=lambda: self._engine_route.refused)
+
+    def _streamlocal_channel(self, timeout_s: float):
+        """A channel to the engine socket, or None where this node's sshd refused the first one (the route
+        then falls back to dial-stdio for the rest of the run)."""
+        self._refuse_if_cancelled()
+        path = self.docker_socket or DEFAULT_DOCKER_SOCKET
+        try:
+            chan = open_streamlocal(self._client.get_transport(), path, timeout_s)
+        except paramiko.ChannelException as exc:
+            said = f"sshd refused a channel to {path} ({exc.text}: forwarding off, or the socket not usable by " \
+                   f"{self.target.user})"
+            if self._engine_route.refuse(said):
+                return None
+            raise TransportError(f"Docker engine on {self.node}: {said}") from None
+        except (paramiko.SSHException, OSError, EOFError, AttributeError) as exc:  # no answer, or connection gone
+            raise TransportError(f"Docker engine on {self.node} not reached: {exc or 'SSH session lost'}") from None
+        self._engine_route.worked()
+        self._track(chan)
+        return chan
+
+    def _dial_stdio_channel(self, left: float):
+        """An exec channel running ``docker system dial-stdio`` under a node-side timeout ending in ``left``."""
+        chan = self._channel()
+        self._track(chan)
+        dial = "exec docker " + (f"-H {quote('unix://' + self.docker_socket)} " if self.docker_socket else "")
+        try:
+            # exec: docker is timeout's own child, so its KILL follows if docker outlives the TERM
+            chan.exec_command(self._announced(with_timeout(dial + "system dial-stdio", left, KILL_GRACE_S)))
+            head = _PidLine(None)
+            end = time.monotonic() + min(left, self.target.connect_timeout_s)
+            while head.group is None and not head.done and time.monotonic() < end:
+                if chan.recv_stderr_ready():
+                    head.add(chan.recv_stderr(4096))
+                elif chan.exit_status_ready():
+                    break
+                else:
+                    time.sleep(0.01)
+        except (paramiko.SSHException, OSError) as exc:
+            self._untrack(chan)
+            chan.close()
+            raise TransportError(f"SSH session to {self.node} broke: {exc}") from None
+        if head.group is None:
+            self._untrack(chan)
+            message = head.text() or "no answer"
+            chan.close()
+            if self.sudo and "password is required" in message:
+                raise self._sudo_wants_password()
+            raise TransportError(self._engine_route.unreachable(
+                self.node, f"docker system dial-stdio did not start: {message}"))
+        self._track(chan, head.group)
+        return chan
 
     def close(self) -> None:
         for client in [self._client, *reversed(self._jumps)]:
             if client is not None:
                 client.close()
         self._client, self._jumps = None, []
+
+
+class EngineRoute:
+    """Which way one node's Docker API channels go, decided once per node per run: straight to the engine
+    socket through sshd (streamlocal) unless the node is ``sudo: true`` (the socket is root's there) or its
+    sshd refused the first such channel; then through ``docker system dial-stdio``. A route that worked
+    is kept: a later refusal is the engine gone, not a reason to switch."""
+
+    def __init__(self, sudo: bool):
+        self._lock = threading.Lock()
+        self.sudo = sudo
+        self.refused = None  # what sshd said, once it refused the first streamlocal channel
+        self._worked = False
+
+    @property
+    def streamlocal(self) -> bool:
+        return not self.sudo and self.refused is None
+
+    def worked(self) -> None:
+        with self._lock:
+            self._worked = True
+
+    def refuse(self, why: str) -> bool:
+        """sshd refused a streamlocal channel: True when the route is (now) dial-stdio, False when streamlocal
+        had worked on this node (then the refusal is the error)."""
+        with self._lock:
+            if self._worked:
+                return False
+            self.refused = self.refused or why
+            return True
+
+    def unreachable(self, node: str, dial_said: str) -> str:
+        """The message when dial-stdio failed too: both causes, as the node's sshd and docker said them."""
+        tried = f"{self.refused}; then " if self.refused else ""
+        return f"Docker engine on {node} not reachable: {tried}{dial_said}"
 
 
 class _PidLine:

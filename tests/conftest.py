@@ -42,11 +42,12 @@ def torch_on_nodes(rig):
                     "`/usr/bin/python3 -m pip install --break-system-packages torch==2.13.0`: " + probe.stderr[-300:])
 
 
-def private_rack(tmp_path_factory, label: str):
+def private_rack(tmp_path_factory, label: str, **options):
     """A started rack of one test module's own (its engines have seen no other module's containers), stopped
-    after it; skipped where the rig cannot run. Use as ``yield from private_rack(tmp_path_factory, "label")``."""
+    after it; skipped where the rig cannot run. Use as ``yield from private_rack(tmp_path_factory, "label")``;
+    ``options`` go to :class:`~k3rig.Rig` (``nodes``, ``sshd_options``)."""
     reason = rig_unavailable()
     if reason:
         pytest.skip(reason)
-    with Rig(tmp_path_factory.mktemp(label)) as rack:
+    with Rig(tmp_path_factory.mktemp(label), **options) as rack:
         yield rack

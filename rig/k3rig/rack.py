@@ -135,12 +135,15 @@ class RigNode:
 class Rig(Started):
     """A simulated 4 x 4-GPU rack.  See the module docstring; use as a context manager or start()/stop()."""
 
-    def __init__(self, workdir: Path, nodes: int = 4, scenario: str | Path = "healthy"):
+    def __init__(self, workdir: Path, nodes: int = 4, scenario: str | Path = "healthy",
+                 sshd_options: dict[str, tuple[str, ...]] | None = None):
         if not 1 <= nodes <= len(DEFAULT_TRAYS):
             raise ValueError(f"the rig simulates 1..{len(DEFAULT_TRAYS)} nodes, not {nodes}")
         self.workdir = Path(workdir).resolve()
         self.trays = DEFAULT_TRAYS[:nodes]
         self.scenario = scenario
+        # node name -> extra sshd_config lines for it, e.g. {"ct14": ("AllowStreamLocalForwarding no",)}
+        self.sshd_options = dict(sshd_options or {})
         self.unreachable_host = ""  # 127.0.N.15, N chosen by start()
         self.identity_file = self.workdir / "id_ed25519"
         self.known_hosts = self.workdir / "known_hosts"
@@ -342,6 +345,7 @@ class Rig(Started):
                 "PrintLastLog no\n"
                 "Subsystem sftp internal-sftp\n"
                 f"SetEnv TMPDIR={node.tmp}\n"
+                + "".join(f"{option}\n" for option in self.sshd_options.get(node.name, ()))
             )
 
     def _namespace_script(self, node: RigNode) -> str:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
+import shutil
 import socket
 import subprocess
 import threading
@@ -78,6 +80,29 @@ def engine_replaced(node, mode: str):
     finally:
         _in_namespace(node, "umount", "/run/docker.sock")
         engine.close()
+
+
+@contextlib.contextmanager
+def docker_cli_recorded(node):
+    """Every start of the docker CLI on ``node`` (a RigNode) while inside, as one line of its arguments each
+    (yields a function returning them): a wrapper bind-mounted over the node's ``docker`` in its mount
+    namespace only logs its arguments, then execs the real binary (bind-mounted beside it)."""
+    real = shutil.which("docker")
+    record, kept, wrapper = node.dir / "docker-cli.log", node.dir / "docker.real", node.dir / "docker-recorder"
+    record.write_text("")
+    record.chmod(0o666)
+    kept.touch()
+    wrapper.write_text(f'#!/bin/sh\necho "$*" >> {shlex.quote(str(record))}\nexec {shlex.quote(str(kept))} "$@"\n')
+    wrapper.chmod(0o755)
+    _in_namespace(node, "mount", "--bind", real, kept)
+    try:
+        _in_namespace(node, "mount", "--bind", wrapper, real)
+        try:
+            yield lambda: record.read_text().splitlines()
+        finally:
+            _in_namespace(node, "umount", real)
+    finally:
+        _in_namespace(node, "umount", kept)
 
 
 def kill_sessions(rig, node) -> list:

@@ -104,3 +104,12 @@ def test_the_shipped_example_inventory_is_valid():
     inv = load_inventory(str(Path(__file__).resolve().parents[2] / "inventory.yaml"), REGISTRY)
     assert [n.name for n in inv.nodes] == ["ct13", "ct14", "ct16", "ct17"]
     assert {n.settings.container for n in inv.nodes} == {"k3ep16"}
+
+
+def test_docker_socket_is_an_absolute_one_line_path_on_the_nodes():
+    assert parse_inventory(GOOD, "inv.yaml").ssh.docker_socket is None  # the engine's default socket
+    inv = parse_inventory(GOOD.replace("ssh: {", "ssh: {docker_socket: /run/user/1000/docker.sock, "), "inv.yaml")
+    assert inv.ssh.docker_socket == "/run/user/1000/docker.sock"
+    for bad in ("docker.sock", "'/run/docker.sock '", "/" + "x" * 120):
+        (got,) = problems(GOOD.replace("ssh: {", f"ssh: {{docker_socket: {bad}, "))
+        assert got.startswith("inv.yaml:6: ssh.docker_socket: expected an absolute path of a unix socket"), got
