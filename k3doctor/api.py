@@ -1,7 +1,7 @@
 """The check author's API in one module: what a check declares, what its judge gets and returns.
 
 A check is one file in ``checks/`` (or a plugin module): readings declared as data (``File``,
-``Exists``, ``Glob``, ``Command``, ``Docker``, ``ContainerInspect``), registered with ``@check``
+``Exists``, ``Glob``, ``Command``, ``EngineFactCommand``, ``Docker``, ``ContainerInspect``), registered with ``@check``
 together with its remediation texts, and a pure judge ``(readings, ctx) -> verdicts``. A judge
 that raises :class:`ReadingUnavailable` or :class:`ParseError` gets an ERROR for that node and
 check, :class:`NotEvaluated` a SKIP (:func:`judge_safely`, the one place that says so). What the
@@ -17,6 +17,7 @@ from .readings import (
     Command,
     ContainerInspect,
     Docker,
+    EngineFactCommand,
     Exists,
     File,
     Glob,
@@ -24,14 +25,15 @@ from .readings import (
     Readings,
     ReadingUnavailable,
     sh,
+    sh_with_fact,
 )
 from .registry import CheckSettings, Param, check, remediation
 from .results import Status, Verdict, error, fail, passed, skip, warn
 
 __all__ = [
-    "Command", "ContainerInspect", "Context", "Docker", "Exists", "File", "Glob", "NotEvaluated", "Param",
-    "ParseError", "ReadingUnavailable", "Readings", "Status", "Verdict", "check", "error", "fail",
-    "judge_safely", "passed", "remediation", "sh", "skip", "warn",
+    "Command", "ContainerInspect", "Context", "Docker", "EngineFactCommand", "Exists", "File", "Glob",
+    "NotEvaluated", "Param", "ParseError", "ReadingUnavailable", "Readings", "Status", "Verdict", "check", "error",
+    "fail", "judge_safely", "passed", "remediation", "sh", "sh_with_fact", "skip", "warn",
 ]
 
 
