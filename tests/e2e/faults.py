@@ -2,12 +2,15 @@
 
 A Docker engine that is stopped, never answers or trickles a byte every few seconds is a real unix
 socket (served here) bind-mounted over the node's ``/run/docker.sock`` inside its mount namespace only;
-the node's own dockerd is untouched and comes back when the mount is removed.
+the node's own dockerd is untouched and comes back when the mount is removed. The node's ``docker`` CLI
+is watched the same way: a logging wrapper bind-mounted over it in that node's namespace only.
 """
 from __future__ import annotations
 
 import contextlib
 import os
+import shlex
+import shutil
 import socket
 import subprocess
 import threading
@@ -78,6 +81,29 @@ def engine_replaced(node, mode: str):
     finally:
         _in_namespace(node, "umount", "/run/docker.sock")
         engine.close()
+
+
+@contextlib.contextmanager
+def docker_cli_logged(node):
+    """While inside, every start of the ``docker`` CLI on ``node`` (a RigNode) appends its arguments, one
+    line a start, to the yielded file: a wrapper bind-mounted over the CLI in the node's namespace only,
+    which then runs the real CLI (itself bind-mounted into the node's directory), so nothing else changes."""
+    cli = shutil.which("docker")
+    real, wrapper, log = node.dir / "docker-real", node.dir / "docker-logged", node.dir / "docker-cli.log"
+    real.touch()
+    log.write_text("")
+    wrapper.write_text(f"#!/bin/sh\nprintf '%s\\n' \"$*\" >> {shlex.quote(str(log))}\n"
+                       f"exec {shlex.quote(str(real))} \"$@\"\n")
+    wrapper.chmod(0o755)
+    _in_namespace(node, "mount", "--bind", cli, real)
+    try:
+        _in_namespace(node, "mount", "--bind", wrapper, cli)
+        try:
+            yield log
+        finally:
+            _in_namespace(node, "umount", cli)
+    finally:
+        _in_namespace(node, "umount", real)
 
 
 def kill_sessions(rig, node) -> list:
