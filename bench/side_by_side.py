@@ -189,10 +189,10 @@ def contenders(setup: Setup, script: Path, parallel: int, only: set) -> dict:
     return out
 
 
-def run_once(argv: list, setup: Setup, env: dict) -> dict:
+def run_once(argv: list, setup: Setup, env: dict, cwd: Path = REPO) -> dict:
     cpu_before = setup.node_cpu_s()
     started = time.monotonic()
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=REPO)
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=cwd)
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.monotonic() - started
     proc.returncode = os.waitstatus_to_exitcode(status)
