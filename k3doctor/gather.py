@@ -290,7 +290,7 @@ def _engine_read(transport, deadline: Deadline | None, what: str, read) -> objec
     channel on the node at the deadline and closes it here, so an engine that never answers (or trickles a
     byte now and then) ends the read then. Every failure is Unavailable, naming the cause."""
     deadline = deadline or Deadline(120.0)
-    if deadline.expired:
+    if deadline.expired and getattr(transport, "failure", None) is None:  # a failure already met reads as itself
         return Unavailable(f"Docker engine on {transport.node} not read: the node deadline was reached first")
     client = None
     try:
@@ -472,16 +472,16 @@ class _SharedEngine:
 
     def __init__(self, transport, deadline: Deadline):
         self.node, self._transport, self._deadline, self._client = transport.node, transport, deadline, None
-        self._api = self._failure = None
+        self._api = self.failure = None
 
     def docker(self, deadline: Deadline | None = None):
-        if self._failure is not None:
-            raise self._failure
+        if self.failure is not None:
+            raise self.failure
         if self._client is None:
             try:
                 self._client = self._transport.docker(self._deadline)
             except Exception as exc:  # noqa: BLE001 -- every reading of the node reads as this failure
-                self._failure = exc
+                self.failure = exc
                 raise
             self._api = _AskedOnce(self._client.api)
         return _Borrowed(self._client, self._api)

@@ -7,6 +7,7 @@ import secrets
 import shlex
 import shutil
 import subprocess
+import time
 
 import docker
 import psutil
@@ -213,6 +214,19 @@ def test_an_engine_that_cannot_be_reached_is_tried_once_per_node():
     got = gather(transport, specs, command_timeout_s=10, deadline_s=20)
     assert len(tries) == 1 and transport.round_trips == 0
     assert all("connection refused" in got[s].reason for s in specs)
+
+
+def test_readings_after_an_engine_that_hung_to_the_deadline_name_the_hang_not_just_the_deadline():
+    class Hung(Engine):
+        def docker(self, deadline):
+            while not deadline.expired:
+                time.sleep(0.05)
+            raise docker.errors.DockerException("Read timed out (the node deadline closed the API channel)")
+
+    specs = [Docker(), docker_root_free_space(), rank_envs("k3ep16", KEEP)]
+    got = gather(Hung(Api()), specs, command_timeout_s=10, deadline_s=1)
+    assert [got[s].reason.split(" (engine hung")[0] for s in specs] == [
+        "Docker engine on here did not answer within the node deadline of 1s"] * 3
 
 
 @pytest.mark.parametrize("root", [None, "", "var/lib/docker", 42])
