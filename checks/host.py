@@ -280,7 +280,7 @@ def judge_node(r, param) -> tuple:
     if mem:
         verdicts += judge_memory(mem, param("min_mem_total_gib"), param("min_swap_gib"))
     wanted = [(s, "Docker root", param("docker_root_min_free_gb") * GB, param("docker_root_warn_free_gb") * GB)
-              for s in attempt("Docker root free space", lambda: spaces(r["docker_root"], 1, "stat -f")) or []]
+              for s in attempt("Docker root free space", lambda: spaces(r["docker_root"], 1)) or []]
     if param("log_dirs"):
         wanted += [(s, "log directory", param("log_min_free_gb") * GB, 0)
                    for s in attempt("log directory free space",

@@ -1,11 +1,12 @@
 """The check author's API in one module: what a check declares, what its judge gets and returns.
 
 A check is one file in ``checks/`` (or a plugin module): readings declared as data (``File``,
-``Exists``, ``Glob``, ``Command``, ``EngineFactCommand``, ``Docker``, ``ContainerInspect``), registered with ``@check``
-together with its remediation texts, and a pure judge ``(readings, ctx) -> verdicts``. A judge
-that raises :class:`ReadingUnavailable` or :class:`ParseError` gets an ERROR for that node and
-check, :class:`NotEvaluated` a SKIP (:func:`judge_safely`, the one place that says so). What the
-judge knows besides its readings is the :class:`Context`. ``k3doctor.testing`` judges a check on
+``Exists``, ``Glob``, ``Command``, ``EngineFactCommand``, ``Docker``, ``ContainerInspect``),
+registered with ``@check`` together with its remediation texts, and a pure judge
+``(readings, ctx) -> verdicts``. A judge that raises :class:`ReadingUnavailable` or
+:class:`ParseError` gets an ERROR for that node and check, :class:`NotEvaluated` a SKIP
+(:func:`judge_safely`, the one place that says so). What the judge knows besides its readings is
+the :class:`Context`. ``k3doctor.testing`` judges a check on
 plain readings the same way the runner does.
 """
 from __future__ import annotations

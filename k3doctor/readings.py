@@ -1,9 +1,9 @@
 """What a check can ask to read on a node, and what comes back.
 
 A check declares its readings as data (``File``, ``Glob``, ``Exists``, ``Command``,
-``InContainer``, ``EngineFactCommand``, ``Docker``, ``ContainerInspect``); the gatherer turns every reading of every
-check of a node into one remote script, so a node costs one SSH round trip per phase however
-many checks run. Judges get the results by the names they declared and never do I/O themselves.
+``InContainer``, ``EngineFactCommand``, ``Docker``, ``ContainerInspect``); the gatherer turns
+every reading of every check of a node into one remote script, so a node costs one SSH round
+trip per phase however many checks run. Judges get the results by the names they declared and never do I/O themselves.
 """
 from __future__ import annotations
 
@@ -88,7 +88,7 @@ CONTAINER_PID = "State.Pid"  # a container's main process on the host, 0 when it
 ENGINE_FACTS = (DOCKER_ROOT_DIR, CONTAINER_PID)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class EngineFactCommand(Command):
     """``argv`` run on the node with one fact of its Docker engine as one more, last argument.
 
@@ -99,7 +99,7 @@ class EngineFactCommand(Command):
     names the container whose ``State.Pid`` it is. The reading is a ``CommandReading``; a fact the
     engine cannot give (engine down, no such container) is ``Unavailable`` naming why."""
 
-    fact: str = DOCKER_ROOT_DIR
+    fact: str
     container: str | None = None
 
     def __post_init__(self):
