@@ -43,7 +43,17 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from k3doctor.inventory import load_inventory  # noqa: E402
-from k3doctor.readings import Command, ContainerInspect, Docker, Exists, File, Glob  # noqa: E402
+from k3doctor.readings import (  # noqa: E402
+    CONTAINER_PID,
+    DOCKER_ROOT_DIR,
+    Command,
+    ContainerInspect,
+    Docker,
+    EngineFactCommand,
+    Exists,
+    File,
+    Glob,
+)
 from k3doctor.registry import REGISTRY, load_checks  # noqa: E402
 from k3doctor.runner import select_checks, specs_of  # noqa: E402
 from k3doctor.shell import join, quote  # noqa: E402
@@ -58,6 +68,11 @@ def read_set(inventory: Path) -> list:
     return list(dict.fromkeys(s for by_name in specs.values() if isinstance(by_name, dict) for s in by_name.values()))
 
 
+# How a person gets an engine fact in a shell: the docker CLI (k3doctor takes it from the Docker API).
+FLOOR_FACTS = {DOCKER_ROOT_DIR: lambda spec: "docker info --format '{{.DockerRootDir}}'",
+               CONTAINER_PID: lambda spec: f"docker inspect -f '{{{{.State.Pid}}}}' {quote(spec.container)}"}
+
+
 def plain_script(specs: list) -> str:
     """The same reads as a plain shell script, one plain command per reading (what the floor runs)."""
     lines = []
@@ -70,6 +85,8 @@ def plain_script(specs: list) -> str:
         elif isinstance(spec, Glob):
             lines.append(f"p={quote(spec.pattern)}; IFS=; for f in $p; do [ -e \"$f\" ] && cat -- \"$f\"; done; "
                          "IFS=' '")
+        elif isinstance(spec, EngineFactCommand):
+            lines.append(f"{join(spec.argv)} \"$({FLOOR_FACTS[spec.fact](spec)})\" 2>&1")
         elif isinstance(spec, Command):
             lines.append(f"{join(spec.argv)} 2>&1")
         elif isinstance(spec, Docker):
@@ -172,10 +189,10 @@ def contenders(setup: Setup, script: Path, parallel: int, only: set) -> dict:
     return out
 
 
-def run_once(argv: list, setup: Setup, env: dict) -> dict:
+def run_once(argv: list, setup: Setup, env: dict, cwd: Path = REPO) -> dict:
     cpu_before = setup.node_cpu_s()
     started = time.monotonic()
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=REPO)
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=cwd)
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.monotonic() - started
     proc.returncode = os.waitstatus_to_exitcode(status)

@@ -279,9 +279,8 @@ def judge_node(r, param) -> tuple:
     mem = attempt("/proc/meminfo", lambda: memory(r["meminfo"]))
     if mem:
         verdicts += judge_memory(mem, param("min_mem_total_gib"), param("min_swap_gib"))
-    how = "docker info, then stat -f" if param("docker_root") == "auto" else "stat -f"
     wanted = [(s, "Docker root", param("docker_root_min_free_gb") * GB, param("docker_root_warn_free_gb") * GB)
-              for s in attempt("Docker root free space", lambda: spaces(r["docker_root"], 1, how)) or []]
+              for s in attempt("Docker root free space", lambda: spaces(r["docker_root"], 1)) or []]
     if param("log_dirs"):
         wanted += [(s, "log directory", param("log_min_free_gb") * GB, 0)
                    for s in attempt("log directory free space",

@@ -21,10 +21,10 @@ from k3doctor.model.container import (
     ContainerView,
     parse_flags,
     parse_rank_envs,
-    rank_env_script,
+    rank_envs,
 )
 from k3doctor.parsers import ParseError
-from k3doctor.readings import Command, ContainerInspect, File, ReadingUnavailable, sh
+from k3doctor.readings import Command, ContainerInspect, File, ReadingUnavailable
 from k3doctor.registry import check, remediation
 from k3doctor.results import Status, Verdict, error, fail, passed, warn
 
@@ -317,7 +317,7 @@ def _reads(settings) -> dict:
     keep = kept_names(settings.param)
     return {"container": ContainerInspect(settings.container, keep=tuple(keep),
                                           launch_script=settings.param("launch_script") or None),
-            "ranks": sh(rank_env_script(settings.container, keep)),
+            "ranks": rank_envs(settings.container, keep),
             "links": Command(("ip", "-o", "link", "show")),
             "routes": Command(("ip", "-4", "route", "show", "table", "local")),
             "tcp": File("/proc/net/tcp"), "tcp6": File("/proc/net/tcp6")}

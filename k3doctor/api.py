@@ -1,11 +1,12 @@
 """The check author's API in one module: what a check declares, what its judge gets and returns.
 
 A check is one file in ``checks/`` (or a plugin module): readings declared as data (``File``,
-``Exists``, ``Glob``, ``Command``, ``Docker``, ``ContainerInspect``), registered with ``@check``
-together with its remediation texts, and a pure judge ``(readings, ctx) -> verdicts``. A judge
-that raises :class:`ReadingUnavailable` or :class:`ParseError` gets an ERROR for that node and
-check, :class:`NotEvaluated` a SKIP (:func:`judge_safely`, the one place that says so). What the
-judge knows besides its readings is the :class:`Context`. ``k3doctor.testing`` judges a check on
+``Exists``, ``Glob``, ``Command``, ``EngineFactCommand``, ``Docker``, ``ContainerInspect``),
+registered with ``@check`` together with its remediation texts, and a pure judge
+``(readings, ctx) -> verdicts``. A judge that raises :class:`ReadingUnavailable` or
+:class:`ParseError` gets an ERROR for that node and check, :class:`NotEvaluated` a SKIP
+(:func:`judge_safely`, the one place that says so). What the judge knows besides its readings is
+the :class:`Context`. ``k3doctor.testing`` judges a check on
 plain readings the same way the runner does.
 """
 from __future__ import annotations
@@ -17,6 +18,7 @@ from .readings import (
     Command,
     ContainerInspect,
     Docker,
+    EngineFactCommand,
     Exists,
     File,
     Glob,
@@ -26,14 +28,16 @@ from .readings import (
     ReadingUnavailable,
     in_container,
     sh,
+    sh_with_fact,
 )
 from .registry import CheckSettings, Param, check, remediation
 from .results import Status, Verdict, error, fail, passed, skip, warn
 
 __all__ = [
-    "Command", "ContainerInspect", "Context", "Docker", "Exists", "File", "Glob", "InContainer", "NotEvaluated",
-    "Param", "ParseError", "ReadingUnavailable", "Readings", "Status", "Verdict", "check", "error", "fail",
-    "in_container", "judge_safely", "passed", "remediation", "sh", "skip", "warn",
+    "Command", "ContainerInspect", "Context", "Docker", "EngineFactCommand", "Exists", "File", "Glob",
+    "InContainer", "NotEvaluated", "Param", "ParseError", "ReadingUnavailable", "Readings", "Status", "Verdict",
+    "check", "error", "fail", "in_container", "judge_safely", "passed", "remediation", "sh", "sh_with_fact", "skip",
+    "warn",
 ]
 
 

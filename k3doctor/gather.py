@@ -17,6 +17,8 @@ from pathlib import Path
 from .deadline import Deadline, seconds
 from .model.container import launch_from_script, record_from_inspect
 from .readings import (
+    CONTAINER_PID,
+    DOCKER_ROOT_DIR,
     OUTPUT_CAP_BYTES,
     Command,
     CommandReading,
@@ -24,6 +26,7 @@ from .readings import (
     ContainerReading,
     Docker,
     DockerReading,
+    EngineFactCommand,
     Exists,
     File,
     FileReading,
@@ -122,6 +125,8 @@ def _script_for(index: int, spec, command_timeout_s: float) -> str:
         # The pattern is assigned quoted and expanded unquoted with IFS empty: the shell only globs it.
         return (f"p={quote(spec.pattern)}; IFS=; for f in $p; do IFS=' '; "
                 f"[ -e \"$f\" ] || [ -L \"$f\" ] && readf {index} \"$f\"; done; IFS=' '; none {index} END ''")
+    if isinstance(spec, EngineFactCommand):
+        raise TypeError(f"{spec!r} runs with its engine fact: gather it with gather(), not in the node's script")
     if isinstance(spec, Command):
         timeout = seconds(spec.timeout_s or command_timeout_s, 30.0)
         # `timeout` runs argv itself (no `sh -c` between): one process less per reading
@@ -285,7 +290,7 @@ def _engine_read(transport, deadline: Deadline | None, what: str, read) -> objec
     channel on the node at the deadline and closes it here, so an engine that never answers (or trickles a
     byte now and then) ends the read then. Every failure is Unavailable, naming the cause."""
     deadline = deadline or Deadline(120.0)
-    if deadline.expired:
+    if deadline.expired and getattr(transport, "failure", None) is None:  # a failure already met reads as itself
         return Unavailable(f"Docker engine on {transport.node} not read: the node deadline was reached first")
     client = None
     try:
@@ -338,6 +343,62 @@ def gather_container(transport, spec: ContainerInspect, deadline: Deadline | Non
     return _engine_read(transport, deadline, f": container {spec.container}", read)
 
 
+def gather_engine_fact(transport, spec: EngineFactCommand, deadline: Deadline | None = None) -> object:
+    """The engine fact ``spec`` needs, as the text of its last argument, through the SDK (asked once per node
+    with the other engine readings, see _AskedOnce); Unavailable naming why the engine cannot give it."""
+    what = f": container {spec.container}" if spec.container else ""
+    return _engine_read(transport, deadline, what, lambda api: _FACTS[spec.fact](api, spec, transport.node))
+
+
+def _docker_root_dir(api, spec: EngineFactCommand, node: str) -> object:
+    root = api.info().get("DockerRootDir")
+    if not isinstance(root, str) or not root.startswith("/"):
+        return Unavailable(f"Docker engine on {node} reports no usable DockerRootDir ({root!r})")
+    return root
+
+
+def _container_pid(api, spec: EngineFactCommand, node: str) -> object:
+    """State.Pid as the engine has it: 0 for a container that is not running (its command decides)."""
+    import docker
+
+    try:
+        state = api.inspect_container(spec.container).get("State") or {}
+    except docker.errors.NotFound as exc:
+        return Unavailable(f"container {spec.container} does not exist on {node} ({_short(exc)})")
+    pid = state.get("Pid")
+    if type(pid) is not int or pid < 0:
+        return Unavailable(f"Docker engine on {node}: container {spec.container} has no usable State.Pid ({pid!r})")
+    return str(pid)
+
+
+_FACTS = {DOCKER_ROOT_DIR: _docker_root_dir, CONTAINER_PID: _container_pid}
+
+
+def gather_with_facts(transport, facts: dict, *, command_timeout_s: float, deadline: Deadline) -> dict:
+    """spec -> reading of each EngineFactCommand, given ``facts`` (spec -> its fact, or Unavailable, which is
+    then the reading): the commands run with their fact as the last argument, all of them in one remote
+    script on the node's connection (gather_shell: each under its timeout, output capped, nothing left
+    behind), within what is left of the node deadline."""
+    commands = {spec: Command((*spec.argv, fact), spec.timeout_s) for spec, fact in facts.items()
+                if isinstance(fact, str)}
+    got = {spec: fact for spec, fact in facts.items() if spec not in commands}
+    if not commands:
+        return got
+    if deadline.expired:
+        return got | {spec: Unavailable(f"{_describe(spec)} not run: the node deadline was reached first")
+                      for spec in commands}
+    try:
+        read = gather_shell(transport, list(dict.fromkeys(commands.values())), command_timeout_s=command_timeout_s,
+                            deadline_s=deadline.remaining())
+    except TransportError as exc:
+        read = {command: Unavailable(str(exc)) for command in commands.values()}
+    if deadline.expired:  # named by the node's deadline, not by what was left of it when they started
+        why = f"node deadline of {deadline.budget_s:g}s reached (raise ssh.node_deadline_s if the node is just slow)"
+        read = {c: Unavailable(f"{_describe(c)} not read: {why}") if isinstance(r, Unavailable) else r
+                for c, r in read.items()}
+    return got | {spec: read[command] for spec, command in commands.items()}
+
+
 def _archived_text(api, container: str, path: str, cap_bytes: int = 1 << 20) -> str:
     """A file of a container through the archive API (a tar of one member)."""
     import io
@@ -371,20 +432,25 @@ def _short(exc: Exception) -> str:
 
 def gather(transport, specs: Iterable, *, command_timeout_s: float, deadline_s: float) -> dict:
     """All of a node's readings: the shell ones in one script, Docker ones through the SDK at the same
-    time, both within one node deadline (a slow engine does not eat the shell's budget, nor the reverse)."""
+    time (then the commands that need an engine fact, with it), all within one node deadline (a slow
+    engine does not eat the shell's budget, nor the reverse)."""
     deadline = Deadline(deadline_s)
     specs = list(dict.fromkeys(specs))  # de-duplicate, keep order
-    engine_specs = [s for s in specs if isinstance(s, (Docker, ContainerInspect))]
+    engine_specs = [s for s in specs if isinstance(s, (Docker, ContainerInspect, EngineFactCommand))]
     engine_got: dict = {}
 
     def read_engine():  # one SDK client (one channel) for every engine reading of the node
-        engine = _SharedEngine(transport, deadline)
+        engine, facts = _SharedEngine(transport, deadline), {}
         try:
             for spec in engine_specs:
-                read = gather_docker if isinstance(spec, Docker) else gather_container
-                engine_got[spec] = read(engine, spec, deadline)
+                if isinstance(spec, EngineFactCommand):
+                    facts[spec] = gather_engine_fact(engine, spec, deadline)
+                else:
+                    read = gather_docker if isinstance(spec, Docker) else gather_container
+                    engine_got[spec] = read(engine, spec, deadline)
         finally:
             engine.close()
+        engine_got.update(gather_with_facts(transport, facts, command_timeout_s=command_timeout_s, deadline=deadline))
 
     reader = threading.Thread(target=read_engine, name=f"k3doctor-docker-{transport.node}", daemon=True)
     if engine_specs:
@@ -401,26 +467,64 @@ def gather(transport, specs: Iterable, *, command_timeout_s: float, deadline_s: 
 
 class _SharedEngine:
     """One Docker SDK client (one channel on the node's connection) for every engine reading of a node,
-    bounded by the node's deadline."""
+    bounded by the node's deadline; an engine that could not be reached is not tried again for the next
+    reading (each try starts the node's ``docker system dial-stdio``)."""
 
     def __init__(self, transport, deadline: Deadline):
         self.node, self._transport, self._deadline, self._client = transport.node, transport, deadline, None
+        self._api = self.failure = None
 
     def docker(self, deadline: Deadline | None = None):
+        if self.failure is not None:
+            raise self.failure
         if self._client is None:
-            self._client = self._transport.docker(self._deadline)
-        return _Borrowed(self._client)
+            try:
+                self._client = self._transport.docker(self._deadline)
+            except Exception as exc:  # noqa: BLE001 -- every reading of the node reads as this failure
+                self.failure = exc
+                raise
+            self._api = _AskedOnce(self._client.api)
+        return _Borrowed(self._client, self._api)
 
     def close(self):
         if self._client is not None:
             self._client.close()
 
 
+class _AskedOnce:
+    """The engine's API as one node's readings share it: ``info()`` and each container's inspect are asked
+    once, by whichever reading needs them first; the others get the same answer (or the same failure)."""
+
+    SHARED = ("info", "inspect_container")
+
+    def __init__(self, api):
+        self._api, self._asked = api, {}
+
+    def __getattr__(self, name):
+        call = getattr(self._api, name)
+        if name not in self.SHARED:
+            return call
+
+        def once(*args, **kw):
+            key = (name, args, tuple(sorted(kw.items())))
+            if key not in self._asked:
+                try:
+                    self._asked[key] = (call(*args, **kw), None)
+                except Exception as exc:  # noqa: BLE001 -- whoever asks next gets this failure too
+                    self._asked[key] = (None, exc)
+            answer, failure = self._asked[key]
+            if failure is not None:
+                raise failure
+            return answer
+
+        return once
+
+
 class _Borrowed:
     """The shared client as one reading sees it: closing it is the engine's job, not the reading's."""
 
-    def __init__(self, client):
-        self.api = client.api
+    def __init__(self, client, api):
+        self.api = api
         self.channel_errors = getattr(client, "channel_errors", lambda: "")
 
     def close(self):

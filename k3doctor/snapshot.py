@@ -13,7 +13,7 @@ from . import redaction
 
 SCHEMA = "k3doctor.readings/1"
 _SPECS = {cls.__name__: cls for cls in (rd.File, rd.Exists, rd.Glob, rd.Command, rd.InContainer,
-                                        rd.Docker, rd.ContainerInspect)}
+                                        rd.EngineFactCommand, rd.Docker, rd.ContainerInspect)}
 _READINGS = {cls.__name__: cls for cls in (rd.FileReading, rd.CommandReading, rd.DockerReading, rd.Unavailable,
                                            rd.ContainerReading)}
 

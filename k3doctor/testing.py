@@ -5,8 +5,10 @@ Readings are given by the names the check declared, typed as the gatherer delive
 - ``Exists``: ``True`` / ``False`` (a bool, nothing is read);
 - ``File``: the file's text, or ``None`` when it does not exist (a ``FileReading``: ``.text()``, ``.exists``);
 - ``Glob``: ``{path: text or None}`` (a dict of ``FileReading`` by path; no match is ``{}``);
-- ``Command``: its stdout for a run that exited 0, or ``(rc, stdout, stderr)`` (a ``CommandReading``:
-  ``.output()`` raises ``ReadingUnavailable`` unless it exited 0, complete and in time);
+- ``Command`` (also ``InContainer``, ``EngineFactCommand``): its stdout for a run that exited 0, or
+  ``(rc, stdout, stderr)`` (a ``CommandReading``: ``.output()`` raises ``ReadingUnavailable`` unless it
+  exited 0, complete and in time); an ``EngineFactCommand`` whose fact the engine could not give is an
+  ``Unavailable``;
 - ``Docker`` / ``ContainerInspect``: their reading objects.
 
 A reading object (``FileReading``, ``CommandReading``, ``Unavailable``, ...) is passed on as it is, and a

@@ -3,7 +3,7 @@ options from the Docker API, the live environment of ATOM's rank processes, the 
 
 Container environments hold tokens. The functions that turn a raw reading into a record
 (:func:`record_from_inspect`, :func:`launch_from_script`, the node-side filter of
-:func:`rank_env_script`) keep the values of only the variables a rule names; every other
+:func:`rank_envs`) keep the values of only the variables a rule names; every other
 variable is kept by name alone, before anything is stored, reported or saved.
 """
 from __future__ import annotations
@@ -13,6 +13,7 @@ import shlex
 from dataclasses import dataclass, field
 
 from k3doctor.parsers import ParseError
+from k3doctor.readings import CONTAINER_PID, EngineFactCommand, sh_with_fact
 from k3doctor.redaction import REDACTED, SECRET_WORDS
 from k3doctor.shell import quote
 
@@ -187,14 +188,19 @@ def environ_filter(keep, source: str) -> str:
             "if (index(keep, \" \" n \" \")) print; else print n }'")
 
 
-def rank_env_script(container: str, keep) -> str:
-    """Shell that prints every ATOM rank process in ``container``'s mount namespace (``--pid=host``
-    makes them visible from the host, §16) with its environment: ``NAME=VALUE`` for ``keep`` names,
-    ``NAME`` alone for the rest. The values of other variables never leave the node."""
+def rank_envs(container: str, keep) -> EngineFactCommand:
+    """Every ATOM rank process in ``container``'s mount namespace (``--pid=host`` makes them visible
+    from the host, §16) with its environment: ``NAME=VALUE`` for ``keep`` names, ``NAME`` alone for
+    the rest. The values of other variables never leave the node. The container's PID comes from the
+    Docker API (``State.Pid``, 0: not running, read as ``@notrunning``)."""
+    return sh_with_fact(_rank_env_script(keep), CONTAINER_PID, container)
+
+
+def _rank_env_script(keep) -> str:
+    """The shell of :func:`rank_envs`: ``$1`` is the container's PID."""
     environ = '"$d/environ"'
     return (
-        f"p=$(docker inspect -f '{{{{.State.Pid}}}}' {quote(container)}) || exit 3; "
-        '[ "$p" -gt 0 ] 2>/dev/null || { echo "@notrunning"; exit 0; }; '
+        'p=$1; [ "$p" -gt 0 ] 2>/dev/null || { echo "@notrunning"; exit 0; }; '
         'ns=$(readlink "/proc/$p/ns/mnt") || exit 4; '
         "for d in /proc/[0-9]*; do "
         'read -r c 2>/dev/null < "$d/comm" || continue; '
@@ -207,7 +213,7 @@ def rank_env_script(container: str, keep) -> str:
 
 
 def parse_rank_envs(text: str) -> list | None:
-    """Output of :func:`rank_env_script` -> [RankProcess]; None when the container is not running."""
+    """Output of :func:`rank_envs` -> [RankProcess]; None when the container is not running."""
     ranks, current = [], None
     for line in text.splitlines():
         if line == "@notrunning":

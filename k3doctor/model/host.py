@@ -2,7 +2,8 @@
 
 Each view comes with the reading that produces it, so a gather script and the code that reads its
 output stay side by side. Every reading is one command in the node's single gather script: sizes of
-all shards from one ``find``, free space of all directories from one ``stat -f`` loop.
+all shards from one ``find``, free space of all directories from one ``stat -f`` loop; the Docker
+root's ``stat -f`` gets the root from the engine's API (no ``docker`` CLI started on the node).
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from dataclasses import dataclass, field
 from k3doctor.parsers import ParseError
 from k3doctor.parsers.fsinfo import FIND_FORMAT, STATFS_FORMAT, StatFs, parse_find_listing, parse_statfs_line
 from k3doctor.parsers.meminfo import parse_meminfo
-from k3doctor.readings import Command, File, sh
+from k3doctor.readings import DOCKER_ROOT_DIR, Command, EngineFactCommand, File, sh, sh_with_fact
 from k3doctor.shell import quote
 
 MEMINFO = File("/proc/meminfo")
@@ -60,11 +61,9 @@ def free_space(paths) -> Command:
     return sh(_statfs_each(" ".join(quote(p) for p in paths)))
 
 
-def docker_root_free_space() -> Command:
-    """statvfs of the Docker root the engine reports (``DockerRootDir`` of the Docker API)."""
-    return sh("p=$(docker info --format '{{.DockerRootDir}}') || exit; "
-              "[ -n \"$p\" ] || { echo 'docker info printed no DockerRootDir' >&2; exit 3; }; "
-              + _statfs_each('"$p"'))
+def docker_root_free_space() -> EngineFactCommand:
+    """statvfs of the Docker root the engine reports (``DockerRootDir`` of the Docker API, the script's $1)."""
+    return sh_with_fact(_statfs_each('"$1"'), DOCKER_ROOT_DIR)
 
 
 def spaces(reading, expected: int, label: str = "stat -f") -> list:

@@ -2,7 +2,8 @@
 
 A Docker engine that is stopped, never answers or trickles a byte every few seconds is a real unix
 socket (served here) bind-mounted over the node's ``/run/docker.sock`` inside its mount namespace only;
-the node's own dockerd is untouched and comes back when the mount is removed.
+the node's own dockerd is untouched and comes back when the mount is removed. The node's ``docker`` CLI
+is watched the same way: a logging wrapper bind-mounted over it in that node's namespace only.
 """
 from __future__ import annotations
 

@@ -198,6 +198,10 @@ def test_docker_engine_stopped_or_slow(rack, tmp_path, mode, node, cause):
     assert_contained(rack, case, rc, doc, took, victim.name, cause)
     [rack_free] = [r for r in doc["results"] if r["check"] == "rack-free" and r["node"] == victim.name]
     assert rack_free["status"] == "ERROR" and re.search(cause, rack_free["message"])
+    # the Docker root is an engine fact: unreadable with the engine's own words, as when the CLI asked
+    [root] = [r for r in doc["results"] if r["check"] == "host-resources" and r["node"] == victim.name
+              and r["status"] == "ERROR"]
+    assert root["message"].startswith("Docker root free space not readable: ") and re.search(cause, root["message"])
 
 
 def test_sudo_wanting_a_password(rack, tmp_path):

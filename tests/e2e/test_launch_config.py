@@ -6,12 +6,15 @@ node; the healthy rack (validated env and launch command) gives no finding at al
 The rack is this module's own: every scenario recreates our container, which must not disturb other
 modules' racks."""
 import json
+import shlex
+import subprocess
 
 import pytest
 import yaml
 
 from tests.conftest import private_rack
 from tests.e2e.cli import k3, k3json
+from tests.e2e.faults import docker_cli_recorded
 
 pytestmark = pytest.mark.e2e
 CHECK = "launch-config"
@@ -113,3 +116,44 @@ def test_secret_values_never_reach_the_report_or_the_saved_readings(rack, tmp_pa
     assert "k3rigSECRET" not in out + err
     rc_judge, again, _ = k3("judge", saved, "--format", "json")
     assert findings(json.loads(again)) == findings(doc) and "k3rigSECRET" not in again
+
+
+CLI_FACTS = {"State.Pid": "docker inspect -f '{{.State.Pid}}' k3ep16",  # how the readings got them before
+             "DockerRootDir": "docker info --format '{{.DockerRootDir}}'"}
+
+
+def test_engine_facts_start_no_docker_cli_on_the_node_and_read_what_the_cli_would(rack, tmp_path):
+    """launch-config's ranks and host-resources' Docker root need one engine fact each (the container's
+    PID, DockerRootDir): it comes from the Docker API, so no `docker` CLI starts on the node for them (a
+    logging wrapper around ct14's CLI sees only the API channel's own `docker system dial-stdio`, if
+    any), and each reading is what the same script reads given the fact by the CLI, the old way."""
+    rack.apply("launch-rank-env")  # ct14 runs ATOM ranks
+    ct14, saved = rack.nodes[1], tmp_path / "state.json"
+    with docker_cli_recorded(ct14) as starts:
+        rc, doc = k3json("check", "--nodes", rack.inventory_path, "--only", f"{CHECK},host-resources",
+                         "--save-readings", saved)
+        during_run = starts()
+        facts = {e["spec"]["fact"]: e for e in json.loads(saved.read_text())["nodes"]["ct14"]
+                 if e["spec"]["kind"] == "EngineFactCommand"}
+        old_way = {fact: ssh(rack, ct14, f'{shlex.join(e["spec"]["argv"])} "$({CLI_FACTS[fact]})"')
+                   for fact, e in facts.items()}
+        after_run = starts()[len(during_run):]
+    assert set(during_run) <= {"system dial-stdio"}, during_run
+    assert sorted(after_run) == ["info --format {{.DockerRootDir}}", "inspect -f {{.State.Pid}} k3ep16"]  # it sees
+    assert findings(doc) == [("ct14", "FAIL", "LAUNCH-ENV")] and rc == 1  # as test_fault_is_caught_... says
+    assert not [r for r in doc["results"] if r["check"] == "host-resources" and r["status"] != "PASS"]
+    ranks, root = (facts[f]["reading"] for f in ("State.Pid", "DockerRootDir"))
+    assert (ranks["rc"], ranks["stdout"]) == (old_way["State.Pid"].returncode, old_way["State.Pid"].stdout)
+    assert ranks["stdout"].count("@rank ") == 4
+    # stat -f: file system id, block size, blocks and path alike (free blocks move as the box writes)
+    fields = (root["stdout"].split()[:3], root["stdout"].split(" ", 5)[5])
+    assert fields == (old_way["DockerRootDir"].stdout.split()[:3], old_way["DockerRootDir"].stdout.split(" ", 5)[5])
+    assert fields[1].strip() == str(ct14.dir / "docker" / "data")
+    assert any(f"Docker root {ct14.dir / 'docker' / 'data'}" in r["message"] for r in doc["results"]
+               if r["check"] == "host-resources" and r["node"] == "ct14")
+
+
+def ssh(rack, node, command):
+    return subprocess.run(["ssh", "-i", str(rack.identity_file), "-o", f"UserKnownHostsFile={rack.known_hosts}",
+                           "-o", "BatchMode=yes", "-p", str(node.port), f"root@{node.host}", command],
+                          capture_output=True, text=True, timeout=60)

@@ -9,7 +9,7 @@ from k3rig.fixtures import healthy_checkpoint, meminfo_text
 
 from k3doctor import testing
 from k3doctor.inventory import Node, Settings
-from k3doctor.readings import CommandReading, FileReading, Readings, Unavailable
+from k3doctor.readings import Command, CommandReading, EngineFactCommand, FileReading, Readings, Unavailable
 from k3doctor.registry import REGISTRY
 from k3doctor.results import Status
 
@@ -176,13 +176,17 @@ def test_missing_log_directory_warns_and_a_missing_docker_root_is_an_error():
 
 
 @pytest.mark.parametrize("reading, says", [
-    (cmd("", rc=1, stderr="Cannot connect to the Docker daemon at unix:///var/run/docker.sock."),
-     "docker info, then stat -f exited 1: Cannot connect to the Docker daemon"),
+    (Unavailable("Docker engine on ct16 not readable: Cannot connect to the Docker daemon at "
+                 "unix:///var/run/docker.sock. Is the docker daemon running?"),  # as the gatherer words it
+     "Docker root free space not readable: Docker engine on ct16 not readable: Cannot connect to the Docker daemon"),
+    (Unavailable("Docker engine on ct16 reports no usable DockerRootDir (None)"), "no usable DockerRootDir"),
+    (cmd("", rc=1, stderr=f"stat: cannot read file system information for '{ROOT}': Permission denied"),
+     "stat -f exited 1: stat: cannot read file system information"),
     (cmd("", rc=124), "timed out"),
     (cmd(statfs(ROOT, 100)[:30]), "unexpected line"),  # cut off
     (cmd(statfs(ROOT, 100) + statfs(ROOT, 100)), "expected 1 line(s), got 2"),
     (cmd(statfs(ROOT, 100), truncated=True), "cut off"),
-])
+], ids=["engine-down", "no-root-dir", "stat-failed", "timed-out", "cut-off", "twice", "capped"])
 def test_unreadable_docker_root_is_an_error_never_a_pass(reading, says):
     verdicts = judge({"ct16": {"docker_root": reading}})
     v = only(verdicts)
@@ -309,6 +313,10 @@ def test_reads_follow_the_parameters():
                                                              "log_dirs": ["/a b", "/c"]}}))
     assert set(specs) == {"meminfo", "checkpoint", "docker_root", "log_dirs"}
     assert "d='/data/it'\"'\"'s here'" in specs["checkpoint"].argv[2]
-    assert "docker info" not in specs["docker_root"].argv[2] and "/srv/docker" in specs["docker_root"].argv[2]
+    assert type(specs["docker_root"]) is Command and "/srv/docker" in specs["docker_root"].argv[2]  # no engine
+    assert "docker" not in specs["docker_root"].argv[2].replace("/srv/docker", "")
     assert "for p in '/a b' /c;" in specs["log_dirs"].argv[2]
-    assert "docker info --format" in CHECK.readings_for(Settings())["docker_root"].argv[2]
+    auto = CHECK.readings_for(Settings())["docker_root"]  # the engine's DockerRootDir, as $1: no docker CLI
+    assert (type(auto), auto.fact, auto.argv[0:2], auto.argv[3:]) == (EngineFactCommand, "DockerRootDir",
+                                                                     ("sh", "-c"), ("k3doctor",))
+    assert "docker" not in auto.argv[2] and '"$1"' in auto.argv[2]

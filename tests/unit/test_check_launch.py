@@ -23,7 +23,15 @@ from k3doctor.model.container import (
     record_from_inspect,
 )
 from k3doctor.parsers import ParseError
-from k3doctor.readings import CommandReading, ContainerInspect, ContainerReading, FileReading, Readings
+from k3doctor.readings import (
+    CommandReading,
+    ContainerInspect,
+    ContainerReading,
+    EngineFactCommand,
+    FileReading,
+    Readings,
+    Unavailable,
+)
 from k3doctor.registry import REGISTRY
 from k3doctor.results import Status
 
@@ -273,6 +281,20 @@ def test_container_missing_stopped_or_wrong_image():
     a["Config"]["Image"] = "rocm/fw-bringup:gfx1250-atom-dev-20260729"
     expects = "the inventory expects rocm/fw-bringup:gfx1250-atom-20260918-ep8"
     assert expects in only(judge({"ct13": readings(a)})).message
+
+
+
+def test_the_ranks_reading_gets_the_containers_pid_from_the_engine_not_from_a_docker_cli():
+    spec = CHK.readings_for(Settings(container="k3ep16-b"))["ranks"]
+    assert (type(spec), spec.fact, spec.container) == (EngineFactCommand, "State.Pid", "k3ep16-b")
+    assert spec.argv[:2] == ("sh", "-c") and spec.argv[3:] == ("k3doctor",)  # the PID comes as $1
+    assert "docker" not in spec.argv[2] and "k3ep16-b" not in spec.argv[2]
+
+
+def test_a_missing_container_whose_pid_could_not_be_read_fails_as_before():
+    r = readings("missing").raw() | {"ranks": Unavailable("container k3ep16 does not exist on ct13 (404 ...)")}
+    v = only(judge({"ct13": Readings(r)}))
+    assert (v.status, v.remediation) == (Status.FAIL, "LAUNCH-CONTAINER") and "does not exist" in v.message
 
 
 # ----------------------------------------------------------------------------- launch command (§17, §21, §22)
