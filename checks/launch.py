@@ -542,6 +542,8 @@ def _launch(c: ContainerView, script):
     where = f"launch script {script['path']}"
     if script.get("error"):
         return fail(f"{where} named in the inventory: {script['error']} (§17)", remediation=ARGS), where
+    if script.get("cut"):
+        return error(f"{where} is larger than the 1 MiB read of it: cut off, its server command not judged"), where
     if not script.get("launch"):
         why = "no --data-parallel-size / atom.entrypoints command found"
         return error(f"{where} starts no model server ({why})"), where

@@ -333,9 +333,10 @@ def gather_container(transport, spec: ContainerInspect, deadline: Deadline | Non
             return ContainerReading(None)
         script = None
         if spec.launch_script:
-            script = {"path": spec.launch_script, "launch": None, "error": None}
+            script = {"path": spec.launch_script, "launch": None, "error": None, "cut": False}
             try:
-                script["launch"] = launch_from_script(_archived_text(api, spec.container, spec.launch_script))
+                text, script["cut"] = _archived_text(api, spec.container, spec.launch_script)
+                script["launch"] = None if script["cut"] else launch_from_script(text)
             except docker.errors.NotFound:
                 script["error"] = "no such file in the container"
         return ContainerReading(record_from_inspect(attrs, set(spec.keep)), script)
@@ -399,18 +400,28 @@ def gather_with_facts(transport, facts: dict, *, command_timeout_s: float, deadl
     return got | {spec: read[command] for spec, command in commands.items()}
 
 
-def _archived_text(api, container: str, path: str, cap_bytes: int = 1 << 20) -> str:
-    """A file of a container through the archive API (a tar of one member)."""
+LAUNCH_SCRIPT_CAP_BYTES = 1 << 20  # a launch script is a few KB; more is not read (nor judged)
+
+
+def _archived_text(api, container: str, path: str, cap_bytes: int = LAUNCH_SCRIPT_CAP_BYTES) -> tuple:
+    """(text, cut) of a file of a container through the archive API (a tar of one member); at most
+    ``cap_bytes`` of it cross the connection, and ``cut`` says the file is longer than that."""
     import io
     import tarfile
 
     stream, _ = api.get_archive(container, path)
-    data = b"".join(stream)
-    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-        member = next((m for m in tar.getmembers() if m.isfile()), None)
-        if member is None:
+    chunks, got = [], 0
+    for chunk in stream:  # the tar header, then the file: stop once the cap (and one block more) is in
+        chunks.append(chunk)
+        got += len(chunk)
+        if got > cap_bytes + 2 * tarfile.BLOCKSIZE:
+            break
+    with tarfile.open(fileobj=io.BytesIO(b"".join(chunks)), mode="r|") as tar:
+        member = tar.next()
+        if member is None or not member.isfile():
             raise ValueError(f"{path} is not a regular file")
-        return tar.extractfile(member).read(cap_bytes).decode("utf-8", "replace")
+        data = tar.extractfile(member).read(cap_bytes)
+    return data.decode("utf-8", "replace"), member.size > cap_bytes
 
 
 def _engine_now(stamp: str) -> float:

@@ -337,6 +337,42 @@ def test_launch_script_named_but_absent_fails_and_one_without_server_is_an_error
     assert (v.status, v.remediation) == (Status.FAIL, "LAUNCH-ARGS")
     v = only(judge({"ct13": readings(script={"path": "/app/x.sh", "launch": None, "error": None})}))
     assert v.status == Status.ERROR and "starts no model server" in v.message
+    v = only(judge({"ct13": readings(script={"path": "/app/x.sh", "launch": None, "error": None, "cut": True})}))
+    assert v.status == Status.ERROR and "cut off, its server command not judged" in v.message
+
+
+class _ArchiveAPI:
+    """The one Docker API call the launch-script read makes, answered with a real tar stream in chunks."""
+
+    def __init__(self, content: bytes, chunk: int = 64 << 10):
+        import io
+        import tarfile
+
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            info = tarfile.TarInfo("launch_server.sh")
+            info.size = len(content)
+            tar.addfile(info, io.BytesIO(content))
+        self.data, self.chunk, self.sent = buf.getvalue(), chunk, 0
+
+    def get_archive(self, container, path):
+        def chunks():
+            for at in range(0, len(self.data), self.chunk):
+                self.sent += len(self.data[at:at + self.chunk])
+                yield self.data[at:at + self.chunk]
+        return chunks(), {"name": "launch_server.sh", "size": len(self.data)}
+
+
+def test_a_launch_script_past_the_cap_is_read_only_to_the_cap_and_said_to_be_cut():
+    from k3doctor.gather import _archived_text
+
+    small = _ArchiveAPI(b"#!/bin/sh\nexec python3 -m atom.entrypoints.openai_server\n")
+    assert _archived_text(small, "k3ep16", "/app/launch_server.sh") == (
+        "#!/bin/sh\nexec python3 -m atom.entrypoints.openai_server\n", False)
+    big = _ArchiveAPI(b"#" * (8 << 20))
+    text, cut = _archived_text(big, "k3ep16", "/app/launch_server.sh", cap_bytes=1 << 20)
+    assert cut and len(text) == 1 << 20
+    assert big.sent < (1 << 20) + (256 << 10)  # the other 7 MiB never crossed the connection
 
 
 def test_script_parsing_keeps_only_the_server_command_with_credentials_redacted():
