@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import time
-import xml.etree.ElementTree as ET
 
 from . import __version__
 from .registry import REGISTRY
@@ -95,6 +94,8 @@ def render_junit(report, checks, remediations=None) -> str:
     remediation text ``k3doctor explain`` prints. Node text is made XML-safe (NUL, escapes).
     """
     remediations = REGISTRY.remediations if remediations is None else remediations
+    import xml.etree.ElementTree as ET  # only this format needs it
+
     suite = ET.Element("testsuite", name="k3doctor", time=f"{report.duration_s:.3f}")
     counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
     for chk in checks:
