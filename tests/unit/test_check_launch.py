@@ -364,7 +364,7 @@ class _ArchiveAPI:
 
 
 def test_a_launch_script_past_the_cap_is_read_only_to_the_cap_and_said_to_be_cut():
-    from k3doctor.gather import _archived_text
+    from k3doctor.engine_reads import _archived_text
 
     small = _ArchiveAPI(b"#!/bin/sh\nexec python3 -m atom.entrypoints.openai_server\n")
     assert _archived_text(small, "k3ep16", "/app/launch_server.sh") == (

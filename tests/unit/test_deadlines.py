@@ -110,7 +110,7 @@ def test_cancel_stops_a_gather_in_flight_and_cleans_up(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("mode", ["silent", "trickle"])
 def test_a_docker_engine_that_never_answers_or_trickles_ends_at_the_deadline(tmp_path, monkeypatch, mode):
-    from k3doctor.gather import gather_docker
+    from k3doctor.engine_reads import gather_docker
     from k3doctor.readings import Docker
     from tests.e2e.faults import FakeEngine
 

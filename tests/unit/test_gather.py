@@ -121,7 +121,7 @@ def test_a_file_read_that_blocks_is_killed_at_the_command_timeout(tmp_path):
 
 
 def test_engine_clock_parses_docker_nanosecond_stamps():
-    from k3doctor.gather import _engine_now
+    from k3doctor.engine_reads import _engine_now
 
     assert _engine_now("2026-11-29T19:00:27.123456789Z") == pytest.approx(1795978827.123456)
     assert _engine_now("2026-11-29T20:00:27.5+01:00") == pytest.approx(1795978827.5)
@@ -129,7 +129,7 @@ def test_engine_clock_parses_docker_nanosecond_stamps():
 
 
 def test_rack_free_docker_reading_asks_the_engine_only_for_containers_and_events():
-    from k3doctor.gather import gather_docker
+    from k3doctor.engine_reads import gather_docker
     from k3doctor.inventory import Settings
     from k3doctor.registry import REGISTRY, load_checks
 

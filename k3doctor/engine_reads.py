@@ -1,0 +1,222 @@
+"""A node's Docker engine through the Docker SDK, on the node's own connection (k3doctor/dockerssh.py).
+
+One client a node for every engine reading: the containers and recent events (rack-free), our container's
+inspect and launch script (launch-config), and the facts other readings' commands need (the engine's root
+dir, a container's PID: ``EngineFactCommand``). Each reading is bounded by the node's deadline and every
+failure is an ``Unavailable`` naming its cause; ``info()`` and each inspect are asked once a node.
+"""
+from __future__ import annotations
+
+import re
+import time
+
+from .deadline import Deadline, seconds
+from .model.container import launch_from_script, record_from_inspect
+from .readings import (
+    CONTAINER_PID,
+    DOCKER_ROOT_DIR,
+    ContainerInspect,
+    ContainerReading,
+    Docker,
+    DockerReading,
+    EngineFactCommand,
+    Unavailable,
+)
+from .transport import TransportError
+
+
+def _engine_read(transport, deadline: Deadline | None, what: str, read) -> object:
+    """One SDK reading of the node's engine, bounded by the node's deadline: the transport kills the API
+    channel on the node at the deadline and closes it here, so an engine that never answers (or trickles a
+    byte now and then) ends the read then. Every failure is Unavailable, naming the cause."""
+    deadline = deadline or Deadline(120.0)
+    if deadline.expired and getattr(transport, "failure", None) is None:  # a failure already met reads as itself
+        return Unavailable(f"Docker engine on {transport.node} not read: the node deadline was reached first")
+    client = None
+    try:
+        client = transport.docker(deadline)
+        return read(client.api)
+    except TransportError as exc:
+        return Unavailable(str(exc))
+    except Exception as exc:  # docker SDK raises many types; all mean "could not read the engine"
+        said = getattr(client, "channel_errors", lambda: "")()  # the node's `docker` names the cause
+        detail = said or _short(exc)
+        if deadline.expired:
+            return Unavailable(f"Docker engine on {transport.node} did not answer within the node deadline "
+                               f"of {deadline.budget_s:g}s (engine hung or overloaded?): {detail}")
+        return Unavailable(f"Docker engine on {transport.node}{what} not readable: {detail}")
+    finally:
+        if client is not None:
+            client.close()
+
+
+def gather_docker(transport, spec: Docker, deadline: Deadline | None = None) -> object:
+    """Containers (all, never filtered by name) and the engine's recent events, via the SDK."""
+    def read(api):
+        now = _engine_now(api.info().get("SystemTime", ""))
+        containers = api.containers(all=True)
+        since = seconds(spec.events_since_s, 1800.0)
+        events = list(api.events(since=now - since, until=now, decode=True))
+        return DockerReading(containers=containers, events=events, now=now)
+
+    return _engine_read(transport, deadline, "", read)
+
+
+def gather_container(transport, spec: ContainerInspect, deadline: Deadline | None = None) -> object:
+    """Our container's inspect (and launch script) via the SDK, redacted before it is kept anywhere."""
+    import docker
+
+    def read(api):
+        try:
+            attrs = api.inspect_container(spec.container)
+        except docker.errors.NotFound:
+            return ContainerReading(None)
+        script = None
+        if spec.launch_script:
+            script = {"path": spec.launch_script, "launch": None, "error": None, "cut": False}
+            try:
+                text, script["cut"] = _archived_text(api, spec.container, spec.launch_script)
+                script["launch"] = None if script["cut"] else launch_from_script(text)
+            except docker.errors.NotFound:
+                script["error"] = "no such file in the container"
+        return ContainerReading(record_from_inspect(attrs, set(spec.keep)), script)
+
+    return _engine_read(transport, deadline, f": container {spec.container}", read)
+
+
+def gather_engine_fact(transport, spec: EngineFactCommand, deadline: Deadline | None = None) -> object:
+    """The engine fact ``spec`` needs, as the text of its last argument, through the SDK (asked once per node
+    with the other engine readings, see _AskedOnce); Unavailable naming why the engine cannot give it."""
+    what = f": container {spec.container}" if spec.container else ""
+    return _engine_read(transport, deadline, what, lambda api: _FACTS[spec.fact](api, spec, transport.node))
+
+
+def _docker_root_dir(api, spec: EngineFactCommand, node: str) -> object:
+    root = api.info().get("DockerRootDir")
+    if not isinstance(root, str) or not root.startswith("/"):
+        return Unavailable(f"Docker engine on {node} reports no usable DockerRootDir ({root!r})")
+    return root
+
+
+def _container_pid(api, spec: EngineFactCommand, node: str) -> object:
+    """State.Pid as the engine has it: 0 for a container that is not running (its command decides)."""
+    import docker
+
+    try:
+        state = api.inspect_container(spec.container).get("State") or {}
+    except docker.errors.NotFound as exc:
+        return Unavailable(f"container {spec.container} does not exist on {node} ({_short(exc)})")
+    pid = state.get("Pid")
+    if type(pid) is not int or pid < 0:
+        return Unavailable(f"Docker engine on {node}: container {spec.container} has no usable State.Pid ({pid!r})")
+    return str(pid)
+
+
+_FACTS = {DOCKER_ROOT_DIR: _docker_root_dir, CONTAINER_PID: _container_pid}
+
+
+LAUNCH_SCRIPT_CAP_BYTES = 1 << 20  # a launch script is a few KB; more is not read (nor judged)
+
+
+def _archived_text(api, container: str, path: str, cap_bytes: int = LAUNCH_SCRIPT_CAP_BYTES) -> tuple:
+    """(text, cut) of a file of a container through the archive API (a tar of one member); at most
+    ``cap_bytes`` of it cross the connection, and ``cut`` says the file is longer than that."""
+    import io
+    import tarfile
+
+    stream, _ = api.get_archive(container, path)
+    chunks, got = [], 0
+    for chunk in stream:  # the tar header, then the file: stop once the cap (and one block more) is in
+        chunks.append(chunk)
+        got += len(chunk)
+        if got > cap_bytes + 2 * tarfile.BLOCKSIZE:
+            break
+    with tarfile.open(fileobj=io.BytesIO(b"".join(chunks)), mode="r|") as tar:
+        member = tar.next()
+        if member is None or not member.isfile():
+            raise ValueError(f"{path} is not a regular file")
+        data = tar.extractfile(member).read(cap_bytes)
+    return data.decode("utf-8", "replace"), member.size > cap_bytes
+
+
+def _engine_now(stamp: str) -> float:
+    """The engine's clock (RFC 3339, nanoseconds), so the events window is right even when clocks are skewed."""
+    from datetime import datetime
+
+    match = re.match(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?(Z|[+-]\d\d:\d\d)$", stamp)
+    if not match:
+        return time.time()
+    head, frac, zone = match.groups()
+    micro = (frac or ".0")[:7]
+    return datetime.fromisoformat(f"{head}{micro}{'+00:00' if zone == 'Z' else zone}").timestamp()
+
+
+def _short(exc: Exception) -> str:
+    text = str(exc).strip().splitlines()
+    return (text[0] if text else type(exc).__name__)[:300]
+
+
+class SharedEngine:
+    """One Docker SDK client (one channel on the node's connection) for every engine reading of a node,
+    bounded by the node's deadline; an engine that could not be reached is not tried again for the next
+    reading (each try starts the node's ``docker system dial-stdio``)."""
+
+    def __init__(self, transport, deadline: Deadline):
+        self.node, self._transport, self._deadline, self._client = transport.node, transport, deadline, None
+        self._api = self.failure = None
+
+    def docker(self, deadline: Deadline | None = None):
+        if self.failure is not None:
+            raise self.failure
+        if self._client is None:
+            try:
+                self._client = self._transport.docker(self._deadline)
+            except Exception as exc:  # noqa: BLE001 -- every reading of the node reads as this failure
+                self.failure = exc
+                raise
+            self._api = _AskedOnce(self._client.api)
+        return _Borrowed(self._client, self._api)
+
+    def close(self):
+        if self._client is not None:
+            self._client.close()
+
+
+class _AskedOnce:
+    """The engine's API as one node's readings share it: ``info()`` and each container's inspect are asked
+    once, by whichever reading needs them first; the others get the same answer (or the same failure)."""
+
+    SHARED = ("info", "inspect_container")
+
+    def __init__(self, api):
+        self._api, self._asked = api, {}
+
+    def __getattr__(self, name):
+        call = getattr(self._api, name)
+        if name not in self.SHARED:
+            return call
+
+        def once(*args, **kw):
+            key = (name, args, tuple(sorted(kw.items())))
+            if key not in self._asked:
+                try:
+                    self._asked[key] = (call(*args, **kw), None)
+                except Exception as exc:  # noqa: BLE001 -- whoever asks next gets this failure too
+                    self._asked[key] = (None, exc)
+            answer, failure = self._asked[key]
+            if failure is not None:
+                raise failure
+            return answer
+
+        return once
+
+
+class _Borrowed:
+    """The shared client as one reading sees it: closing it is the engine's job, not the reading's."""
+
+    def __init__(self, client, api):
+        self.api = api
+        self.channel_errors = getattr(client, "channel_errors", lambda: "")
+
+    def close(self):
+        pass
