@@ -94,7 +94,7 @@ class EngineFactCommand(Command):
 
     The fact comes from the Docker API the gatherer reads anyway (one ``info()``, one inspect per
     container and node, shared with the ``Docker`` and ``ContainerInspect`` readings), not from a
-    ``docker`` CLI started on the node for it (a 42 MB Go binary, ~65 ms of the node's CPU each). It
+    ``docker`` CLI started on the node for it (a 42 MB Go binary, 30-60 ms of the node's CPU each on the test rack). It
     travels as an argument, never as script text. ``fact``: one of ``ENGINE_FACTS``; ``container``
     names the container whose ``State.Pid`` it is. The reading is a ``CommandReading``; a fact the
     engine cannot give (engine down, no such container) is ``Unavailable`` naming why."""
