@@ -116,6 +116,7 @@ _FACTS = {DOCKER_ROOT_DIR: _docker_root_dir, CONTAINER_PID: _container_pid}
 
 
 LAUNCH_SCRIPT_CAP_BYTES = 1 << 20  # a launch script is a few KB; more is not read (nor judged)
+ARCHIVE_CHUNK_BYTES = 64 << 10  # what one read of the archive takes (the SDK's default is 2 MiB)
 
 
 def _archived_text(api, container: str, path: str, cap_bytes: int = LAUNCH_SCRIPT_CAP_BYTES) -> tuple:
@@ -124,13 +125,14 @@ def _archived_text(api, container: str, path: str, cap_bytes: int = LAUNCH_SCRIP
     import io
     import tarfile
 
-    stream, _ = api.get_archive(container, path)
+    stream, _ = api.get_archive(container, path, chunk_size=ARCHIVE_CHUNK_BYTES)
     chunks, got = [], 0
-    for chunk in stream:  # the tar header, then the file: stop once the cap (and one block more) is in
+    for chunk in stream:  # the tar headers (a PAX one too), then the file: stop once the cap is in
         chunks.append(chunk)
         got += len(chunk)
-        if got > cap_bytes + 2 * tarfile.BLOCKSIZE:
+        if got > cap_bytes + ARCHIVE_CHUNK_BYTES:
             break
+    stream.close()
     with tarfile.open(fileobj=io.BytesIO(b"".join(chunks)), mode="r|") as tar:
         member = tar.next()
         if member is None or not member.isfile():

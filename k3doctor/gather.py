@@ -73,10 +73,6 @@ bg() { ( ulimit -f {blocks}; exec "$@" ) > "$t/o" 2> "$t/e" < /dev/null & w=$!; 
 {emit}# One process for every file and glob (k3doctor/file_reader.py), in a process group of its own like any
 # reading; it writes whole frames itself. Without the node's python3 the shell reads them one by one.
 batch() { ( exec "$@" ) < /dev/null & w=$!; wait "$w"; r=$?; kill -9 "-$w" 2>/dev/null; w=; return $r; }
-# Every reading of one container in one `docker exec` (k3doctor/gather.py, _IN_CONTAINER): the
-# container's shell writes their frames itself; then one frame here with docker's own exit and stderr.
-inside() { i=$1; shift; ( exec "$@" ) 2> "$t/e" < /dev/null & w=$!; wait "$w"; r=$?
-  kill -9 "-$w" 2>/dev/null; w=; : > "$t/o"; emit "$i" $r ''; }
 none() { printf '@@{nonce} %s %s 0 0 0 %s\n%s' "$1" "$2" ${#3} "$3"; }
 readf() {
   if [ -d "$2" ]; then none "$1" D "$2"
@@ -87,28 +83,42 @@ readf() {
 
 
 # The script a container's shell runs for its readings (`run INDEX TIMEOUT ARGV...`), framed like the
-# node's: output capped where it is written, each command under its own `timeout` where the image has one
-# (the node's `timeout` around the whole exec bounds it anyway), the temporary directory removed on exit.
-_IN_CONTAINER = r"""LC_ALL=C; export LC_ALL
-t=$(mktemp -d "${TMPDIR:-/tmp}/k3doctor.XXXXXXXX") || { echo "k3doctor: no mktemp in the container" >&2; exit 97; }
+# node's: each command's output capped where it is written, each under its own `timeout`, the whole script
+# under one (where the image has a coreutils-style `timeout`: coreutils, busybox >= 1.30), its temporary
+# directory removed on exit. WRAPPER runs BODY (its $1) under that `timeout` where there is one; BODY's
+# own $1 says whether each command gets one too.
+_IN_CONTAINER_WRAPPER = (
+    'if timeout -k 1 5 true 2>/dev/null; then exec timeout -k {kill_after} {total} sh -c "$1" k3doctor 1; fi; '
+    'exec sh -c "$1" k3doctor ""')
+_IN_CONTAINER_BODY = r"""to=$1
+t=$(mktemp -d "${TMPDIR:-/tmp}/k3doctor.XXXXXXXX" 2>/dev/null || mktemp -d /dev/shm/k3doctor.XXXXXXXX 2>/dev/null) ||
+  { echo "k3doctor: no writable temporary directory in the container (read-only root file system?)" >&2; exit 97; }
 trap 'rm -rf "$t"' EXIT
 trap 'rm -rf "$t"; exit 143' TERM HUP INT PIPE
-timeout -k 1 5 true 2>/dev/null && to=1 || to=  # coreutils, busybox >= 1.30 (older busybox wants -t SECS)
 {emit}run() { i=$1; s=$2; shift 2; [ -n "$to" ] && set -- timeout -k {kill_after} "$s" "$@"
   ( ulimit -f {blocks}; exec "$@" ) > "$t/o" 2> "$t/e" < /dev/null; emit "$i" $? ''; }
 """
-CONTAINER_EXEC_MARGIN_S = 5.0  # the whole exec's own timeout: its readings' timeouts, and this
+FRAME_HEAD_BYTES = 128  # a frame's header line (and the path, empty here) at most
+CONTAINER_EXEC_MARGIN_S = 5.0  # past the readings' own timeouts (each + its KILL), for the exec to start and end
 
 
-def _in_container(batch: int, members: list, command_timeout_s: float, fill) -> str:
-    """One `docker exec` running every (index, InContainer) of one container; its frame has index ``batch``."""
+def _in_container(batch: int, members: list, command_timeout_s: float, cap_bytes: int, fill) -> str:
+    """One `docker exec` running every (index, InContainer) of one container. Its output (their frames) is
+    captured on the node like any reading's and framed as reading ``batch``: a cut-off or killed exec can
+    only lose readings, never run one reading's frame into another's (see _exec_outcomes). So that all of
+    them fit in that one reading's cap, each gets its share of it (stdout and stderr alike)."""
     timeouts = [seconds(spec.timeout_s or command_timeout_s, 30.0) for _, spec in members]
-    body = fill(_IN_CONTAINER) + "".join(f"run {i} {t:g} {join(spec.inner)}\n"
-                                         for (i, spec), t in zip(members, timeouts, strict=True))
-    total = sum(timeouts) + CONTAINER_EXEC_MARGIN_S
+    inner = sum(t + KILL_AFTER_S for t in timeouts) + CONTAINER_EXEC_MARGIN_S
+    share = max(1, (cap_bytes - FRAME_HEAD_BYTES * len(members)) // (2 * len(members)))
+    own_cap = (_IN_CONTAINER_BODY.replace("{emit}", _EMIT).replace("{cap}", str(share))
+               .replace("{blocks}", str(share // FSIZE_BLOCK + 1)))
+    body = fill(own_cap) + "".join(f"run {i} {t:g} {join(spec.inner)}\n"
+                                              for (i, spec), t in zip(members, timeouts, strict=True))
+    wrapper = _IN_CONTAINER_WRAPPER.replace("{kill_after}", f"{KILL_AFTER_S:g}").replace("{total}", f"{inner:g}")
     container = members[0][1].container
-    return (f"inside {batch} timeout -k {KILL_AFTER_S:g} {total:g} "
-            f"{join(['docker', 'exec', container, 'sh', '-c', body, 'k3doctor-in-container'])}")
+    exec_ = join(["docker", "exec", container, "sh", "-c", wrapper, "k3doctor-in-container", body])
+    outer = inner + KILL_AFTER_S + CONTAINER_EXEC_MARGIN_S  # the container's own timeout ends it first
+    return f"bg timeout -k {KILL_AFTER_S:g} {outer:g} {exec_}; emit {batch} $? ''"
 
 
 def _script_for(index: int, spec, command_timeout_s: float) -> str:
@@ -161,7 +171,7 @@ def build_script(specs: list, nonce: str, command_timeout_s: float, cap_bytes: i
         elif isinstance(spec, InContainer):  # all of its container's readings, where the first stands
             first = [b for b, members in batches.items() if members[0][0] == i]
             if first:
-                lines.append(_in_container(first[0], batches[first[0]], command_timeout_s, fill))
+                lines.append(_in_container(first[0], batches[first[0]], command_timeout_s, cap_bytes, fill))
         elif not isinstance(spec, (File, Glob)):
             lines.append(_script_for(i, spec, command_timeout_s))
     return fill(_PRELUDE) + "\n".join(lines) + "\n"
@@ -177,8 +187,9 @@ def container_batches(specs: list) -> dict:
     return {len(specs) + k: members for k, members in enumerate(by_container.values())}
 
 
-def parse_frames(data: bytes, nonce: str) -> dict:
-    """index -> list of (rc, path, out, err, truncated); tolerant of a cut-off tail."""
+def parse_frames(data: bytes, nonce: str, raw: set = frozenset()) -> dict:
+    """index -> list of (rc, path, out, err, truncated); tolerant of a cut-off tail. ``out`` is text, or the
+    bytes themselves for the indices in ``raw`` (a container's exec, whose output is frames again)."""
     frames: dict = {}
     marker = f"@@{nonce} ".encode()
     pos = 0
@@ -201,7 +212,8 @@ def parse_frames(data: bytes, nonce: str) -> dict:
         if end > len(data):
             break  # the script was killed mid-frame
         path = data[body:body + path_len].decode("utf-8", "replace")
-        out = data[body + path_len:body + path_len + out_len].decode("utf-8", "replace")
+        out = data[body + path_len:body + path_len + out_len]
+        out = out if index in raw else out.decode("utf-8", "replace")
         err = data[body + path_len + out_len:end].decode("utf-8", "replace")
         frames.setdefault(index, []).append((rc, path, out, err, total_out > out_len))
         pos = end
@@ -239,18 +251,24 @@ def _reading(spec, frames: list, why_missing: str):
                           timed_out=code in (124, 137), truncated=truncated)
 
 
-def _exec_outcomes(specs: list, frames: dict) -> dict:
-    """Frames for the in-container readings that the container never framed: when ``docker exec`` itself
-    failed (no such container, engine down) or was killed at its timeout, each of them reads as that exec's
-    own exit status and stderr, as if it had been its own exec."""
-    filled = {}
+def _exec_outcomes(specs: list, frames: dict, nonce: str) -> dict:
+    """The in-container readings' frames, out of each container's one exec (its output, kept as bytes): the
+    frames the container's shell wrote, complete ones only. A reading it never framed, when ``docker exec``
+    itself failed (no such container, engine down) or was killed at its timeout, reads as that exec's own
+    exit status and stderr, as if it had been its own exec; otherwise it is missing (not read)."""
+    found = {}
     for batch, members in container_batches(specs).items():
         outcome = frames.get(batch)
-        if not outcome or outcome[0][0] == "0":
+        if not outcome:
             continue
-        rc, _, _, err, _ = outcome[0]
-        filled.update({i: [(rc, "", "", err, False)] for i, _ in members if i not in frames})
-    return filled
+        rc, _, body, err, _ = outcome[0]
+        inner = parse_frames(body, nonce)
+        for i, _ in members:
+            if i in inner:
+                found[i] = inner[i]
+            elif rc != "0":
+                found[i] = [(rc, "", "", err, False)]
+    return found
 
 
 def _describe(spec) -> str:
@@ -268,8 +286,8 @@ def gather_shell(transport, specs: list, *, command_timeout_s: float, deadline_s
     deadline_s = seconds(deadline_s, 120.0)
     script = build_script(specs, nonce, command_timeout_s, cap_bytes, deadline_s=deadline_s)
     result = transport.run_bytes("sh -s", timeout_s=deadline_s, stdin=script.encode())
-    frames = parse_frames(result.stdout, nonce)
-    frames.update(_exec_outcomes(specs, frames))
+    frames = parse_frames(result.stdout, nonce, raw=set(container_batches(specs)))
+    frames.update(_exec_outcomes(specs, frames, nonce))
     if result.timed_out:
         why = f"node deadline of {deadline_s:g}s reached (raise ssh.node_deadline_s if the node is just slow)"
     elif result.rc not in (0, None):
@@ -325,7 +343,12 @@ def gather(transport, specs: Iterable, *, command_timeout_s: float, deadline_s: 
                     engine_got[spec] = read(engine, spec, deadline)
         finally:
             engine.close()
-        engine_got.update(gather_with_facts(transport, facts, command_timeout_s=command_timeout_s, deadline=deadline))
+        try:
+            engine_got.update(gather_with_facts(transport, facts, command_timeout_s=command_timeout_s,
+                                                deadline=deadline))
+        except Exception as exc:  # noqa: BLE001 -- whatever it was, those readings say it (ERROR), not the engine
+            engine_got.update({spec: Unavailable(f"{_describe(spec)} not run: {type(exc).__name__}: {exc}")
+                               for spec in facts})
 
     reader = threading.Thread(target=read_engine, name=f"k3doctor-docker-{transport.node}", daemon=True)
     if engine_specs:
@@ -335,7 +358,8 @@ def gather(transport, specs: Iterable, *, command_timeout_s: float, deadline_s: 
     if engine_specs:  # ends at the deadline at the latest (its channels are closed then)
         reader.join(deadline.remaining() + DOCKER_STOP_MARGIN_S)
     for spec in engine_specs:
+        what = _describe(spec) if isinstance(spec, EngineFactCommand) else f"Docker engine on {transport.node}"
         results[spec] = engine_got.get(spec) or Unavailable(
-            f"Docker engine on {transport.node} not read by the node deadline of {deadline.budget_s:g}s")
+            f"{what} not read by the node deadline of {deadline.budget_s:g}s")
     return results
 

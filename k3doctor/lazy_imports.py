@@ -12,18 +12,26 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
+import threading
 import types
 
 DEFERRED = ("paramiko", "invoke")
+
+
+# Several node threads reach their first handshake (paramiko's first use) at once; re-entrant, as a
+# deferred module's import may use another deferred module.
+_SWAP = threading.RLock()
 
 
 class _Deferred(types.ModuleType):
     """Stands for a module until an attribute is asked for; then the real module is imported and answers."""
 
     def __getattr__(self, attr):
-        if sys.modules.get(self.__name__) is self:
-            del sys.modules[self.__name__]
-        return getattr(importlib.import_module(self.__name__), attr)
+        with _SWAP:
+            if sys.modules.get(self.__name__) is self:
+                del sys.modules[self.__name__]
+            real = importlib.import_module(self.__name__)
+        return getattr(real, attr)
 
 
 def defer(name: str) -> None:

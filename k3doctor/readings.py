@@ -56,7 +56,11 @@ class InContainer(Command):
 
     The gatherer runs every such reading of one container in a single ``docker exec`` (each exec costs
     the node's engine a runtime start, ~90 ms of CPU); the readings come back one by one, each with its
-    own exit status, output and timeout, exactly as if each had been its own exec."""
+    own exit status, output (its share of one reading's cap) and timeout. The container's shell frames
+    them: it needs ``sh``, ``mktemp``, ``wc``, ``head``, ``cat`` and a writable ``$TMPDIR``, ``/tmp`` or
+    ``/dev/shm`` (else every reading of that container is an ERROR saying so), and a coreutils-style
+    ``timeout`` for the per-reading and whole-script timeouts (without one, only the node's timeout around
+    the exec bounds it, and what a killed exec started in the container runs on until it ends)."""
 
     def __post_init__(self):
         super().__post_init__()

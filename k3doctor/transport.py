@@ -448,8 +448,13 @@ class SSHTransport(Transport):
 
     def _announced(self, command: str) -> str:
         """The command as sent: it first names its process group on stderr (for cancel), then becomes
-        ``command`` (a ``timeout``, which leads that group)."""
-        return self._as_user(f"sh -c {quote('echo ' + PID_MARK.decode().strip() + ' $$ >&2; exec ' + command)}")
+        ``command`` (a ``timeout``, which leads that group). With ``ssh.docker_socket`` set, every ``docker``
+        CLI the command starts (an exec into the container, its logs) asks that engine too, as the API does."""
+        engine = ""
+        if self.docker_socket:
+            engine = f"DOCKER_HOST={quote('unix://' + self.docker_socket)}; export DOCKER_HOST; "
+        announce = f"echo {PID_MARK.decode().strip()} $$ >&2; exec "
+        return self._as_user(f"sh -c {quote(engine + announce + command)}")
 
     def _execute(self, command, stdin, deadline_s):
         chan = self._channel()

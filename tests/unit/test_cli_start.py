@@ -50,3 +50,21 @@ def test_a_nodes_tcp_probe_comes_before_paramiko_and_its_handshake_after():
         out, err = proc.communicate(timeout=60)
     assert "before: False after: True" in out, (out, err)
     assert "said:" in out  # a listener that closes at once is no sshd: one TransportError, no traceback
+
+
+def test_many_threads_first_using_a_deferred_module_at_once_all_get_the_real_one():
+    code = textwrap.dedent("""
+        import sys, threading
+        from k3doctor import lazy_imports
+        import paramiko
+        got, barrier = [], threading.Barrier(16)
+        def first_use():
+            barrier.wait()
+            got.append(paramiko.SSHClient)
+        threads = [threading.Thread(target=first_use) for _ in range(16)]
+        [t.start() for t in threads]
+        [t.join() for t in threads]
+        print(len(got), len({id(c) for c in got}), type(sys.modules["paramiko"]).__name__)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.split() == ["16", "1", "module"], (out.stdout, out.stderr)

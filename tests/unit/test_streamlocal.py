@@ -41,3 +41,21 @@ def test_sudo_nodes_always_use_dial_stdio_and_say_only_its_cause():
     assert not route.streamlocal and route.refused is None
     assert route.unreachable("ct17", "docker system dial-stdio did not start: permission denied") == (
         "Docker engine on ct17 not reachable: docker system dial-stdio did not start: permission denied")
+
+
+def test_with_a_docker_socket_every_node_command_asks_that_engine_too(tmp_path):
+    """ssh.docker_socket: the docker CLI a node command starts (the container's exec, its logs) talks to the
+    engine the API channel reads, not the CLI's default; the path stays one shell word."""
+    import subprocess
+
+    from k3doctor.transport import SSHTransport, resolve_ssh_target
+
+    target = resolve_ssh_target("n1", "127.0.0.1", known_hosts="/dev/null")
+    odd = "/run/it's a dir/docker.sock"
+    marker = tmp_path / "ran"
+    sent = SSHTransport(target, docker_socket=odd)._announced(f"sh -c 'echo \"$DOCKER_HOST\"; touch {marker}'")
+    out = subprocess.run(["sh", "-c", sent], capture_output=True, text=True, timeout=30)
+    assert out.stdout == f"unix://{odd}\n" and marker.exists()
+    plain = SSHTransport(target)._announced("sh -c 'echo \"${DOCKER_HOST-unset}\"'")
+    assert subprocess.run(["sh", "-c", plain], capture_output=True, text=True, timeout=30,
+                          env={"PATH": "/usr/bin:/bin"}).stdout == "unset\n"
