@@ -113,7 +113,7 @@ def _in_container(batch: int, members: list, command_timeout_s: float, cap_bytes
     own_cap = (_IN_CONTAINER_BODY.replace("{emit}", _EMIT).replace("{cap}", str(share))
                .replace("{blocks}", str(share // FSIZE_BLOCK + 1)))
     body = fill(own_cap) + "".join(f"run {i} {t:g} {join(spec.inner)}\n"
-                                              for (i, spec), t in zip(members, timeouts, strict=True))
+                                   for (i, spec), t in zip(members, timeouts, strict=True))
     wrapper = _IN_CONTAINER_WRAPPER.replace("{kill_after}", f"{KILL_AFTER_S:g}").replace("{total}", f"{inner:g}")
     container = members[0][1].container
     exec_ = join(["docker", "exec", container, "sh", "-c", wrapper, "k3doctor-in-container", body])
@@ -164,15 +164,14 @@ def build_script(specs: list, nonce: str, command_timeout_s: float, cap_bytes: i
 
     files = [(i, spec) for i, spec in enumerate(specs) if isinstance(spec, (File, Glob))]
     batches = container_batches(specs)
+    batch_at = {members[0][0]: batch for batch, members in batches.items()}  # where a container's first stands
     lines = []
     for i, spec in enumerate(specs):
         if files and i == files[0][0]:
             lines.append(_files_at_once(files, nonce, command_timeout_s, cap_bytes, python, deadline_s))
-        elif isinstance(spec, InContainer):  # all of its container's readings, where the first stands
-            first = [b for b, members in batches.items() if members[0][0] == i]
-            if first:
-                lines.append(_in_container(first[0], batches[first[0]], command_timeout_s, cap_bytes, fill))
-        elif not isinstance(spec, (File, Glob)):
+        elif i in batch_at:  # all of that container's readings in one exec
+            lines.append(_in_container(batch_at[i], batches[batch_at[i]], command_timeout_s, cap_bytes, fill))
+        elif not isinstance(spec, (File, Glob, InContainer)):
             lines.append(_script_for(i, spec, command_timeout_s))
     return fill(_PRELUDE) + "\n".join(lines) + "\n"
 
