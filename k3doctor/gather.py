@@ -37,8 +37,8 @@ FSIZE_BLOCK = 512  # `ulimit -f` unit in POSIX sh (bash outside POSIX mode count
 DOCKER_STOP_MARGIN_S = 10.0  # past the deadline, for the Docker reader to stop its channels on the node
 GROUP_KILL_GRACE_S = 0.5  # TERM -> KILL of a reading's group; well inside the node-side KILL_GRACE_S
 KILL_AFTER_S = 2.0  # a reading's `timeout -k`: KILL this long after its TERM
-NODE_PYTHON = "python3"  # reads every File and Glob in one process where the node has it (amd-smi needs it)
-FILE_READER = Path(__file__).with_name("file_reader.py").read_text()
+NODE_PYTHON = "python3"  # takes every reading in one process where the node has it (amd-smi needs it)
+NODE_READER = Path(__file__).with_name("node_reader.py").read_text()
 
 # One frame of $t/o (stdout) and $t/e (stderr), each cut at the cap: `emit INDEX RC PATH`.
 _EMIT = r"""emit() {
@@ -52,9 +52,11 @@ _EMIT = r"""emit() {
 
 _PRELUDE = r"""
 LC_ALL=C; export LC_ALL
-t=$(mktemp -d "${TMPDIR:-/tmp}/k3doctor.XXXXXXXX") || exit 97
+t=
 w=
-trap 'rm -rf "$t"' EXIT
+# The shell's scratch directory, made only where the shell takes the readings itself (no python3).
+scratch() { t=$(mktemp -d "${TMPDIR:-/tmp}/k3doctor.XXXXXXXX") || exit 97; }
+trap '[ -z "$t" ] || rm -rf "$t"' EXIT
 # At the node deadline the outer timeout signals this shell (on Ctrl-C the client does; when the client
 # is gone the next frame raises PIPE). The in-flight reading's `timeout` leads a process group of its
 # own and exits as soon as its direct child dies, so the whole group gets TERM, then KILL: descendants
@@ -62,7 +64,7 @@ trap 'rm -rf "$t"' EXIT
 stop() {
   if [ -n "$w" ]; then kill -TERM "-$w" 2>/dev/null || kill -TERM "$w" 2>/dev/null
     sleep {grace}; kill -KILL "-$w" 2>/dev/null; fi
-  rm -rf "$t"; exit 143
+  [ -z "$t" ] || rm -rf "$t"; exit 143
 }
 trap stop TERM HUP INT PIPE
 # Output is capped at the source: the reading cannot write more than the cap (+1 block, so the cut is
@@ -70,8 +72,8 @@ trap stop TERM HUP INT PIPE
 # outlives it (a child that escaped the TERM) is killed with the group, so nothing is left behind.
 bg() { ( ulimit -f {blocks}; exec "$@" ) > "$t/o" 2> "$t/e" < /dev/null & w=$!; wait "$w"; r=$?
   kill -9 "-$w" 2>/dev/null; w=; return $r; }
-{emit}# One process for every file and glob (k3doctor/file_reader.py), in a process group of its own like any
-# reading; it writes whole frames itself. Without the node's python3 the shell reads them one by one.
+{emit}# Every reading in one process (k3doctor/node_reader.py), in a process group of its own like any reading
+# (it stops the command in flight itself when signalled); it writes whole frames itself.
 batch() { ( exec "$@" ) < /dev/null & w=$!; wait "$w"; r=$?; kill -9 "-$w" 2>/dev/null; w=; return $r; }
 none() { printf '@@{nonce} %s %s 0 0 0 %s\n%s' "$1" "$2" ${#3} "$3"; }
 readf() {
@@ -102,11 +104,12 @@ FRAME_HEAD_BYTES = 128  # a frame's header line (and the path, empty here) at mo
 CONTAINER_EXEC_MARGIN_S = 5.0  # past the readings' own timeouts (each + its KILL), for the exec to start and end
 
 
-def _in_container(batch: int, members: list, command_timeout_s: float, cap_bytes: int, fill) -> str:
-    """One `docker exec` running every (index, InContainer) of one container. Its output (their frames) is
-    captured on the node like any reading's and framed as reading ``batch``: a cut-off or killed exec can
-    only lose readings, never run one reading's frame into another's (see _exec_outcomes). So that all of
-    them fit in that one reading's cap, each gets its share of it (stdout and stderr alike)."""
+def _in_container(members: list, command_timeout_s: float, cap_bytes: int, fill) -> Command:
+    """One `docker exec` running every (index, InContainer) of one container, as one command of the node's
+    script. Its output (their frames) is captured on the node like any reading's and framed as the batch's own
+    reading: a cut-off or killed exec can only lose readings, never run one reading's frame into another's
+    (see _exec_outcomes). So that all of them fit in that one reading's cap, each gets its share of it
+    (stdout and stderr alike)."""
     timeouts = [seconds(spec.timeout_s or command_timeout_s, 30.0) for _, spec in members]
     inner = sum(t + KILL_AFTER_S for t in timeouts) + CONTAINER_EXEC_MARGIN_S
     share = max(1, (cap_bytes - FRAME_HEAD_BYTES * len(members)) // (2 * len(members)))
@@ -116,12 +119,34 @@ def _in_container(batch: int, members: list, command_timeout_s: float, cap_bytes
                                    for (i, spec), t in zip(members, timeouts, strict=True))
     wrapper = _IN_CONTAINER_WRAPPER.replace("{kill_after}", f"{KILL_AFTER_S:g}").replace("{total}", f"{inner:g}")
     container = members[0][1].container
-    exec_ = join(["docker", "exec", container, "sh", "-c", wrapper, "k3doctor-in-container", body])
     outer = inner + KILL_AFTER_S + CONTAINER_EXEC_MARGIN_S  # the container's own timeout ends it first
-    return f"bg timeout -k {KILL_AFTER_S:g} {outer:g} {exec_}; emit {batch} $? ''"
+    return Command(("docker", "exec", container, "sh", "-c", wrapper, "k3doctor-in-container", body), outer)
 
 
-def _script_for(index: int, spec, command_timeout_s: float) -> str:
+def _steps(specs: list, command_timeout_s: float, cap_bytes: int, fill) -> list:
+    """(frame index, File | Glob | Exists | Command) in the order the script takes them: a container's
+    readings as one command (its exec) where the first of them stands, every command with its timeout."""
+    batches = container_batches(specs)
+    batch_at = {members[0][0]: batch for batch, members in batches.items()}
+    steps = []
+    for i, spec in enumerate(specs):
+        if i in batch_at:
+            steps.append((batch_at[i], _in_container(batches[batch_at[i]], command_timeout_s, cap_bytes, fill)))
+        elif isinstance(spec, EngineFactCommand):
+            raise TypeError(f"{spec!r} runs with its engine fact: gather it with gather(), not in the node's script")
+        elif isinstance(spec, InContainer):
+            continue  # in its container's exec
+        elif isinstance(spec, Command):
+            steps.append((i, Command(spec.argv, seconds(spec.timeout_s or command_timeout_s, 30.0))))
+        elif isinstance(spec, (File, Glob, Exists)):
+            steps.append((i, spec))
+        else:
+            raise TypeError(f"cannot gather {spec!r} in a shell script")
+    return steps
+
+
+def _shell_step(index: int, spec) -> str:
+    """One step as the shell takes it (a node without python3)."""
     if isinstance(spec, File):
         return f"readf {index} {quote(spec.path)}"
     if isinstance(spec, Exists):
@@ -130,31 +155,23 @@ def _script_for(index: int, spec, command_timeout_s: float) -> str:
         # The pattern is assigned quoted and expanded unquoted with IFS empty: the shell only globs it.
         return (f"p={quote(spec.pattern)}; IFS=; for f in $p; do IFS=' '; "
                 f"[ -e \"$f\" ] || [ -L \"$f\" ] && readf {index} \"$f\"; done; IFS=' '; none {index} END ''")
-    if isinstance(spec, EngineFactCommand):
-        raise TypeError(f"{spec!r} runs with its engine fact: gather it with gather(), not in the node's script")
+    # `timeout` runs argv itself (no `sh -c` between): one process less per reading
+    return f"bg timeout -k {KILL_AFTER_S:g} {spec.timeout_s:g} {join(spec.argv)}; emit {index} $? ''"
+
+
+def _reader_words(index: int, spec) -> list:
+    """One step as k3doctor/node_reader.py takes it (its RECORD words)."""
     if isinstance(spec, Command):
-        timeout = seconds(spec.timeout_s or command_timeout_s, 30.0)
-        # `timeout` runs argv itself (no `sh -c` between): one process less per reading
-        return f"bg timeout -k {KILL_AFTER_S:g} {timeout:g} {join(spec.argv)}; emit {index} $? ''"
-    raise TypeError(f"cannot gather {spec!r} in a shell script")
-
-
-def _files_at_once(files: list, nonce: str, command_timeout_s: float, cap_bytes: int, python: str,
-                   batch_timeout_s: float) -> str:
-    """Every (index, File|Glob) in one reader process where ``python`` exists on the node, else one by one."""
-    words = [nonce, str(cap_bytes), f"{command_timeout_s:g}"]
-    for index, spec in files:
-        words += [str(index), "F", spec.path] if isinstance(spec, File) else [str(index), "G", spec.pattern]
-    one_by_one = "\n".join(_script_for(i, spec, command_timeout_s) for i, spec in files)
-    reader = f"timeout -k 1 {seconds(batch_timeout_s, 120.0):g} {join([python, '-I', '-S', '-c', FILE_READER, *words])}"
-    return (f"if command -v {quote(python)} >/dev/null 2>&1; then batch {reader}\n"
-            f"else\n{one_by_one}\nfi")
+        return [str(index), "C", f"{spec.timeout_s:g}", str(len(spec.argv)), *spec.argv]
+    kind = {File: "F", Glob: "G", Exists: "E"}[type(spec)]
+    return [str(index), kind, spec.pattern if isinstance(spec, Glob) else spec.path]
 
 
 def build_script(specs: list, nonce: str, command_timeout_s: float, cap_bytes: int,
                  python: str = NODE_PYTHON, deadline_s: float = 120.0) -> str:
-    """The node's gather script. Files and globs are all read where the first of them stands (one process);
-    everything else runs in the order given."""
+    """The node's gather script: every reading in one reader process (k3doctor/node_reader.py) where the
+    node has ``python``, else one by one in the shell; in the order given, a container's readings in one
+    exec where its first stands."""
     command_timeout_s = seconds(command_timeout_s, 30.0)
 
     def fill(text: str) -> str:
@@ -162,18 +179,16 @@ def build_script(specs: list, nonce: str, command_timeout_s: float, cap_bytes: i
                 .replace("{blocks}", str(cap_bytes // FSIZE_BLOCK + 1)).replace("{grace}", f"{GROUP_KILL_GRACE_S:g}")
                 .replace("{read_timeout}", f"{command_timeout_s:g}").replace("{kill_after}", f"{KILL_AFTER_S:g}"))
 
-    files = [(i, spec) for i, spec in enumerate(specs) if isinstance(spec, (File, Glob))]
-    batches = container_batches(specs)
-    batch_at = {members[0][0]: batch for batch, members in batches.items()}  # where a container's first stands
-    lines = []
-    for i, spec in enumerate(specs):
-        if files and i == files[0][0]:
-            lines.append(_files_at_once(files, nonce, command_timeout_s, cap_bytes, python, deadline_s))
-        elif i in batch_at:  # all of that container's readings in one exec
-            lines.append(_in_container(batch_at[i], batches[batch_at[i]], command_timeout_s, cap_bytes, fill))
-        elif not isinstance(spec, (File, Glob, InContainer)):
-            lines.append(_script_for(i, spec, command_timeout_s))
-    return fill(_PRELUDE) + "\n".join(lines) + "\n"
+    steps = _steps(specs, command_timeout_s, cap_bytes, fill)
+    if not steps:
+        return fill(_PRELUDE)
+    words = [nonce, str(cap_bytes), f"{command_timeout_s:g}", f"{KILL_AFTER_S:g}"]
+    words += [word for index, spec in steps for word in _reader_words(index, spec)]
+    reader = join([python, "-I", "-S", "-c", NODE_READER, *words])
+    one_by_one = "\n".join(_shell_step(index, spec) for index, spec in steps)
+    return (fill(_PRELUDE) + f"if command -v {quote(python)} >/dev/null 2>&1; then "
+            f"batch timeout -k 1 {seconds(deadline_s, 120.0):g} {reader}\n"
+            f"else\nscratch\n{one_by_one}\nfi\n")
 
 
 def container_batches(specs: list) -> dict:
