@@ -1,13 +1,16 @@
 """A node's Docker engine through the Docker SDK, on the node's own connection (k3doctor/dockerssh.py).
 
 One client a node for every engine reading: the containers and recent events (rack-free), our container's
-inspect and launch script (launch-config), and the facts other readings' commands need (the engine's root
-dir, a container's PID: ``EngineFactCommand``). Each reading is bounded by the node's deadline and every
+inspect and launch script (launch-config), the facts other readings' commands need (the engine's root
+dir, a container's PID: ``EngineFactCommand``) and the exec that takes a container's readings
+(``InContainer``: gather.py writes its script). Each reading is bounded by the node's deadline and every
 failure is an ``Unavailable`` naming its cause; ``info()`` and each inspect are asked once a node.
 """
 from __future__ import annotations
 
 import re
+import socket
+import threading
 import time
 
 from .deadline import Deadline, seconds
@@ -113,6 +116,99 @@ def _container_pid(api, spec: EngineFactCommand, node: str) -> object:
 
 
 _FACTS = {DOCKER_ROOT_DIR: _docker_root_dir, CONTAINER_PID: _container_pid}
+
+
+def gather_exec(transport, container: str, cmd: list, timeout_s: float, cap_bytes: int,
+                deadline: Deadline | None = None) -> object:
+    """``cmd`` run in ``container`` through the API as ``docker exec`` runs it (create, start, inspect: no
+    docker CLI on the node): (exit status, stdout bytes, stderr text, cut). At most ``cap_bytes`` of either
+    stream are taken (then ``cut``, status None). The output is read for ``timeout_s`` at most (the command's
+    own bound; status 124 when it ran out, as ``timeout`` says it), never past the node's deadline. A
+    container that does not exist or is not running is the engine's own answer, as the CLI prints it (1)."""
+    import docker
+
+    def read(api):
+        try:
+            exec_id = api.exec_create(container, cmd, stdout=True, stderr=True)["Id"]
+        except docker.errors.APIError as exc:  # 404 no such container, 409 not running
+            if exc.response is None or exc.response.status_code not in (404, 409):
+                raise
+            return 1, b"", f"Error response from daemon: {exc.explanation or exc}\n", False
+        sock = api.exec_start(exec_id, socket=True)
+        ran_out = threading.Event()
+
+        def stop_reading():
+            ran_out.set()
+            _wake_and_close(sock)
+
+        bound = min(timeout_s, deadline.remaining()) if deadline else timeout_s
+        timer = threading.Timer(max(0.0, bound), stop_reading)
+        timer.daemon = True
+        timer.start()
+        out, err, cut = bytearray(), bytearray(), False
+        try:
+            for stream, data in _exec_frames(_response_file(sock)):
+                (out if stream == STDOUT else err).extend(data)
+                if len(out) > cap_bytes or len(err) > cap_bytes:
+                    cut = True
+                    break
+        finally:
+            timer.cancel()
+            _wake_and_close(sock)
+        rc = None if cut else 124 if ran_out.is_set() else api.exec_inspect(exec_id).get("ExitCode")
+        return rc, bytes(out[:cap_bytes]), err[:cap_bytes].decode("utf-8", "replace"), cut
+
+    return _engine_read(transport, deadline, f": container {container}", read)
+
+
+STDOUT = 1  # the stream byte of an exec's multiplexed output (2: stderr)
+
+
+def _response_file(sock):
+    """The buffered file the engine's answer to the exec's start was read from. Its stream is read from
+    there, not from ``sock``: the first output of a quick command can come in the same packet as the
+    answer's headers, and then sits in that file's buffer (reading ``sock`` itself would lose it)."""
+    return sock._response.raw._fp.fp  # the SDK keeps the response on the socket it hands out
+
+
+def _exec_frames(fp):
+    """(stream, bytes) of an exec's multiplexed output: an 8-byte header (stream, 3 zero bytes, big-endian
+    length) before each block; ends at the end of the stream (or a cut-off block, kept as far as it came)."""
+    while True:
+        head = _read_exactly(fp, 8)
+        if len(head) < 8:
+            return
+        size = int.from_bytes(head[4:8], "big")
+        data = _read_exactly(fp, size)
+        yield head[0], data
+        if len(data) < size:
+            return
+
+
+def _read_exactly(fp, size: int) -> bytes:
+    parts, got = [], 0
+    while got < size:
+        try:
+            data = fp.read(size - got)
+        except (OSError, EOFError, ValueError):  # closed under the read (the exec's bound, the node deadline)
+            break
+        if not data:
+            break
+        parts.append(data)
+        got += len(data)
+    return b"".join(parts)
+
+
+def _wake_and_close(sock) -> None:
+    """Close an exec's stream so that a read blocked on it returns: an SSH channel wakes its reader when
+    closed; a plain socket (a local or TCP engine) only once it is shut down."""
+    raw = getattr(sock, "_sock", sock)
+    if isinstance(raw, socket.socket):
+        try:
+            raw.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+    sock.close()
 
 
 LAUNCH_SCRIPT_CAP_BYTES = 1 << 20  # a launch script is a few KB; more is not read (nor judged)

@@ -4,7 +4,8 @@ Each reading's output is framed with lengths, not delimiters, so no file content
 mistaken for a frame: ``@@<nonce> <index> <rc> <total_out> <out_len> <err_len> <path_len>``
 then ``path``, ``out`` and ``err`` bytes. A reading whose frame never arrives (node
 deadline reached) becomes :class:`Unavailable` and its checks report ERROR. The engine's readings are
-taken beside the script, on the Docker API (k3doctor/engine_reads.py), within the same node deadline.
+taken beside the script, on the Docker API (k3doctor/engine_reads.py), within the same node deadline: a
+container's readings too, in one exec whose script (written here) frames them the same way.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from .deadline import Deadline, seconds
-from .engine_reads import SharedEngine, gather_container, gather_docker, gather_engine_fact
+from .engine_reads import SharedEngine, gather_container, gather_docker, gather_engine_fact, gather_exec
 from .readings import (
     OUTPUT_CAP_BYTES,
     Command,
@@ -104,12 +105,11 @@ FRAME_HEAD_BYTES = 128  # a frame's header line (and the path, empty here) at mo
 CONTAINER_EXEC_MARGIN_S = 5.0  # past the readings' own timeouts (each + its KILL), for the exec to start and end
 
 
-def _in_container(members: list, command_timeout_s: float, cap_bytes: int, fill) -> Command:
-    """One `docker exec` running every (index, InContainer) of one container, as one command of the node's
-    script. Its output (their frames) is captured on the node like any reading's and framed as the batch's own
-    reading: a cut-off or killed exec can only lose readings, never run one reading's frame into another's
-    (see _exec_outcomes). So that all of them fit in that one reading's cap, each gets its share of it
-    (stdout and stderr alike)."""
+def _exec_script(members: list, command_timeout_s: float, cap_bytes: int, fill) -> tuple:
+    """(command, bound in seconds) of the one exec that takes every (index, InContainer) of one container
+    (k3doctor/engine_reads.py runs it through the API). Its output is those readings' frames, capped as a
+    whole at the cap, so each reading gets its share of it (stdout and stderr alike); a cut-off or stopped
+    exec can only lose readings, never run one reading's frame into another's (see _in_container_readings)."""
     timeouts = [seconds(spec.timeout_s or command_timeout_s, 30.0) for _, spec in members]
     inner = sum(t + KILL_AFTER_S for t in timeouts) + CONTAINER_EXEC_MARGIN_S
     share = max(1, (cap_bytes - FRAME_HEAD_BYTES * len(members)) // (2 * len(members)))
@@ -118,25 +118,20 @@ def _in_container(members: list, command_timeout_s: float, cap_bytes: int, fill)
     body = fill(own_cap) + "".join(f"run {i} {t:g} {join(spec.inner)}\n"
                                    for (i, spec), t in zip(members, timeouts, strict=True))
     wrapper = _IN_CONTAINER_WRAPPER.replace("{kill_after}", f"{KILL_AFTER_S:g}").replace("{total}", f"{inner:g}")
-    container = members[0][1].container
-    outer = inner + KILL_AFTER_S + CONTAINER_EXEC_MARGIN_S  # the container's own timeout ends it first
-    return Command(("docker", "exec", container, "sh", "-c", wrapper, "k3doctor-in-container", body), outer)
+    return ["sh", "-c", wrapper, "k3doctor-in-container", body], inner + KILL_AFTER_S + CONTAINER_EXEC_MARGIN_S
 
 
-def _steps(specs: list, command_timeout_s: float, cap_bytes: int, fill) -> list:
-    """(frame index, File | Glob | Exists | Command) in the order the script takes them: a container's
-    readings as one command (its exec) where the first of them stands, every command with its timeout."""
-    batches = container_batches(specs)
-    batch_at = {members[0][0]: batch for batch, members in batches.items()}
+def _steps(specs: list, command_timeout_s: float) -> list:
+    """(frame index, File | Glob | Exists | Command) in the order the script takes them, every command with
+    its timeout."""
     steps = []
     for i, spec in enumerate(specs):
-        if i in batch_at:
-            steps.append((batch_at[i], _in_container(batches[batch_at[i]], command_timeout_s, cap_bytes, fill)))
-        elif isinstance(spec, EngineFactCommand):
+        if isinstance(spec, EngineFactCommand):
             raise TypeError(f"{spec!r} runs with its engine fact: gather it with gather(), not in the node's script")
-        elif isinstance(spec, InContainer):
-            continue  # in its container's exec
-        elif isinstance(spec, Command):
+        if isinstance(spec, InContainer):
+            raise TypeError(f"{spec!r} runs in its container's exec, through the engine: gather it with gather(), "
+                            "not in the node's script")
+        if isinstance(spec, Command):
             steps.append((i, Command(spec.argv, seconds(spec.timeout_s or command_timeout_s, 30.0))))
         elif isinstance(spec, (File, Glob, Exists)):
             steps.append((i, spec))
@@ -167,19 +162,23 @@ def _reader_words(index: int, spec) -> list:
     return [str(index), kind, spec.pattern if isinstance(spec, Glob) else spec.path]
 
 
-def build_script(specs: list, nonce: str, command_timeout_s: float, cap_bytes: int,
-                 python: str = NODE_PYTHON, deadline_s: float = 120.0) -> str:
-    """The node's gather script: every reading in one reader process (k3doctor/node_reader.py) where the
-    node has ``python``, else one by one in the shell; in the order given, a container's readings in one
-    exec where its first stands."""
-    command_timeout_s = seconds(command_timeout_s, 30.0)
-
+def _filler(nonce: str, cap_bytes: int, command_timeout_s: float):
+    """The scripts' placeholders, filled in."""
     def fill(text: str) -> str:
         return (text.replace("{emit}", _EMIT).replace("{nonce}", nonce).replace("{cap}", str(cap_bytes))
                 .replace("{blocks}", str(cap_bytes // FSIZE_BLOCK + 1)).replace("{grace}", f"{GROUP_KILL_GRACE_S:g}")
                 .replace("{read_timeout}", f"{command_timeout_s:g}").replace("{kill_after}", f"{KILL_AFTER_S:g}"))
 
-    steps = _steps(specs, command_timeout_s, cap_bytes, fill)
+    return fill
+
+
+def build_script(specs: list, nonce: str, command_timeout_s: float, cap_bytes: int,
+                 python: str = NODE_PYTHON, deadline_s: float = 120.0) -> str:
+    """The node's gather script: every reading in one reader process (k3doctor/node_reader.py) where the
+    node has ``python``, else one by one in the shell; in the order given."""
+    command_timeout_s = seconds(command_timeout_s, 30.0)
+    fill = _filler(nonce, cap_bytes, command_timeout_s)
+    steps = _steps(specs, command_timeout_s)
     if not steps:
         return fill(_PRELUDE)
     words = [nonce, str(cap_bytes), f"{command_timeout_s:g}", f"{KILL_AFTER_S:g}"]
@@ -192,18 +191,16 @@ def build_script(specs: list, nonce: str, command_timeout_s: float, cap_bytes: i
 
 
 def container_batches(specs: list) -> dict:
-    """Frame index of each container's one exec -> its [(index, InContainer)], in the order given.
-    The frame indices follow the readings' own (``len(specs)`` onwards)."""
+    """Container -> its [(index, InContainer)] in ``specs``, in the order given (one exec each)."""
     by_container: dict = {}
     for i, spec in enumerate(specs):
         if isinstance(spec, InContainer):
             by_container.setdefault(spec.container, []).append((i, spec))
-    return {len(specs) + k: members for k, members in enumerate(by_container.values())}
+    return by_container
 
 
-def parse_frames(data: bytes, nonce: str, raw: set = frozenset()) -> dict:
-    """index -> list of (rc, path, out, err, truncated); tolerant of a cut-off tail. ``out`` is text, or the
-    bytes themselves for the indices in ``raw`` (a container's exec, whose output is frames again)."""
+def parse_frames(data: bytes, nonce: str) -> dict:
+    """index -> list of (rc, path, out, err, truncated); tolerant of a cut-off tail."""
     frames: dict = {}
     marker = f"@@{nonce} ".encode()
     pos = 0
@@ -226,8 +223,7 @@ def parse_frames(data: bytes, nonce: str, raw: set = frozenset()) -> dict:
         if end > len(data):
             break  # the script was killed mid-frame
         path = data[body:body + path_len].decode("utf-8", "replace")
-        out = data[body + path_len:body + path_len + out_len]
-        out = out if index in raw else out.decode("utf-8", "replace")
+        out = data[body + path_len:body + path_len + out_len].decode("utf-8", "replace")
         err = data[body + path_len + out_len:end].decode("utf-8", "replace")
         frames.setdefault(index, []).append((rc, path, out, err, total_out > out_len))
         pos = end
@@ -265,24 +261,29 @@ def _reading(spec, frames: list, why_missing: str):
                           timed_out=code in (124, 137), truncated=truncated)
 
 
-def _exec_outcomes(specs: list, frames: dict, nonce: str) -> dict:
-    """The in-container readings' frames, out of each container's one exec (its output, kept as bytes): the
-    frames the container's shell wrote, complete ones only. A reading it never framed, when ``docker exec``
-    itself failed (no such container, engine down) or was killed at its timeout, reads as that exec's own
-    exit status and stderr, as if it had been its own exec; otherwise it is missing (not read)."""
-    found = {}
-    for batch, members in container_batches(specs).items():
-        outcome = frames.get(batch)
-        if not outcome:
+def _in_container_readings(engine, specs: list, *, command_timeout_s: float, cap_bytes: int,
+                           deadline: Deadline) -> dict:
+    """spec -> reading of every InContainer in ``specs``: one exec a container, through the engine. Each
+    reading is the frame the container's shell wrote for it (complete ones only). A reading it never framed,
+    when the exec itself failed (no such container, not running) or ran out of time, reads as that exec's
+    own exit status and stderr, as if it had been its own exec; otherwise it is missing (not read)."""
+    nonce, command_timeout_s = secrets.token_hex(8), seconds(command_timeout_s, 30.0)
+    fill = _filler(nonce, cap_bytes, command_timeout_s)
+    got = {}
+    for container, members in container_batches(specs).items():
+        cmd, bound = _exec_script(members, command_timeout_s, cap_bytes, fill)
+        outcome = gather_exec(engine, container, cmd, bound, cap_bytes, deadline)
+        if isinstance(outcome, Unavailable):
+            got.update({spec: outcome for _, spec in members})
             continue
-        rc, _, body, err, _ = outcome[0]
-        inner = parse_frames(body, nonce)
-        for i, _ in members:
-            if i in inner:
-                found[i] = inner[i]
-            elif rc != "0":
-                found[i] = [(rc, "", "", err, False)]
-    return found
+        rc, body, err, cut = outcome
+        frames = parse_frames(body, nonce)
+        why = (f"the exec's output passed the {cap_bytes}-byte cap" if cut else "the exec ended before it"
+               if rc == 0 else "the engine gave no exit status for the exec" if rc is None else f"the exec exited {rc}")
+        for i, spec in members:
+            mine = frames.get(i) or ([(str(rc), "", "", err, False)] if rc not in (0, None) else [])
+            got[spec] = _reading(spec, mine, why)
+    return got
 
 
 def _describe(spec) -> str:
@@ -300,8 +301,7 @@ def gather_shell(transport, specs: list, *, command_timeout_s: float, deadline_s
     deadline_s = seconds(deadline_s, 120.0)
     script = build_script(specs, nonce, command_timeout_s, cap_bytes, deadline_s=deadline_s)
     result = transport.run_bytes("sh -s", timeout_s=deadline_s, stdin=script.encode())
-    frames = parse_frames(result.stdout, nonce, raw=set(container_batches(specs)))
-    frames.update(_exec_outcomes(specs, frames, nonce))
+    frames = parse_frames(result.stdout, nonce)
     if result.timed_out:
         why = f"node deadline of {deadline_s:g}s reached (raise ssh.node_deadline_s if the node is just slow)"
     elif result.rc not in (0, None):
@@ -343,18 +343,20 @@ def gather(transport, specs: Iterable, *, command_timeout_s: float, deadline_s: 
     engine does not eat the shell's budget, nor the reverse)."""
     deadline = Deadline(deadline_s)
     specs = list(dict.fromkeys(specs))  # de-duplicate, keep order
-    engine_specs = [s for s in specs if isinstance(s, (Docker, ContainerInspect, EngineFactCommand))]
+    engine_specs = [s for s in specs if isinstance(s, (Docker, ContainerInspect, EngineFactCommand, InContainer))]
     engine_got: dict = {}
 
-    def read_engine():  # one SDK client (one channel) for every engine reading of the node
+    def read_engine():  # one SDK client for every engine reading of the node
         engine, facts = SharedEngine(transport, deadline), {}
         try:
             for spec in engine_specs:
                 if isinstance(spec, EngineFactCommand):
                     facts[spec] = gather_engine_fact(engine, spec, deadline)
-                else:
+                elif not isinstance(spec, InContainer):
                     read = gather_docker if isinstance(spec, Docker) else gather_container
                     engine_got[spec] = read(engine, spec, deadline)
+            engine_got.update(_in_container_readings(engine, engine_specs, command_timeout_s=command_timeout_s,
+                                                     cap_bytes=OUTPUT_CAP_BYTES, deadline=deadline))
         finally:
             engine.close()
         try:

@@ -52,15 +52,16 @@ class Command:
 
 @dataclass(frozen=True)
 class InContainer(Command):
-    """``docker exec CONTAINER argv...`` on the node (``argv`` holds the whole command line, as run).
+    """``docker exec CONTAINER argv...`` on the node (``argv`` holds the whole command line, as it reads).
 
-    The gatherer runs every such reading of one container in a single ``docker exec`` (each exec costs
-    the node's engine a runtime start, ~90 ms of CPU); the readings come back one by one, each with its
-    own exit status, output (its share of one reading's cap) and timeout. The container's shell frames
-    them: it needs ``sh``, ``mktemp``, ``wc``, ``head``, ``cat`` and a writable ``$TMPDIR``, ``/tmp`` or
-    ``/dev/shm`` (else every reading of that container is an ERROR saying so), and a coreutils-style
-    ``timeout`` for the per-reading and whole-script timeouts (without one, only the node's timeout around
-    the exec bounds it, and what a killed exec started in the container runs on until it ends)."""
+    The gatherer runs every such reading of one container in a single exec through the node's Docker API
+    (k3doctor/engine_reads.py: no docker CLI on the node; each exec costs the engine a runtime start, ~90 ms
+    of CPU); the readings come back one by one, each with its own exit status, output (its share of one
+    reading's cap) and timeout. The container's shell frames them: it needs ``sh``, ``mktemp``, ``wc``,
+    ``head``, ``cat`` and a writable ``$TMPDIR``, ``/tmp`` or ``/dev/shm`` (else every reading of that
+    container is an ERROR saying so), and a coreutils-style ``timeout`` for the per-reading and whole-script
+    timeouts (without one, only the exec's own bound ends the reading of it, and what it started in the
+    container runs on until it ends)."""
 
     def __post_init__(self):
         super().__post_init__()

@@ -1,0 +1,133 @@
+"""Every reading of one container in one exec through the node's Docker API (no docker CLI on the node), over
+the rig's real sshd and dockerd: each reading keeps its own exit status, output, timeout and cap."""
+import time
+
+import docker
+import pytest
+
+from k3doctor.deadline import Deadline
+from k3doctor.engine_reads import SharedEngine, gather_exec
+from k3doctor.gather import _in_container_readings, gather
+from k3doctor.inventory import load_inventory
+from k3doctor.readings import Command, in_container
+from k3doctor.runner import RunOptions, make_transport
+from k3doctor.transport import LocalTransport
+from tests.conftest import private_rack
+from tests.e2e.faults import docker_cli_recorded
+
+pytestmark = pytest.mark.e2e
+
+LEFT_BEHIND = "ls -d /tmp/k3doctor.* /dev/shm/k3doctor.* 2>/dev/null | wc -l"  # scratch dirs in the container
+
+
+@pytest.fixture(scope="module")
+def own_rack(tmp_path_factory):
+    """One node of its own: what these tests do leaves events in its engine (a created container, some
+    sixty execs) that the shared rack's rack-free check would then report or lose its history to."""
+    yield from private_rack(tmp_path_factory, "in-container", nodes=1)
+
+
+@pytest.fixture
+def node(own_rack):
+    inv = load_inventory(str(own_rack.inventory_path))
+    transport = make_transport(inv.nodes[0], inv, RunOptions())
+    transport.connect()
+    yield own_rack.nodes[0], transport
+    transport.close()
+
+
+def left_behind(rig_node) -> bytes:
+    """How many k3doctor scratch directories our container holds (looked at from this side, not by k3doctor)."""
+    engine = docker.DockerClient(base_url=f"unix://{rig_node.docker_socket}")
+    try:
+        return engine.containers.get("k3ep16").exec_run(["sh", "-c", LEFT_BEHIND]).output
+    finally:
+        engine.close()
+
+
+def read(transport, specs, command_timeout_s=10):
+    return gather(transport, specs, command_timeout_s=command_timeout_s, deadline_s=60)
+
+
+def test_a_containers_readings_share_one_exec_through_the_api_and_keep_their_own_outcomes(node):
+    rig_node, transport = node
+    stat = in_container("k3ep16", "stat", "-c", "%s %n", "--", "/bin/busybox", "/nope")
+    count = in_container("k3ep16", "sh", "-c", "ls -A /bin | wc -l")
+    failing = in_container("k3ep16", "sh", "-c", "echo out; echo err >&2; exit 3")
+    between = Command(("echo", "on the node"))
+    with docker_cli_recorded(rig_node) as cli:
+        got = read(transport, [stat, between, count, failing])
+        started = cli()
+    assert started == []  # no `docker exec` (nor any docker CLI) started on the node
+    assert got[stat].rc == 1 and got[stat].stdout.endswith(" /bin/busybox\n") and "/nope" in got[stat].stderr
+    assert int(got[count].output()) >= 8
+    assert (got[failing].rc, got[failing].stdout, got[failing].stderr) == (3, "out\n", "err\n")
+    assert got[failing].command == "docker exec k3ep16 sh -c 'echo out; echo err >&2; exit 3'"
+    assert got[between].output() == "on the node\n"
+    assert left_behind(rig_node) == b"0\n"  # its temporary directory is gone
+
+
+def test_each_container_gets_its_own_exec_and_a_missing_or_stopped_one_reads_as_the_engines_answer(node):
+    rig_node, transport = node
+    engine = docker.DockerClient(base_url=f"unix://{rig_node.docker_socket}")
+    stopped = engine.containers.create("rocm/fw-bringup:gfx1250-atom-20260918-ep8", ["true"], name="k3-stopped")
+    try:
+        ours, gone, idle = (in_container(c, "echo", c) for c in ("k3ep16", "gone", "k3-stopped"))
+        got = read(transport, [ours, gone, in_container("gone", "true"), idle])
+    finally:
+        stopped.remove(force=True)
+        engine.close()
+    assert got[ours].output() == "k3ep16\n"
+    for spec in (gone, in_container("gone", "true")):
+        assert (got[spec].rc, got[spec].stderr.strip()) == (1, "Error response from daemon: No such container: gone")
+    assert got[idle].rc == 1 and "is not running" in got[idle].stderr
+
+
+def test_a_hung_reading_times_out_alone_and_the_next_one_is_still_read(node):
+    _, transport = node
+    hung, after = in_container("k3ep16", "sleep", "30"), in_container("k3ep16", "echo", "after")
+    got = read(transport, [hung, after], command_timeout_s=1)
+    assert got[hung].timed_out and got[hung].rc == 124
+    assert got[after].output() == "after\n"
+    assert left_behind(node[0]) == b"0\n"
+
+
+@pytest.mark.parametrize("way", ["ssh", "local socket"])
+def test_an_exec_is_read_no_longer_than_its_bound(node, monkeypatch, way):
+    rig_node, transport = node
+    if way == "local socket":  # `k3doctor node` on the node itself: the engine's unix socket, no SSH
+        monkeypatch.setenv("DOCKER_HOST", f"unix://{rig_node.docker_socket}")
+        transport = LocalTransport("here")
+    engine = SharedEngine(transport, Deadline(60))
+    started = time.monotonic()
+    try:
+        rc, out, err, cut = gather_exec(engine, "k3ep16", ["sh", "-c", "echo one; exec sleep 30"], 2, 4096)
+    finally:
+        engine.close()
+    assert (rc, out, cut) == (124, b"one\n", False)  # as `timeout` says it
+    assert time.monotonic() - started < 10
+
+
+def test_output_past_the_cap_is_cut_in_the_container_and_never_judged(node):
+    _, transport = node
+    spec = in_container("k3ep16", "sh", "-c", "yes 0123456789 | head -c 100000")
+    deadline = Deadline(60)
+    engine = SharedEngine(transport, deadline)
+    try:
+        got = _in_container_readings(engine, [spec], command_timeout_s=10, cap_bytes=4096, deadline=deadline)
+    finally:
+        engine.close()
+    assert got[spec].truncated and 0 < len(got[spec].stdout) < 4096  # its share of the exec's one cap
+    assert set(got[spec].stdout) <= set("0123456789\n")
+
+
+def test_a_quick_commands_output_is_never_lost(node):
+    """Its first output can come in the same packet as the engine's answer to the start (then it sits in
+    the answer's buffer): before that was read from there, about one quick exec in thirty came back empty."""
+    _, transport = node
+    engine = SharedEngine(transport, Deadline(60))
+    try:
+        outputs = [gather_exec(engine, "k3ep16", ["echo", "hi"], 10, 4096)[1] for _ in range(60)]
+    finally:
+        engine.close()
+    assert outputs == [b"hi\n"] * 60
