@@ -262,18 +262,20 @@ class SharedEngine:
     def __init__(self, transport, deadline: Deadline):
         self.node, self._transport, self._deadline, self._client = transport.node, transport, deadline, None
         self._api = self.failure = None
+        self._lock = threading.Lock()  # a container's exec reads beside the other readings: one client still
 
     def docker(self, deadline: Deadline | None = None):
-        if self.failure is not None:
-            raise self.failure
-        if self._client is None:
-            try:
-                self._client = self._transport.docker(self._deadline)
-            except Exception as exc:  # noqa: BLE001 -- every reading of the node reads as this failure
-                self.failure = exc
-                raise
-            self._api = _AskedOnce(self._client.api)
-        return _Borrowed(self._client, self._api)
+        with self._lock:
+            if self.failure is not None:
+                raise self.failure
+            if self._client is None:
+                try:
+                    self._client = self._transport.docker(self._deadline)
+                except Exception as exc:  # noqa: BLE001 -- every reading of the node reads as this failure
+                    self.failure = exc
+                    raise
+                self._api = _AskedOnce(self._client.api)
+            return _Borrowed(self._client, self._api)
 
     def close(self):
         if self._client is not None:

@@ -338,33 +338,40 @@ def gather_with_facts(transport, facts: dict, *, command_timeout_s: float, deadl
 
 
 def gather(transport, specs: Iterable, *, command_timeout_s: float, deadline_s: float) -> dict:
-    """All of a node's readings: the shell ones in one script, Docker ones through the SDK at the same
-    time (then the commands that need an engine fact, with it), all within one node deadline (a slow
-    engine does not eat the shell's budget, nor the reverse)."""
+    """All of a node's readings at once, within one node deadline (a slow engine does not eat the shell's
+    budget, nor the reverse): the shell ones in one script; beside it, on one SDK client, the engine's
+    readings, a container's exec, and the commands that need an engine fact (a script of their own, started
+    as soon as their facts are known)."""
     deadline = Deadline(deadline_s)
     specs = list(dict.fromkeys(specs))  # de-duplicate, keep order
     engine_specs = [s for s in specs if isinstance(s, (Docker, ContainerInspect, EngineFactCommand, InContainer))]
     engine_got: dict = {}
 
-    def read_engine():  # one SDK client for every engine reading of the node
-        engine, facts = SharedEngine(transport, deadline), {}
+    def read_engine():
+        engine, beside = SharedEngine(transport, deadline), []
+
+        def start(name, work):
+            thread = threading.Thread(target=work, name=f"k3doctor-{name}-{transport.node}", daemon=True)
+            thread.start()
+            beside.append(thread)
+
         try:
+            facts = {spec: gather_engine_fact(engine, spec, deadline) for spec in engine_specs
+                     if isinstance(spec, EngineFactCommand)}
+            if facts:
+                start("facts", lambda: engine_got.update(_with_facts(transport, facts, command_timeout_s, deadline)))
+            if any(isinstance(spec, InContainer) for spec in engine_specs):
+                start("exec", lambda: engine_got.update(_in_container_readings(
+                    engine, engine_specs, command_timeout_s=command_timeout_s, cap_bytes=OUTPUT_CAP_BYTES,
+                    deadline=deadline)))
             for spec in engine_specs:
-                if isinstance(spec, EngineFactCommand):
-                    facts[spec] = gather_engine_fact(engine, spec, deadline)
-                elif not isinstance(spec, InContainer):
+                if isinstance(spec, (Docker, ContainerInspect)):
                     read = gather_docker if isinstance(spec, Docker) else gather_container
                     engine_got[spec] = read(engine, spec, deadline)
-            engine_got.update(_in_container_readings(engine, engine_specs, command_timeout_s=command_timeout_s,
-                                                     cap_bytes=OUTPUT_CAP_BYTES, deadline=deadline))
         finally:
+            for thread in beside:  # each ends at the deadline at the latest
+                thread.join(deadline.remaining() + DOCKER_STOP_MARGIN_S)
             engine.close()
-        try:
-            engine_got.update(gather_with_facts(transport, facts, command_timeout_s=command_timeout_s,
-                                                deadline=deadline))
-        except Exception as exc:  # noqa: BLE001 -- whatever it was, those readings say it (ERROR), not the engine
-            engine_got.update({spec: Unavailable(f"{_describe(spec)} not run: {type(exc).__name__}: {exc}")
-                               for spec in facts})
 
     reader = threading.Thread(target=read_engine, name=f"k3doctor-docker-{transport.node}", daemon=True)
     if engine_specs:
@@ -372,10 +379,17 @@ def gather(transport, specs: Iterable, *, command_timeout_s: float, deadline_s: 
     results = gather_shell(transport, [s for s in specs if s not in engine_specs],
                            command_timeout_s=command_timeout_s, deadline_s=deadline.budget_s)
     if engine_specs:  # ends at the deadline at the latest (its channels are closed then)
-        reader.join(deadline.remaining() + DOCKER_STOP_MARGIN_S)
+        reader.join(deadline.remaining() + 2 * DOCKER_STOP_MARGIN_S)
     for spec in engine_specs:
         what = _describe(spec) if isinstance(spec, EngineFactCommand) else f"Docker engine on {transport.node}"
         results[spec] = engine_got.get(spec) or Unavailable(
             f"{what} not read by the node deadline of {deadline.budget_s:g}s")
     return results
 
+
+def _with_facts(transport, facts: dict, command_timeout_s: float, deadline: Deadline) -> dict:
+    """gather_with_facts, any failure read as those readings' own (ERROR), never the engine's."""
+    try:
+        return gather_with_facts(transport, facts, command_timeout_s=command_timeout_s, deadline=deadline)
+    except Exception as exc:  # noqa: BLE001 -- whatever it was, those readings say it
+        return {spec: Unavailable(f"{_describe(spec)} not run: {type(exc).__name__}: {exc}") for spec in facts}
