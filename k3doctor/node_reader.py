@@ -125,10 +125,12 @@ class Commands:
             self.child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=self.out, stderr=self.err,
                                           start_new_session=True)
         except OSError as exc:  # as `timeout` says it: 127 not found, 126 found but not runnable
+            self.starting = False
+            if self.stop_asked:  # the stop that came while it was being started
+                raise _Stopped() from None
             rc = 127 if exc.errno == errno.ENOENT else 126
             return rc, 0, b"", f"k3doctor: failed to run command {argv[0]!r}: {exc.strerror}\n".encode()
-        finally:
-            self.starting = False
+        self.starting = False
         try:
             if self.stop_asked:
                 raise _Stopped()
