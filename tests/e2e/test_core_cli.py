@@ -37,13 +37,16 @@ def test_healthy_rack_is_ready_to_launch(rig):
 
 def test_fast_tier_costs_one_script_round_trip_per_node(rig):
     rig.apply("healthy")
-    rc, doc = k3json("check", "--nodes", rig.inventory_path,
-                     "--skip", "rack-free,launch-config,host-resources")  # no Docker API
+    rc, doc = k3json("check", "--nodes", rig.inventory_path, "--skip",  # the checks that ask the Docker API
+                     "rack-free,launch-config,host-resources,rocjitsu-store,patch-integrity")
     assert rc == 0
     assert {n["name"]: n["round_trips"] for n in doc["nodes"]} == {n.name: 1 for n in rig.nodes}
-    # + one channel for the Docker API, + one exec for the commands given an engine fact (Docker root, ranks)
+    # + the script of the commands given an engine fact (Docker root, ranks), + the Docker API's channels: the
+    # first, which the container's exec then takes for its output stream, and one for whichever of the two
+    # engine threads (engine readings, the exec's inspect) asks next; a second one when both ask at once
     rc, doc = k3json("check", "--nodes", rig.inventory_path)
-    assert {n["name"]: n["round_trips"] for n in doc["nodes"]} == {n.name: 3 for n in rig.nodes}
+    assert rc == 0
+    assert all(n["round_trips"] in (4, 5) for n in doc["nodes"]), doc["nodes"]
 
 
 def test_one_unconfigured_card_is_named_by_node_and_gpu(rig):
