@@ -35,16 +35,27 @@ class _TimedOut(Exception):
     pass
 
 
-class _Stopped(Exception):
-    pass
+_ARMED = [False]  # an alarm raises only inside _bounded's call: one that comes late is dropped
+TIMED_OUT = object()
 
 
 def _alarm(signum, frame):
-    raise _TimedOut()
+    if _ARMED[0]:
+        raise _TimedOut()
 
 
-def _stop(signum, frame):
-    raise _Stopped()
+def _bounded(call, seconds):
+    """``call()``, or TIMED_OUT where it still blocked after ``seconds`` (SIGALRM cut it short)."""
+    _ARMED[0] = True
+    _signal.setitimer(_signal.ITIMER_REAL, max(seconds, 0.001))
+    try:
+        try:
+            return call()
+        finally:
+            _ARMED[0] = False
+            _signal.setitimer(_signal.ITIMER_REAL, 0)
+    except _TimedOut:
+        return TIMED_OUT
 
 
 def _frame(nonce, index, rc, total, out, err, path):
@@ -59,24 +70,25 @@ def read_one(path, cap, read_timeout):
         return "D", 0, b"", b""
     if not os.path.exists(path):  # a dangling link reads as missing, as in the shell
         return "M", 0, b"", b""
-    _signal.setitimer(_signal.ITIMER_REAL, read_timeout)
     try:
-        with open(path, "rb", buffering=0) as fh:
-            parts, size = [], 0
-            while size <= cap:
-                data = fh.read(cap + 1 - size)
-                if not data:
-                    break
-                parts.append(data)
-                size += len(data)
-    except _TimedOut:
-        return "124", 0, b"", b""
+        data = _bounded(lambda: _read_up_to(path, cap + 1), read_timeout)
     except OSError as exc:
         return "1", 0, b"", f"{os.fsdecode(path)}: {os.strerror(exc.errno or 5)}\n".encode()
-    finally:
-        _signal.setitimer(_signal.ITIMER_REAL, 0)
-    data = b"".join(parts)
+    if data is TIMED_OUT:
+        return "124", 0, b"", b""
     return "0", len(data), data[:cap], b""
+
+
+def _read_up_to(path, limit):
+    with open(path, "rb", buffering=0) as fh:
+        parts, size = [], 0
+        while size < limit:
+            data = fh.read(limit - size)
+            if not data:
+                break
+            parts.append(data)
+            size += len(data)
+    return b"".join(parts)
 
 
 def _matches(name, pattern):
@@ -99,8 +111,9 @@ def _matches(name, pattern):
 
 
 def expand(pattern):
-    """The sorted paths an absolute pattern names, as ``sorted(glob.glob(pattern))`` gives them: a
-    wildcard never matches a leading dot unless the pattern's own does; a dangling link is named. The
+    """The sorted paths an absolute pattern names, as ``sorted(glob.glob(pattern))`` gives them (but a
+    ``//`` stays as written, as the shell keeps it, where glob folds it): a wildcard never matches a
+    leading dot unless the pattern's own does; a dangling link is named. The
     glob module costs a node more than all its sysfs reads (it imports re), so ``*`` and ``?`` patterns -
     every sysfs pattern - are expanded here; any other is left to it."""
     if not pattern.startswith(b"/") or b"[" in pattern or b"\\" in pattern:
@@ -153,7 +166,8 @@ def _spawn(argv, out, err):
     signals the command must get set back to default and none blocked; its pid, or the OSError its exec
     raised. Not the subprocess module: it costs a node more to import than the commands it starts.
     posix_spawn (python 3.8 on) does not copy this process as fork does; called with the stop signals
-    blocked, so neither way ever runs a handler of this process in the child."""
+    blocked, so neither way ever runs a handler of this process in the child. Descriptors the reader was
+    given open past 2 would pass to the command, as in the shell's path; the script gives it none."""
     if hasattr(os, "posix_spawnp"):
         try:
             return os.posix_spawnp(argv[0], argv, os.environ, setsid=True, setsigmask=(), setsigdef=DEFAULTED,
@@ -206,25 +220,20 @@ def _fork_exec(argv, out, err):
 def _wait(pid, seconds):
     """The child's exit status, or None if it still runs after ``seconds`` (SIGALRM ends the wait: no polling,
     and no delay past its exit)."""
-    _signal.setitimer(_signal.ITIMER_REAL, max(seconds, 0.001))
     try:
-        return _exit_status(os.waitpid(pid, 0)[1])
-    except _TimedOut:
-        pass
-    except ChildProcessError:  # reaped by the wait the alarm then cut short: it ended at its time
-        return 124
-    finally:
-        _signal.setitimer(_signal.ITIMER_REAL, 0)
-    try:
+        status = _bounded(lambda: os.waitpid(pid, 0)[1], seconds)
+        if status is not TIMED_OUT:
+            return _exit_status(status)
         done, status = os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
+    except ChildProcessError:  # reaped by the wait the alarm then cut short: it ended at its time
         return 124
     return _exit_status(status) if done else None
 
 
 class Commands:
-    """Runs commands one at a time. A stop signal is held while a command starts, then raises _Stopped once the
-    command in flight is known (it is then KILLed with its group)."""
+    """Runs commands one at a time. A stop signal is held while a command starts; then it KILLs the command in
+    flight with its group and ends the reader, in the handler itself: a stop that unwound the stack first
+    could be cut short by the next (`timeout` passes a TERM on to the reader as well as its group)."""
 
     def __init__(self, cap, kill_after):
         self.cap, self.kill_after, self.child = cap, kill_after, None
@@ -239,7 +248,7 @@ class Commands:
         try:
             self.child = _spawn(argv, self.out, self.err)
         except OSError as exc:  # as `timeout` says it: 127 not found, 126 found but not runnable
-            _signal.pthread_sigmask(_signal.SIG_UNBLOCK, STOPS)  # a stop that came meanwhile raises here
+            _signal.pthread_sigmask(_signal.SIG_UNBLOCK, STOPS)  # a stop that came meanwhile ends it here
             rc = 127 if exc.errno == errno.ENOENT else 126
             return rc, 0, b"", f"k3doctor: failed to run command {argv[0]!r}: {exc.strerror}\n".encode()
         try:
@@ -257,6 +266,11 @@ class Commands:
         total = os.fstat(self.out).st_size
         return status, total, self._head(self.out), self._head(self.err)
 
+    def on_stop(self, signum, frame):
+        if self.child is not None:
+            _kill_group(self.child, _signal.SIGKILL)
+        os._exit(143)
+
     def _head(self, fd):
         os.lseek(fd, 0, os.SEEK_SET)
         parts, size = [], 0
@@ -270,7 +284,7 @@ class Commands:
 
     def reap(self):
         """KILL whatever of the command's group is left: a child that escaped the TERM, a daemon it left,
-        or all of it when the reader is stopped while it runs."""
+        or what is left of it when the command ended at its timeout."""
         if self.child is not None:
             _kill_group(self.child, _signal.SIGKILL)
             self.child = None
@@ -295,7 +309,7 @@ def main(argv):
     commands = Commands(cap, kill_after)
     _signal.signal(_signal.SIGALRM, _alarm)
     for sig in STOPS:
-        _signal.signal(sig, _stop)
+        _signal.signal(sig, commands.on_stop)
     limit = (cap // FSIZE_BLOCK + 1) * FSIZE_BLOCK  # the commands' files; this process writes only to a pipe
     hard = resource.getrlimit(resource.RLIMIT_FSIZE)[1]
     resource.setrlimit(resource.RLIMIT_FSIZE, (limit if hard == resource.RLIM_INFINITY else min(limit, hard), hard))
@@ -316,7 +330,7 @@ def main(argv):
                 if kind == "G":
                     out.write(_frame(nonce, index, "END", 0, b"", b"", b""))
             out.flush()
-    except (_Stopped, BrokenPipeError):  # the command in flight, if any, was KILLed on the way out
+    except BrokenPipeError:  # the client is gone: no command is in flight between readings
         os._exit(143)
 
 
