@@ -16,28 +16,79 @@ Run as ``python3 -c SOURCE NONCE CAP READ_TIMEOUT KILL_AFTER RECORD...``, a RECO
 (a file), ``INDEX G PATTERN`` (a glob), ``INDEX E PATH`` (exists) or ``INDEX C TIMEOUT N ARG1..ARGN`` (a
 command). Written for any python3 a node may have (3.6 on): standard library only, nothing past 3.6.
 """
+import _signal  # not `signal`: that imports enum; this file starts on every node at every run
 import errno
-import glob
 import os
 import resource
-import signal
-import subprocess
 import sys
-import time
 
 FSIZE_BLOCK = 512  # the shell's `ulimit -f` unit: the cap is enforced in whole blocks, one past it
+STOPS = (_signal.SIGTERM, _signal.SIGHUP, _signal.SIGINT)
+# What a python3 process ignores that a command must not (as the shell leaves them to it): a command
+# writing past the cap dies of SIGXFSZ, as under `ulimit -f`, and one writing to a closed pipe of SIGPIPE
+RESTORED = (_signal.SIGPIPE, _signal.SIGXFSZ)
+DEFAULTED = STOPS + RESTORED + (_signal.SIGALRM,)  # in a command, whatever this process set them to
+STAR, ANY = ord("*"), ord("?")
 
 
 class _TimedOut(Exception):
     pass
 
 
-class _Stopped(Exception):
-    pass
+_ARMED = [False]  # an alarm raises only inside _bounded's call: one that comes late is dropped
+TIMED_OUT = object()
+# The read end of the pipe the C signal handler writes each signal's number to as it arrives
+# (``set_wakeup_fd``): a stop is seen there even when its Python handler never got to run.
+_ARRIVED = [-1]
 
 
 def _alarm(signum, frame):
-    raise _TimedOut()
+    if _ARMED[0]:
+        raise _TimedOut()
+
+
+def _bounded(call, seconds):
+    """``call()``, or TIMED_OUT where it still blocked after ``seconds`` (SIGALRM cut it short).
+
+    Python runs the handlers of signals that came together in the order of their numbers, and a handler
+    that raises leaves the rest for later, so the alarm (14) can cut short the stop's handler (TERM is 15)
+    or come first and leave it pending: the stop is lost, and the reader goes on with its commands. So an
+    alarm that ended a call looks for a stop among the signals that came, and stops the reader itself."""
+    _ARMED[0] = True
+    _signal.setitimer(_signal.ITIMER_REAL, max(seconds, 0.001))
+    try:
+        try:
+            return call()
+        finally:
+            _ARMED[0] = False
+            _signal.setitimer(_signal.ITIMER_REAL, 0)
+    except _TimedOut:
+        if _stop_arrived():
+            _signal.getsignal(_signal.SIGTERM)(_signal.SIGTERM, None)
+        return TIMED_OUT
+
+
+def _listen(on_stop):
+    """Handlers for the alarm and the stops, and the pipe where the signals' numbers arrive."""
+    _ARRIVED[0], told = os.pipe()
+    for end in (_ARRIVED[0], told):
+        os.set_blocking(end, False)
+    try:
+        _signal.set_wakeup_fd(told, warn_on_full_buffer=False)
+    except TypeError:  # python 3.6: a full pipe only costs a warning on stderr, and drained it never fills
+        _signal.set_wakeup_fd(told)
+    _signal.signal(_signal.SIGALRM, _alarm)
+    for sig in STOPS:
+        _signal.signal(sig, on_stop)
+
+
+def _stop_arrived():
+    """Whether a stop signal came since the last look (the pipe is drained)."""
+    try:
+        arrived = os.read(_ARRIVED[0], 1 << 16)  # a pipe holds 64 KiB: one read drains it
+    except OSError:  # empty (EAGAIN)
+        return False
+    return any(number in STOPS for number in arrived)
 
 
 def _frame(nonce, index, rc, total, out, err, path):
@@ -52,24 +103,71 @@ def read_one(path, cap, read_timeout):
         return "D", 0, b"", b""
     if not os.path.exists(path):  # a dangling link reads as missing, as in the shell
         return "M", 0, b"", b""
-    signal.setitimer(signal.ITIMER_REAL, read_timeout)
     try:
-        with open(path, "rb", buffering=0) as fh:
-            parts, size = [], 0
-            while size <= cap:
-                data = fh.read(cap + 1 - size)
-                if not data:
-                    break
-                parts.append(data)
-                size += len(data)
-    except _TimedOut:
-        return "124", 0, b"", b""
+        data = _bounded(lambda: _read_up_to(path, cap + 1), read_timeout)
     except OSError as exc:
         return "1", 0, b"", f"{os.fsdecode(path)}: {os.strerror(exc.errno or 5)}\n".encode()
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-    data = b"".join(parts)
+    if data is TIMED_OUT:
+        return "124", 0, b"", b""
     return "0", len(data), data[:cap], b""
+
+
+def _read_up_to(path, limit):
+    with open(path, "rb", buffering=0) as fh:
+        parts, size = [], 0
+        while size < limit:
+            data = fh.read(limit - size)
+            if not data:
+                break
+            parts.append(data)
+            size += len(data)
+    return b"".join(parts)
+
+
+def _matches(name, pattern):
+    """``*`` and ``?`` wildcards over one path component (bytes), as fnmatch has them."""
+    n = p = 0
+    star, mark = -1, 0
+    while n < len(name):
+        if p < len(pattern) and pattern[p] in (ANY, name[n]):
+            n, p = n + 1, p + 1
+        elif p < len(pattern) and pattern[p] == STAR:
+            star, mark, p = p, n, p + 1
+        elif star >= 0:
+            mark += 1
+            n, p = mark, star + 1
+        else:
+            return False
+    while p < len(pattern) and pattern[p] == STAR:
+        p += 1
+    return p == len(pattern)
+
+
+def expand(pattern):
+    """The sorted paths an absolute pattern names, as ``sorted(glob.glob(pattern))`` gives them (but a
+    ``//`` stays as written, as the shell keeps it, where glob folds it): a wildcard never matches a
+    leading dot unless the pattern's own does; a dangling link is named. The
+    glob module costs a node more than all its sysfs reads (it imports re), so ``*`` and ``?`` patterns -
+    every sysfs pattern - are expanded here; any other is left to it."""
+    if not pattern.startswith(b"/") or b"[" in pattern or b"\\" in pattern:
+        import glob
+
+        return sorted(glob.glob(pattern))
+    paths = [b""]
+    for part in pattern.split(b"/")[1:]:
+        if STAR not in part and ANY not in part:
+            paths = [path + b"/" + part for path in paths]
+            continue
+        found = []
+        for path in paths:
+            try:
+                names = os.listdir(path or b"/")
+            except OSError:
+                continue
+            found += [path + b"/" + name for name in names
+                      if (name[:1] != b"." or part[:1] == b".") and _matches(name, part)]
+        paths = found
+    return sorted(path for path in paths if os.path.lexists(path))
 
 
 def _scratch():
@@ -91,63 +189,120 @@ def _kill_group(pid, sig):
         pass
 
 
-def _wait(child, seconds):
-    """The child's exit status, or None if it still runs after ``seconds``."""
-    end = time.monotonic() + seconds
-    while True:
+def _exit_status(status):
+    """A wait status as a shell reports it: the exit code, or 128 + the signal that killed it."""
+    return os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
+
+
+def _spawn(argv, out, err):
+    """Start ``argv`` in a session of its own (stdin /dev/null, stdout/stderr to ``out``/``err``), with the
+    signals the command must get set back to default and none blocked; its pid, or the OSError its exec
+    raised. Not the subprocess module: it costs a node more to import than the commands it starts.
+    posix_spawn (python 3.8 on) does not copy this process as fork does; called with the stop signals
+    blocked, so neither way ever runs a handler of this process in the child. Descriptors the reader was
+    given open past 2 would pass to the command, as in the shell's path; the script gives it none."""
+    if hasattr(os, "posix_spawnp"):
         try:
-            return child.wait(max(0.0, end - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            return None
+            return os.posix_spawnp(argv[0], argv, os.environ, setsid=True, setsigmask=(), setsigdef=DEFAULTED,
+                                   file_actions=[(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                                                 (os.POSIX_SPAWN_DUP2, out, 1), (os.POSIX_SPAWN_DUP2, err, 2)])
+        except NotImplementedError:  # a C library without posix_spawn's setsid
+            pass
+    return _fork_exec(argv, out, err)
+
+
+def _fork_exec(argv, out, err):
+    """``_spawn`` for a python before 3.8."""
+    said, told = os.pipe()  # close-on-exec: empty when the exec succeeded, the errno when it did not
+    parent = os.getpid()
+    try:
+        pid = os.fork()
+        if pid == 0:
+            try:
+                for sig in DEFAULTED:
+                    _signal.signal(sig, _signal.SIG_DFL)
+                _signal.pthread_sigmask(_signal.SIG_SETMASK, ())
+                os.setsid()
+                os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+                os.dup2(out, 1)
+                os.dup2(err, 2)
+                os.execvp(argv[0], argv)
+            except OSError as exc:
+                os.write(told, str(exc.errno or errno.ENOEXEC).encode())
+            finally:
+                os._exit(127)
+    except BaseException:
+        if os.getpid() != parent:
+            os._exit(127)
+        os.close(said)
+        raise
+    finally:
+        if os.getpid() == parent:
+            os.close(told)
+    try:
+        failed = os.read(said, 64)
+    finally:
+        os.close(said)
+    if failed:
+        os.waitpid(pid, 0)
+        code = int(failed)
+        raise OSError(code, os.strerror(code))
+    return pid
+
+
+def _wait(pid, seconds):
+    """The child's exit status, or None if it still runs after ``seconds`` (SIGALRM ends the wait: no polling,
+    and no delay past its exit)."""
+    try:
+        status = _bounded(lambda: os.waitpid(pid, 0)[1], seconds)
+        if status is not TIMED_OUT:
+            return _exit_status(status)
+        done, status = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:  # reaped by the wait the alarm then cut short: it ended at its time
+        return 124
+    return _exit_status(status) if done else None
 
 
 class Commands:
-    """Runs commands one at a time. A stop signal raises _Stopped once the command in flight is known (it is
-    then KILLed with its group), never between its start and that moment."""
+    """Runs commands one at a time. A stop signal is held while a command starts; then it KILLs the command in
+    flight with its group and ends the reader, in the handler itself: a stop that unwound the stack first
+    could be cut short by the next (`timeout` passes a TERM on to the reader as well as its group)."""
 
     def __init__(self, cap, kill_after):
         self.cap, self.kill_after, self.child = cap, kill_after, None
-        self.starting = self.stop_asked = False
         self.out, self.err = _scratch(), _scratch()
-
-    def on_signal(self, signum, frame):
-        self.stop_asked = True
-        if not self.starting:
-            raise _Stopped()
 
     def run(self, argv, timeout):
         """(rc, total stdout bytes, stdout up to the cap, stderr up to the cap), as the shell's ``emit``."""
         for fd in (self.out, self.err):
             os.ftruncate(fd, 0)
             os.lseek(fd, 0, os.SEEK_SET)
-        self.starting = True
+        _signal.pthread_sigmask(_signal.SIG_BLOCK, STOPS)
         try:
-            self.child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=self.out, stderr=self.err,
-                                          start_new_session=True)
+            self.child = _spawn(argv, self.out, self.err)
         except OSError as exc:  # as `timeout` says it: 127 not found, 126 found but not runnable
-            self.starting = False
-            if self.stop_asked:  # the stop that came while it was being started
-                raise _Stopped() from None
+            _signal.pthread_sigmask(_signal.SIG_UNBLOCK, STOPS)  # a stop that came meanwhile ends it here
             rc = 127 if exc.errno == errno.ENOENT else 126
             return rc, 0, b"", f"k3doctor: failed to run command {argv[0]!r}: {exc.strerror}\n".encode()
-        self.starting = False
         try:
-            if self.stop_asked:
-                raise _Stopped()
+            _signal.pthread_sigmask(_signal.SIG_UNBLOCK, STOPS)
             status = _wait(self.child, timeout)
             if status is None:
-                _kill_group(self.child.pid, signal.SIGTERM)
+                _kill_group(self.child, _signal.SIGTERM)
                 status = 124 if _wait(self.child, self.kill_after) is not None else None
                 if status is None:
-                    _kill_group(self.child.pid, signal.SIGKILL)
-                    self.child.wait()
+                    _kill_group(self.child, _signal.SIGKILL)
+                    os.waitpid(self.child, 0)
                     status = 137
-            elif status < 0:
-                status = 128 - status  # killed by a signal: as a shell reports it
         finally:
             self.reap()
         total = os.fstat(self.out).st_size
         return status, total, self._head(self.out), self._head(self.err)
+
+    def on_stop(self, signum, frame):
+        if self.child is not None:
+            _kill_group(self.child, _signal.SIGKILL)
+        os._exit(143)
 
     def _head(self, fd):
         os.lseek(fd, 0, os.SEEK_SET)
@@ -162,9 +317,9 @@ class Commands:
 
     def reap(self):
         """KILL whatever of the command's group is left: a child that escaped the TERM, a daemon it left,
-        or all of it when the reader is stopped while it runs."""
+        or what is left of it when the command ended at its timeout."""
         if self.child is not None:
-            _kill_group(self.child.pid, signal.SIGKILL)
+            _kill_group(self.child, _signal.SIGKILL)
             self.child = None
 
 
@@ -185,9 +340,7 @@ def _records(words):
 def main(argv):
     nonce, cap, read_timeout, kill_after = argv[0], int(argv[1]), float(argv[2]), float(argv[3])
     commands = Commands(cap, kill_after)
-    signal.signal(signal.SIGALRM, _alarm)
-    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
-        signal.signal(sig, commands.on_signal)
+    _listen(commands.on_stop)
     limit = (cap // FSIZE_BLOCK + 1) * FSIZE_BLOCK  # the commands' files; this process writes only to a pipe
     hard = resource.getrlimit(resource.RLIMIT_FSIZE)[1]
     resource.setrlimit(resource.RLIMIT_FSIZE, (limit if hard == resource.RLIM_INFINITY else min(limit, hard), hard))
@@ -201,14 +354,14 @@ def main(argv):
                 out.write(_frame(nonce, index, 0 if os.path.exists(what) else "M", 0, b"", b"", b""))
             else:
                 pattern = os.fsencode(what)
-                for one in sorted(glob.glob(pattern)) if kind == "G" else [pattern]:
+                for one in expand(pattern) if kind == "G" else [pattern]:
                     rc, total, data, err = read_one(one, cap, read_timeout)
                     out.write(_frame(nonce, index, rc, total, data, err, one))
                     out.flush()
                 if kind == "G":
                     out.write(_frame(nonce, index, "END", 0, b"", b"", b""))
             out.flush()
-    except (_Stopped, BrokenPipeError):  # the command in flight, if any, was KILLed on the way out
+    except BrokenPipeError:  # the client is gone: no command is in flight between readings
         os._exit(143)
 
 

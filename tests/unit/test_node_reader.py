@@ -1,6 +1,8 @@
 """Every reading of a node in one reader process: the same frames as the shell's one-by-one readings
 (which stay for nodes without python3), through a real sh and the real python3."""
 import os
+import shlex
+import sys
 
 import psutil
 import pytest
@@ -14,6 +16,19 @@ def frames(specs, python, **kw):
     result = LocalTransport("here").run_bytes("sh -s", timeout_s=30, stdin=script.encode())
     assert result.rc == 0, result.stderr
     return parse_frames(result.stdout, "n0nce"), script
+
+
+@pytest.fixture(params=["posix_spawn", "fork"])
+def python(request, tmp_path_factory):
+    """The node's python3 as the reader finds it: 3.8 on (posix_spawn), or older (fork and exec). This
+    interpreter, not the first python3 on PATH (which may be a version manager's shell shim)."""
+    if request.param == "posix_spawn":
+        return sys.executable
+    wrapper = tmp_path_factory.mktemp("old-python") / "python3-before-3.8"
+    wrapper.write_text(f'#!/bin/sh\nshift 3  # -I -S -c\nexec {shlex.quote(sys.executable)} -I -S -c '
+                       '"import os, sys; del os.posix_spawnp; exec(sys.argv.pop(1))" "$@"\n')
+    wrapper.chmod(0o755)
+    return str(wrapper)
 
 
 @pytest.fixture
@@ -44,8 +59,8 @@ def specs_of(tree):
             Command(("sh", "-c", "head -c 3000 /dev/zero >&2; echo done"))]  # 13: stderr past the cap
 
 
-def test_one_reader_gives_the_frames_the_shell_gives(tree):
-    fast, script = frames(specs_of(tree), "python3", cap=1000)
+def test_one_reader_gives_the_frames_the_shell_gives(tree, python):
+    fast, script = frames(specs_of(tree), python, cap=1000)
     slow, _ = frames(specs_of(tree), "no-such-python-k3", cap=1000)
     assert fast[12][0][0] == slow[12][0][0] == "127" and "no-such-tool-k3" in fast.pop(12)[0][3]
     slow.pop(12)
@@ -98,3 +113,125 @@ def test_a_read_that_blocks_ends_at_the_read_timeout_and_the_others_are_read(tre
     assert _reading(File(str(tree / "card0" / "accel_state")), got[1], "").text() == "active"
     readers = [p for p in psutil.process_iter(["cmdline"]) if str(fifo) in " ".join(p.info["cmdline"] or [])]
     assert psutil.wait_procs(readers, timeout=5)[1] == []
+
+
+def test_the_reader_imports_only_what_a_node_starts_cheaply(tmp_path):
+    """The reader starts on every node at every run: subprocess, glob (re) and signal (enum) cost a node more
+    CPU than all its sysfs reads, so none of them is imported for files, ``*`` globs and commands."""
+    import subprocess
+    import sys
+
+    from k3doctor.gather import NODE_READER
+
+    (tmp_path / "card0").mkdir()
+    (tmp_path / "card0" / "vendor").write_text("0x1002\n")
+    records = ["0", "F", str(tmp_path / "card0" / "vendor"), "1", "G", str(tmp_path / "card*" / "vendor"),
+               "2", "C", "5", "1", "true"]
+    run = subprocess.run([sys.executable, "-I", "-S", "-X", "importtime", "-c", NODE_READER, "n0nce", "1000", "5",
+                          "2", *records], capture_output=True, timeout=30)
+    assert run.returncode == 0 and run.stdout.count(b"@@n0nce ") == 4, run.stderr
+    imported = {line.rsplit("|", 1)[-1].strip() for line in run.stderr.decode().splitlines() if "|" in line}
+    assert "resource" in imported  # the import log was read
+    assert imported & {"subprocess", "glob", "fnmatch", "re", "signal", "enum", "threading", "selectors"} == set()
+
+
+def test_a_command_starts_with_no_signal_ignored_or_blocked(python):
+    """python3 ignores SIGPIPE and SIGXFSZ and the reader holds its stop signals while it starts a command: the
+    command gets neither (a command past the cap must die of SIGXFSZ, as under the shell's `ulimit -f`); nor
+    the reader's handlers."""
+    from k3doctor.readings import Command
+
+    got, _ = frames([Command(("grep", "-E", "^Sig(Ign|Blk):", "/proc/self/status"))], python)
+    from k3doctor.node_reader import DEFAULTED
+
+    words = got[0][0][2].split()
+    assert words[0::2] == ["SigBlk:", "SigIgn:"]
+    blocked, ignored = (int(mask, 16) for mask in words[1::2])
+    assert blocked & 0x7FFFFFFF == 0  # signals 1..31 (glibc keeps its own 32, 33 to itself)
+    assert ignored & sum(1 << (sig - 1) for sig in DEFAULTED) == 0  # what the tests' own shell ignores may stay
+
+
+@pytest.mark.parametrize("stops", [1, 3])
+@pytest.mark.parametrize("after_s", [0.0, 0.003, 0.01, 0.02, 0.05, 0.13])
+def test_a_stopped_reader_leaves_no_command_behind_whenever_the_stop_comes(after_s, stops, python):
+    """Commands start and are killed back to back (about 20 ms each); a TERM at some moment of that (one
+    starting, one running, one being killed), or three back to back as `timeout` and the script's stop send
+    them, ends the reader with 143 and KILLs the command in flight with its group."""
+    import secrets
+    import subprocess
+    import time
+
+    from k3doctor.gather import NODE_READER
+
+    token = f"{60 + secrets.randbelow(1000)}.{secrets.randbelow(10 ** 6)}"
+    command = ("3", "sh", "-c", f"sleep {token} & exec sleep {token}")
+    records = [w for i in range(1000) for w in (str(i), "C", "0.02", *command)]
+    reader = subprocess.Popen([python, "-I", "-S", "-c", NODE_READER, "n0nce", "1000", "5", "2", *records],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    def left():
+        return [p for p in psutil.process_iter(["cmdline"]) if (p.info["cmdline"] or [""])[-1] == token]
+
+    deadline = time.monotonic() + 10
+    while not psutil.Process(reader.pid).children() and time.monotonic() < deadline:
+        time.sleep(0.001)  # once it has started a command its handlers are set
+    time.sleep(after_s)
+    for _ in range(stops):
+        reader.terminate()
+    assert reader.wait(10) == 143, reader.stderr.read()
+    deadline = time.monotonic() + 5
+    while left() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert left() == []
+
+
+def test_the_readers_globs_name_what_the_glob_module_names(tmp_path):
+    """``expand`` stands in for sorted(glob.glob()) on ``*``/``?`` patterns; any other pattern is left to it."""
+    import glob
+    import subprocess
+
+    from k3doctor import node_reader
+
+    for card in ("card0", "card1", "card10", ".card2", "renderD128"):
+        (tmp_path / card / "device" / "ualink").mkdir(parents=True)
+        (tmp_path / card / "device" / "vendor").write_text("0x1002\n")
+        (tmp_path / card / "device" / "ualink" / "accel_id").write_text("1\n")
+        (tmp_path / card / "device" / "ualink" / ".hidden").write_text("x\n")
+    (tmp_path / "card3").write_text("a file, not a directory\n")
+    (tmp_path / "card4").symlink_to(tmp_path / "card1")
+    (tmp_path / "card0" / "device" / "ualink" / "dangling").symlink_to(tmp_path / "gone")
+    patterns = ["card*/device/vendor", "card*/device/ualink/*", "card?/device/ualink/*", "*/*/ualink/.*",
+                ".card*/device/vendor", "card*", "card*/", "c*d*0/*", "*a*r*d*1*", "card1/device/vendor",
+                "nothing*/x", "card0/device/ualink/dangling", "card[01]/device/vendor", "*/device/*/accel_?d",
+                "card0//device/vendor", "c**d0/*"]
+    for pattern in patterns:
+        full = os.fsencode(str(tmp_path / pattern))
+        assert node_reader.expand(full) == sorted(glob.glob(full)), pattern
+    assert node_reader.expand(os.fsencode(str(tmp_path / "card*/device/vendor")))  # the test names something
+    doubled = os.fsencode(f"{tmp_path}//card*//device/vendor")  # kept as the shell keeps it (glob folds it)
+    shell = subprocess.run(["sh", "-c", 'for f in $1; do [ -e "$f" ] && echo "$f"; done', "sh", doubled],
+                           capture_output=True, check=True).stdout.split()
+    assert node_reader.expand(doubled) == sorted(shell) and len(shell) == 4
+
+
+def test_a_stop_whose_handler_the_alarm_cut_short_still_ends_the_reader():
+    """Python runs the handlers of signals that came together in the order of their numbers, and the alarm's
+    (it raises) can cut the stop's short: here the stop's handler lets an alarm in before it ends anything,
+    as a timeout that fires just then does. The reader must still end (143), not go on with its commands."""
+    import subprocess
+
+    from k3doctor.gather import NODE_READER
+
+    driver = NODE_READER.replace('if __name__ == "__main__":', 'if False:') + """
+import time
+def stop(signum, frame):
+    os.kill(os.getpid(), _signal.SIGALRM)  # the alarm's handler runs next, raising while this one is in flight
+    os.write(1, b"stopped\\n")
+    os._exit(143)
+_listen(stop)
+_ARMED[0] = True
+_bounded(lambda: os.kill(os.getpid(), _signal.SIGTERM) or time.sleep(5), 5)
+os.write(1, b"went on\\n")
+"""
+    run = subprocess.run([sys.executable, "-I", "-S", "-c", driver], capture_output=True, timeout=30)
+    assert (run.returncode, run.stdout) == (143, b"stopped\n"), run.stderr
