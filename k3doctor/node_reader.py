@@ -14,7 +14,8 @@ command in flight with its group, then ends the reader.
 
 Run as ``python3 -c SOURCE NONCE CAP READ_TIMEOUT KILL_AFTER RECORD...``, a RECORD being ``INDEX F PATH``
 (a file), ``INDEX G PATTERN`` (a glob), ``INDEX E PATH`` (exists) or ``INDEX C TIMEOUT N ARG1..ARGN`` (a
-command). Written for any python3 a node may have (3.6 on): standard library only, nothing past 3.6.
+command). Written for any python3 a node may have (3.6 on): standard library only, and what came after
+3.6 (posix_spawn, set_wakeup_fd's warn_on_full_buffer) only with a fallback.
 """
 import _signal  # not `signal`: that imports enum; this file starts on every node at every run
 import errno
@@ -40,6 +41,7 @@ TIMED_OUT = object()
 # The read end of the pipe the C signal handler writes each signal's number to as it arrives
 # (``set_wakeup_fd``): a stop is seen there even when its Python handler never got to run.
 _ARRIVED = [-1]
+_ON_STOP = [None]  # the stop signals' handler, which _bounded also calls for a stop that the alarm cut short
 
 
 def _alarm(signum, frame):
@@ -50,34 +52,38 @@ def _alarm(signum, frame):
 def _bounded(call, seconds):
     """``call()``, or TIMED_OUT where it still blocked after ``seconds`` (SIGALRM cut it short).
 
-    Python runs the handlers of signals that came together in the order of their numbers, and a handler
-    that raises leaves the rest for later, so the alarm (14) can cut short the stop's handler (TERM is 15)
-    or come first and leave it pending: the stop is lost, and the reader goes on with its commands. So an
-    alarm that ended a call looks for a stop among the signals that came, and stops the reader itself."""
-    _ARMED[0] = True
-    _signal.setitimer(_signal.ITIMER_REAL, max(seconds, 0.001))
+    A Python signal handler runs between two bytecodes of whatever runs, another handler included: an
+    alarm that comes while the stop's handler runs raises inside it, and the stop is lost (the reader
+    would go on with its commands). So an alarm that ended a call looks for a stop among the signals
+    that came, and stops the reader itself."""
     try:
         try:
+            _ARMED[0] = True
+            _signal.setitimer(_signal.ITIMER_REAL, max(seconds, 0.001))
             return call()
         finally:
             _ARMED[0] = False
             _signal.setitimer(_signal.ITIMER_REAL, 0)
     except _TimedOut:
         if _stop_arrived():
-            _signal.getsignal(_signal.SIGTERM)(_signal.SIGTERM, None)
+            _ON_STOP[0](_signal.SIGTERM, None)
         return TIMED_OUT
 
 
 def _listen(on_stop):
-    """Handlers for the alarm and the stops, and the pipe where the signals' numbers arrive."""
+    """Handlers for the alarm and the stops, and the pipe where the signals' numbers arrive. SIGCHLD
+    back to its default: ignored (as an ignored signal passes through exec), a wait would never see a
+    command's exit."""
     _ARRIVED[0], told = os.pipe()
     for end in (_ARRIVED[0], told):
         os.set_blocking(end, False)
     try:
         _signal.set_wakeup_fd(told, warn_on_full_buffer=False)
-    except TypeError:  # python 3.6: a full pipe only costs a warning on stderr, and drained it never fills
+    except TypeError:  # python 3.6; a byte arrives at most per stop and per late alarm: it never fills
         _signal.set_wakeup_fd(told)
+    _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
     _signal.signal(_signal.SIGALRM, _alarm)
+    _ON_STOP[0] = on_stop
     for sig in STOPS:
         _signal.signal(sig, on_stop)
 
@@ -129,10 +135,10 @@ def _matches(name, pattern):
     n = p = 0
     star, mark = -1, 0
     while n < len(name):
-        if p < len(pattern) and pattern[p] in (ANY, name[n]):
-            n, p = n + 1, p + 1
-        elif p < len(pattern) and pattern[p] == STAR:
+        if p < len(pattern) and pattern[p] == STAR:
             star, mark, p = p, n, p + 1
+        elif p < len(pattern) and pattern[p] in (ANY, name[n]):
+            n, p = n + 1, p + 1
         elif star >= 0:
             mark += 1
             n, p = mark, star + 1

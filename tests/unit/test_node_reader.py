@@ -198,12 +198,13 @@ def test_the_readers_globs_name_what_the_glob_module_names(tmp_path):
         (tmp_path / card / "device" / "ualink" / "accel_id").write_text("1\n")
         (tmp_path / card / "device" / "ualink" / ".hidden").write_text("x\n")
     (tmp_path / "card3").write_text("a file, not a directory\n")
+    (tmp_path / "odd*name").write_text("a literal * in a name\n")
     (tmp_path / "card4").symlink_to(tmp_path / "card1")
     (tmp_path / "card0" / "device" / "ualink" / "dangling").symlink_to(tmp_path / "gone")
     patterns = ["card*/device/vendor", "card*/device/ualink/*", "card?/device/ualink/*", "*/*/ualink/.*",
                 ".card*/device/vendor", "card*", "card*/", "c*d*0/*", "*a*r*d*1*", "card1/device/vendor",
                 "nothing*/x", "card0/device/ualink/dangling", "card[01]/device/vendor", "*/device/*/accel_?d",
-                "card0//device/vendor", "c**d0/*"]
+                "card0//device/vendor", "c**d0/*", "odd*", "*d*n*", "odd?name"]
     for pattern in patterns:
         full = os.fsencode(str(tmp_path / pattern))
         assert node_reader.expand(full) == sorted(glob.glob(full)), pattern
@@ -214,23 +215,51 @@ def test_the_readers_globs_name_what_the_glob_module_names(tmp_path):
     assert node_reader.expand(doubled) == sorted(shell) and len(shell) == 4
 
 
-def test_a_stop_whose_handler_the_alarm_cut_short_still_ends_the_reader():
-    """Python runs the handlers of signals that came together in the order of their numbers, and the alarm's
-    (it raises) can cut the stop's short: here the stop's handler lets an alarm in before it ends anything,
-    as a timeout that fires just then does. The reader must still end (143), not go on with its commands."""
+def test_a_reader_started_with_sigchld_ignored_still_sees_each_commands_exit():
+    """An ignored signal stays ignored through exec; with SIGCHLD ignored a wait never sees the exit, and
+    every command would read as timed out."""
+    import signal
     import subprocess
 
     from k3doctor.gather import NODE_READER
 
-    driver = NODE_READER.replace('if __name__ == "__main__":', 'if False:') + """
+    run = subprocess.run([sys.executable, "-I", "-S", "-c", NODE_READER, "n0nce", "1000", "5", "2",
+                          "0", "C", "5", "3", "sh", "-c", "exit 7"], capture_output=True, timeout=30,
+                         preexec_fn=lambda: signal.signal(signal.SIGCHLD, signal.SIG_IGN))
+    assert run.returncode == 0 and run.stdout.startswith(b"@@n0nce 0 7 "), (run.stdout, run.stderr)
+
+
+# How the stop reaches the call `_bounded` bounds: while the call runs, or while its alarm is being armed
+STOP_COMES = {"in the call": ("", "os.kill(os.getpid(), _signal.SIGTERM) or time.sleep(5)"),
+              "as the alarm is armed": ("""
+arm = _signal.setitimer
+def arming(which, seconds):
+    if seconds:
+        os.kill(os.getpid(), _signal.SIGTERM)
+    return arm(which, seconds)
+_signal.setitimer = arming
+""", "time.sleep(5)")}
+
+
+@pytest.mark.parametrize("when", sorted(STOP_COMES))
+def test_a_stop_whose_handler_the_alarm_cut_short_still_ends_the_reader(when):
+    """A signal's Python handler runs between two bytecodes of whatever runs, another handler included: here
+    the stop's handler lets an alarm in before it ends anything, as a timeout that fires just then does, and
+    the alarm's handler raises inside it. The reader must still end (143): not go on with its commands, and
+    not end with a traceback."""
+    import subprocess
+
+    from k3doctor.gather import NODE_READER
+
+    setup, call = STOP_COMES[when]
+    driver = NODE_READER.replace('if __name__ == "__main__":', 'if False:') + setup + f"""
 import time
 def stop(signum, frame):
     os.kill(os.getpid(), _signal.SIGALRM)  # the alarm's handler runs next, raising while this one is in flight
     os.write(1, b"stopped\\n")
     os._exit(143)
 _listen(stop)
-_ARMED[0] = True
-_bounded(lambda: os.kill(os.getpid(), _signal.SIGTERM) or time.sleep(5), 5)
+_bounded(lambda: {call}, 5)
 os.write(1, b"went on\\n")
 """
     run = subprocess.run([sys.executable, "-I", "-S", "-c", driver], capture_output=True, timeout=30)
