@@ -24,7 +24,7 @@ from pathlib import Path
 from k3doctor import progress
 from k3doctor.parsers import ParseError
 from k3doctor.parsers.torch_errors import classify
-from k3doctor.probes.allreduce_worker import STAGES, TOKEN_PREFIX
+from k3doctor.probes.allreduce_worker import AGENT_KILL_GRACE_S, STAGES, TOKEN_PREFIX
 from k3doctor.probes.collective_figures import ALL_REDUCE, ALL_TO_ALL, figures
 from k3doctor.probes.kit import Finding, carriers, pair_rounds, tail
 from k3doctor.shell import join
@@ -33,6 +33,12 @@ from k3doctor.transport import TransportError
 WORKER_SOURCE = Path(__file__).with_name("allreduce_worker.py").read_bytes()
 AGENT_MARGIN_S = 4.0  # the agent stops its ranks this long before the transport kills the command
 CLEANUP_TIMEOUT_S = 20.0
+# A node whose ranks only ran out of their stage's time says little by itself: the ranks of the other nodes
+# wait in the same collective and reach their own deadline a moment later (their watchdog polls every 0.2 s,
+# their stages began a little apart), and a rank stopped where its watchdog cannot run is killed by its
+# agent AGENT_KILL_GRACE_S after that. Cleaning those nodes up at once would cut off what names the rank at
+# fault, so they get this long first.
+PEERS_GRACE_S = AGENT_KILL_GRACE_S + 1.0
 _MARK = "K3PROBE "
 
 
@@ -228,8 +234,9 @@ def _run_node(transport, member: Member, plan: Plan, run_id: str, limit_s: float
 def launch(plans: list, transports: dict, limits: list | None = None) -> list:
     """Run the plans at once (their nodes must not overlap); always clean up every node.
 
-    As soon as one node of a run fails, the run's other nodes are cleaned up too, so a rank
-    that crashed at start does not leave the others waiting out their rendezvous deadline.
+    As soon as one node of a run fails, the run's other nodes still going are cleaned up too, so a
+    rank that crashed at start does not leave the others waiting out their rendezvous deadline; where
+    the node's ranks only ran out of time, PEERS_GRACE_S later.
     """
     limits = limits or [p.limit_s() for p in plans]
     run_ids = [uuid.uuid4().hex[:16] for _ in plans]
@@ -239,20 +246,28 @@ def launch(plans: list, transports: dict, limits: list | None = None) -> list:
     results = [dict() for _ in plans]
     walls = [0.0 for _ in plans]
     early = {}  # fail fast: cleanups started while a run's other nodes were still going
+    due, cleaned = {}, set()  # run -> when its nodes still going are cleaned up; the runs already cleaned up
     try:
         pending = {pool.submit(_run_node, transports[m.node], m, plan, run_ids[i], limits[i]): (i, m)
                    for i, plan in enumerate(plans) for m in plan.members}
         while pending:
-            done, _ = wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
+            now = time.monotonic()
+            done, _ = wait(pending, timeout=min([1.0] + [max(at - now, 0) for at in due.values()]),
+                           return_when=FIRST_COMPLETED)
             for future in done:
                 i, member = pending.pop(future)
                 run = future.result()
                 results[i][member.node] = run
                 walls[i] = time.monotonic() - started
-                if (run.error or run.rc != 0) and not any(k[0] == i for k in early):
-                    for m in plans[i].members:
-                        if m.node != member.node:
-                            early[(i, m.node)] = pool.submit(_cleanup, transports[m.node], m, run_ids[i])
+                if (run.error or run.rc != 0) and i not in cleaned:
+                    at = time.monotonic() + (PEERS_GRACE_S if _ran_out_of_time(run) else 0)
+                    due[i] = min(due.get(i, at), at)
+            for i in [i for i, at in due.items() if at <= time.monotonic()]:
+                del due[i]
+                cleaned.add(i)
+                for m in plans[i].members:
+                    if m.node not in results[i]:
+                        early[(i, m.node)] = pool.submit(_cleanup, transports[m.node], m, run_ids[i])
     finally:
         final = {(i, m.node): pool.submit(_cleanup, transports[m.node], m, run_ids[i])
                  for i, plan in enumerate(plans) for m in plan.members}
@@ -263,6 +278,13 @@ def launch(plans: list, transports: dict, limits: list | None = None) -> list:
             results[i].setdefault(node, NodeRun(node, error="interrupted")).cleanup = report
         pool.shutdown(wait=True)
     return [analyse(plan, run_ids[i], results[i], round(walls[i], 2)) for i, plan in enumerate(plans)]
+
+
+def _ran_out_of_time(run: NodeRun) -> bool:
+    """Whether every failure of the node's ranks was a stage deadline (their watchdog's, or their agent's kill)."""
+    failures = [e for e in _events(run.stdout) if e.get("ev") in ("fail", "killed")]
+    return not run.error and bool(failures) and all(
+        e.get("ev") == "killed" or e.get("by") == "watchdog" for e in failures)
 
 
 # --- judging one run ---------------------------------------------------------------------

@@ -63,8 +63,8 @@ class Stages:
         emit(1, ev="end", rank=self.rank, stage=self.stage, t=self.now(),
              dur=round(time.monotonic() - self.since, 3), **info)
 
-    def fail(self, error, code=3):
-        emit(1, ev="fail", rank=self.rank, stage=self.stage, t=self.now(), error=str(error)[:800])
+    def fail(self, error, code=3, **info):
+        emit(1, ev="fail", rank=self.rank, stage=self.stage, t=self.now(), error=str(error)[:800], **info)
         os._exit(code)
 
     def _watch(self):
@@ -72,7 +72,7 @@ class Stages:
             time.sleep(0.2)
             limit = self.deadlines[self.stage]
             if time.monotonic() - self.since > limit:
-                self.fail(f"stage deadline of {limit:g}s exceeded (rank watchdog)", code=4)
+                self.fail(f"stage deadline of {limit:g}s exceeded (rank watchdog)", code=4, by="watchdog")
 
 
 def _hang():

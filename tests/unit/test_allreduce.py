@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -483,3 +484,66 @@ def test_deadline_too_short_for_one_run_is_a_param_error():
     runs = FakeRuns()  # the minimum itself runs the full probe, however far the clock moved since the start
     diagnose(plan(), {}, MIN_DEADLINE_S, run=runs, clock=iter(range(0, 100, 1)).__next__)
     assert [c[0][0] for c in runs.calls] == ["full"]
+
+
+class ScriptedNodes:
+    """Transports whose nodes answer the probe as scripted: each node's transcript after its delay, or what it
+    had printed by then (its agent start) when a cleanup came first. Records when each cleanup came."""
+
+    def __init__(self, script):
+        import threading
+
+        self.script, self.cleaned, self.started = script, {}, time.monotonic()
+        self.stops = {node: threading.Event() for node in script}
+
+    def transport(self, node):
+        def run(command, timeout_s, stdin=None):
+            if "--cleanup" in command:
+                self.cleaned.setdefault(node, round(time.monotonic() - self.started, 2))
+                self.stops[node].set()
+                return SimpleNamespace(rc=0, stdout=line(ev="cleanup", killed=[], left=[]) + "\n", stderr="",
+                                       timed_out=False)
+            delay, ranks, body, rc = self.script[node]
+            lines = [line(ev="agent", node=node, ranks=list(ranks), pid=1)]
+            if self.stops[node].wait(delay):
+                return SimpleNamespace(rc=-9, stdout="\n".join(lines) + "\n", stderr="", timed_out=False)
+            return SimpleNamespace(rc=rc, stdout="\n".join(lines + body) + "\n", stderr="", timed_out=False)
+        return SimpleNamespace(run=run)
+
+
+def started_then(rank, *ending):
+    return [line(ev="begin", rank=rank, stage="start"), line(ev="end", rank=rank, stage="start", dur=1.0),
+            line(ev="begin", rank=rank, stage="rendezvous"), *ending]
+
+
+WATCHDOG = "stage deadline of 30s exceeded (rank watchdog)"
+
+
+def test_a_node_that_only_ran_out_of_time_leaves_the_others_time_to_say_so(monkeypatch):
+    """Ranks waiting on one stopped rank all reach their deadline: the first node to say so must not get
+    the others cleaned up before they say it too, or they read as hung with the stopped one."""
+    from k3doctor.probes import allreduce
+
+    monkeypatch.setattr(allreduce, "PEERS_GRACE_S", 1.5)
+    nodes = ScriptedNodes({
+        "a": (0.05, [0], started_then(0, line(ev="fail", rank=0, stage="rendezvous", error=WATCHDOG,
+                                                by="watchdog")), 1),
+        "b": (0.9, [1], started_then(1, line(ev="killed", rank=1, stage="rendezvous", by="agent",
+                                              why="stage deadline")), 1),
+        "c": (0.4, [2], started_then(2, line(ev="fail", rank=2, stage="rendezvous", error=WATCHDOG,
+                                              by="watchdog")), 1)})
+    [out] = allreduce.launch([plan(nodes=("a", "b", "c"), ranks=1)], {n: nodes.transport(n) for n in "abc"})
+    assert out.stage == "rendezvous" and out.missing == [1] and out.missing_nodes == ["b"], out.describe()
+    assert set(nodes.cleaned) == {"a", "b", "c"} and min(nodes.cleaned.values()) >= 0.9  # only the final ones
+
+
+def test_a_node_whose_rank_crashed_gets_the_others_cleaned_up_at_once():
+    from k3doctor.probes import allreduce
+
+    nodes = ScriptedNodes({
+        "a": (0.05, [0], started_then(0, line(ev="fail", rank=0, stage="rendezvous", error="RuntimeError: boom")), 1),
+        "b": (20, [1], started_then(1), 0)})
+    began = time.monotonic()
+    [out] = allreduce.launch([plan(nodes=("a", "b"), ranks=1)], {n: nodes.transport(n) for n in "ab"})
+    assert time.monotonic() - began < 5 and nodes.cleaned["b"] < 1.0, nodes.cleaned
+    assert out.errors[0] == "[rendezvous] RuntimeError: boom"
