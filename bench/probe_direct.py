@@ -13,10 +13,10 @@ import sys
 
 import yaml
 
-from k3doctor.inventory import parse_inventory
+from k3doctor.inventory.load import parse_inventory
+from k3doctor.judging.runner import Context
 from k3doctor.registry import REGISTRY, load_checks
-from k3doctor.runner import Context
-from k3doctor.transport import LocalTransport
+from k3doctor.transport.ssh import LocalTransport
 
 CHECK = "allreduce-probe"
 

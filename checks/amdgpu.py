@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections import Counter
 
+from k3doctor.gather.readings import Command, Exists, File, Glob, ReadingUnavailable
 from k3doctor.model.gpu import VENDOR_GLOB, VRAM_GLOB, amd_cards, hbm_gib
 from k3doctor.model.kernel_log import DMESG, KernelLog, is_amdgpu_load
 from k3doctor.parsers import ParseError
 from k3doctor.parsers.amdsmi import parse_static_vram
-from k3doctor.readings import Command, Exists, File, Glob, ReadingUnavailable
 from k3doctor.registry import check, remediation
 from k3doctor.results import error, fail, passed, skip, warn
 

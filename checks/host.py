@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from k3doctor.gather.readings import ReadingUnavailable
 from k3doctor.model.host import (
     MEMINFO,
     checkpoint,
@@ -21,7 +22,6 @@ from k3doctor.model.host import (
     spaces,
 )
 from k3doctor.parsers import ParseError
-from k3doctor.readings import ReadingUnavailable
 from k3doctor.registry import CheckSettings, check, remediation
 from k3doctor.results import error, fail, passed, warn
 

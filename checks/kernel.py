@@ -22,11 +22,11 @@ import re
 from dataclasses import dataclass, replace
 
 from k3doctor.deadline import MAX_SECONDS
+from k3doctor.gather.readings import Glob, ReadingUnavailable
 from k3doctor.model.gpu import UALINK_GLOB, UEVENT_GLOB, accel_ids, card_bdfs, card_for_bdf, locate_accid
 from k3doctor.model.kernel_log import BOOT_ID, DMESG, UPTIME, KernelLog
 from k3doctor.parsers import ParseError
 from k3doctor.parsers.dmesg import BLOCK, SIGNATURE_NAMES, WARN, scan
-from k3doctor.readings import Glob, ReadingUnavailable
 from k3doctor.registry import REGISTRY, CheckSettings, Param, RegistryError, check, remediation
 from k3doctor.results import error, fail, passed, warn
 

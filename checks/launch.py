@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from k3doctor.gather.readings import Command, ContainerInspect, File, ReadingUnavailable
 from k3doctor.model import network
 from k3doctor.model.container import (
     ROCJITSU_HOOK,
@@ -24,7 +25,6 @@ from k3doctor.model.container import (
     rank_envs,
 )
 from k3doctor.parsers import ParseError
-from k3doctor.readings import Command, ContainerInspect, File, ReadingUnavailable
 from k3doctor.registry import check, remediation
 from k3doctor.results import Status, Verdict, error, fail, passed, warn
 

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .parsers import ParseError
-from .readings import (
+from k3doctor.gather.readings import (
     Command,
     ContainerInspect,
     Docker,
@@ -30,8 +29,9 @@ from .readings import (
     sh,
     sh_with_fact,
 )
-from .registry import CheckSettings, Param, check, remediation
-from .results import Status, Verdict, error, fail, passed, skip, warn
+from k3doctor.parsers import ParseError
+from k3doctor.registry import CheckSettings, Param, check, remediation
+from k3doctor.results import Status, Verdict, error, fail, passed, skip, warn
 
 __all__ = [
     "Command", "ContainerInspect", "Context", "Docker", "EngineFactCommand", "Exists", "File", "Glob",
@@ -89,7 +89,7 @@ def judge_safely(fn, *args) -> list:
     except Exception as exc:  # a bug in one check must not hide the others' results
         # imported here, not above: a check that imports this module does not load paramiko (a probe that
         # raised TransportError has it loaded already)
-        from .transport import TransportError
+        from k3doctor.transport.ssh import TransportError
 
         if isinstance(exc, TransportError):
             return [error(str(exc))]

@@ -12,9 +12,9 @@ import sys
 
 import click
 
-from . import __version__
-from .deadline import MAX_SECONDS
-from .inventory import (
+from k3doctor import __version__
+from k3doctor.deadline import MAX_SECONDS
+from k3doctor.inventory.load import (
     InventoryError,
     NodeSourceError,
     check_ssh_config,
@@ -23,11 +23,11 @@ from .inventory import (
     localhost_inventory,
     unset_password_variables,
 )
-from .outputs import OUTPUTS, OutputPath, write_output
-from .registry import REGISTRY, load_checks
-from .report import render_table
-from .results import Status, overall
-from .runner import RunOptions, run_checks, select_checks
+from k3doctor.judging.runner import RunOptions, run_checks, select_checks
+from k3doctor.outputs import OUTPUTS, OutputPath, write_output
+from k3doctor.outputs.report import render_table
+from k3doctor.registry import REGISTRY, load_checks
+from k3doctor.results import Status, overall
 
 EXIT_USAGE = 3
 KERNEL_HEALTH = "kernel-health"  # joins triage's report: the kernel log of every node
@@ -57,13 +57,13 @@ def _names(value: str) -> tuple:
 
 def _progress(quiet=False):
     """Where a run's progress lines go: the live display on a terminal's stderr (k3doctor/progress.py), else nowhere."""
-    from . import progress
+    from k3doctor import progress
 
     return progress.note if progress.wanted(quiet) else None
 
 
 def _shown(quiet=False):
-    from . import progress
+    from k3doctor import progress
 
     return progress.shown(quiet)
 
@@ -143,7 +143,7 @@ def check_cmd(inventory, ansible_inventory, only, skip, tier, fmt, parallel, tim
     with _shown(quiet):
         report = run_checks(inv, checks, opts)
     if save_readings:  # checked when parsed; replaced only now, atomically, 0600
-        from . import snapshot
+        from k3doctor.gather import snapshot
 
         write_output(save_readings, snapshot.dump(report, inv.text, overrides), private=True)
     _emit(report, checks, fmt, output, verbose)
@@ -175,7 +175,7 @@ def check_cmd(inventory, ansible_inventory, only, skip, tier, fmt, parallel, tim
 def node_cmd(inventory, name, only, skip, overrides, timeout, node_deadline, as_json, fmt, output, verbose,
              slurm_drain, slurm_node, slurm_timeout):
     """Check this machine only, no SSH (passive checks, bounded): for Slurm, Ansible, ClusterShell."""
-    from . import local
+    from k3doctor.fleet import node_mode as local
 
     full = _inventory(inventory) if inventory else None
     if full is None:
@@ -193,7 +193,7 @@ def node_cmd(inventory, name, only, skip, overrides, timeout, node_deadline, as_
     if active:
         raise click.UsageError(f"{', '.join(active)}: active probes span nodes; `node` runs passive checks only")
     if slurm_drain:
-        from . import slurm
+        from k3doctor.fleet import slurm
 
         try:
             slurm_node = slurm.node_name(slurm_node)
@@ -237,7 +237,7 @@ def merge_cmd(sources, inventory, only, skip, fmt, output, verbose):
     """
     import time
 
-    from . import merge
+    from k3doctor.fleet import merge
 
     started = time.monotonic()
     inv = _inventory(inventory) if inventory else None
@@ -297,7 +297,7 @@ def _emit(report, checks, fmt, output, verbose):
 @click.option("-v", "--verbose", is_flag=True, help="Show evidence and passing results.")
 def judge_cmd(readings_file, only, skip, overrides, baseline_path, fmt, output, verbose):
     """Judge readings saved by `check --save-readings` (or a `triage -o x.tar.gz` bundle) again, offline."""
-    from . import snapshot
+    from k3doctor.gather import snapshot
 
     if readings_file.endswith((".tar.gz", ".tgz")):
         if only or skip or overrides or baseline_path:
@@ -324,7 +324,7 @@ def judge_cmd(readings_file, only, skip, overrides, baseline_path, fmt, output, 
 
 def _saved_inventory(inv_text: str, saved: dict, source: str):
     """The inventory readings were saved with; a localhost run saved none: this machine under the saved name."""
-    from .inventory import parse_inventory
+    from k3doctor.inventory.load import parse_inventory
 
     if inv_text:
         return parse_inventory(inv_text, f"{source} (saved inventory)", REGISTRY)
@@ -353,9 +353,9 @@ def _inventory(path, logins=False, ansible_inventory=None):
 
 
 def apply_overrides(inv, overrides) -> None:
-    """``--set check.param=value`` (k3doctor/overrides.py); a bad one is a usage error."""
-    from .overrides import OverrideError
-    from .overrides import apply_overrides as apply
+    """``--set check.param=value`` (k3doctor/inventory/overrides.py); a bad one is a usage error."""
+    from k3doctor.inventory.overrides import OverrideError
+    from k3doctor.inventory.overrides import apply_overrides as apply
 
     try:
         apply(inv, overrides, REGISTRY)
@@ -364,7 +364,7 @@ def apply_overrides(inv, overrides) -> None:
 
 
 def _read_baseline(path: str) -> dict:
-    from . import safeyaml
+    from k3doctor.inventory import safeyaml
 
     try:
         with open(path, "rb") as fh:
@@ -492,9 +492,9 @@ def triage_cmd(inventory, ansible_inventory, logs_dir, log_paths, stepping, tail
     """Why is it stuck, and which rank? Reads every node's server log and names the rank at fault."""
     import time
 
-    from . import triage
-    from .runner import make_transport
-    from .triage.judge import Layout
+    from k3doctor import triage
+    from k3doctor.judging.runner import make_transport
+    from k3doctor.triage.judge import Layout
 
     started = time.monotonic()
     inv = _inventory(inventory, logins=not logs_dir, ansible_inventory=ansible_inventory)
@@ -527,7 +527,7 @@ def triage_cmd(inventory, ansible_inventory, logs_dir, log_paths, stepping, tail
             accept_unknown_hosts=accept_unknown_hosts, command_timeout_s=timeout, node_deadline_s=timeout + 5))
         results += kernel.results
     if endpoint:
-        from .gate import run_gate
+        from k3doctor.probes.gate import run_gate
 
         try:
             results += run_gate(endpoint)[1]
@@ -535,9 +535,9 @@ def triage_cmd(inventory, ansible_inventory, logs_dir, log_paths, stepping, tail
             raise click.UsageError(f"--endpoint: {exc}") from None
     report = _triage_report(results, layout, time.monotonic() - started, gate=bool(endpoint))
     if bundle:
-        from . import snapshot
-        from .report import render_json
-        from .triage import bundle as bundles
+        from k3doctor.gather import snapshot
+        from k3doctor.outputs.report import render_json
+        from k3doctor.triage import bundle as bundles
 
         manifest = {"layout": {"nodes": list(layout.nodes), "per_node": layout.per_node,
                                "stepping": layout.stepping, "board_gib": layout.board_gib},
@@ -550,10 +550,10 @@ def triage_cmd(inventory, ansible_inventory, logs_dir, log_paths, stepping, tail
 
 def _triage_report(results, layout, duration_s, gate=False):
     """(RunReport, steps) of a triage: nodes in layout order, then any other node a result names."""
-    from .gate import STEPS as GATE_STEPS
-    from .gate import Step
-    from .runner import RunReport
-    from .triage.judge import STEPS
+    from k3doctor.judging.runner import RunReport
+    from k3doctor.probes.gate import STEPS as GATE_STEPS
+    from k3doctor.probes.gate import Step
+    from k3doctor.triage.judge import STEPS
 
     nodes = list(dict.fromkeys([*layout.nodes, *(r.node for r in results if r.node)]))
     steps = [Step(name, name) for name in (*STEPS, KERNEL_HEALTH)] + (list(GATE_STEPS) if gate else [])
@@ -562,7 +562,7 @@ def _triage_report(results, layout, duration_s, gate=False):
 
 def _emit_triage(report, fmt, output, verbose):
     """The most likely cause first (table), then the usual report and exit code."""
-    from . import triage
+    from k3doctor import triage
 
     out = OUTPUTS[fmt]
     text = out.render(report[0], report[1], verbose)
@@ -579,9 +579,10 @@ def _judge_bundle(path, fmt, output, verbose):
     """`k3doctor judge triage.tar.gz`: the bundle's logs and stacks judged again, offline."""
     import time
 
-    from . import snapshot, triage
-    from .triage import bundle as bundles
-    from .triage.judge import Layout
+    from k3doctor import triage
+    from k3doctor.gather import snapshot
+    from k3doctor.triage import bundle as bundles
+    from k3doctor.triage.judge import Layout
 
     _load_plugins()
     started = time.monotonic()
@@ -619,8 +620,8 @@ def gate_cmd(endpoint, model, chat_max_tokens, deadline, fmt, output, verbose):
     """Sanity gate before any benchmark: served name, real text (not `!`), a chat answer with content."""
     import time
 
-    from .gate import STEPS, GateSettings, run_gate
-    from .runner import RunReport
+    from k3doctor.judging.runner import RunReport
+    from k3doctor.probes.gate import STEPS, GateSettings, run_gate
 
     settings = GateSettings(chat_max_tokens=chat_max_tokens, deadline_s=deadline,
                             request_timeout_s=min(deadline, GateSettings.request_timeout_s),
@@ -658,8 +659,8 @@ def list_cmd(verbose):
 @click.argument("code")
 def explain_cmd(code):
     """Print what to do about a remediation CODE shown in a report."""
-    from . import gate, slurm  # noqa: F401  (registers the gate's and --slurm-drain's codes)
-    from .triage import judge, stacks  # noqa: F401  (and triage's)
+    from k3doctor.fleet import slurm  # noqa: F401  (registers the gate's and --slurm-drain's codes)
+    from k3doctor.triage import judge, stacks  # noqa: F401  (and triage's)
 
     _load_plugins()
     rem = REGISTRY.remediations.get(code) or REGISTRY.remediations.get(code.upper())

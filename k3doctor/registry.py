@@ -14,9 +14,9 @@ import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from .deadline import MAX_SECONDS  # no time setting may exceed a day: a run always ends
-from .readings import Command
-from .results import Status
+from k3doctor.deadline import MAX_SECONDS  # no time setting may exceed a day: a run always ends
+from k3doctor.gather.readings import Command
+from k3doctor.results import Status
 
 SCOPES = ("node", "gpu", "cluster", "node-pair")
 TIERS = ("fast", "deep")
@@ -241,7 +241,7 @@ def check(name: str, *, title: str, scope: str = "node", reads=None, tier: str =
 
     ``needs`` names the checks that must not have failed on a node for this one to be evaluated
     there: ``("amdgpu-driver",)`` for the whole check, or ``{"amdgpu-driver": ("pids",)}`` for only
-    those readings (the judge then gets :class:`~k3doctor.readings.NotEvaluated` for them). A
+    those readings (the judge then gets :class:`~k3doctor.gather.readings.NotEvaluated` for them). A
     prerequisite's ``blocking`` codes say which of its findings count (default: any FAIL or ERROR),
     so a finding that leaves the dependants readable (wrong module parameters) does not hide them.
     A prerequisite that was not selected for the run blocks nothing; prerequisites are node or GPU checks

@@ -21,11 +21,11 @@ from __future__ import annotations
 from contextlib import contextmanager
 from dataclasses import replace
 
-from . import registry as _registry
-from .api import Context, judge_safely
-from .inventory import Node, Settings
-from .readings import Command, CommandReading, Exists, File, FileReading, Glob, Readings, Unavailable
-from .shell import join
+from k3doctor import registry as _registry
+from k3doctor.api import Context, judge_safely
+from k3doctor.gather.readings import Command, CommandReading, Exists, File, FileReading, Glob, Readings, Unavailable
+from k3doctor.inventory.load import Node, Settings
+from k3doctor.transport.shell import join
 
 __all__ = ["as_reading", "judge", "temporary_registry"]
 

@@ -1,8 +1,8 @@
-"""table, json and junit: the formats k3doctor always had (rendered by k3doctor.report)."""
+"""table, json and junit: the formats k3doctor always had (rendered by k3doctor.outputs.report)."""
 from __future__ import annotations
 
-from ..report import render_json, render_junit, render_table
-from .registry import output
+from k3doctor.outputs.registry import output
+from k3doctor.outputs.report import render_json, render_junit, render_table
 
 
 @output("table", "checks x nodes table, then the findings and the verdict (people)")
@@ -10,7 +10,7 @@ def table(report, checks, verbose):
     return render_table(report, checks, verbose=verbose)
 
 
-@output("json", "the k3doctor.report/1 JSON document (programs)")
+@output("json", "the k3doctor.outputs.report/1 JSON document (programs)")
 def json_(report, checks, verbose):
     return render_json(report)
 

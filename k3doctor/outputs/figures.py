@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ..results import Status, worst
+from k3doctor.results import Status, worst
 
 SWEEPS = {"sizes": "all_reduce", "alltoall": "all_to_all"}  # evidence key -> collective
 TCP_FALLBACK = "UALOE-TCP-FALLBACK"  # the fabric probe's remediation code for a pair at TCP speed

@@ -14,16 +14,16 @@ import json
 import math
 import time
 
-from .. import __version__
-from ..model.gpu import UALINK_GLOB, VENDOR_GLOB, accel_ids, amd_cards
-from ..probes.collective_figures import human
-from ..readings import Glob
-from ..registry import REGISTRY
-from ..report import CLUSTER_COLUMN, _where, findings
-from ..results import LaunchVerdict, Status, overall, worst
-from ..text import terminal_safe
-from .figures import busbw_points, fabric_pairs
-from .registry import output
+from k3doctor import __version__
+from k3doctor.gather.readings import Glob
+from k3doctor.model.gpu import UALINK_GLOB, VENDOR_GLOB, accel_ids, amd_cards
+from k3doctor.outputs.figures import busbw_points, fabric_pairs
+from k3doctor.outputs.registry import output
+from k3doctor.outputs.report import CLUSTER_COLUMN, _where, findings
+from k3doctor.outputs.text import terminal_safe
+from k3doctor.probes.collective_figures import human
+from k3doctor.registry import REGISTRY
+from k3doctor.results import LaunchVerdict, Status, overall, worst
 
 FILL = {Status.PASS: "#2e7d32", Status.SKIP: "#9e9e9e", Status.WARN: "#f2a900", Status.ERROR: "#7b1fa2",
         Status.FAIL: "#d32f2f"}

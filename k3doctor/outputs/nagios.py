@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from collections import Counter
 
-from ..report import _where, findings
-from ..results import LaunchVerdict, Status, overall
-from ..text import one_line
-from .registry import output
-from .summary import headline
+from k3doctor.outputs.registry import output
+from k3doctor.outputs.report import _where, findings
+from k3doctor.outputs.summary import headline
+from k3doctor.outputs.text import one_line
+from k3doctor.results import LaunchVerdict, Status, overall
 
 STATES = {"OK": 0, "WARNING": 1, "CRITICAL": 2, "UNKNOWN": 3}
 MAX_LONG_LINES = 50

@@ -7,8 +7,8 @@ monitor config is docs/npd-k3doctor.json.
 """
 from __future__ import annotations
 
-from .registry import launch_exit_code, output
-from .summary import headline
+from k3doctor.outputs.registry import launch_exit_code, output
+from k3doctor.outputs.summary import headline
 
 MESSAGE_LIMIT = 200  # the example config's max_output_length
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import time
 
-from ..results import LaunchVerdict, Status, overall, worst
-from .figures import busbw_points, fabric_pairs
-from .registry import output
+from k3doctor.outputs.figures import busbw_points, fabric_pairs
+from k3doctor.outputs.registry import output
+from k3doctor.results import LaunchVerdict, Status, overall, worst
 
 PREFIX = "k3doctor"
 GB = 1e9

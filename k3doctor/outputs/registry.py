@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..results import overall
+from k3doctor.results import overall
 
 
 def launch_exit_code(report) -> int:

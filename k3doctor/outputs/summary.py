@@ -1,9 +1,9 @@
 """The one-line summary monitors show: verdict, then the worst finding and where it is."""
 from __future__ import annotations
 
-from ..report import _where, findings
-from ..results import overall
-from ..text import one_line
+from k3doctor.outputs.report import _where, findings
+from k3doctor.outputs.text import one_line
+from k3doctor.results import overall
 
 
 def headline(report, limit: int | None = None) -> str:

@@ -1,1 +1,1 @@
-"""k3doctor.probes"""
+"""Stage 4b, probes: active checks that orchestrate nodes (deep tier) and the sanity gate of a model server."""

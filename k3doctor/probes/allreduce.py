@@ -24,13 +24,13 @@ from pathlib import Path
 from k3doctor import progress
 from k3doctor.parsers import ParseError
 from k3doctor.parsers.torch_errors import classify
-from k3doctor.probes.allreduce_worker import AGENT_KILL_GRACE_S, STAGES, TOKEN_PREFIX
 from k3doctor.probes.collective_figures import ALL_REDUCE, ALL_TO_ALL, figures
 from k3doctor.probes.kit import Finding, carriers, pair_rounds, tail
-from k3doctor.shell import join
-from k3doctor.transport import TransportError
+from k3doctor.remote.allreduce_worker import AGENT_KILL_GRACE_S, STAGES, TOKEN_PREFIX
+from k3doctor.transport.shell import join
+from k3doctor.transport.ssh import TransportError
 
-WORKER_SOURCE = Path(__file__).with_name("allreduce_worker.py").read_bytes()
+WORKER_SOURCE = (Path(__file__).parents[1] / "remote" / "allreduce_worker.py").read_bytes()
 AGENT_MARGIN_S = 4.0  # the agent stops its ranks this long before the transport kills the command
 CLEANUP_TIMEOUT_S = 20.0
 # A node whose ranks only ran out of their stage's time says little by itself: the ranks of the other nodes

@@ -4,7 +4,7 @@
 confirmed listening (its own PID holds a LISTEN socket on the port) before the
 importer/connector starts; every remote process records its PID in a file and is killed by
 that PID in a ``finally`` (timeout, failure or Ctrl-C alike), on top of the node-side
-``timeout`` every transport command runs under (:mod:`k3doctor.probes.ualoe_remote`).  What
+``timeout`` every transport command runs under (:mod:`k3doctor.remote.ualoe_remote`).  What
 the tools print is parsed by :mod:`k3doctor.parsers.ubench` and judged by
 :mod:`k3doctor.probes.ualoe_verdicts`; the check (checks/ualoe.py) builds the :class:`Config`
 from its parameters and each node's settings.
@@ -21,15 +21,6 @@ from k3doctor.model.gpu import parse_accel_ids
 from k3doctor.parsers import ParseError
 from k3doctor.parsers.ubench import listening, parse_bw, parse_p2p
 from k3doctor.probes.kit import rounds, tail
-from k3doctor.probes.ualoe_remote import (
-    ACCEL_SCRIPT,
-    LISTEN_SCRIPT,
-    PROCS_SCRIPT,
-    SHORT_S,
-    Background,
-    Launches,
-    kill_pids,
-)
 from k3doctor.probes.ualoe_verdicts import (
     Outcome,
     PlanError,
@@ -40,9 +31,18 @@ from k3doctor.probes.ualoe_verdicts import (
     plan_pairs,
     stale_tools,
 )
+from k3doctor.remote.ualoe_remote import (
+    ACCEL_SCRIPT,
+    LISTEN_SCRIPT,
+    PROCS_SCRIPT,
+    SHORT_S,
+    Background,
+    Launches,
+    kill_pids,
+)
 from k3doctor.results import Status, error, fail, skip, warn
-from k3doctor.shell import quote
-from k3doctor.transport import TransportError
+from k3doctor.transport.shell import quote
+from k3doctor.transport.ssh import TransportError
 
 NOT_RUNNABLE = {126: "is not executable", 127: "was not found"}  # the shell's rc when exec fails
 

@@ -10,17 +10,17 @@ import re
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from ..gather import gather
-from ..parsers import ParseError
-from ..parsers.atom_log import parse_log
-from ..parsers.pyspy import parse_dump
-from ..readings import OUTPUT_CAP_BYTES, Command, ReadingUnavailable, sh
-from ..redaction import redact_text
-from ..results import Result, Status
-from ..runner import cancel_all
-from ..shell import join, quote
-from . import judge as judges
-from . import stacks
+from k3doctor.gather.node_script import gather
+from k3doctor.gather.readings import OUTPUT_CAP_BYTES, Command, ReadingUnavailable, sh
+from k3doctor.gather.redaction import redact_text
+from k3doctor.judging.runner import cancel_all
+from k3doctor.parsers import ParseError
+from k3doctor.parsers.atom_log import parse_log
+from k3doctor.parsers.pyspy import parse_dump
+from k3doctor.results import Result, Status
+from k3doctor.transport.shell import join, quote
+from k3doctor.triage import judge as judges
+from k3doctor.triage import stacks
 
 _RANK_IN_NAME = re.compile(r"(?:rank|dp)[_-]?(\d{1,3})(?!\d)", re.IGNORECASE)
 MAX_LOG_BYTES = 32 << 20

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..parsers.atom_log import stage_of
-from ..registry import remediation
-from ..results import Verdict, fail, passed, warn
+from k3doctor.parsers.atom_log import stage_of
+from k3doctor.registry import remediation
+from k3doctor.results import Verdict, fail, passed, warn
 
 STEPS = ("triage-collective", "triage-stacks", "triage-startup", "triage-kv", "triage-config", "triage-fatal")
 

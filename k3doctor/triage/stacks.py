@@ -11,8 +11,8 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
-from ..registry import remediation
-from ..results import fail, passed, warn
+from k3doctor.registry import remediation
+from k3doctor.results import fail, passed, warn
 
 _RANK = re.compile(r"ATOM::DP(\d{1,3})TP0\b")
 

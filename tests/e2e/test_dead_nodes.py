@@ -6,7 +6,7 @@ import pytest
 from k3rig import missing_requirements
 from k3rig.light import LightRack
 
-from k3doctor.transport import PROBE_TIMEOUT_S
+from k3doctor.transport.ssh import PROBE_TIMEOUT_S
 from tests.e2e.cli import k3json
 
 pytestmark = pytest.mark.e2e

@@ -13,7 +13,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from k3doctor.inventory import InventoryError, parse_inventory
+from k3doctor.inventory.load import InventoryError, parse_inventory
+from k3doctor.judging.runner import Context
 from k3doctor.probes.allreduce import (
     MIN_DEADLINE_S,
     Finding,
@@ -28,7 +29,6 @@ from k3doctor.probes.allreduce import (
 )
 from k3doctor.registry import REGISTRY, load_checks
 from k3doctor.results import Status
-from k3doctor.runner import Context
 
 load_checks()
 from k3doctor.checks.allreduce import (  # noqa: E402

@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from k3doctor import api, runner, testing
-from k3doctor.inventory import localhost_inventory
-from k3doctor.overrides import OverrideError, apply_overrides
-from k3doctor.readings import Command, CommandReading, Exists, File, FileReading, Glob
+from k3doctor import api, testing
+from k3doctor.gather.readings import Command, CommandReading, Exists, File, FileReading, Glob
+from k3doctor.inventory.load import localhost_inventory
+from k3doctor.inventory.overrides import OverrideError, apply_overrides
+from k3doctor.judging import runner
 from k3doctor.registry import REGISTRY, Registry, RegistryError, check
 from k3doctor.results import Status, fail, passed, warn
 
@@ -166,7 +167,7 @@ def test_overrides_are_checked_against_the_declaration(ifoe):
 
 
 def test_a_transport_failure_in_a_probe_is_its_message_not_an_internal_error():
-    from k3doctor.transport import TransportError
+    from k3doctor.transport.ssh import TransportError
 
     def probe():
         raise TransportError("ct13: connection refused")

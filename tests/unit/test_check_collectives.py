@@ -11,13 +11,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from k3doctor.inventory import parse_inventory
+from k3doctor.inventory.load import parse_inventory
+from k3doctor.judging.runner import Context
 from k3doctor.probes.allreduce import Member, NodeRun, Outcome, Plan, analyse
-from k3doctor.probes.allreduce_worker import STAGES
 from k3doctor.probes.collective_figures import ep_dispatch_sizes
 from k3doctor.registry import REGISTRY, load_checks
+from k3doctor.remote.allreduce_worker import STAGES
 from k3doctor.results import Status
-from k3doctor.runner import Context
 
 load_checks()
 from k3doctor.checks.allreduce import (  # noqa: E402

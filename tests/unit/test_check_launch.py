@@ -12,7 +12,16 @@ from k3doctor.checks import launch as lc
 from k3rig.fixtures import NodeState, launch_script
 
 from k3doctor import testing
-from k3doctor.inventory import Node, Settings
+from k3doctor.gather.readings import (
+    CommandReading,
+    ContainerInspect,
+    ContainerReading,
+    EngineFactCommand,
+    FileReading,
+    Readings,
+    Unavailable,
+)
+from k3doctor.inventory.load import Node, Settings
 from k3doctor.model import network
 from k3doctor.model.container import (
     REDACTED,
@@ -23,15 +32,6 @@ from k3doctor.model.container import (
     record_from_inspect,
 )
 from k3doctor.parsers import ParseError
-from k3doctor.readings import (
-    CommandReading,
-    ContainerInspect,
-    ContainerReading,
-    EngineFactCommand,
-    FileReading,
-    Readings,
-    Unavailable,
-)
 from k3doctor.registry import REGISTRY
 from k3doctor.results import Status
 
@@ -366,7 +366,7 @@ class _ArchiveAPI:
 
 
 def test_a_launch_script_past_the_cap_is_read_only_to_the_cap_and_said_to_be_cut():
-    from k3doctor.engine_reads import _archived_text
+    from k3doctor.gather.engine_reads import _archived_text
 
     small = _ArchiveAPI(b"#!/bin/sh\nexec python3 -m atom.entrypoints.openai_server\n")
     assert _archived_text(small, "k3ep16", "/app/launch_server.sh") == (
@@ -519,7 +519,7 @@ def test_record_keeps_values_of_named_variables_only():
 
 
 def test_reads_declare_the_kept_names_and_snapshot_round_trip():
-    from k3doctor import snapshot
+    from k3doctor.gather import snapshot
 
     specs = CHK.readings_for(Settings(container="k3ep16", checks={CHK.name: {"launch_script": "/app/l.sh"}}))
     spec = specs["container"]

@@ -12,7 +12,7 @@ def imported_after(code: str) -> set:
 
 
 def test_the_cli_and_its_checks_leave_paramiko_invoke_and_tabulate_until_they_are_used():
-    loaded = imported_after("import k3doctor.cli, k3doctor.runner\nfrom k3doctor.registry import load_checks\n"
+    loaded = imported_after("import k3doctor.cli, k3doctor.judging.runner\nfrom k3doctor.registry import load_checks\n"
                             "load_checks()")
     assert "paramiko.transport" not in loaded and "paramiko.client" not in loaded
     assert "invoke.context" not in loaded and "asyncio" not in loaded
@@ -20,7 +20,7 @@ def test_the_cli_and_its_checks_leave_paramiko_invoke_and_tabulate_until_they_ar
 
 
 def test_paramiko_still_gets_the_real_invoke_when_it_asks():
-    loaded = imported_after("import k3doctor.transport, paramiko.config as c\nassert callable(c.invoke.run)")
+    loaded = imported_after("import k3doctor.transport.ssh, paramiko.config as c\nassert callable(c.invoke.run)")
     assert "invoke.context" in loaded
 
 
@@ -30,7 +30,7 @@ def test_a_nodes_tcp_probe_comes_before_paramiko_and_its_handshake_after():
         port = server.getsockname()[1]
         code = textwrap.dedent(f"""
             import sys
-            from k3doctor.transport import SSHTransport, TransportError, probe_tcp, resolve_ssh_target
+            from k3doctor.transport.ssh import SSHTransport, TransportError, probe_tcp, resolve_ssh_target
             sock = probe_tcp("127.0.0.1", {port}, 3)
             before = "paramiko.transport" in sys.modules
             t = SSHTransport(resolve_ssh_target("n1", "127.0.0.1", port={port}, known_hosts="/dev/null",
@@ -55,7 +55,7 @@ def test_a_nodes_tcp_probe_comes_before_paramiko_and_its_handshake_after():
 def test_many_threads_first_using_a_deferred_module_at_once_all_get_the_real_one():
     code = textwrap.dedent("""
         import sys, threading
-        from k3doctor import lazy_imports
+        from k3doctor.transport import lazy_imports
         import paramiko
         got, barrier = [], threading.Barrier(16)
         def first_use():

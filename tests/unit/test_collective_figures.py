@@ -4,7 +4,6 @@ from __future__ import annotations
 import pytest
 
 from k3doctor.parsers.nccl_tests import parse_perf
-from k3doctor.probes.allreduce_worker import a2a_code, split_units
 from k3doctor.probes.collective_figures import (
     ALL_REDUCE,
     ALL_TO_ALL,
@@ -18,6 +17,7 @@ from k3doctor.probes.collective_figures import (
     human,
     side_by_side,
 )
+from k3doctor.remote.allreduce_worker import a2a_code, split_units
 from tests.corpus import load
 
 

@@ -4,12 +4,12 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from k3doctor.inventory import parse_inventory
-from k3doctor.readings import Command, File
+from k3doctor.gather.readings import Command, File
+from k3doctor.inventory.load import parse_inventory
+from k3doctor.judging.runner import RunOptions, run_checks, select_checks
+from k3doctor.outputs.report import render_json, render_junit, render_table
 from k3doctor.registry import Registry, RegistryError, check, remediation
-from k3doctor.report import render_json, render_junit, render_table
 from k3doctor.results import LaunchVerdict, Status, error, fail, overall, passed, warn
-from k3doctor.runner import RunOptions, run_checks, select_checks
 
 
 @pytest.fixture
@@ -77,7 +77,7 @@ def test_reports_render_the_same_results(registry):
     assert "WARN  per-gpu n0 gpu1: gpu is slow" in table
     assert table.rstrip().splitlines()[-1].startswith("INCONCLUSIVE")
     doc = json.loads(render_json(report))
-    assert doc["schema"] == "k3doctor.report/1" and doc["exit_code"] == 2
+    assert doc["schema"] == "k3doctor.outputs.report/1" and doc["exit_code"] == 2
     assert {n["name"]: n["round_trips"] for n in doc["nodes"]} == {"n0": 1, "n1": 1}
     assert {"check", "node", "gpu", "status", "message", "evidence", "remediation"} == set(doc["results"][0])
     suite = ET.fromstring(render_junit(report, checks))
@@ -184,7 +184,7 @@ def test_active_probes_bring_their_prerequisites_and_are_blocked_without_them():
 def test_docker_api_version_is_the_newest_both_sides_speak():
     from docker.constants import DEFAULT_DOCKER_API_VERSION
 
-    from k3doctor.dockerssh import negotiate
+    from k3doctor.transport.docker_api import negotiate
 
     assert negotiate("1.41") == "1.41"  # Debian's docker.io 20.10
     assert negotiate("1.52") == DEFAULT_DOCKER_API_VERSION  # an engine newer than this docker SDK

@@ -2,7 +2,7 @@
 import pytest
 from k3rig.model_server import chat, completion
 
-from k3doctor.gate import GateSettings, judge_chat, judge_completion, judge_models
+from k3doctor.probes.gate import GateSettings, judge_chat, judge_completion, judge_models
 from k3doctor.results import Status
 
 S = GateSettings()

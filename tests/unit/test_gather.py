@@ -5,9 +5,9 @@ import secrets
 import psutil
 import pytest
 
-from k3doctor.gather import build_script, gather, parse_frames
-from k3doctor.readings import Command, Exists, File, FileReading, Glob, ReadingUnavailable, Unavailable
-from k3doctor.transport import LocalTransport
+from k3doctor.gather.node_script import build_script, gather, parse_frames
+from k3doctor.gather.readings import Command, Exists, File, FileReading, Glob, ReadingUnavailable, Unavailable
+from k3doctor.transport.ssh import LocalTransport
 
 
 def run(specs, **kw):
@@ -121,7 +121,7 @@ def test_a_file_read_that_blocks_is_killed_at_the_command_timeout(tmp_path):
 
 
 def test_engine_clock_parses_docker_nanosecond_stamps():
-    from k3doctor.engine_reads import _engine_now
+    from k3doctor.gather.engine_reads import _engine_now
 
     assert _engine_now("2026-11-29T19:00:27.123456789Z") == pytest.approx(1795978827.123456)
     assert _engine_now("2026-11-29T20:00:27.5+01:00") == pytest.approx(1795978827.5)
@@ -129,8 +129,8 @@ def test_engine_clock_parses_docker_nanosecond_stamps():
 
 
 def test_rack_free_docker_reading_asks_the_engine_only_for_containers_and_events():
-    from k3doctor.engine_reads import gather_docker
-    from k3doctor.inventory import Settings
+    from k3doctor.gather.engine_reads import gather_docker
+    from k3doctor.inventory.load import Settings
     from k3doctor.registry import REGISTRY, load_checks
 
     calls = []

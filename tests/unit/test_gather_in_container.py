@@ -1,13 +1,13 @@
-"""A container's readings out of its one exec's output (k3doctor/gather.py): the exec's script runs for real
+"""A container's readings out of its one exec's output (k3doctor/gather/node_script.py): the exec's script runs for real
 here (this machine's sh stands in for the container's); the rig's e2e tests run it through a real engine
 (tests/e2e/test_in_container.py)."""
 import subprocess
 
 import pytest
 
-import k3doctor.gather as gather_module
+import k3doctor.gather.node_script as gather_module
 from k3doctor.deadline import Deadline
-from k3doctor.readings import in_container
+from k3doctor.gather.readings import in_container
 
 
 class ExecHere:

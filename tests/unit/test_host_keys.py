@@ -7,7 +7,7 @@ import threading
 import paramiko
 import pytest
 
-from k3doctor.transport import SSHTransport, TransportError, resolve_ssh_target
+from k3doctor.transport.ssh import SSHTransport, TransportError, resolve_ssh_target
 
 
 class AcceptAnyKey(paramiko.ServerInterface):

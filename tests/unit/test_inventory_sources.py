@@ -6,9 +6,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from k3doctor import ansible
-from k3doctor.inventory import InventoryError, NodeSourceError, from_ansible, load_nodes, parse_inventory
-from k3doctor.nodesets import NodeSetError, expand
+from k3doctor.inventory import ansible
+from k3doctor.inventory.load import InventoryError, NodeSourceError, from_ansible, load_nodes, parse_inventory
+from k3doctor.inventory.nodesets import NodeSetError, expand
 from k3doctor.registry import REGISTRY
 
 INI = """\

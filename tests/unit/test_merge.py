@@ -5,12 +5,13 @@ import json
 
 import pytest
 
-from k3doctor import local, merge
-from k3doctor.inventory import parse_inventory
-from k3doctor.readings import CommandReading, Docker, DockerReading, File, FileReading
+from k3doctor.fleet import merge
+from k3doctor.fleet import node_mode as local
+from k3doctor.gather.readings import CommandReading, Docker, DockerReading, File, FileReading
+from k3doctor.inventory.load import parse_inventory
+from k3doctor.judging.runner import RunReport, select_checks
 from k3doctor.registry import REGISTRY, load_checks
 from k3doctor.results import Result, Status
-from k3doctor.runner import RunReport, select_checks
 
 load_checks()
 INVENTORY = """
@@ -93,8 +94,8 @@ def test_a_garbled_document_is_its_hosts_error_where_the_engine_names_it_else_ex
         parsed(cut + "\n")
     with pytest.raises(merge.MergeError, match=r"^in:2: not a k3doctor node result \('Traceback"):
         parsed(document() + "\nTraceback (most recent call last):\n")
-    with pytest.raises(merge.MergeError, match="schema 'k3doctor.report/1'"):
-        parsed('{"schema": "k3doctor.report/1"}\n')
+    with pytest.raises(merge.MergeError, match="schema 'k3doctor.outputs.report/1'"):
+        parsed('{"schema": "k3doctor.outputs.report/1"}\n')
 
 
 def test_two_results_for_one_node_another_inventory_or_an_unknown_node_are_bad_input():
@@ -147,9 +148,9 @@ def test_cluster_results_of_a_rack_say_which_rack():
 
 
 def test_a_command_reading_keeps_its_saved_form_through_the_document():
-    from k3doctor import snapshot
-    from k3doctor.readings import Command
-    from k3doctor.redaction import EnvValues
+    from k3doctor.gather import snapshot
+    from k3doctor.gather.readings import Command
+    from k3doctor.gather.redaction import EnvValues
 
     spec = Command(("env",), saved=EnvValues(("LD_LIBRARY_PATH",)))
     entries = snapshot.encode_readings({spec: CommandReading("env", 0, "HF_TOKEN=hf_secret\nLD_LIBRARY_PATH=/x\n", "")})

@@ -7,8 +7,8 @@ import sys
 import psutil
 import pytest
 
-from k3doctor.gather import build_script, parse_frames
-from k3doctor.transport import LocalTransport
+from k3doctor.gather.node_script import build_script, parse_frames
+from k3doctor.transport.ssh import LocalTransport
 
 
 def frames(specs, python, **kw):
@@ -46,7 +46,7 @@ def tree(tmp_path):
 
 
 def specs_of(tree):
-    from k3doctor.readings import Command, Exists, File, Glob
+    from k3doctor.gather.readings import Command, Exists, File, Glob
 
     return [File(str(tree / "card0" / "accel_state")), Command(("echo", "between")), File(str(tree / "missing")),
             File(str(tree / "card0")), Glob(str(tree / "card*" / "*")), Exists(str(tree / "big")),
@@ -81,15 +81,15 @@ def test_one_reader_gives_the_frames_the_shell_gives(tree, python):
 
 def test_the_reader_starts_each_command_itself(tree):
     """No shell, `timeout`, `wc` or `cat` between the reader and a command: the command's parent is the reader."""
-    from k3doctor.readings import Command
+    from k3doctor.gather.readings import Command
 
     got, _ = frames([Command(("sh", "-c", "tr '\\0' ' ' < /proc/$PPID/cmdline | head -c 40"))], "python3")
     assert got[0][0][2].startswith("python3 -I -S -c ")
 
 
 def test_an_unreadable_file_says_why_and_the_rest_is_read(tree):
-    from k3doctor.gather import _reading
-    from k3doctor.readings import File
+    from k3doctor.gather.node_script import _reading
+    from k3doctor.gather.readings import File
 
     if os.geteuid() == 0:  # root reads anything: /proc/self/mem gives EIO at offset 0 instead
         bad = File("/proc/self/mem")
@@ -103,8 +103,8 @@ def test_an_unreadable_file_says_why_and_the_rest_is_read(tree):
 
 
 def test_a_read_that_blocks_ends_at_the_read_timeout_and_the_others_are_read(tree):
-    from k3doctor.gather import _reading
-    from k3doctor.readings import File
+    from k3doctor.gather.node_script import _reading
+    from k3doctor.gather.readings import File
 
     fifo = tree / "wedged"
     os.mkfifo(fifo)
@@ -121,7 +121,7 @@ def test_the_reader_imports_only_what_a_node_starts_cheaply(tmp_path):
     import subprocess
     import sys
 
-    from k3doctor.gather import NODE_READER
+    from k3doctor.gather.node_script import NODE_READER
 
     (tmp_path / "card0").mkdir()
     (tmp_path / "card0" / "vendor").write_text("0x1002\n")
@@ -139,10 +139,10 @@ def test_a_command_starts_with_no_signal_ignored_or_blocked(python):
     """python3 ignores SIGPIPE and SIGXFSZ and the reader holds its stop signals while it starts a command: the
     command gets neither (a command past the cap must die of SIGXFSZ, as under the shell's `ulimit -f`); nor
     the reader's handlers."""
-    from k3doctor.readings import Command
+    from k3doctor.gather.readings import Command
 
     got, _ = frames([Command(("grep", "-E", "^Sig(Ign|Blk):", "/proc/self/status"))], python)
-    from k3doctor.node_reader import DEFAULTED
+    from k3doctor.remote.node_reader import DEFAULTED
 
     words = got[0][0][2].split()
     assert words[0::2] == ["SigBlk:", "SigIgn:"]
@@ -161,7 +161,7 @@ def test_a_stopped_reader_leaves_no_command_behind_whenever_the_stop_comes(after
     import subprocess
     import time
 
-    from k3doctor.gather import NODE_READER
+    from k3doctor.gather.node_script import NODE_READER
 
     token = f"{60 + secrets.randbelow(1000)}.{secrets.randbelow(10 ** 6)}"
     command = ("3", "sh", "-c", f"sleep {token} & exec sleep {token}")
@@ -190,7 +190,7 @@ def test_the_readers_globs_name_what_the_glob_module_names(tmp_path):
     import glob
     import subprocess
 
-    from k3doctor import node_reader
+    from k3doctor.remote import node_reader
 
     for card in ("card0", "card1", "card10", ".card2", "renderD128"):
         (tmp_path / card / "device" / "ualink").mkdir(parents=True)
@@ -221,7 +221,7 @@ def test_a_reader_started_with_sigchld_ignored_still_sees_each_commands_exit():
     import signal
     import subprocess
 
-    from k3doctor.gather import NODE_READER
+    from k3doctor.gather.node_script import NODE_READER
 
     run = subprocess.run([sys.executable, "-I", "-S", "-c", NODE_READER, "n0nce", "1000", "5", "2",
                           "0", "C", "5", "3", "sh", "-c", "exit 7"], capture_output=True, timeout=30,
@@ -249,7 +249,7 @@ def test_a_stop_whose_handler_the_alarm_cut_short_still_ends_the_reader(when):
     not end with a traceback."""
     import subprocess
 
-    from k3doctor.gather import NODE_READER
+    from k3doctor.gather.node_script import NODE_READER
 
     setup, call = STOP_COMES[when]
     driver = NODE_READER.replace('if __name__ == "__main__":', 'if False:') + setup + f"""

@@ -10,11 +10,11 @@ import junitparser
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from k3doctor.judging.runner import RunReport
 from k3doctor.outputs import OUTPUTS, write_output
+from k3doctor.outputs.report import render_junit
 from k3doctor.registry import Registry, check, remediation
-from k3doctor.report import render_junit
 from k3doctor.results import Result, Status
-from k3doctor.runner import RunReport
 
 REPO = Path(__file__).resolve().parents[2]
 HOSTILE = 'ct"13\\\n\x00\x1b[31m\x07\udcff\ufffdend'  # quote, backslash, newline, NUL, ESC, BEL, bad byte

@@ -1,7 +1,7 @@
 """A node's own `tools:` / gpus_per_node in the inventory reach both probes (Context.node_settings)."""
-from k3doctor.inventory import parse_inventory
+from k3doctor.inventory.load import parse_inventory
+from k3doctor.judging.runner import Context
 from k3doctor.registry import REGISTRY, load_checks
-from k3doctor.runner import Context
 
 load_checks()
 from k3doctor.checks.allreduce import build_plan  # noqa: E402

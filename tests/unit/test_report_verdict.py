@@ -1,8 +1,8 @@
 """The verdict line's `k3doctor explain CODE` points at the most severe finding, not the first code A-Z."""
+from k3doctor.judging.runner import RunReport
+from k3doctor.outputs.report import render_table
 from k3doctor.registry import Check
-from k3doctor.report import render_table
 from k3doctor.results import Result, Status
-from k3doctor.runner import RunReport
 
 
 def verdict_line(results):

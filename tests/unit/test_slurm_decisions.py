@@ -1,4 +1,4 @@
-"""k3doctor/slurm.py and parsers/scontrol.py: what a verdict does to a Slurm node, on real scontrol output."""
+"""k3doctor/fleet/slurm.py and parsers/scontrol.py: what a verdict does to a Slurm node, on real scontrol output."""
 from __future__ import annotations
 
 import os
@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from k3doctor.fleet.slurm import REASON_MAX, Action, Scontrol, SlurmError, apply, decide, drain_reason, node_name, ours
 from k3doctor.parsers import ParseError
 from k3doctor.parsers.scontrol import SlurmNode, parse_show_node
 from k3doctor.results import LaunchVerdict, Result, Status
-from k3doctor.slurm import REASON_MAX, Action, Scontrol, SlurmError, apply, decide, drain_reason, node_name, ours
 
 SAMPLES = Path(__file__).with_name("samples")
 

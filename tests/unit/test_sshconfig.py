@@ -7,9 +7,9 @@ import sys
 import paramiko
 import pytest
 
-from k3doctor import sshconfig
-from k3doctor.hostkeys import trust_known_hosts
-from k3doctor.transport import TransportError, resolve_ssh_target
+from k3doctor.transport import ssh_config as sshconfig
+from k3doctor.transport.hostkeys import trust_known_hosts
+from k3doctor.transport.ssh import TransportError, resolve_ssh_target
 
 
 def write(path, text):

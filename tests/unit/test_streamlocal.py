@@ -1,8 +1,8 @@
 """The Docker API channel's pure parts: the streamlocal channel-open message and the once-per-node route."""
 import struct
 
-from k3doctor.streamlocal import KIND, open_message
-from k3doctor.transport import EngineRoute
+from k3doctor.transport.ssh import EngineRoute
+from k3doctor.transport.streamlocal import KIND, open_message
 
 
 def ssh_string(text: str) -> bytes:
@@ -48,7 +48,7 @@ def test_with_a_docker_socket_every_node_command_asks_that_engine_too(tmp_path):
     engine the API channel reads, not the CLI's default; the path stays one shell word."""
     import subprocess
 
-    from k3doctor.transport import SSHTransport, resolve_ssh_target
+    from k3doctor.transport.ssh import SSHTransport, resolve_ssh_target
 
     target = resolve_ssh_target("n1", "127.0.0.1", known_hosts="/dev/null")
     odd = "/run/it's a dir/docker.sock"

@@ -3,7 +3,7 @@ import socket
 
 import pytest
 
-from k3doctor.transport import SSHTarget, SSHTransport, TransportError, probe_tcp
+from k3doctor.transport.ssh import SSHTarget, SSHTransport, TransportError, probe_tcp
 
 
 @pytest.fixture
@@ -54,7 +54,7 @@ def test_an_unresolvable_host_says_so():
 
 
 def test_the_transport_probes_before_the_handshake_and_never_waits_the_connect_timeout(blackholed_port, monkeypatch):
-    monkeypatch.setattr("k3doctor.transport.PROBE_TIMEOUT_S", 0.5)
+    monkeypatch.setattr("k3doctor.transport.ssh.PROBE_TIMEOUT_S", 0.5)
     target = SSHTarget(node="dead", host="127.0.0.1", port=blackholed_port, known_hosts="/dev/null",
                        connect_timeout_s=30)
     transport = SSHTransport(target)

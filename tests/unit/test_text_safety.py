@@ -1,7 +1,7 @@
 """One place makes node text safe for each consumer: a terminal, XML 1.0, a one-line monitor."""
 import xml.etree.ElementTree as ET
 
-from k3doctor.text import one_line, terminal_safe, xml_safe
+from k3doctor.outputs.text import one_line, terminal_safe, xml_safe
 
 HOSTILE = "ok\tcol\nnext \x1b[2J\x9b31m\x00\x7f\udce9\ufffe caf\u00e9 \u2028end"
 

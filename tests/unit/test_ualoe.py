@@ -4,8 +4,9 @@ import pytest
 from k3doctor.model.gpu import locate_accid, parse_accel_ids
 from k3doctor.parsers import ParseError, ubench
 from k3doctor.parsers.ubench import Bandwidth
-from k3doctor.probes import kit, ualoe_remote, ualoe_verdicts
+from k3doctor.probes import kit, ualoe_verdicts
 from k3doctor.probes.ualoe_verdicts import Outcome, PlanError
+from k3doctor.remote import ualoe_remote
 from k3doctor.results import Status
 
 NODES = ["ct13", "ct14", "ct16", "ct17"]

@@ -3,11 +3,11 @@ from types import SimpleNamespace
 
 import pytest
 
+from k3doctor.gather.readings import CommandReading
 from k3doctor.probes import ualoe
-from k3doctor.readings import CommandReading
 from k3doctor.registry import REGISTRY, load_checks
 from k3doctor.results import Status
-from k3doctor.transport import TransportError
+from k3doctor.transport.ssh import TransportError
 
 load_checks()
 UBENCH = "/opt/ubench/build"

@@ -2,8 +2,8 @@
 applied to the cluster's and every node's settings (as the inventory's ``checks:`` would)."""
 from __future__ import annotations
 
-from . import safeyaml
-from .registry import REGISTRY
+from k3doctor.inventory import safeyaml
+from k3doctor.registry import REGISTRY
 
 
 class OverrideError(ValueError):

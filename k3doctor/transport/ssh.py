@@ -20,16 +20,16 @@ import time
 from dataclasses import dataclass
 
 # isort: off
-from . import lazy_imports  # noqa: F401  (first: paramiko itself is imported at the first handshake, see there)
+from k3doctor.transport import lazy_imports  # noqa: F401  (first: paramiko itself is imported at the first handshake, see there)
 import paramiko
 # isort: on
 
-from . import sshconfig
-from .deadline import Deadline, seconds
-from .procs import drain_killed
-from .readings import CommandReading
-from .shell import quote, with_timeout
-from .streamlocal import open_streamlocal
+from k3doctor.deadline import Deadline, seconds
+from k3doctor.gather.readings import CommandReading
+from k3doctor.transport import ssh_config as sshconfig
+from k3doctor.transport.procs import drain_killed
+from k3doctor.transport.shell import quote, with_timeout
+from k3doctor.transport.streamlocal import open_streamlocal
 
 log = logging.getLogger("k3doctor")
 KILL_GRACE_S = 2.0  # node-side SIGKILL follows SIGTERM after this
@@ -269,7 +269,7 @@ class LocalTransport(Transport):
 
     def docker(self, deadline: Deadline):
         """The local engine, bounded by ``deadline`` the same way as over SSH (see dockerssh)."""
-        from .dockerssh import LocalEngineChannel, docker_over_ssh, local_engine_socket
+        from k3doctor.transport.docker_api import LocalEngineChannel, docker_over_ssh, local_engine_socket
 
         op_timeout_s = max(0.1, min(DOCKER_OP_TIMEOUT_S, deadline.remaining()))
         path = local_engine_socket()
@@ -379,7 +379,7 @@ class SSHTransport(Transport):
                                  "(identity_file in the inventory or IdentityFile in the ssh config)")
         if sock is None:  # a jump host's channel is already connected; a direct node is probed first
             sock = probe_tcp(t.host, t.port, min(t.connect_timeout_s, PROBE_TIMEOUT_S))
-        from . import hostkeys  # paramiko's import starts here, after the probe (lazy_imports)
+        from k3doctor.transport import hostkeys  # paramiko's import starts here, after the probe (lazy_imports)
 
         client = paramiko.SSHClient()
         try:
@@ -527,7 +527,7 @@ class SSHTransport(Transport):
         deadline there is no node-side process to stop: closing the channel here ends it), else, where the
         node's sshd refused that or the node is ``sudo: true`` (``EngineRoute``), through ``docker system
         dial-stdio`` under a node-side ``timeout`` ending then, stopped on the node when the deadline hit."""
-        from .dockerssh import docker_over_ssh
+        from k3doctor.transport.docker_api import docker_over_ssh
 
         self.connect()
 

@@ -4,7 +4,7 @@ Each reading's output is framed with lengths, not delimiters, so no file content
 mistaken for a frame: ``@@<nonce> <index> <rc> <total_out> <out_len> <err_len> <path_len>``
 then ``path``, ``out`` and ``err`` bytes. A reading whose frame never arrives (node
 deadline reached) becomes :class:`Unavailable` and its checks report ERROR. The engine's readings are
-taken beside the script, on the Docker API (k3doctor/engine_reads.py), within the same node deadline: a
+taken beside the script, on the Docker API (k3doctor/gather/engine_reads.py), within the same node deadline: a
 container's readings too, in one exec whose script (written here) frames them the same way.
 """
 from __future__ import annotations
@@ -14,9 +14,9 @@ import threading
 from collections.abc import Iterable
 from pathlib import Path
 
-from .deadline import Deadline, seconds
-from .engine_reads import SharedEngine, gather_container, gather_docker, gather_engine_fact, gather_exec
-from .readings import (
+from k3doctor.deadline import Deadline, seconds
+from k3doctor.gather.engine_reads import SharedEngine, gather_container, gather_docker, gather_engine_fact, gather_exec
+from k3doctor.gather.readings import (
     OUTPUT_CAP_BYTES,
     Command,
     CommandReading,
@@ -30,8 +30,8 @@ from .readings import (
     InContainer,
     Unavailable,
 )
-from .shell import join, quote
-from .transport import TransportError
+from k3doctor.transport.shell import join, quote
+from k3doctor.transport.ssh import TransportError
 
 MISSING, DIRECTORY = "M", "D"
 FSIZE_BLOCK = 512  # `ulimit -f` unit in POSIX sh (bash outside POSIX mode counts 1024: a looser cap, still cut)
@@ -39,7 +39,7 @@ DOCKER_STOP_MARGIN_S = 10.0  # past the deadline, for the Docker reader to stop 
 GROUP_KILL_GRACE_S = 0.5  # TERM -> KILL of a reading's group; well inside the node-side KILL_GRACE_S
 KILL_AFTER_S = 2.0  # a reading's `timeout -k`: KILL this long after its TERM
 NODE_PYTHON = "python3"  # takes every reading in one process where the node has it (amd-smi needs it)
-NODE_READER = Path(__file__).with_name("node_reader.py").read_text()
+NODE_READER = (Path(__file__).parents[1] / "remote" / "node_reader.py").read_text()
 
 # One frame of $t/o (stdout) and $t/e (stderr), each cut at the cap: `emit INDEX RC PATH`.
 _EMIT = r"""emit() {
@@ -73,7 +73,7 @@ trap stop TERM HUP INT PIPE
 # outlives it (a child that escaped the TERM) is killed with the group, so nothing is left behind.
 bg() { ( ulimit -f {blocks}; exec "$@" ) > "$t/o" 2> "$t/e" < /dev/null & w=$!; wait "$w"; r=$?
   kill -9 "-$w" 2>/dev/null; w=; return $r; }
-{emit}# Every reading in one process (k3doctor/node_reader.py), in a process group of its own like any reading
+{emit}# Every reading in one process (k3doctor/remote/node_reader.py), in a process group of its own like any reading
 # (it stops the command in flight itself when signalled); it writes whole frames itself.
 batch() { ( exec "$@" ) < /dev/null & w=$!; wait "$w"; r=$?; kill -9 "-$w" 2>/dev/null; w=; return $r; }
 none() { printf '@@{nonce} %s %s 0 0 0 %s\n%s' "$1" "$2" ${#3} "$3"; }
@@ -107,7 +107,7 @@ CONTAINER_EXEC_MARGIN_S = 5.0  # past the readings' own timeouts (each + its KIL
 
 def _exec_script(members: list, command_timeout_s: float, cap_bytes: int, fill) -> tuple:
     """(command, bound in seconds) of the one exec that takes every (index, InContainer) of one container
-    (k3doctor/engine_reads.py runs it through the API). Its output is those readings' frames, capped as a
+    (k3doctor/gather/engine_reads.py runs it through the API). Its output is those readings' frames, capped as a
     whole at the cap, so each reading gets its share of it (stdout and stderr alike); a cut-off or stopped
     exec can only lose readings, never run one reading's frame into another's (see _in_container_readings)."""
     timeouts = [seconds(spec.timeout_s or command_timeout_s, 30.0) for _, spec in members]
@@ -155,7 +155,7 @@ def _shell_step(index: int, spec) -> str:
 
 
 def _reader_words(index: int, spec) -> list:
-    """One step as k3doctor/node_reader.py takes it (its RECORD words)."""
+    """One step as k3doctor/remote/node_reader.py takes it (its RECORD words)."""
     if isinstance(spec, Command):
         return [str(index), "C", f"{spec.timeout_s:g}", str(len(spec.argv)), *spec.argv]
     kind = {File: "F", Glob: "G", Exists: "E"}[type(spec)]
@@ -174,7 +174,7 @@ def _filler(nonce: str, cap_bytes: int, command_timeout_s: float):
 
 def build_script(specs: list, nonce: str, command_timeout_s: float, cap_bytes: int,
                  python: str = NODE_PYTHON, deadline_s: float = 120.0) -> str:
-    """The node's gather script: every reading in one reader process (k3doctor/node_reader.py) where the
+    """The node's gather script: every reading in one reader process (k3doctor/remote/node_reader.py) where the
     node has ``python``, else one by one in the shell; in the order given."""
     command_timeout_s = seconds(command_timeout_s, 30.0)
     fill = _filler(nonce, cap_bytes, command_timeout_s)

@@ -8,8 +8,8 @@ dependants on that node, or on that GPU when the finding names one, and each dep
 """
 from __future__ import annotations
 
-from .readings import Withheld
-from .results import Status, skip
+from k3doctor.gather.readings import Withheld
+from k3doctor.results import Status, skip
 
 
 def blocking_findings(chk, results) -> list:

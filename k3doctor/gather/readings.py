@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .redaction import DockerFields
+from k3doctor.gather.redaction import DockerFields
 
 OUTPUT_CAP_BYTES = 4 << 20  # per reading; more is cut on the node and the reading is not judged
 
@@ -55,7 +55,7 @@ class InContainer(Command):
     """``docker exec CONTAINER argv...`` on the node (``argv`` holds the whole command line, as it reads).
 
     The gatherer runs every such reading of one container in a single exec through the node's Docker API
-    (k3doctor/engine_reads.py: no docker CLI on the node; each exec costs the engine a runtime start, ~90 ms
+    (k3doctor/gather/engine_reads.py: no docker CLI on the node; each exec costs the engine a runtime start, ~90 ms
     of CPU); the readings come back one by one, each with its own exit status, output (its share of one
     reading's cap) and timeout. The container's shell frames them: it needs ``sh``, ``mktemp``, ``wc``,
     ``head``, ``cat`` and a writable ``$TMPDIR``, ``/tmp`` or ``/dev/shm`` (else every reading of that

@@ -1,6 +1,6 @@
 """``k3doctor merge``: node results carried by an existing engine, joined into one report.
 
-Each node ran ``k3doctor node --json`` (k3doctor/local.py); this joins those documents, runs the
+Each node ran ``k3doctor node --json`` (k3doctor/fleet/node_mode.py); this joins those documents, runs the
 cluster-scope judges over their readings exactly as ``check`` does (runner.judge_cluster, per rack),
 and renders the usual report with the usual exit codes. Inputs, read line by line (formats):
 
@@ -23,13 +23,13 @@ import re
 import time
 from dataclasses import dataclass, field, replace
 
-from . import snapshot
-from .inventory import Inventory, Node, Settings, SSHSettings
-from .local import SCHEMA, inventory_digest
-from .prerequisites import blocking_findings
-from .readings import Unavailable
-from .results import Result, Status
-from .runner import RunReport, judge_cluster, specs_of
+from k3doctor.fleet.node_mode import SCHEMA, inventory_digest
+from k3doctor.gather import snapshot
+from k3doctor.gather.readings import Unavailable
+from k3doctor.inventory.load import Inventory, Node, Settings, SSHSettings
+from k3doctor.judging.prerequisites import blocking_findings
+from k3doctor.judging.runner import RunReport, judge_cluster, specs_of
+from k3doctor.results import Result, Status
 
 _ANSIBLE_OUTPUT = re.compile(r"^(\S+) \| ([A-Z]+!?) \| rc=(-?\d+) >>\s*$")  # minimal callback (ad-hoc default)
 _ANSIBLE_ONELINE = re.compile(r"^(\S+) \| ([A-Z]+!?) \| rc=(-?\d+) \| \(stdout\) ?(.*)$")  # -o / oneline

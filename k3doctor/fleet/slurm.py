@@ -27,12 +27,12 @@ import socket
 import subprocess
 from dataclasses import dataclass
 
-from .deadline import Deadline
-from .parsers import ParseError
-from .parsers.scontrol import SlurmNode, parse_show_node
-from .procs import wait_group_gone
-from .registry import remediation
-from .results import LaunchVerdict, Result, Status, overall
+from k3doctor.deadline import Deadline
+from k3doctor.parsers import ParseError
+from k3doctor.parsers.scontrol import SlurmNode, parse_show_node
+from k3doctor.registry import remediation
+from k3doctor.results import LaunchVerdict, Result, Status, overall
+from k3doctor.transport.procs import wait_group_gone
 
 PREFIX = "k3doctor:"  # every reason k3doctor sets starts with it; it resumes no other drain
 REASON_MAX = 200  # characters: sinfo shows the start, scontrol all of it

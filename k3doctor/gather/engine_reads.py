@@ -1,4 +1,4 @@
-"""A node's Docker engine through the Docker SDK, on the node's own connection (k3doctor/dockerssh.py).
+"""A node's Docker engine through the Docker SDK, on the node's own connection (k3doctor/transport/docker_api.py).
 
 One client a node for every engine reading: the containers and recent events (rack-free), our container's
 inspect and launch script (launch-config), the facts other readings' commands need (the engine's root
@@ -13,9 +13,8 @@ import socket
 import threading
 import time
 
-from .deadline import Deadline, seconds
-from .model.container import launch_from_script, record_from_inspect
-from .readings import (
+from k3doctor.deadline import Deadline, seconds
+from k3doctor.gather.readings import (
     CONTAINER_PID,
     DOCKER_ROOT_DIR,
     ContainerInspect,
@@ -25,7 +24,8 @@ from .readings import (
     EngineFactCommand,
     Unavailable,
 )
-from .transport import TransportError
+from k3doctor.model.container import launch_from_script, record_from_inspect
+from k3doctor.transport.ssh import TransportError
 
 
 def _engine_read(transport, deadline: Deadline | None, what: str, read) -> object:

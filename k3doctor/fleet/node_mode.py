@@ -2,8 +2,8 @@
 
 When a fleet outgrows one machine's fan-out, an existing engine (Slurm ``srun``, Ansible, ClusterShell)
 runs ``k3doctor node --json`` on every node and ``k3doctor merge`` joins what comes back (see
-k3doctor/merge.py). A node's document holds its node- and GPU-scope results, judged on the node, and
-the readings of the cluster-scope checks as a saved copy keeps them (k3doctor/redaction.py: secrets
+k3doctor/fleet/merge.py). A node's document holds its node- and GPU-scope results, judged on the node, and
+the readings of the cluster-scope checks as a saved copy keeps them (k3doctor/gather/redaction.py: secrets
 stay on the node), which ``merge`` judges across nodes exactly as ``check`` does.
 
 Passive checks only, every read bounded by a deadline below Slurm's 60 s HealthCheckProgram kill.
@@ -16,9 +16,10 @@ import os
 import time
 from dataclasses import replace
 
-from . import __version__, snapshot
-from .inventory import Inventory, localhost_inventory
-from .runner import RunOptions, RunReport, run_checks, specs_of
+from k3doctor import __version__
+from k3doctor.gather import snapshot
+from k3doctor.inventory.load import Inventory, localhost_inventory
+from k3doctor.judging.runner import RunOptions, RunReport, run_checks, specs_of
 
 SCHEMA = "k3doctor.node/1"
 COMMAND_TIMEOUT_S = 20.0  # per reading, at most (the inventory's ssh.command_timeout_s when lower)

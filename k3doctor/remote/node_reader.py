@@ -2,7 +2,7 @@
 ``python3 -I -S -c``): its files and globs (sysfs holds a few hundred small files) and its commands. The
 shell spends five processes on each command around the command itself (a subshell, ``timeout``, ``wc``,
 ``head``, ``cat``); that was most of a node's work. This prints the script's frames itself
-(k3doctor/gather.py), one whole frame per write, so a reader killed at the node deadline leaves at most its
+(k3doctor/gather/node_script.py), one whole frame per write, so a reader killed at the node deadline leaves at most its
 last frame cut off.
 
 A command runs as it does in the shell: stdin /dev/null, its output written to scratch files (unlinked from

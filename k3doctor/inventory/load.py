@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 
 import yaml
 
-from . import ansible, nodesets
-from .registry import MAX_SECONDS
-from .safeyaml import YAMLInputError, by_line, compose, decode, load, plain
+from k3doctor.inventory import ansible, nodesets
+from k3doctor.inventory.safeyaml import YAMLInputError, by_line, compose, decode, load, plain
+from k3doctor.registry import MAX_SECONDS
 
 STEPPINGS = ("A0", "B0")
 DEFAULT_TOOLS = {
@@ -468,7 +468,7 @@ def check_ssh_config(inv: Inventory) -> None:
     """The ssh config as a whole (Include loops and nesting, unparsable lines) before anything runs, as one
     line; what it says about one host (a bad Port) stays that node's ERROR."""
     if any(n.transport == "ssh" for n in inv.nodes):
-        from . import sshconfig  # paramiko: only for SSH nodes
+        from k3doctor.transport import ssh_config as sshconfig  # paramiko: only for SSH nodes
 
         try:
             sshconfig.load(inv.ssh.ssh_config)

@@ -1,6 +1,6 @@
 """Render a run: a checks x nodes table for people, JSON for programs, JUnit for CI systems.
 
-The JSON schema (``k3doctor.report/1``) is documented in the README; fields are only ever
+The JSON schema (``k3doctor.outputs.report/1``) is documented in the README; fields are only ever
 added, never renamed, within a schema version.
 """
 from __future__ import annotations
@@ -8,12 +8,12 @@ from __future__ import annotations
 import json
 import time
 
-from . import __version__
-from .registry import REGISTRY
-from .results import Status, overall, worst
-from .text import terminal_safe, xml_safe
+from k3doctor import __version__
+from k3doctor.outputs.text import terminal_safe, xml_safe
+from k3doctor.registry import REGISTRY
+from k3doctor.results import Status, overall, worst
 
-SCHEMA = "k3doctor.report/1"
+SCHEMA = "k3doctor.outputs.report/1"
 CLUSTER_COLUMN = "cluster"
 
 

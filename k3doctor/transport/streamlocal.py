@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 import time
 
-import paramiko  # imported for real at the first use (k3doctor/lazy_imports.py): not at the CLI's start
+import paramiko  # imported for real at the first use (k3doctor/transport/lazy_imports.py): not at the CLI's start
 
 KIND = "direct-streamlocal@openssh.com"
 

@@ -2,7 +2,7 @@
 
 Phase 1 (passive, every tier): per node, in a bounded thread pool, one connection and one
 gather of every reading the selected checks declared; node and GPU judges run as soon as
-a node's readings are in, each after the prerequisites it ``needs`` (k3doctor/prerequisites.py: where
+a node's readings are in, each after the prerequisites it ``needs`` (k3doctor/judging/prerequisites.py: where
 one failed, its dependants are not evaluated on that node). Phase 2: cluster judges over all nodes'
 readings, leaving out the nodes where a prerequisite failed. Phase 3:
 active probes (deep tier), in ``after=`` order, only for nodes whose prerequisite checks
@@ -17,17 +17,17 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
-from . import progress
-from .api import Context, judge_safely
-from .deadline import seconds
-from .gather import gather
-from .inventory import Inventory, Node
-from .parsers import ParseError
-from .prerequisites import Gate, blocking_findings
-from .readings import Readings, ReadingUnavailable, Unavailable
-from .registry import prerequisites_first
-from .results import Result, Status, error
-from .transport import LocalTransport, SSHTransport, Transport, TransportError, resolve_ssh_target
+from k3doctor import progress
+from k3doctor.api import Context, judge_safely
+from k3doctor.deadline import seconds
+from k3doctor.gather.node_script import gather
+from k3doctor.gather.readings import Readings, ReadingUnavailable, Unavailable
+from k3doctor.inventory.load import Inventory, Node
+from k3doctor.judging.prerequisites import Gate, blocking_findings
+from k3doctor.parsers import ParseError
+from k3doctor.registry import prerequisites_first
+from k3doctor.results import Result, Status, error
+from k3doctor.transport.ssh import LocalTransport, SSHTransport, Transport, TransportError, resolve_ssh_target
 
 
 @dataclass

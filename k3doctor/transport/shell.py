@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import shlex
 
-from .deadline import seconds
+from k3doctor.deadline import seconds
 
 
 def quote(value) -> str:

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
-from .procs import drain_killed
+from k3doctor.transport.procs import drain_killed
 
 KILL_GRACE_S = 2.0  # after the kill, how long its output may still take to arrive
 ANSIBLE_TIMEOUT_S = 120.0  # a plain ini/yaml inventory reads in ~1 s (12 s on the loaded 2-core CI box)

@@ -12,9 +12,9 @@ import math
 import time
 from dataclasses import dataclass
 
-from .endpoint import EndpointError, parse_endpoint, request
-from .registry import remediation
-from .results import Result, Verdict, error, fail, passed, skip
+from k3doctor.registry import remediation
+from k3doctor.results import Result, Verdict, error, fail, passed, skip
+from k3doctor.transport.http import EndpointError, parse_endpoint, request
 
 SERVED_MODEL = "moonshotai/Kimi-K3"  # §17/§22: --served-model-name of the recipe
 # Short deterministic prompts with one obvious continuation (§21: "The capital of France is" first).

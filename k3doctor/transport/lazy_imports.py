@@ -3,7 +3,7 @@
 Importing this module first puts a stand-in for each in ``sys.modules`` that imports the real one on its
 first attribute use:
 - ``paramiko`` (~0.1 s): not needed before the first node's TCP probe; its first use is that node's
-  handshake (k3doctor/transport.py ``_login``), so every node's connect is under way while it loads.
+  handshake (k3doctor/transport/ssh.py ``_login``), so every node's connect is under way while it loads.
 - ``invoke``: paramiko imports it for one ssh_config feature (``Match exec``); it pulls in asyncio and
   unittest.mock, and costs nothing unless a ``Match exec`` line is evaluated.
 """
