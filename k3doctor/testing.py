@@ -22,9 +22,11 @@ from contextlib import contextmanager
 from dataclasses import replace
 
 from k3doctor import registry as _registry
-from k3doctor.api import Context, judge_safely
+from k3doctor.api import Context
 from k3doctor.gather.readings import Command, CommandReading, Exists, File, FileReading, Glob, Readings, Unavailable
 from k3doctor.inventory.load import Node, Settings
+from k3doctor.judging.judge import NodeJudge, as_reported, judge_across
+from k3doctor.registry import prerequisites_first
 from k3doctor.transport.shell import join
 
 __all__ = ["as_reading", "judge", "temporary_registry"]
@@ -65,33 +67,52 @@ def _settings(chk, settings, params: dict):
     return replace(settings, checks={**settings.checks, chk.name: {**settings.checks.get(chk.name, {}), **params}})
 
 
-def _readings(chk, plain, settings) -> Readings:
+def _readings(chk, plain, settings) -> dict:
     plain = plain.raw() if isinstance(plain, Readings) else plain
     specs = chk.readings_for(settings)
-    return Readings({name: as_reading(spec, plain[name]) if name in plain else
+    return ({name: as_reading(spec, plain[name]) if name in plain else
                      Unavailable(f"{name}: not given to the judge") for name, spec in specs.items()})
 
 
 def judge(chk, readings: dict, *, node: str = "node1", settings: Settings | None = None, baseline=None,
-          nodes: dict | None = None, registry=None, **params) -> list:
-    """The verdicts of check ``chk`` (its name, or the Check) on ``readings``, with ``params`` set.
+          nodes: dict | None = None, registry=None, prerequisites: dict | None = None, **params) -> list:
+    """The verdicts of check ``chk`` (its name, or the Check) on ``readings``, with ``params`` set, judged
+    through the run's own path (k3doctor/judging/judge.py).
 
     Node and GPU checks take ``{reading name: value}`` (or a ``Readings``) for one node, ``node``; cluster checks take
     ``{node: {reading name: value}}`` and ``baseline`` as ``{node: entry}``. ``settings`` is every node's
     (default: ``Settings()``, i.e. the inventory's defaults); a cluster judge's ``ctx.nodes`` are
-    ``nodes`` (name -> inventory Node, each with its own settings) where given.
+    ``nodes`` (name -> inventory Node, each with its own settings) where given. ``prerequisites``: the
+    readings of checks ``chk`` needs (check name -> readings as above, for a cluster check per node), judged
+    first as a run judges them: where one fails, ``chk`` is not evaluated there, as in a run. A prerequisite
+    not given is not part of the run and blocks nothing.
     """
     chk = _check(chk, registry)
     settings = _settings(chk, settings, params)
+    given = {name: _check(name, registry) for name in (prerequisites or {})}
     if chk.scope == "cluster":
         nodes = {name: Node(name, None, settings) for name in readings} if nodes is None else nodes
+        failed = {name: _prerequisites_judged(given, prerequisites, name, settings, per_node=True)
+                  for name in readings}
         per_node = {name: _readings(chk, plain, settings) for name, plain in readings.items()}
         ctx = Context(chk, settings, nodes=nodes, baseline=baseline or {})
-        return chk.with_default_remediation(judge_safely(chk.judge, per_node, ctx))
+        left_out, verdicts = judge_across(chk, per_node, failed, ctx)
+        return left_out + as_reported(chk, verdicts)
     if chk.judge is None:
         raise ValueError(f"check {chk.name!r} is a probe: it orchestrates nodes and has no judge of readings")
-    ctx = Context(chk, settings, node=node, baseline=baseline)
-    return chk.with_default_remediation(judge_safely(chk.judge, _readings(chk, readings, settings), ctx))
+    judge_ = NodeJudge(node, settings, baseline={chk.name: baseline})
+    judge_.failed = _prerequisites_judged(given, prerequisites, node, settings)
+    return as_reported(chk, judge_.verdicts(chk, _readings(chk, readings, settings)))
+
+
+def _prerequisites_judged(given: dict, plain: dict, node: str, settings, per_node: bool = False) -> dict:
+    """prerequisite -> its blocking results on ``node``, each judged through the run's path in its order."""
+    judge_ = NodeJudge(node, settings)
+    for prerequisite in prerequisites_first(list(given.values())):
+        readings = plain[prerequisite.name]
+        readings = readings.get(node, {}) if per_node else readings
+        judge_.judge(prerequisite, _readings(prerequisite, readings, settings))
+    return judge_.failed
 
 
 @contextmanager

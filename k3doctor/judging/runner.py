@@ -23,7 +23,7 @@ from k3doctor.deadline import seconds
 from k3doctor.gather.node_script import gather
 from k3doctor.gather.readings import Readings, ReadingUnavailable, Unavailable
 from k3doctor.inventory.load import Inventory, Node
-from k3doctor.judging.prerequisites import Gate, blocking_findings
+from k3doctor.judging.judge import NodeJudge, judge_across, to_results
 from k3doctor.parsers import ParseError
 from k3doctor.registry import prerequisites_first
 from k3doctor.results import Result, Status, error
@@ -68,122 +68,145 @@ def make_transport(node: Node, inv: Inventory, opts: RunOptions) -> Transport:
     return SSHTransport(target, sudo=node.sudo, docker_socket=inv.ssh.docker_socket)
 
 
-def _to_results(chk, node: str | None, verdicts) -> list:
-    return [Result(check=chk.name, node=v.node or node, status=v.status, message=v.message, gpu=v.gpu,
-                   evidence=v.evidence, remediation=v.remediation)
-            for v in chk.with_default_remediation(verdicts)]
+class _Run:
+    """One run's state across its phases: read (and judge) the nodes, judge across them, probe."""
 
+    def __init__(self, inv: Inventory, checks: list, opts: RunOptions):
+        self.inv, self.checks, self.opts = inv, checks, opts
+        self.say = opts.progress or (lambda msg: None)
+        self.passive = [c for c in checks if c.interaction == "passive"]
+        self.command_timeout = seconds(opts.command_timeout_s or inv.ssh.command_timeout_s, 30.0)
+        self.deadline = seconds(opts.node_deadline_s or inv.ssh.node_deadline_s, 120.0)
+        self.baseline = opts.baseline or {}
+        self.interrupted = threading.Event()
+        self.transports, self.readings, self.unreachable, self.records = {}, {}, {}, {}
+        self.results_by_node, self.specs_by_node = {}, {}
+        self.failed_by_node = {}  # node -> prerequisite check -> its blocking results there
 
-def run_checks(inv: Inventory, checks: list, opts: RunOptions = None) -> RunReport:
-    opts = opts or RunOptions()
-    say = opts.progress or (lambda msg: None)
-    started = time.monotonic()
-    passive = [c for c in checks if c.interaction == "passive"]
-    cluster = [c for c in passive if c.scope == "cluster"]
-    active = [c for c in checks if c.interaction != "passive"]
-    command_timeout = seconds(opts.command_timeout_s or inv.ssh.command_timeout_s, 30.0)
-    deadline = seconds(opts.node_deadline_s or inv.ssh.node_deadline_s, 120.0)
-    interrupted = threading.Event()
-
-    transports, readings, unreachable, results_by_node, records, specs_by_node = {}, {}, {}, {}, {}, {}
-    failed_by_node = {}  # node -> prerequisite check -> its blocking results there
-    baseline = opts.baseline or {}
-
-    def visit(node: Node):
-        specs_by_check = specs_by_node[node.name] = specs_of(passive, node.settings)
-        wanted = [s for specs in specs_by_check.values() if isinstance(specs, dict) for s in specs.values()]
-        try:
-            if opts.replay:
-                transport, got = None, _replayed(node.name, wanted, *opts.replay)
-            else:
-                transport = transports[node.name] = make_transport(node, inv, opts)
-                if interrupted.is_set():  # Ctrl-C came while this node was being set up
-                    transport.cancel()
-                transport.connect()
-                got = gather(transport, wanted, command_timeout_s=command_timeout, deadline_s=deadline)
-        except Exception as exc:  # TransportError, or anything else: this node only, never the run
-            why = str(exc) if isinstance(exc, TransportError) else f"{type(exc).__name__}: {exc}"
-            unreachable[node.name] = why
-            results_by_node[node.name] = [
-                Result(c.name, node.name, Status.ERROR, f"node not checked: {why}") for c in checks]
-            say(f"{node.name}: unreachable ({why})")
-            return
-        readings[node.name] = got
-        judged, failed = {}, failed_by_node.setdefault(node.name, {})
-        for chk in prerequisites_first(passive):
-            if isinstance(specs_by_check[chk.name], Result):  # its reads could not be built for this node
-                judged[chk.name] = [replace(specs_by_check[chk.name], node=node.name)]
-                failed[chk.name] = blocking_findings(chk, judged[chk.name])
-                continue
-            mine = {name: got[spec] for name, spec in specs_by_check[chk.name].items()}
-            ctx = Context(chk, node.settings, node=node.name,
-                          baseline=baseline.get(node.name, {}).get(chk.name), fix=opts.fix)
-            if opts.record and chk.record:
-                records.setdefault(node.name, {})[chk.name] = _record_safely(chk.record, Readings(mine), ctx)
-            if chk.scope not in ("node", "gpu"):
-                continue
-            gate = Gate(chk, failed)
-            verdicts = gate.skipped() or gate.per_gpu(judge_safely(chk.judge, Readings(gate.readings(mine)), ctx))
-            if opts.fix and chk.fixer and any(v.status in (Status.FAIL, Status.WARN) for v in verdicts):
-                verdicts = _fix_and_rejudge(chk, transport, verdicts, ctx, specs_by_check[chk.name],
-                                            command_timeout, deadline)
-            judged[chk.name] = _to_results(chk, node.name, verdicts)
-            failed[chk.name] = blocking_findings(chk, judged[chk.name])
-        results_by_node[node.name] = [r for chk in passive for r in judged.get(chk.name, [])]
-        say(f"{node.name}: {len(got)} readings" + (f" in {transport.round_trips} round trip(s)" if transport else ""))
-
-    try:
-        workers = max(1, min(opts.parallel, len(inv.nodes)))
+    def read_nodes(self) -> None:
+        """Phase 1: every node read in a bounded pool, its node and GPU checks judged as soon as it is in."""
+        workers = max(1, min(self.opts.parallel, len(self.inv.nodes)))
         pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="k3doctor-node")
         try:
-            with progress.task("reading nodes", total=len(inv.nodes)) as step:
-                list(pool.map(lambda node: (visit(node), step(node.name)), inv.nodes))
+            with progress.task("reading nodes", total=len(self.inv.nodes)) as step:
+                list(pool.map(lambda node: (self.visit(node), step(node.name)), self.inv.nodes))
         except BaseException:  # Ctrl-C: stop the reads in flight on every node now, not at their deadlines
-            interrupted.set()
-            cancel_all(transports)
+            self.interrupted.set()
+            cancel_all(self.transports)
             raise
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
 
-        results = [r for node in inv.nodes for r in results_by_node.get(node.name, [])]
-        if opts.baseline is not None:
+    def visit(self, node: Node) -> None:
+        specs_by_check = self.specs_by_node[node.name] = specs_of(self.passive, node.settings)
+        try:
+            transport, got = self.read(node, specs_by_check)
+        except Exception as exc:  # TransportError, or anything else: this node only, never the run
+            why = str(exc) if isinstance(exc, TransportError) else f"{type(exc).__name__}: {exc}"
+            self.unreachable[node.name] = why
+            self.results_by_node[node.name] = [
+                Result(c.name, node.name, Status.ERROR, f"node not checked: {why}") for c in self.checks]
+            self.say(f"{node.name}: unreachable ({why})")
+            return
+        self.readings[node.name] = got
+        self.results_by_node[node.name] = self.judge_node(node, transport, got, specs_by_check)
+        self.say(f"{node.name}: {len(got)} readings"
+                 + (f" in {transport.round_trips} round trip(s)" if transport else ""))
+
+    def read(self, node: Node, specs_by_check: dict) -> tuple:
+        """(transport or None when replaying, {spec: reading}) of one node."""
+        wanted = [s for specs in specs_by_check.values() if isinstance(specs, dict) for s in specs.values()]
+        if self.opts.replay:
+            return None, _replayed(node.name, wanted, *self.opts.replay)
+        transport = self.transports[node.name] = make_transport(node, self.inv, self.opts)
+        if self.interrupted.is_set():  # Ctrl-C came while this node was being set up
+            transport.cancel()
+        transport.connect()
+        return transport, gather(transport, wanted, command_timeout_s=self.command_timeout, deadline_s=self.deadline)
+
+    def judge_node(self, node: Node, transport, got: dict, specs_by_check: dict) -> list:
+        """One node's node and GPU checks (prerequisites first), its baseline records; results in check order."""
+        judge = NodeJudge(node.name, node.settings, baseline=self.baseline.get(node.name, {}), fix=self.opts.fix)
+        self.failed_by_node[node.name] = judge.failed
+        judged = {}
+        for chk in prerequisites_first(self.passive):
+            if isinstance(specs_by_check[chk.name], Result):  # its reads could not be built for this node
+                judged[chk.name] = judge.settle(chk, [replace(specs_by_check[chk.name], node=node.name)])
+                continue
+            mine = {name: got[spec] for name, spec in specs_by_check[chk.name].items()}
+            if self.opts.record and chk.record:
+                self.records.setdefault(node.name, {})[chk.name] = _record_safely(
+                    chk.record, Readings(mine), judge.context(chk))
+            if chk.scope not in ("node", "gpu"):
+                continue
+            verdicts = judge.verdicts(chk, mine)
+            if self.opts.fix and chk.fixer and any(v.status in (Status.FAIL, Status.WARN) for v in verdicts):
+                verdicts = _fix_and_rejudge(chk, transport, verdicts, judge.context(chk), specs_by_check[chk.name],
+                                            self.command_timeout, self.deadline)
+            judged[chk.name] = judge.settle(chk, to_results(chk, node.name, verdicts))
+        return [r for chk in self.passive for r in judged.get(chk.name, [])]
+
+    def node_results(self) -> list:
+        results = [r for node in self.inv.nodes for r in self.results_by_node.get(node.name, [])]
+        if self.opts.baseline is not None:
             results += [Result("baseline", n, Status.WARN, "node is not in the baseline file: drift not checked "
                                "(record it with `k3doctor baseline record` while it is healthy)")
-                        for n in readings if n not in baseline]
-        nodes = {n.name: n for n in inv.nodes}
-        results += judge_cluster(inv, cluster, readings, specs_by_node, failed_by_node, baseline)
-        for chk in active:
-            if opts.replay:
-                results.append(Result(chk.name, None, Status.SKIP, "active probe: not replayable from saved readings"))
+                        for n in self.readings if n not in self.baseline]
+        return results
+
+    def run_probes(self, results: list) -> list:
+        """Phase 3 (deep tier): each active probe, on the nodes where its prerequisites passed."""
+        out = []
+        nodes = {n.name: n for n in self.inv.nodes}
+        ran = {c.name for c in self.checks}
+        for chk in (c for c in self.checks if c.interaction != "passive"):
+            if self.opts.replay:
+                out.append(Result(chk.name, None, Status.SKIP, "active probe: not replayable from saved readings"))
                 continue
-            blocked = dict(unreachable)
-            ran = {c.name for c in checks}
+            blocked = dict(self.unreachable)
             for missing in (dep for dep in chk.after if dep not in ran):
                 for n in nodes:
                     blocked.setdefault(n, f"prerequisite {missing} was not run")
-            for r in results:  # a prerequisite not evaluated on a node (SKIP) did not pass there either
+            for r in results + out:  # a prerequisite not evaluated on a node (SKIP) did not pass there either
                 if r.check in chk.after and r.node and r.status in (Status.FAIL, Status.ERROR, Status.SKIP):
                     blocked.setdefault(r.node, f"{r.check} is {r.status.value}")
-            ctx = Context(chk, inv.cluster, nodes=nodes, transports=transports,
-                          baseline={n: entry.get(chk.name) for n, entry in baseline.items()},
-                          blocked=blocked, fix=opts.fix, deadline_s=seconds(chk.timeout_s or deadline, deadline))
-            say(f"probe {chk.name}: starting")
+            ctx = Context(chk, self.inv.cluster, nodes=nodes, transports=self.transports,
+                          baseline={n: entry.get(chk.name) for n, entry in self.baseline.items()},
+                          blocked=blocked, fix=self.opts.fix,
+                          deadline_s=seconds(chk.timeout_s or self.deadline, self.deadline))
+            self.say(f"probe {chk.name}: starting")
             with progress.task(f"probe {chk.name}"):
                 verdicts = judge_safely(chk.probe, ctx)
-            results += _to_results(chk, None, verdicts)
-            if opts.record and chk.record_run:
+            out += to_results(chk, None, verdicts)
+            if self.opts.record and chk.record_run:
                 for node, entry in (_record_safely(chk.record_run, verdicts, ctx) or {}).items():
-                    records.setdefault(node, {})[chk.name] = entry
+                    self.records.setdefault(node, {})[chk.name] = entry
+        return out
+
+    def report(self, results: list, started: float) -> RunReport:
+        return RunReport(results=results, nodes=[n.name for n in self.inv.nodes],
+                         duration_s=round(time.monotonic() - started, 3),
+                         round_trips={name: t.round_trips for name, t in self.transports.items()},
+                         unreachable=self.unreachable, readings=self.readings, records=self.records)
+
+
+def run_checks(inv: Inventory, checks: list, opts: RunOptions = None) -> RunReport:
+    """Read, judge each node, judge across nodes, probe: the whole run, every phase bounded."""
+    started = time.monotonic()
+    run = _Run(inv, checks, opts or RunOptions())
+    try:
+        run.read_nodes()
+        results = run.node_results()
+        results += judge_cluster(inv, [c for c in run.passive if c.scope == "cluster"], run.readings,
+                                 run.specs_by_node, run.failed_by_node, run.baseline)
+        results += run.run_probes(results)
     except BaseException:  # Ctrl-C in a probe: whatever it left in flight is stopped on the nodes too
-        cancel_all(transports)
+        cancel_all(run.transports)
         raise
     finally:  # also on Ctrl-C: no half-open SSH sessions left behind
-        for transport in transports.values():
+        for transport in run.transports.values():
             transport.close()
-    return RunReport(results=results, nodes=[n.name for n in inv.nodes],
-                     duration_s=round(time.monotonic() - started, 3),
-                     round_trips={name: t.round_trips for name, t in transports.items()},
-                     unreachable=unreachable, readings=readings, records=records)
+    return run.report(results, started)
 
 
 def judge_cluster(inv: Inventory, cluster: list, readings: dict, specs_by_node: dict, failed_by_node: dict,
@@ -195,28 +218,18 @@ def judge_cluster(inv: Inventory, cluster: list, readings: dict, specs_by_node: 
     results = []
     for chk in cluster:
         for rack, members in inv.rack_groups():  # each rack on its own (inventory `racks:`)
-            results += _judge_rack(chk, rack, inv.cluster, [n for n in members if n.name in readings], readings,
-                                   specs_by_node, failed_by_node, baseline)
+            built = [n for n in members if n.name in readings and isinstance(specs_by_node[n.name][chk.name], dict)]
+            per_node = {n.name: {name: readings[n.name][spec] for name, spec in specs_by_node[n.name][chk.name].items()}
+                        for n in built}
+            ctx = Context(chk, inv.cluster, nodes={n.name: n for n in built},
+                          baseline={n: entry.get(chk.name) for n, entry in baseline.items()})
+            left_out, verdicts = judge_across(chk, per_node, failed_by_node, ctx)
+            placed = to_results(chk, None, verdicts)
+            for r in placed:  # a rack-wide result says which rack
+                if rack is not None and r.node is None:
+                    r.message = f"rack {rack}: {r.message}"
+            results += to_results(chk, None, left_out) + placed
     return results
-
-
-def _judge_rack(chk, rack, settings, reachable: list, readings, specs_by_node, failed_by_node, baseline) -> list:
-    built = [n for n in reachable if isinstance(specs_by_node[n.name][chk.name], dict)]
-    gates = {n.name: Gate(chk, failed_by_node.get(n.name, {})) for n in built}
-    evaluated = [n for n in built if not gates[n.name].whole]
-    results = []
-    for n in built:  # a node left out says so once
-        results += _to_results(chk, n.name, gates[n.name].skipped())
-    per_node = {n.name: Readings(gates[n.name].readings(
-        {name: readings[n.name][spec] for name, spec in specs_by_node[n.name][chk.name].items()}))
-        for n in evaluated}
-    ctx = Context(chk, settings, nodes={n.name: n for n in evaluated},
-                  baseline={n: entry.get(chk.name) for n, entry in baseline.items()})
-    verdicts = _to_results(chk, None, judge_safely(chk.judge, per_node, ctx)) if evaluated else []
-    for r in verdicts:  # a rack-wide result says which rack
-        if rack is not None and r.node is None:
-            r.message = f"rack {rack}: {r.message}"
-    return results + verdicts
 
 
 def specs_of(checks: list, settings) -> dict:
