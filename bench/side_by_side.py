@@ -42,7 +42,9 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from k3doctor.gather.readings import (  # noqa: E402
+from k3doctor.inventory.load import load_inventory  # noqa: E402
+from k3doctor.judging.runner import select_checks, specs_of  # noqa: E402
+from k3doctor.readings import (  # noqa: E402
     CONTAINER_PID,
     DOCKER_ROOT_DIR,
     Command,
@@ -53,10 +55,8 @@ from k3doctor.gather.readings import (  # noqa: E402
     File,
     Glob,
 )
-from k3doctor.inventory.load import load_inventory  # noqa: E402
-from k3doctor.judging.runner import select_checks, specs_of  # noqa: E402
 from k3doctor.registry import REGISTRY, load_checks  # noqa: E402
-from k3doctor.transport.shell import join, quote  # noqa: E402
+from k3doctor.shell import join, quote  # noqa: E402
 
 
 def read_set(inventory: Path) -> list:

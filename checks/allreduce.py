@@ -17,7 +17,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from k3doctor.probes.allreduce import MIN_DEADLINE_S, Member, Plan, diagnose
+from k3doctor.api import Param, Status, check, error, fail, passed, remediation, skip, warn
+from k3doctor.probes.allreduce import MIN_DEADLINE_S, STAGES, Member, Plan, diagnose
 from k3doctor.probes.collective_figures import (
     ALL_REDUCE,
     ALL_TO_ALL,
@@ -27,9 +28,6 @@ from k3doctor.probes.collective_figures import (
     geometric,
     human,
 )
-from k3doctor.registry import Param, check, remediation
-from k3doctor.remote.allreduce_worker import STAGES
-from k3doctor.results import Status, error, fail, passed, skip, warn
 
 DEADLINE_S = 240  # well under the 5 minutes a user will wait for a pre-launch answer (§20: cold start ~25 min)
 

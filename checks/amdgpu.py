@@ -4,13 +4,24 @@ from __future__ import annotations
 
 from collections import Counter
 
-from k3doctor.gather.readings import Command, Exists, File, Glob, ReadingUnavailable
+from k3doctor.api import (
+    Command,
+    Exists,
+    File,
+    Glob,
+    ParseError,
+    ReadingUnavailable,
+    check,
+    error,
+    fail,
+    passed,
+    remediation,
+    skip,
+    warn,
+)
 from k3doctor.model.gpu import VENDOR_GLOB, VRAM_GLOB, amd_cards, hbm_gib
 from k3doctor.model.kernel_log import DMESG, KernelLog, is_amdgpu_load
-from k3doctor.parsers import ParseError
 from k3doctor.parsers.amdsmi import parse_static_vram
-from k3doctor.registry import check, remediation
-from k3doctor.results import error, fail, passed, skip, warn
 
 PARAMS = "/sys/module/amdgpu/parameters"
 REQUIRED = {"gpu_recovery": "0", "halt_if_hws_hang": "1"}

@@ -6,13 +6,10 @@ from __future__ import annotations
 
 import re
 
-from k3doctor.gather.readings import in_container, sh
+from k3doctor.api import Param, check, fail, in_container, passed, quote, remediation, sh, skip, warn
 from k3doctor.model.container import ROCJITSU_HOOK as HOOK
 from k3doctor.model.container import ROCJITSU_PREFIX, parse_env
 from k3doctor.parsers.fsinfo import STAT_SIZE_FORMAT, parse_count, parse_stat
-from k3doctor.registry import Param, check, remediation
-from k3doctor.results import fail, passed, skip, warn
-from k3doctor.transport.shell import quote
 
 ROCJITSU, PATCH = "rocjitsu-store", "patch-integrity"
 TRANSLATOR = "lib/librocjitsu_gfx1250_b0_to_a0.so.0.3.0"

@@ -9,15 +9,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from k3doctor.gather.readings import Command, Glob, ReadingUnavailable
+from k3doctor.api import (
+    Command,
+    Glob,
+    ParseError,
+    ReadingUnavailable,
+    Status,
+    check,
+    error,
+    fail,
+    passed,
+    remediation,
+    warn,
+)
 from k3doctor.model.gpu import UEVENT_GLOB, card_buses, pci_bus
 from k3doctor.model.peers import majority
 from k3doctor.model.ualink import UALINK_READS, ualink_cards
-from k3doctor.parsers import ParseError
-from k3doctor.parsers._common import UINT32_MAX, ppod_or_none, to_u32
 from k3doctor.parsers.amdsmi import parse_fabric
-from k3doctor.registry import check, remediation
-from k3doctor.results import Status, error, fail, passed, warn
+from k3doctor.parsers.common import UINT32_MAX, ppod_or_none, to_u32
 
 UEVENT = Glob(UEVENT_GLOB)
 # `--json` first; an amd-smi without it (or failing with it) falls back to the text form, saying so on stderr.

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from k3doctor.gather.readings import ReadingUnavailable
+from k3doctor.api import ParseError, ReadingUnavailable, check, error, fail, passed, remediation, warn
 from k3doctor.model.host import (
     MEMINFO,
     checkpoint,
@@ -21,9 +21,6 @@ from k3doctor.model.host import (
     shard_number,
     spaces,
 )
-from k3doctor.parsers import ParseError
-from k3doctor.registry import CheckSettings, check, remediation
-from k3doctor.results import error, fail, passed, warn
 
 CHECK = "host-resources"
 GIB, GB = 2**30, 10**9
@@ -304,7 +301,7 @@ def host_resources(per_node, ctx):
     cannot be read (ERROR) never hides what the others found."""
     verdicts, listings = [], {}
     for node, r in per_node.items():
-        settings = CheckSettings(ctx.nodes[node].settings, ctx.check) if node in ctx.nodes else ctx.settings
+        settings = ctx.node_settings(node)
         mine, cp = judge_node(r, settings.param)
         verdicts += [_on(v, node) for v in mine]
         if cp:

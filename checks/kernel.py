@@ -21,14 +21,23 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
-from k3doctor.deadline import MAX_SECONDS
-from k3doctor.gather.readings import Glob, ReadingUnavailable
+from k3doctor.api import (
+    MAX_SECONDS,
+    Glob,
+    Param,
+    ParseError,
+    ReadingUnavailable,
+    check,
+    error,
+    fail,
+    passed,
+    remediation,
+    remediation_text,
+    warn,
+)
 from k3doctor.model.gpu import UALINK_GLOB, UEVENT_GLOB, accel_ids, card_bdfs, card_for_bdf, locate_accid
 from k3doctor.model.kernel_log import BOOT_ID, DMESG, UPTIME, KernelLog
-from k3doctor.parsers import ParseError
 from k3doctor.parsers.dmesg import BLOCK, SIGNATURE_NAMES, WARN, scan
-from k3doctor.registry import REGISTRY, CheckSettings, Param, RegistryError, check, remediation
-from k3doctor.results import error, fail, passed, warn
 
 SEVERITIES = {"fail": fail, "warn": warn}
 SINCE = ("amdgpu-load", "boot")  # where a rule's window starts (window parameter "amdgpu-load")
@@ -150,13 +159,11 @@ RULES = tuple(Rule(*fields) for fields in (
 BENIGN_MSR_SIGNATURES = {"fatal_hw_error", "recoverable_hw_error"}  # BERT records judged by their MSRs (§10)
 
 for _rule in RULES:  # `k3doctor explain RULE` for every built-in rule
-    if _rule.id in REGISTRY.remediations:
-        raise RegistryError(f"kernel-health rule id {_rule.id} is already a remediation code")
     remediation(_rule.id, f"{_rule.what} ({_rule.section})",
                 f"kernel-health rule {_rule.id}: {_rule.what} (reference {_rule.section}); fires on the "
                 f"parser signature `{_rule.signature}`, {_rule.severity.upper()}, judged since "
                 f"{'boot' if _rule.since == 'boot' else 'amdgpu last loaded (window parameter)'}.\n"
-                f"What to do ({_rule.remediation}):\n{REGISTRY.remediations[_rule.remediation].text}")
+                f"What to do ({_rule.remediation}):\n{remediation_text(_rule.remediation)}", unique=True)
 REMEDIATIONS = (WEDGED, PAGE_FAULT, RESET, RAS, HOST_CRASH, FABRIC, UALINK_INIT)
 
 
@@ -373,7 +380,7 @@ def kernel_health(per_node, ctx):
     """
     logs, owners, verdicts = {}, {}, []
     for node, r in per_node.items():
-        params = CheckSettings(ctx.nodes[node].settings, ctx.check) if node in ctx.nodes else ctx.settings
+        params = ctx.node_settings(node)
         try:  # a node whose log is unreadable still owns its accel ids
             owners[node] = accel_ids(r["ualink"])
         except ReadingUnavailable:

@@ -13,7 +13,21 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from k3doctor.gather.readings import Command, ContainerInspect, File, ReadingUnavailable
+from k3doctor.api import (
+    Command,
+    ContainerInspect,
+    File,
+    ParseError,
+    ReadingUnavailable,
+    Status,
+    Verdict,
+    check,
+    error,
+    fail,
+    passed,
+    remediation,
+    warn,
+)
 from k3doctor.model import network
 from k3doctor.model.container import (
     ROCJITSU_HOOK,
@@ -24,9 +38,6 @@ from k3doctor.model.container import (
     parse_rank_envs,
     rank_envs,
 )
-from k3doctor.parsers import ParseError
-from k3doctor.registry import check, remediation
-from k3doctor.results import Status, Verdict, error, fail, passed, warn
 
 CHECK = "launch-config"
 ANY = "*"  # in a profile or override: must be set, any value

@@ -3,13 +3,22 @@ GPU processes, resident VRAM. VRAM is not a free/busy signal on its own: a job w
 exist but have not loaded weights reads 0 % on every GPU; only VRAM in use counts, never 0 %."""
 from __future__ import annotations
 
-from k3doctor.gather.readings import Command, Docker, Glob, ReadingUnavailable
+from k3doctor.api import (
+    Command,
+    Docker,
+    Glob,
+    ParseError,
+    ReadingUnavailable,
+    check,
+    error,
+    fail,
+    passed,
+    remediation,
+    skip,
+)
 from k3doctor.model.gpu import KFD_PROC_GLOB, kfd_pids
-from k3doctor.parsers import ParseError
 from k3doctor.parsers.docker_events import container_from_api, event_from_dict
 from k3doctor.parsers.rocmsmi import parse_showmemuse, parse_showpids
-from k3doctor.registry import check, remediation
-from k3doctor.results import error, fail, passed, skip
 
 CHECK = "rack-free"
 WINDOW_MIN = 30

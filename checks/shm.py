@@ -4,12 +4,8 @@ from __future__ import annotations
 
 import re
 
-from k3doctor.gather.readings import Command, Glob
+from k3doctor.api import Command, Glob, ParseError, check, error, fail, join, passed, remediation, skip
 from k3doctor.model.gpu import KFD_PROC_GLOB
-from k3doctor.parsers import ParseError
-from k3doctor.registry import check, remediation
-from k3doctor.results import error, fail, passed, skip
-from k3doctor.transport.shell import join
 
 SHM = "/dev/shm"
 STALE = re.compile(r"^(psm_|nccl-)[^/\0]*$")

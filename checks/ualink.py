@@ -6,15 +6,12 @@ from __future__ import annotations
 
 from itertools import zip_longest
 
-from k3doctor.gather.readings import Glob, ReadingUnavailable
+from k3doctor.api import Glob, Param, ParseError, ReadingUnavailable, check, error, fail, passed, remediation, warn
 from k3doctor.model.gpu import UALINK_DIR, VENDOR_GLOB, amd_cards
 from k3doctor.model.kernel_log import BOOT_ID, DMESG, UPTIME, seconds_since_amdgpu_load
 from k3doctor.model.peers import majority
 from k3doctor.model.ualink import UALINK_READS, Card, nibbles, ualink_cards
-from k3doctor.parsers import ParseError
-from k3doctor.parsers._common import UINT32_MAX
-from k3doctor.registry import Param, check, remediation
-from k3doctor.results import error, fail, passed, warn
+from k3doctor.parsers.common import UINT32_MAX
 
 BITMAP = "station_lane_en_bitmap"
 HALF_NIBBLES = {"3": "port 1 down, port 0 up", "c": "port 0 down, port 1 up"}  # CVS monitor reading (§28)

@@ -1,11 +1,10 @@
 """UALoE fabric data path between node pairs: ubench 07_ualoe p2p + bandwidth (reference §8)."""
 from __future__ import annotations
 
+from k3doctor.api import Param, check, error, remediation
 from k3doctor.parsers.ubench import METRICS
 from k3doctor.probes import ualoe
 from k3doctor.probes.ualoe_verdicts import Judging, PlanError, known_good, plan_problem, recorded_reference
-from k3doctor.registry import Param, check, remediation
-from k3doctor.results import error
 
 P2P = remediation("UALOE-P2P", "fabric p2p between two nodes failed or produced no result", """
 ubench 07 could not share memory across the fabric between the pair named in the report (§8).

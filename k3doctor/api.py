@@ -13,7 +13,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from k3doctor.gather.readings import (
+from k3doctor import registry as _registry
+from k3doctor.deadline import MAX_SECONDS
+from k3doctor.parsers import ParseError
+from k3doctor.readings import (
     Command,
     ContainerInspect,
     Docker,
@@ -29,15 +32,15 @@ from k3doctor.gather.readings import (
     sh,
     sh_with_fact,
 )
-from k3doctor.parsers import ParseError
 from k3doctor.registry import CheckSettings, Param, check, remediation
 from k3doctor.results import Status, Verdict, error, fail, passed, skip, warn
+from k3doctor.shell import join, quote
 
 __all__ = [
-    "Command", "ContainerInspect", "Context", "Docker", "EngineFactCommand", "Exists", "File", "Glob",
-    "InContainer", "NotEvaluated", "Param", "ParseError", "ReadingUnavailable", "Readings", "Status", "Verdict",
-    "check", "error", "fail", "in_container", "judge_safely", "passed", "remediation", "sh", "sh_with_fact", "skip",
-    "warn",
+    "MAX_SECONDS", "CheckSettings", "Command", "ContainerInspect", "Context", "Docker", "EngineFactCommand", "Exists",
+    "File", "Glob", "InContainer", "NotEvaluated", "Param", "ParseError", "ReadingUnavailable", "Readings", "Status",
+    "Verdict", "check", "error", "fail", "in_container", "join", "judge_safely", "passed", "quote", "remediation",
+    "remediation_text", "sh", "sh_with_fact", "skip", "warn",
 ]
 
 
@@ -63,8 +66,14 @@ class Context:
         return self.settings.param(name)
 
     def node_settings(self, node: str) -> CheckSettings:
-        """One node's settings as this check sees them: its own `tools:`, gpus_per_node and params win."""
-        return CheckSettings(self.nodes[node].settings, self.check)
+        """One node's settings as this check sees them: its own `tools:`, gpus_per_node and params win
+        (a node the context does not know, e.g. in a unit test: the check's settings)."""
+        return CheckSettings(self.nodes[node].settings, self.check) if node in self.nodes else self.settings
+
+
+def remediation_text(code: str) -> str:
+    """The text registered for remediation ``code``: a rule row's own text can quote its family's."""
+    return _registry.REGISTRY.remediations[code].text
 
 
 def _as_list(verdicts) -> list:

@@ -1,4 +1,5 @@
-"""Time budgets the runtime can trust: every value finite and bounded, every deadline absolute.
+"""Time budgets the runtime can trust: every value finite and bounded, every deadline absolute (and the
+bound on any other number a user gives).
 
 Settings are validated where they are read (inventory, command line), but anything that reaches
 the runtime (a check's ``timeout_s``, a probe's deadline, a plugin's value) is clamped again here,
@@ -9,6 +10,7 @@ from __future__ import annotations
 import math
 import time
 
+MAX_MAGNITUDE = 2 ** 63  # no count, size or port beyond what an int64 holds
 MAX_SECONDS = 86400.0  # a day: no run waits longer for anything (a bigger value is a typo or `.inf`)
 MIN_SECONDS = 0.1
 

@@ -14,15 +14,14 @@ import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from k3doctor.deadline import MAX_SECONDS  # no time setting may exceed a day: a run always ends
-from k3doctor.gather.readings import Command
+from k3doctor.deadline import MAX_MAGNITUDE, MAX_SECONDS  # no time setting may exceed a day: a run always ends
+from k3doctor.readings import Command
 from k3doctor.results import Status
 
 SCOPES = ("node", "gpu", "cluster", "node-pair")
 TIERS = ("fast", "deep")
 INTERACTIONS = ("passive", "active", "disruptive")
 ENTRY_POINT_GROUP = "k3doctor.checks"
-MAX_MAGNITUDE = 2 ** 63  # no count, size or port beyond what an int64 holds
 
 
 @dataclass(frozen=True)
@@ -241,7 +240,7 @@ def check(name: str, *, title: str, scope: str = "node", reads=None, tier: str =
 
     ``needs`` names the checks that must not have failed on a node for this one to be evaluated
     there: ``("amdgpu-driver",)`` for the whole check, or ``{"amdgpu-driver": ("pids",)}`` for only
-    those readings (the judge then gets :class:`~k3doctor.gather.readings.NotEvaluated` for them). A
+    those readings (the judge then gets :class:`~k3doctor.readings.NotEvaluated` for them). A
     prerequisite's ``blocking`` codes say which of its findings count (default: any FAIL or ERROR),
     so a finding that leaves the dependants readable (wrong module parameters) does not hide them.
     A prerequisite that was not selected for the run blocks nothing; prerequisites are node or GPU checks
@@ -271,9 +270,13 @@ def check(name: str, *, title: str, scope: str = "node", reads=None, tier: str =
     return decorate
 
 
-def remediation(code: str, title: str, text: str, registry: Registry = None) -> str:
-    """Register the text ``k3doctor explain CODE`` prints; returns the code for use in verdicts."""
-    return (registry or REGISTRY).add_remediation(code, title, text)
+def remediation(code: str, title: str, text: str, registry: Registry = None, unique: bool = False) -> str:
+    """Register the text ``k3doctor explain CODE`` prints; returns the code for use in verdicts.
+    ``unique``: a code registered already is an error (rule rows that make their own codes)."""
+    registry = registry or REGISTRY
+    if unique and code in registry.remediations:
+        raise RegistryError(f"remediation code {code} is already registered")
+    return registry.add_remediation(code, title, text)
 
 
 _loaded = False
@@ -286,7 +289,7 @@ def load_checks() -> tuple:
     if _loaded:
         return ()
     _loaded = True
-    import k3doctor.checks as builtin
+    builtin = importlib.import_module("k3doctor.checks")  # discovered, as plugins are: no import arrow
 
     order = getattr(builtin, "ORDER", ())
     names = sorted((m.name for m in pkgutil.iter_modules(builtin.__path__)),

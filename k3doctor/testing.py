@@ -23,11 +23,11 @@ from dataclasses import replace
 
 from k3doctor import registry as _registry
 from k3doctor.api import Context
-from k3doctor.gather.readings import Command, CommandReading, Exists, File, FileReading, Glob, Readings, Unavailable
 from k3doctor.inventory.load import Node, Settings
 from k3doctor.judging.judge import NodeJudge, as_reported, judge_across
+from k3doctor.readings import Command, CommandReading, Exists, File, FileReading, Glob, Readings, Unavailable
 from k3doctor.registry import prerequisites_first
-from k3doctor.transport.shell import join
+from k3doctor.shell import join
 
 __all__ = ["as_reading", "judge", "temporary_registry"]
 

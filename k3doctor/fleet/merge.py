@@ -25,10 +25,10 @@ from dataclasses import dataclass, field, replace
 
 from k3doctor.fleet.node_mode import SCHEMA, inventory_digest
 from k3doctor.gather import snapshot
-from k3doctor.gather.readings import Unavailable
 from k3doctor.inventory.load import Inventory, Node, Settings, SSHSettings
 from k3doctor.judging.prerequisites import blocking_findings
 from k3doctor.judging.runner import RunReport, judge_cluster, specs_of
+from k3doctor.readings import Unavailable
 from k3doctor.results import Result, Status
 
 _ANSIBLE_OUTPUT = re.compile(r"^(\S+) \| ([A-Z]+!?) \| rc=(-?\d+) >>\s*$")  # minimal callback (ad-hoc default)

@@ -3,7 +3,7 @@
 When a fleet outgrows one machine's fan-out, an existing engine (Slurm ``srun``, Ansible, ClusterShell)
 runs ``k3doctor node --json`` on every node and ``k3doctor merge`` joins what comes back (see
 k3doctor/fleet/merge.py). A node's document holds its node- and GPU-scope results, judged on the node, and
-the readings of the cluster-scope checks as a saved copy keeps them (k3doctor/gather/redaction.py: secrets
+the readings of the cluster-scope checks as a saved copy keeps them (k3doctor/redaction.py: secrets
 stay on the node), which ``merge`` judges across nodes exactly as ``check`` does.
 
 Passive checks only, every read bounded by a deadline below Slurm's 60 s HealthCheckProgram kill.

@@ -14,7 +14,8 @@ import threading
 import time
 
 from k3doctor.deadline import Deadline, seconds
-from k3doctor.gather.readings import (
+from k3doctor.model.container import launch_from_script, record_from_inspect
+from k3doctor.readings import (
     CONTAINER_PID,
     DOCKER_ROOT_DIR,
     ContainerInspect,
@@ -24,7 +25,6 @@ from k3doctor.gather.readings import (
     EngineFactCommand,
     Unavailable,
 )
-from k3doctor.model.container import launch_from_script, record_from_inspect
 from k3doctor.transport.ssh import TransportError
 
 

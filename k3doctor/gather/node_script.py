@@ -16,7 +16,7 @@ from pathlib import Path
 
 from k3doctor.deadline import Deadline, seconds
 from k3doctor.gather.engine_reads import SharedEngine, gather_container, gather_docker, gather_engine_fact, gather_exec
-from k3doctor.gather.readings import (
+from k3doctor.readings import (
     OUTPUT_CAP_BYTES,
     Command,
     CommandReading,
@@ -30,7 +30,7 @@ from k3doctor.gather.readings import (
     InContainer,
     Unavailable,
 )
-from k3doctor.transport.shell import join, quote
+from k3doctor.shell import join, quote
 from k3doctor.transport.ssh import TransportError
 
 MISSING, DIRECTORY = "M", "D"

@@ -8,10 +8,10 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from k3doctor.gather import readings as rd
-from k3doctor.gather import redaction
+from k3doctor.gather.node_script import readings as rd
+from k3doctor.gather.node_script import redaction
 
-SCHEMA = "k3doctor.gather.readings/1"
+SCHEMA = "k3doctor.readings/1"
 _SPECS = {cls.__name__: cls for cls in (rd.File, rd.Exists, rd.Glob, rd.Command, rd.InContainer,
                                         rd.EngineFactCommand, rd.Docker, rd.ContainerInspect)}
 _READINGS = {cls.__name__: cls for cls in (rd.FileReading, rd.CommandReading, rd.DockerReading, rd.Unavailable,

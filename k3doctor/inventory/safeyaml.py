@@ -15,7 +15,7 @@ import math
 import yaml
 from yaml.constructor import SafeConstructor
 
-from k3doctor.registry import MAX_MAGNITUDE
+from k3doctor.deadline import MAX_MAGNITUDE
 
 MAX_DEPTH = 24  # the inventory needs 6 levels (nodes[].checks.<check>.<param>.<key>); baselines a few more
 _STD = "tag:yaml.org,2002:"

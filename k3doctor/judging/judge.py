@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from k3doctor.api import Context, judge_safely
-from k3doctor.gather.readings import Readings
 from k3doctor.judging.prerequisites import Gate, blocking_findings
+from k3doctor.readings import Readings
 from k3doctor.results import Result
 
 

@@ -8,7 +8,7 @@ dependants on that node, or on that GPU when the finding names one, and each dep
 """
 from __future__ import annotations
 
-from k3doctor.gather.readings import Withheld
+from k3doctor.readings import Withheld
 from k3doctor.results import Status, skip
 
 

@@ -21,10 +21,10 @@ from k3doctor import progress
 from k3doctor.api import Context, judge_safely
 from k3doctor.deadline import seconds
 from k3doctor.gather.node_script import gather
-from k3doctor.gather.readings import Readings, ReadingUnavailable, Unavailable
 from k3doctor.inventory.load import Inventory, Node
 from k3doctor.judging.judge import NodeJudge, judge_across, to_results
 from k3doctor.parsers import ParseError
+from k3doctor.readings import Readings, ReadingUnavailable, Unavailable
 from k3doctor.registry import prerequisites_first
 from k3doctor.results import Result, Status, error
 from k3doctor.transport.ssh import LocalTransport, SSHTransport, Transport, TransportError, resolve_ssh_target

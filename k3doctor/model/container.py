@@ -12,10 +12,10 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
-from k3doctor.gather.readings import CONTAINER_PID, EngineFactCommand, sh_with_fact
-from k3doctor.gather.redaction import REDACTED, SECRET_WORDS
 from k3doctor.parsers import ParseError
-from k3doctor.transport.shell import quote
+from k3doctor.readings import CONTAINER_PID, EngineFactCommand, sh_with_fact
+from k3doctor.redaction import REDACTED, SECRET_WORDS
+from k3doctor.shell import quote
 
 ROCJITSU_PREFIX = "/app/rjprefix"  # where the B0->A0 translation prefix is copied into the container (§2)
 ROCJITSU_HOOK = "lib/libhsa_hotswap_rocjitsu.so"  # HSA_TOOLS_LIB must name this, below the prefix

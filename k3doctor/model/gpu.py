@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 
 from k3doctor.parsers import ParseError
-from k3doctor.parsers._common import UINT32_MAX
+from k3doctor.parsers.common import UINT32_MAX
 
 DRM = "/sys/class/drm/card*/device"
 VENDOR_GLOB = f"{DRM}/vendor"

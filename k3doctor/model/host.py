@@ -10,11 +10,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from k3doctor.gather.readings import DOCKER_ROOT_DIR, Command, EngineFactCommand, File, sh, sh_with_fact
 from k3doctor.parsers import ParseError
 from k3doctor.parsers.fsinfo import FIND_FORMAT, STATFS_FORMAT, StatFs, parse_find_listing, parse_statfs_line
 from k3doctor.parsers.meminfo import parse_meminfo
-from k3doctor.transport.shell import quote
+from k3doctor.readings import DOCKER_ROOT_DIR, Command, EngineFactCommand, File, sh, sh_with_fact
+from k3doctor.shell import quote
 
 MEMINFO = File("/proc/meminfo")
 SHARD_GLOB = "*.safetensors"

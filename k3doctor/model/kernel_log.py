@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from k3doctor.gather.readings import Command, File, ReadingUnavailable
 from k3doctor.parsers import ParseError
 from k3doctor.parsers.dmesg import boot_marker, parse_log
+from k3doctor.readings import Command, File, ReadingUnavailable
 
 LOAD_LINE = "amdgpu kernel modesetting enabled"
 DMESG = Command(("dmesg",))

@@ -11,10 +11,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from k3doctor.gather.readings import Glob
 from k3doctor.model.gpu import UALINK_DIR, UALINK_GLOB, card_file
 from k3doctor.parsers import ParseError
-from k3doctor.parsers._common import to_int, to_u32
+from k3doctor.parsers.common import to_int, to_u32
+from k3doctor.readings import Glob
 
 UALINK_READS = {
     "ualink": Glob(UALINK_GLOB),

@@ -15,13 +15,13 @@ import math
 import time
 
 from k3doctor import __version__
-from k3doctor.gather.readings import Glob
 from k3doctor.model.gpu import UALINK_GLOB, VENDOR_GLOB, accel_ids, amd_cards
 from k3doctor.outputs.figures import busbw_points, fabric_pairs
 from k3doctor.outputs.registry import output
 from k3doctor.outputs.report import CLUSTER_COLUMN, _where, findings
 from k3doctor.outputs.text import terminal_safe
 from k3doctor.probes.collective_figures import human
+from k3doctor.readings import Glob
 from k3doctor.registry import REGISTRY
 from k3doctor.results import LaunchVerdict, Status, overall, worst
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from k3doctor.parsers import ParseError
-from k3doctor.parsers._common import (
+from k3doctor.parsers.common import (
     UINT32_MAX,
     embedded_json,
     is_na,

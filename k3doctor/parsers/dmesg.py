@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 
 from k3doctor.parsers import ParseError
-from k3doctor.parsers._common import require_text
+from k3doctor.parsers.common import require_text
 
 _DECODED = re.compile(r"^(?P<facility>[a-z]{1,10})\s{0,8}:(?P<level>[a-z]{1,10})\s{0,8}:\s?(?P<rest>.*)$",
                       re.DOTALL)  # dmesg --decode

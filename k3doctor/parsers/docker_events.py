@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from k3doctor.parsers import ParseError
-from k3doctor.parsers._common import shown, to_float, to_int
+from k3doctor.parsers.common import shown, to_float, to_int
 
 
 @dataclass(frozen=True)

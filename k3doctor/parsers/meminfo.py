@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 
 from k3doctor.parsers import ParseError
-from k3doctor.parsers._common import require_text
+from k3doctor.parsers.common import require_text
 
 REQUIRED = ("MemTotal", "SwapTotal")
 _LINE = re.compile(r"^([A-Za-z][A-Za-z0-9_()]*):\s+(\d+)(?: (kB))?$")

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 
 from k3doctor.parsers import ParseError
-from k3doctor.parsers._common import require_lines, shown, to_float, to_int
+from k3doctor.parsers.common import require_lines, shown, to_float, to_int
 
 _RANK = re.compile(r"^#\s+Rank\s+(\d+)\b")
 _AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(\S+)")

@@ -5,7 +5,7 @@ import re
 from dataclasses import dataclass, field
 
 from k3doctor.parsers import ParseError
-from k3doctor.parsers._common import require_text
+from k3doctor.parsers.common import require_text
 
 _PROCESS = re.compile(r"^Process (\d{1,10}): (.{0,2000})$")
 _THREAD = re.compile(r"^Thread (0x[0-9A-Fa-f]{1,16}|\d{1,10}) \((idle|active|gil)\)(?:: \"(.{0,200})\")?")

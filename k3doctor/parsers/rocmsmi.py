@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 
 from k3doctor.parsers import ParseError
-from k3doctor.parsers._common import require_lines, shown, to_int, to_percent
+from k3doctor.parsers.common import require_lines, shown, to_int, to_percent
 
 _END = "End of ROCm SMI Log"
 _GPU_LINE = re.compile(r"GPU\[([0-9]{1,4})\]\s*:")

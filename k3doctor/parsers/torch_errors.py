@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from k3doctor.parsers._common import require_text, to_int
+from k3doctor.parsers.common import require_text, to_int
 
 # Both the PyTorch >= 2.x layout ("[rank0]:[E1206 ...] [Rank 0] Watchdog ... NumelIn=..") and the
 # legacy one ("[E ProcessGroupNCCL.cpp:737] [Rank 1] Watchdog ...", no NumelIn/NumelOut).

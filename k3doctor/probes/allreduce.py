@@ -27,7 +27,7 @@ from k3doctor.parsers.torch_errors import classify
 from k3doctor.probes.collective_figures import ALL_REDUCE, ALL_TO_ALL, figures
 from k3doctor.probes.kit import Finding, carriers, pair_rounds, tail
 from k3doctor.remote.allreduce_worker import AGENT_KILL_GRACE_S, STAGES, TOKEN_PREFIX
-from k3doctor.transport.shell import join
+from k3doctor.shell import join
 from k3doctor.transport.ssh import TransportError
 
 WORKER_SOURCE = (Path(__file__).parents[1] / "remote" / "allreduce_worker.py").read_bytes()

@@ -1,7 +1,7 @@
 """What the ualoe-fabric probe starts on nodes and how it is all stopped: shell snippets, PID files, kills (§8).
 
 Every remote process records its PID in a file and is killed by that PID (never by a pattern);
-every value that reaches a shell is quoted (k3doctor.transport.shell); the listings' output is parsed by
+every value that reaches a shell is quoted (k3doctor.shell); the listings' output is parsed by
 :mod:`k3doctor.parsers.ubench`.
 """
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 import uuid
 
-from k3doctor.transport.shell import quote
+from k3doctor.shell import quote
 
 # Candidates are pre-selected with a cheap substring grep (a superset); the decision below is
 # the exact basename of argv[0], never a substring of the whole command line (§8 pitfall 2).

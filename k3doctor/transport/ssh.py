@@ -25,10 +25,10 @@ import paramiko
 # isort: on
 
 from k3doctor.deadline import Deadline, seconds
-from k3doctor.gather.readings import CommandReading
+from k3doctor.readings import CommandReading
+from k3doctor.shell import quote, with_timeout
 from k3doctor.transport import ssh_config as sshconfig
 from k3doctor.transport.procs import drain_killed
-from k3doctor.transport.shell import quote, with_timeout
 from k3doctor.transport.streamlocal import open_streamlocal
 
 log = logging.getLogger("k3doctor")

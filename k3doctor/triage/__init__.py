@@ -11,14 +11,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from k3doctor.gather.node_script import gather
-from k3doctor.gather.readings import OUTPUT_CAP_BYTES, Command, ReadingUnavailable, sh
-from k3doctor.gather.redaction import redact_text
 from k3doctor.judging.runner import cancel_all
 from k3doctor.parsers import ParseError
 from k3doctor.parsers.atom_log import parse_log
 from k3doctor.parsers.pyspy import parse_dump
+from k3doctor.readings import OUTPUT_CAP_BYTES, Command, ReadingUnavailable, sh
+from k3doctor.redaction import redact_text
 from k3doctor.results import Result, Status
-from k3doctor.transport.shell import join, quote
+from k3doctor.shell import join, quote
 from k3doctor.triage import judge as judges
 from k3doctor.triage import stacks
 

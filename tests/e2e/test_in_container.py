@@ -8,9 +8,9 @@ import pytest
 from k3doctor.deadline import Deadline
 from k3doctor.gather.engine_reads import SharedEngine, gather_exec
 from k3doctor.gather.node_script import _in_container_readings, gather
-from k3doctor.gather.readings import Command, in_container
 from k3doctor.inventory.load import load_inventory
 from k3doctor.judging.runner import RunOptions, make_transport
+from k3doctor.readings import Command, in_container
 from k3doctor.transport.ssh import LocalTransport
 from tests.conftest import private_rack
 from tests.e2e.faults import docker_cli_recorded

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from k3doctor import api, testing
-from k3doctor.gather.readings import Command, CommandReading, Exists, File, FileReading, Glob
 from k3doctor.inventory.load import localhost_inventory
 from k3doctor.inventory.overrides import OverrideError, apply_overrides
 from k3doctor.judging import runner
+from k3doctor.readings import Command, CommandReading, Exists, File, FileReading, Glob
 from k3doctor.registry import REGISTRY, Registry, RegistryError, check
 from k3doctor.results import Status, fail, passed, warn
 

@@ -13,9 +13,9 @@ import pytest
 from k3doctor.checks import kernel
 
 from k3doctor import testing
-from k3doctor.gather.readings import CommandReading, FileReading, Readings
 from k3doctor.inventory.load import InventoryError, Node, Settings, parse_inventory
 from k3doctor.parsers.dmesg import parse_line
+from k3doctor.readings import CommandReading, FileReading, Readings
 from k3doctor.registry import REGISTRY
 from k3doctor.results import Status
 from tests.corpus import load

@@ -12,15 +12,6 @@ from k3doctor.checks import launch as lc
 from k3rig.fixtures import NodeState, launch_script
 
 from k3doctor import testing
-from k3doctor.gather.readings import (
-    CommandReading,
-    ContainerInspect,
-    ContainerReading,
-    EngineFactCommand,
-    FileReading,
-    Readings,
-    Unavailable,
-)
 from k3doctor.inventory.load import Node, Settings
 from k3doctor.model import network
 from k3doctor.model.container import (
@@ -32,6 +23,15 @@ from k3doctor.model.container import (
     record_from_inspect,
 )
 from k3doctor.parsers import ParseError
+from k3doctor.readings import (
+    CommandReading,
+    ContainerInspect,
+    ContainerReading,
+    EngineFactCommand,
+    FileReading,
+    Readings,
+    Unavailable,
+)
 from k3doctor.registry import REGISTRY
 from k3doctor.results import Status
 

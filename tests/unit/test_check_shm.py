@@ -3,11 +3,11 @@ import shlex
 
 from k3doctor.checks import shm
 
-from k3doctor.gather.readings import CommandReading, Readings
 from k3doctor.inventory.load import Inventory, Node, Settings, SSHSettings
 from k3doctor.judging import runner
 from k3doctor.judging.runner import Context, RunOptions, judge_safely
 from k3doctor.model.gpu import KFD_PROC_GLOB
+from k3doctor.readings import CommandReading, Readings
 from k3doctor.registry import REGISTRY
 from k3doctor.results import Status, fail
 from k3doctor.transport.ssh import LocalTransport

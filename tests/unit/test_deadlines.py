@@ -11,8 +11,8 @@ import pytest
 
 from k3doctor.deadline import MAX_SECONDS, Deadline, seconds
 from k3doctor.gather.node_script import build_script, gather
-from k3doctor.gather.readings import OUTPUT_CAP_BYTES, Command, File, ReadingUnavailable, Unavailable
-from k3doctor.transport.shell import with_timeout
+from k3doctor.readings import OUTPUT_CAP_BYTES, Command, File, ReadingUnavailable, Unavailable
+from k3doctor.shell import with_timeout
 from k3doctor.transport.ssh import LocalTransport, TransportError
 
 
@@ -111,7 +111,7 @@ def test_cancel_stops_a_gather_in_flight_and_cleans_up(tmp_path, monkeypatch):
 @pytest.mark.parametrize("mode", ["silent", "trickle"])
 def test_a_docker_engine_that_never_answers_or_trickles_ends_at_the_deadline(tmp_path, monkeypatch, mode):
     from k3doctor.gather.engine_reads import gather_docker
-    from k3doctor.gather.readings import Docker
+    from k3doctor.readings import Docker
     from tests.e2e.faults import FakeEngine
 
     engine = FakeEngine(tmp_path / "engine.sock", mode, every_s=0.5)  # trickle: well inside any socket timeout

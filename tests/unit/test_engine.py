@@ -4,10 +4,10 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from k3doctor.gather.readings import Command, File
 from k3doctor.inventory.load import parse_inventory
 from k3doctor.judging.runner import RunOptions, run_checks, select_checks
 from k3doctor.outputs.report import render_json, render_junit, render_table
+from k3doctor.readings import Command, File
 from k3doctor.registry import Registry, RegistryError, check, remediation
 from k3doctor.results import LaunchVerdict, Status, error, fail, overall, passed, warn
 

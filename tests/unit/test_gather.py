@@ -6,7 +6,7 @@ import psutil
 import pytest
 
 from k3doctor.gather.node_script import build_script, gather, parse_frames
-from k3doctor.gather.readings import Command, Exists, File, FileReading, Glob, ReadingUnavailable, Unavailable
+from k3doctor.readings import Command, Exists, File, FileReading, Glob, ReadingUnavailable, Unavailable
 from k3doctor.transport.ssh import LocalTransport
 
 

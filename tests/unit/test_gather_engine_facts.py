@@ -17,7 +17,9 @@ from k3doctor import testing
 from k3doctor.deadline import Deadline
 from k3doctor.gather import snapshot
 from k3doctor.gather.node_script import gather, gather_shell, gather_with_facts
-from k3doctor.gather.readings import (
+from k3doctor.model.container import parse_rank_envs, rank_envs
+from k3doctor.model.host import docker_root_free_space, spaces
+from k3doctor.readings import (
     CONTAINER_PID,
     DOCKER_ROOT_DIR,
     Command,
@@ -30,8 +32,6 @@ from k3doctor.gather.readings import (
     Unavailable,
     sh_with_fact,
 )
-from k3doctor.model.container import parse_rank_envs, rank_envs
-from k3doctor.model.host import docker_root_free_space, spaces
 from k3doctor.transport.ssh import LocalTransport
 
 NOW = "2026-12-02T03:00:00Z"

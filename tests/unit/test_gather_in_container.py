@@ -7,7 +7,7 @@ import pytest
 
 import k3doctor.gather.node_script as gather_module
 from k3doctor.deadline import Deadline
-from k3doctor.gather.readings import in_container
+from k3doctor.readings import in_container
 
 
 class ExecHere:

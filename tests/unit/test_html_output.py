@@ -7,12 +7,12 @@ import json
 import re
 from pathlib import Path
 
-from k3doctor.gather.readings import FileReading, Glob
 from k3doctor.judging.runner import RunReport
 from k3doctor.model.gpu import UALINK_GLOB, VENDOR_GLOB
 from k3doctor.outputs import OUTPUTS, write_output
 from k3doctor.outputs.html import FILL, NO_RESULT
 from k3doctor.outputs.text import terminal_safe
+from k3doctor.readings import FileReading, Glob
 from k3doctor.registry import REGISTRY, load_checks
 from k3doctor.results import Result, Status
 from tests.chromium import cards, parse, render

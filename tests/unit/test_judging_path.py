@@ -1,9 +1,9 @@
 """One judging path: a check judged by ``k3doctor.testing`` and by a run gives the same results, its
 prerequisites included (k3doctor/judging/judge.py)."""
 from k3doctor import api, testing
-from k3doctor.gather.readings import Exists, File, Glob
 from k3doctor.inventory.load import parse_inventory
 from k3doctor.judging import runner
+from k3doctor.readings import Exists, File, Glob
 from k3doctor.registry import check
 from k3doctor.results import Status, fail, passed
 

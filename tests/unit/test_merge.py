@@ -7,9 +7,9 @@ import pytest
 
 from k3doctor.fleet import merge
 from k3doctor.fleet import node_mode as local
-from k3doctor.gather.readings import CommandReading, Docker, DockerReading, File, FileReading
 from k3doctor.inventory.load import parse_inventory
 from k3doctor.judging.runner import RunReport, select_checks
+from k3doctor.readings import CommandReading, Docker, DockerReading, File, FileReading
 from k3doctor.registry import REGISTRY, load_checks
 from k3doctor.results import Result, Status
 
@@ -149,8 +149,8 @@ def test_cluster_results_of_a_rack_say_which_rack():
 
 def test_a_command_reading_keeps_its_saved_form_through_the_document():
     from k3doctor.gather import snapshot
-    from k3doctor.gather.readings import Command
-    from k3doctor.gather.redaction import EnvValues
+    from k3doctor.readings import Command
+    from k3doctor.redaction import EnvValues
 
     spec = Command(("env",), saved=EnvValues(("LD_LIBRARY_PATH",)))
     entries = snapshot.encode_readings({spec: CommandReading("env", 0, "HF_TOKEN=hf_secret\nLD_LIBRARY_PATH=/x\n", "")})

@@ -1,10 +1,10 @@
 """The shared model layer: GPU/sysfs view (cards, PCI address -> card, AccId -> node + card) and kernel-log view."""
 import pytest
 
-from k3doctor.gather.readings import CommandReading, FileReading, ReadingUnavailable
 from k3doctor.model import gpu
 from k3doctor.model.kernel_log import KernelLog, seconds_since_amdgpu_load
 from k3doctor.parsers import ParseError
+from k3doctor.readings import CommandReading, FileReading, ReadingUnavailable
 
 
 def files(values: dict) -> dict:

@@ -46,7 +46,7 @@ def tree(tmp_path):
 
 
 def specs_of(tree):
-    from k3doctor.gather.readings import Command, Exists, File, Glob
+    from k3doctor.readings import Command, Exists, File, Glob
 
     return [File(str(tree / "card0" / "accel_state")), Command(("echo", "between")), File(str(tree / "missing")),
             File(str(tree / "card0")), Glob(str(tree / "card*" / "*")), Exists(str(tree / "big")),
@@ -81,7 +81,7 @@ def test_one_reader_gives_the_frames_the_shell_gives(tree, python):
 
 def test_the_reader_starts_each_command_itself(tree):
     """No shell, `timeout`, `wc` or `cat` between the reader and a command: the command's parent is the reader."""
-    from k3doctor.gather.readings import Command
+    from k3doctor.readings import Command
 
     got, _ = frames([Command(("sh", "-c", "tr '\\0' ' ' < /proc/$PPID/cmdline | head -c 40"))], "python3")
     assert got[0][0][2].startswith("python3 -I -S -c ")
@@ -89,7 +89,7 @@ def test_the_reader_starts_each_command_itself(tree):
 
 def test_an_unreadable_file_says_why_and_the_rest_is_read(tree):
     from k3doctor.gather.node_script import _reading
-    from k3doctor.gather.readings import File
+    from k3doctor.readings import File
 
     if os.geteuid() == 0:  # root reads anything: /proc/self/mem gives EIO at offset 0 instead
         bad = File("/proc/self/mem")
@@ -104,7 +104,7 @@ def test_an_unreadable_file_says_why_and_the_rest_is_read(tree):
 
 def test_a_read_that_blocks_ends_at_the_read_timeout_and_the_others_are_read(tree):
     from k3doctor.gather.node_script import _reading
-    from k3doctor.gather.readings import File
+    from k3doctor.readings import File
 
     fifo = tree / "wedged"
     os.mkfifo(fifo)
@@ -139,7 +139,7 @@ def test_a_command_starts_with_no_signal_ignored_or_blocked(python):
     """python3 ignores SIGPIPE and SIGXFSZ and the reader holds its stop signals while it starts a command: the
     command gets neither (a command past the cap must die of SIGXFSZ, as under the shell's `ulimit -f`); nor
     the reader's handlers."""
-    from k3doctor.gather.readings import Command
+    from k3doctor.readings import Command
 
     got, _ = frames([Command(("grep", "-E", "^Sig(Ign|Blk):", "/proc/self/status"))], python)
     from k3doctor.remote.node_reader import DEFAULTED

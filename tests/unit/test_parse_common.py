@@ -2,7 +2,7 @@
 import pytest
 
 from k3doctor.parsers import ParseError
-from k3doctor.parsers._common import embedded_json, require_lines, shown, to_float, to_int, to_percent, to_u32
+from k3doctor.parsers.common import embedded_json, require_lines, shown, to_float, to_int, to_percent, to_u32
 
 ABSURD = ["nan", "NaN", "inf", "-inf", "1e999", "0x1f", "0o7", "0b1", "1_000", "1,000", "9" * 21, "9" * 5000,
           "١٢", "+5", "", "5 5", True, [1], {"a": 1}, 1.5]

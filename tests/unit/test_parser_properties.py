@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from k3doctor.checks.shm import stale_entries
 
 from k3doctor.parsers import ParseError
-from k3doctor.parsers._common import embedded_json, to_float, to_int, to_percent, to_u32
 from k3doctor.parsers.amdsmi import parse_fabric, parse_static_vram
+from k3doctor.parsers.common import embedded_json, to_float, to_int, to_percent, to_u32
 from k3doctor.parsers.docker_events import container_from_api, event_from_dict
 from k3doctor.parsers.nccl_tests import busbw, parse_perf
 from k3doctor.parsers.rocmsmi import parse_showmemuse, parse_showpids

@@ -5,10 +5,10 @@ by ``ctx.node``), so every test also shows the healthy node n0 evaluated as usua
 """
 import pytest
 
-from k3doctor.gather.readings import Command
 from k3doctor.inventory.load import parse_inventory
 from k3doctor.judging.runner import RunOptions, run_checks
 from k3doctor.outputs.report import render_table
+from k3doctor.readings import Command
 from k3doctor.registry import Registry, RegistryError, check
 from k3doctor.results import Status, error, fail, passed
 

@@ -4,9 +4,9 @@ import json
 import pytest
 
 from k3doctor.gather import snapshot
-from k3doctor.gather.readings import Command, CommandReading, Docker, DockerReading, Unavailable
-from k3doctor.gather.redaction import REDACTED, EnvValues, redact_text
 from k3doctor.judging.runner import RunReport
+from k3doctor.readings import Command, CommandReading, Docker, DockerReading, Unavailable
+from k3doctor.redaction import REDACTED, EnvValues, redact_text
 
 ENV = ("PATH=/usr/bin\nHF_TOKEN=hf_SECRETSECRET\nLD_LIBRARY_PATH=/app/rjprefix/lib:/opt/rocm/lib\n"
        "MULTI=first line\nsecond line of a secret value\nHSA_TOOLS_LIB=/app/rjprefix/lib/libhsa_hotswap_rocjitsu.so\n")

@@ -2,9 +2,9 @@
 import pytest
 
 from k3doctor.gather import snapshot
-from k3doctor.gather.readings import Command, Exists, File, Glob
 from k3doctor.inventory.load import parse_inventory
 from k3doctor.judging.runner import RunOptions, run_checks
+from k3doctor.readings import Command, Exists, File, Glob
 from k3doctor.registry import Registry, check
 from k3doctor.results import Status, fail, passed
 
@@ -44,8 +44,8 @@ def test_round_trip_judges_identically_and_never_touches_the_node(tmp_path):
 
 @pytest.mark.parametrize("text,needle", [("{}", "not a k3doctor readings file"), ("[", "damaged"),
                                          ("[1]", "not a k3doctor readings file"),
-                                         ('{"schema": "k3doctor.gather.readings/1"}', "damaged"),
-                                         ('{"schema": "k3doctor.gather.readings/1", "inventory": 5, "nodes": {}}',
+                                         ('{"schema": "k3doctor.readings/1"}', "damaged"),
+                                         ('{"schema": "k3doctor.readings/1", "inventory": 5, "nodes": {}}',
                                           "inventory must be text")])
 def test_damaged_files_are_reported(text, needle):
     with pytest.raises(snapshot.SnapshotError, match=needle):

@@ -3,8 +3,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from k3doctor.gather.readings import CommandReading
 from k3doctor.probes import ualoe
+from k3doctor.readings import CommandReading
 from k3doctor.registry import REGISTRY, load_checks
 from k3doctor.results import Status
 from k3doctor.transport.ssh import TransportError

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from k3doctor.gather.redaction import DockerFields
+from k3doctor.redaction import DockerFields
 
 OUTPUT_CAP_BYTES = 4 << 20  # per reading; more is cut on the node and the reading is not judged
 
