@@ -8,8 +8,8 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from k3doctor.gather.node_script import readings as rd
-from k3doctor.gather.node_script import redaction
+from k3doctor import readings as rd
+from k3doctor import redaction
 
 SCHEMA = "k3doctor.readings/1"
 _SPECS = {cls.__name__: cls for cls in (rd.File, rd.Exists, rd.Glob, rd.Command, rd.InContainer,

@@ -42,7 +42,8 @@ def imports(path: Path, module: str) -> list:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                parts = package.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
             # `from pkg import sub` imports the submodule where one exists
             out += [(node.lineno, f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base) for a in node.names]
     return [(line, name) for line, name in out if name == "k3doctor" or name.startswith("k3doctor.")]
