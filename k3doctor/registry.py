@@ -280,6 +280,9 @@ def remediation(code: str, title: str, text: str, registry: Registry = None, uni
 
 
 _loaded = False
+# Rule tables that name findings besides the checks (triage's log and stack rules, the sanity gate's steps,
+# --slurm-drain's): `list` and `explain` load them by name, as the checks are, with no import to remember.
+RULE_TABLES = ("k3doctor.triage.judge", "k3doctor.triage.stacks", "k3doctor.probes.gate", "k3doctor.fleet.slurm")
 
 
 def load_checks() -> tuple:
@@ -304,3 +307,9 @@ def load_checks() -> tuple:
         except Exception as exc:  # a broken plugin must not take the built-in checks down
             errors.append(f"plugin {ep.name} ({ep.value}) failed to load: {exc}")
     return tuple(errors)
+
+
+def load_rule_tables() -> None:
+    """Register the remediation codes of every built-in rule table (see RULE_TABLES)."""
+    for name in RULE_TABLES:
+        importlib.import_module(name)

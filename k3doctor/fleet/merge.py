@@ -181,6 +181,21 @@ def _result(data: dict, node: str) -> Result:
                   gpu=gpu, evidence=data.get("evidence") or {}, remediation=data.get("remediation"))
 
 
+def read_sources(sources, stdin) -> list:
+    """(name, text) of each RESULTS argument (``-``: ``stdin``); MergeError names one that cannot be read."""
+    out = []
+    for source in sources:
+        try:
+            if source == "-":
+                out.append(("<stdin>", stdin.read()))
+            else:
+                with open(source, encoding="utf-8") as fh:
+                    out.append((source, fh.read()))
+        except (OSError, UnicodeDecodeError) as exc:
+            raise MergeError(f"cannot read {source}: {getattr(exc, 'strerror', None) or exc}") from None
+    return out
+
+
 def inventory_of(found: list, inv: Inventory | None) -> Inventory:
     """The inventory the results are judged with: the given one (every result must have been taken
     with it), or the nodes that answered, in input order, with the default settings."""

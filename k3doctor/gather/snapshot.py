@@ -10,6 +10,8 @@ import json
 
 from k3doctor import readings as rd
 from k3doctor import redaction
+from k3doctor.inventory.load import InventoryError, localhost_inventory, parse_inventory
+from k3doctor.registry import REGISTRY
 
 SCHEMA = "k3doctor.readings/1"
 _SPECS = {cls.__name__: cls for cls in (rd.File, rd.Exists, rd.Glob, rd.Command, rd.InContainer,
@@ -100,3 +102,24 @@ def load(text: str) -> tuple:
         if isinstance(exc, SnapshotError):
             raise
         raise SnapshotError(f"damaged readings file: {type(exc).__name__}: {exc}") from None
+
+
+def saved_inventory(inv_text: str, saved: dict, source: str):
+    """The inventory readings were saved with (validated against the registered checks' parameters); a
+    localhost run saved none: this machine under the saved name. InventoryError on a bad one."""
+    if inv_text:
+        return parse_inventory(inv_text, f"{source} (saved inventory)", REGISTRY)
+    inv = localhost_inventory()
+    inv.nodes[0].name = next(iter(saved), inv.nodes[0].name)
+    return inv
+
+
+def load_file(path: str) -> tuple:
+    """(inventory, its --set values, {node: {spec: reading}}, {node: why unread}) of a --save-readings file;
+    SnapshotError (also for an unreadable file or a bad saved inventory) says why not."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            inv_text, overrides, saved, unreachable = load(fh.read())
+        return saved_inventory(inv_text, saved, path), overrides, saved, unreachable
+    except (InventoryError, OSError, UnicodeDecodeError) as exc:
+        raise SnapshotError(str(exc)) from None

@@ -58,6 +58,7 @@ class Settings:
     gpus_per_node: int = 4
     tools: dict = field(default_factory=lambda: dict(DEFAULT_TOOLS))
     checks: dict = field(default_factory=dict)  # check name -> {param: value}
+    skip: tuple = ()  # checks a site cannot run here (inventory `skip:`, the cluster's and the node's own)
 
     def param(self, chk, name: str):
         """A check's tunable: the inventory's value, else the check's documented default."""
@@ -158,7 +159,7 @@ def _transport(v):
 
 
 SETTINGS_KEYS = {"container": _container, "image": _str, "stepping": _stepping, "hbm_gib_per_gpu": _posint,
-                 "gpus_per_node": _posint, "tools": "tools", "checks": "checks"}
+                 "gpus_per_node": _posint, "tools": "tools", "checks": "checks", "skip": "skip"}
 CLUSTER_KEYS = {"name": _str, **SETTINGS_KEYS}
 SSH_KEYS = {"known_hosts": _str, "accept_unknown_hosts": _bool, "ssh_config": _str,
             "connect_timeout_s": _seconds, "command_timeout_s": _seconds, "node_deadline_s": _seconds,
@@ -208,6 +209,8 @@ class _Validator:
                 out[name] = self.mapping(vnode, where, {k: _tool for k in DEFAULT_TOOLS})
             elif rule == "checks":
                 out[name] = self.checks(vnode, where)
+            elif rule == "skip":
+                out[name] = self.skip(vnode, where)
             else:
                 value = plain(vnode)
                 ok, expected = rule(value)
@@ -321,6 +324,22 @@ class _Validator:
                 self.pending.append((vnode, f"{key}.{name}", known[name], raw[name]))
         return raw
 
+    def skip(self, node, key: str) -> tuple:
+        """``skip: [check-name, ...]``: the kill switch for checks a site cannot run (each must exist)."""
+        if not isinstance(node, yaml.SequenceNode):
+            self.problem(node, key, "expected a list of check names")
+            return ()
+        names = []
+        for item in node.value:
+            name = plain(item)
+            if self.registry is not None and name not in self.registry.checks:
+                close = difflib.get_close_matches(str(name), list(self.registry.checks), n=1)
+                self.problem(item, key, f"{name!r}: no such check" + (f" (did you mean '{close[0]}'?)" if close
+                                                                       else "; see `k3doctor list`"))
+            elif isinstance(name, str):
+                names.append(name)
+        return tuple(names)
+
     def check_params(self, nodes: list) -> None:
         """Every check parameter given in the file, against its declaration (type, range, choices)."""
         for vnode, where, chk, params in self.pending:
@@ -345,7 +364,8 @@ def _merge_settings(base: Settings, raw: dict, cluster_name=None) -> Settings:
         checks.setdefault(name, {}).update(params)
     fields = {k: raw[k] for k in ("container", "image", "stepping", "hbm_gib_per_gpu", "gpus_per_node")
               if k in raw}
-    return Settings(**{**base.__dict__, **fields, "tools": tools, "checks": checks,
+    skip = tuple(dict.fromkeys((*base.skip, *raw.get("skip", ()))))  # a node's own add to the cluster's
+    return Settings(**{**base.__dict__, **fields, "tools": tools, "checks": checks, "skip": skip,
                        "cluster": cluster_name or base.cluster})
 
 

@@ -68,6 +68,9 @@ def make_transport(node: Node, inv: Inventory, opts: RunOptions) -> Transport:
     return SSHTransport(target, sudo=node.sudo, docker_socket=inv.ssh.docker_socket)
 
 
+SKIPPED_HERE = "not run on this node: switched off by the inventory (skip:)"
+
+
 class _Run:
     """One run's state across its phases: read (and judge) the nodes, judge across them, probe."""
 
@@ -164,6 +167,9 @@ class _Run:
                 out.append(Result(chk.name, None, Status.SKIP, "active probe: not replayable from saved readings"))
                 continue
             blocked = dict(self.unreachable)
+            for n, node in nodes.items():
+                if chk.name in node.settings.skip:
+                    blocked.setdefault(n, SKIPPED_HERE)
             for missing in (dep for dep in chk.after if dep not in ran):
                 for n in nodes:
                     blocked.setdefault(n, f"prerequisite {missing} was not run")
@@ -193,6 +199,7 @@ class _Run:
 def run_checks(inv: Inventory, checks: list, opts: RunOptions = None) -> RunReport:
     """Read, judge each node, judge across nodes, probe: the whole run, every phase bounded."""
     started = time.monotonic()
+    checks = [c for c in checks if c.name not in inv.cluster.skip]  # switched off for the whole cluster
     run = _Run(inv, checks, opts or RunOptions())
     try:
         run.read_nodes()
@@ -233,10 +240,14 @@ def judge_cluster(inv: Inventory, cluster: list, readings: dict, specs_by_node: 
 
 
 def specs_of(checks: list, settings) -> dict:
-    """check name -> its reading specs on one node, or the ERROR when building them failed there
-    (a bug in a check's ``reads``: that check on that node, never every node)."""
+    """check name -> its reading specs on one node, or the result that stands for it there: a SKIP where the
+    inventory's ``skip:`` switches it off for that node, the ERROR when building its reads failed (a bug in
+    a check's ``reads``: that check on that node, never every node)."""
     out = {}
     for chk in checks:
+        if chk.name in getattr(settings, "skip", ()):
+            out[chk.name] = Result(chk.name, None, Status.SKIP, SKIPPED_HERE)
+            continue
         try:
             out[chk.name] = chk.readings_for(settings)
         except Exception as exc:

@@ -1,0 +1,67 @@
+"""Command line: ``k3doctor check | node | merge | judge | baseline record | triage | gate | demo | list | explain``.
+
+A thin shell: each command reads its options, hands them to the module that does the work and renders the
+report (runs.py: the commands that judge a rack; oncall.py: triage, the gate, the demo; info.py: list and
+explain); options.py declares once what several commands share. Exit codes: 0 ready to launch (warnings
+allowed), 1 a check failed, 2 inconclusive (a check could not be evaluated: unreachable node, timeout,
+unparseable output), 3 usage or inventory error.
+"""
+from __future__ import annotations
+
+import logging
+import sys
+
+import click
+
+from k3doctor import __version__
+from k3doctor.cli import info, oncall, runs
+from k3doctor.cli.options import EXIT_USAGE
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="k3doctor")
+def cli():
+    """Pre-launch doctor for gfx1250 (MI455) Kimi-K3 wide-EP clusters.
+
+    Runs a registry of checks over SSH on every node and says, before a 25-minute cold
+    start, whether the rack is ready to launch - naming the node and GPU at fault.
+    """
+
+
+for _command in (*runs.COMMANDS, *oncall.COMMANDS, *info.COMMANDS):
+    cli.add_command(_command)
+
+
+def _quiet_logging() -> None:
+    """k3doctor's own warnings as one ``k3doctor: ...`` line each; paramiko's thread tracebacks (a
+    banner timeout logs 20 lines) never reach stderr: the node's ERROR already says what failed."""
+    own, quiet = logging.getLogger("k3doctor"), logging.getLogger("paramiko")
+    if not own.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("k3doctor: %(message)s"))
+        own.addHandler(handler)
+        quiet.addHandler(logging.NullHandler())
+    own.propagate = quiet.propagate = False
+
+
+def main(argv=None):
+    """Entry point: click's usage errors exit 3 (not click's 2, which means inconclusive here)."""
+    _quiet_logging()
+    try:
+        cli.main(args=argv, prog_name="k3doctor", standalone_mode=False)
+    except click.UsageError as exc:
+        hint = f" (try `{exc.ctx.command_path} --help`)" if exc.ctx else ""
+        click.echo(f"k3doctor: {exc.format_message()}{hint}", err=True)
+        sys.exit(EXIT_USAGE)
+    except click.ClickException as exc:
+        click.echo(f"k3doctor: {exc.format_message()}", err=True)
+        sys.exit(EXIT_USAGE)
+    except click.Abort:
+        click.echo("k3doctor: aborted", err=True)
+        sys.exit(130)
+    except Exception as exc:  # a bug must still end in one line and an honest "inconclusive"
+        click.echo(f"k3doctor: internal error: {type(exc).__name__}: {exc}", err=True)
+        sys.exit(2)
+    sys.exit(0)
+
+
