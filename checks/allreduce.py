@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from k3doctor.api import Param, Status, check, error, fail, passed, remediation, skip, warn
+from k3doctor.api import Param, Status, check, error, fail, human_bytes, passed, remediation, skip, warn
 from k3doctor.probes.allreduce import MIN_DEADLINE_S, STAGES, Member, Plan, diagnose
 from k3doctor.probes.collective_figures import (
     ALL_REDUCE,
@@ -26,7 +26,7 @@ from k3doctor.probes.collective_figures import (
     byte_sizes,
     ep_dispatch_sizes,
     geometric,
-    human,
+    with_sweep_figures,
 )
 
 DEADLINE_S = 240  # well under the 5 minutes a user will wait for a pre-launch answer (§20: cold start ~25 min)
@@ -374,7 +374,7 @@ def _figures(outcome) -> str:
             continue
         top, small = max(rows, key=lambda r: r["bytes"]), min(rows, key=lambda r: r["bytes"])
         parts.append(f"{_NAMES[op]} busbw {top['busbw_gbs']:.2f} GB/s (algbw {top['algbw_gbs']:.2f}) at "
-                     f"{human(top['bytes'])}, {small['time_us']:.1f} us at {human(small['bytes'])}, "
+                     f"{human_bytes(top['bytes'])}, {small['time_us']:.1f} us at {human_bytes(small['bytes'])}, "
                      f"{verified} at {len(rows)} size(s)")
     timed = f" ({outcome.timer} timing)" if outcome.timer else ""
     return (f"{' and '.join(_NAMES[op] for op in _OPS if _rows(outcome, op)) or 'all_reduce'} over "
@@ -406,7 +406,7 @@ def allreduce_probe(ctx):
 
     diag = diagnose(plan, ctx.transports, deadline, repeats=repeats, good_enough=good_enough,
                     hierarchy=bool(ctx.param("hierarchy")), inject_once=once)
-    return verdicts + conclude(diag, floors, band)
+    return with_sweep_figures(verdicts + conclude(diag, floors, band))
 
 
 def conclude(diag, floors: dict, band: float) -> list:
@@ -466,15 +466,15 @@ def _figure_verdicts(diag, common: dict, floors, band: float) -> list:
     for status, op, metric, size, got, limit in problems:
         name = f"{_NAMES[op]} {'busbw' if metric == 'busbw' else 'latency'}"
         if status == "error":
-            out.append(error(f"{name} {'floor' if metric == 'busbw' else 'ceiling'} set for {human(size)}, "
+            out.append(error(f"{name} {'floor' if metric == 'busbw' else 'ceiling'} set for {human_bytes(size)}, "
                              "which the sweep did not measure", evidence=evidence))
             continue
         make = fail if status == "fail" else warn
         if metric == "busbw":
-            what = (f"{name} {got:.2f} GB/s at {human(size)} is below "
+            what = (f"{name} {got:.2f} GB/s at {human_bytes(size)} is below "
                     f"{'the floor' if status == 'fail' else 'floor + warn band'} ({limit:g} GB/s)")
         else:
-            what = (f"{name} {got:.1f} us at {human(size)} is above "
+            what = (f"{name} {got:.1f} us at {human_bytes(size)} is above "
                     f"{'the ceiling' if status == 'fail' else 'ceiling - warn band'} ({limit:g} us)")
         out.append(make(f"{what} in {len(diag.attempts)} attempt(s); {_figures(full)}", evidence=evidence,
                         remediation=SLOW))

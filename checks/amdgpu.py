@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 from k3doctor.api import (
+    CardId,
     Command,
     Exists,
     File,
@@ -228,6 +229,8 @@ def gpu_inventory(r, ctx):
     verdicts += smi_verdicts + _drift(ctx.baseline, len(cards), sizes, evidence)
     if not verdicts:
         verdicts.append(passed(f"{len(cards)} GPUs, {want_hbm} GiB HBM each{smi_note}", evidence=evidence))
+    for v in verdicts:  # the cards the node has, for the rack map
+        v.figures += [CardId(c) for c in cards]
     return verdicts
 
 

@@ -6,8 +6,20 @@ from __future__ import annotations
 
 from itertools import zip_longest
 
-from k3doctor.api import Glob, Param, ParseError, ReadingUnavailable, check, error, fail, passed, remediation, warn
-from k3doctor.model.gpu import UALINK_DIR, VENDOR_GLOB, amd_cards
+from k3doctor.api import (
+    CardId,
+    Glob,
+    Param,
+    ParseError,
+    ReadingUnavailable,
+    check,
+    error,
+    fail,
+    passed,
+    remediation,
+    warn,
+)
+from k3doctor.model.gpu import UALINK_DIR, VENDOR_GLOB, accel_ids, amd_cards
 from k3doctor.model.kernel_log import BOOT_ID, DMESG, UPTIME, seconds_since_amdgpu_load
 from k3doctor.model.peers import majority
 from k3doctor.model.ualink import UALINK_READS, Card, nibbles, ualink_cards
@@ -339,4 +351,16 @@ def ualink_state(r, ctx):
     verdicts += [passed(f"card{n} " + ", ".join(f"{k.split('/')[-1]} {v}" for k, v in c.evidence().items()
                                                   if k.split("/")[-1] in SUMMARY),
                         gpu=n, evidence=c.evidence()) for n, c in cards.items() if n not in flagged]
+    return _with_cards(verdicts, r)
+
+
+def _with_cards(verdicts: list, r) -> list:
+    """Each card's verdicts carry the card and its AccId, for the rack map (an unreadable id: none shown)."""
+    try:
+        ids = {card: acc for acc, card in accel_ids(r["ualink"]).items()}
+    except (ReadingUnavailable, ParseError, AttributeError, TypeError):
+        ids = {}
+    for v in verdicts:
+        if v.gpu is not None:
+            v.figures.append(CardId(v.gpu, ids.get(v.gpu)))
     return verdicts

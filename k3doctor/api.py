@@ -33,14 +33,26 @@ from k3doctor.readings import (
     sh_with_fact,
 )
 from k3doctor.registry import CheckSettings, Param, check, remediation
-from k3doctor.results import Status, Verdict, error, fail, passed, skip, warn
+from k3doctor.results import (
+    CardId,
+    PairRate,
+    Status,
+    SweepPoint,
+    Verdict,
+    error,
+    fail,
+    human_bytes,
+    passed,
+    skip,
+    warn,
+)
 from k3doctor.shell import join, quote
 
 __all__ = [
-    "MAX_SECONDS", "CheckSettings", "Command", "ContainerInspect", "Context", "Docker", "EngineFactCommand", "Exists",
-    "File", "Glob", "InContainer", "NotEvaluated", "Param", "ParseError", "ReadingUnavailable", "Readings", "Status",
-    "Verdict", "check", "error", "fail", "in_container", "join", "judge_safely", "passed", "quote", "remediation",
-    "remediation_text", "sh", "sh_with_fact", "skip", "warn",
+    "MAX_SECONDS", "CardId", "CheckSettings", "Command", "ContainerInspect", "Context", "Docker", "EngineFactCommand",
+    "Exists", "File", "Glob", "InContainer", "NotEvaluated", "PairRate", "Param", "ParseError", "ReadingUnavailable",
+    "Readings", "Status", "SweepPoint", "Verdict", "check", "error", "fail", "human_bytes", "in_container", "join",
+    "judge_safely", "passed", "quote", "remediation", "remediation_text", "sh", "sh_with_fact", "skip", "warn",
 ]
 
 

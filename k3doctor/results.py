@@ -27,6 +27,60 @@ class Status(enum.Enum):
 _SEVERITY = {Status.PASS: 0, Status.SKIP: 1, Status.WARN: 2, Status.ERROR: 3, Status.FAIL: 4}
 
 
+@dataclass(frozen=True)
+class SweepPoint:
+    """A collective's bus bandwidth at one message size, as a probe measured it (its whole-run result)."""
+
+    collective: str  # all_reduce, all_to_all
+    bytes: int
+    busbw_gbs: float
+    run: str = ""
+
+
+def human_bytes(size: int) -> str:
+    """A message size as people read it: 1 MiB, 256 KiB, 3 B."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if size >= 1 << shift and size % (1 << shift) == 0:
+            return f"{size >> shift} {unit}"
+    return f"{size} B"
+
+
+@dataclass(frozen=True)
+class PairRate:
+    """One node pair's fabric figures (GB/s per direction), on both nodes' results."""
+
+    pair: str
+    exporter: str
+    importer: str
+    gbps: tuple = ()  # ((direction, GB/s), ...)
+
+
+@dataclass(frozen=True)
+class CardId:
+    """A GPU the node has, with its UALink AccId where one is set: the rack map's cards."""
+
+    gpu: int
+    acc_id: int | None = None
+
+
+FIGURES = {cls.__name__: cls for cls in (SweepPoint, PairRate, CardId)}
+
+
+def figure_to_dict(figure) -> dict:
+    return {"kind": type(figure).__name__, **{k: list(map(list, v)) if k == "gbps" else v
+                                               for k, v in figure.__dict__.items()}}
+
+
+def figure_from_dict(data: dict):
+    """A figure of a JSON document (a node's `k3doctor node --json`); ValueError when it is not one."""
+    if not isinstance(data, dict) or data.get("kind") not in FIGURES:
+        raise ValueError(f"not a figure: {str(data)[:80]}")
+    fields = {k: v for k, v in data.items() if k != "kind"}
+    if "gbps" in fields:
+        fields["gbps"] = tuple((str(d), float(v)) for d, v in fields["gbps"])
+    return FIGURES[data["kind"]](**fields)
+
+
 @dataclass
 class Verdict:
     """What a judge returns: the runner adds check and node."""
@@ -37,6 +91,7 @@ class Verdict:
     evidence: dict = field(default_factory=dict)
     remediation: str | None = None
     node: str | None = None  # set by cluster-scope judges that name an odd node
+    figures: list = field(default_factory=list)  # typed figures outputs show (SweepPoint, PairRate, CardId)
 
 
 def passed(message: str, **kw) -> Verdict:
@@ -70,9 +125,10 @@ class Result:
     gpu: int | None = None
     evidence: dict = field(default_factory=dict)
     remediation: str | None = None
+    figures: list = field(default_factory=list)  # what a check measured or found, typed, for the outputs
 
     def to_dict(self) -> dict:
-        return {
+        out = {
             "check": self.check,
             "node": self.node,
             "gpu": self.gpu,
@@ -81,6 +137,9 @@ class Result:
             "evidence": self.evidence,
             "remediation": self.remediation,
         }
+        if self.figures:
+            out["figures"] = [figure_to_dict(f) for f in self.figures]
+        return out
 
 
 class LaunchVerdict(enum.Enum):

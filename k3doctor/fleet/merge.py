@@ -29,7 +29,7 @@ from k3doctor.inventory.load import Inventory, Node, Settings, SSHSettings
 from k3doctor.judging.prerequisites import blocking_findings
 from k3doctor.judging.runner import RunReport, judge_cluster, specs_of
 from k3doctor.readings import Unavailable
-from k3doctor.results import Result, Status
+from k3doctor.results import Result, Status, figure_from_dict
 
 _ANSIBLE_OUTPUT = re.compile(r"^(\S+) \| ([A-Z]+!?) \| rc=(-?\d+) >>\s*$")  # minimal callback (ad-hoc default)
 _ANSIBLE_ONELINE = re.compile(r"^(\S+) \| ([A-Z]+!?) \| rc=(-?\d+) \| \(stdout\) ?(.*)$")  # -o / oneline
@@ -178,7 +178,8 @@ def _result(data: dict, node: str) -> Result:
     if gpu is not None and not isinstance(gpu, int):
         raise TypeError(f"gpu must be a number, got {gpu!r}")
     return Result(check=str(data["check"]), node=node, status=Status(data["status"]), message=str(data["message"]),
-                  gpu=gpu, evidence=data.get("evidence") or {}, remediation=data.get("remediation"))
+                  gpu=gpu, evidence=data.get("evidence") or {}, remediation=data.get("remediation"),
+                  figures=[figure_from_dict(f) for f in data.get("figures") or ()])
 
 
 def read_sources(sources, stdin) -> list:

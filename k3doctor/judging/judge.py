@@ -24,7 +24,7 @@ def as_reported(chk, verdicts) -> list:
 def to_results(chk, node: str | None, verdicts) -> list:
     """Verdicts placed on their check and node (a cluster judge's verdict may name its own node)."""
     return [Result(check=chk.name, node=v.node or node, status=v.status, message=v.message, gpu=v.gpu,
-                   evidence=v.evidence, remediation=v.remediation)
+                   evidence=v.evidence, remediation=v.remediation, figures=list(v.figures))
             for v in as_reported(chk, verdicts)]
 
 

@@ -1,34 +1,17 @@
-"""The deep tier's measured figures, taken out of result evidence for the outputs that show them.
-
-The all_reduce probe keeps its sweep in the whole-run result's evidence (``sizes``: all_reduce,
-``alltoall``: the expert all-to-all, one row per message size with ``bytes`` and ``busbw_gbs``);
-the fabric probe keeps each node pair's figures (``pair``, ``exporter``, ``importer``, ``gbps``
-per direction) on both nodes' results. Evidence can come from a saved file: anything that is not
-a finite number is left out rather than shown.
-"""
+"""The figures outputs draw and export, read from the results' typed figures (never from evidence keys
+or readings): each check fills its own (k3doctor.results: SweepPoint, PairRate, CardId), so renaming a
+piece of evidence cannot silently empty a chart or the rack map."""
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
-from k3doctor.results import Status, worst
+from k3doctor.results import CardId, PairRate, Status, SweepPoint, worst
 
-SWEEPS = {"sizes": "all_reduce", "alltoall": "all_to_all"}  # evidence key -> collective
 TCP_FALLBACK = "UALOE-TCP-FALLBACK"  # the fabric probe's remediation code for a pair at TCP speed
 
 
-def number(value):
-    """``value`` when it is a finite int or float (not a bool), else None."""
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    return value if ok else None
-
-
-def _evidence(r) -> dict:
-    return r.evidence if isinstance(r.evidence, dict) else {}
-
-
 @dataclass(frozen=True)
-class SweepPoint:
+class Point:
     check: str
     run: str
     collective: str
@@ -37,21 +20,9 @@ class SweepPoint:
 
 
 def busbw_points(results) -> list:
-    """Every (collective, size, busbw) row of the whole-run results (``node`` None), in report order."""
-    out = []
-    for r in results:
-        ev = _evidence(r)
-        if r.node is not None:
-            continue
-        for key, collective in SWEEPS.items():
-            rows = ev.get(key)
-            for row in rows if isinstance(rows, list) else ():
-                if not isinstance(row, dict):
-                    continue
-                size, busbw = number(row.get("bytes")), number(row.get("busbw_gbs"))
-                if size is not None and busbw is not None and size > 0:
-                    out.append(SweepPoint(r.check, str(ev.get("run", "")), collective, int(size), float(busbw)))
-    return out
+    """Every (collective, size, busbw) point of the whole-run results (``node`` None), in report order."""
+    return [Point(r.check, f.run, f.collective, f.bytes, f.busbw_gbs)
+            for r in results if r.node is None for f in r.figures if isinstance(f, SweepPoint)]
 
 
 @dataclass
@@ -87,14 +58,30 @@ def fabric_pairs(results) -> list:
     """The node pairs a fabric probe measured (each once, though both nodes carry its result)."""
     pairs: dict = {}
     for r in results:
-        ev = _evidence(r)
-        name, exporter, importer = ev.get("pair"), ev.get("exporter"), ev.get("importer")
-        if not (isinstance(name, str) and isinstance(exporter, str) and isinstance(importer, str)):
-            continue
-        pair = pairs.setdefault((r.check, name), Pair(r.check, name, exporter, importer))
-        pair.results.append(r)
-        gbps = ev.get("gbps")
-        for direction, value in (gbps.items() if isinstance(gbps, dict) else ()):
-            if number(value) is not None:
-                pair.gbps.setdefault(str(direction), float(value))
+        for f in (f for f in r.figures if isinstance(f, PairRate)):
+            pair = pairs.setdefault((r.check, f.pair), Pair(r.check, f.pair, f.exporter, f.importer))
+            pair.results.append(r)
+            for direction, value in f.gbps:
+                pair.gbps.setdefault(direction, value)
     return list(pairs.values())
+
+
+def cards(results, nodes) -> dict:
+    """node -> the GPU indices the rack map shows: every card a result names or a check found."""
+    found = {n: set() for n in nodes}
+    for r in results:
+        if r.node in found:
+            found[r.node].update([r.gpu] if r.gpu is not None else [])
+            found[r.node].update(f.gpu for f in r.figures if isinstance(f, CardId))
+    return {n: sorted(c) for n, c in found.items()}
+
+
+def accel_ids(results) -> dict:
+    """node -> {card: AccId}, where a check found one."""
+    out: dict = {}
+    for r in results:
+        for f in r.figures:
+            if isinstance(f, CardId) and f.acc_id is not None and r.node is not None:
+                out.setdefault(r.node, {})[f.gpu] = f.acc_id
+    return out
+

@@ -15,15 +15,12 @@ import math
 import time
 
 from k3doctor import __version__
-from k3doctor.model.gpu import UALINK_GLOB, VENDOR_GLOB, accel_ids, amd_cards
-from k3doctor.outputs.figures import busbw_points, fabric_pairs
+from k3doctor.outputs.figures import accel_ids, busbw_points, cards, fabric_pairs
 from k3doctor.outputs.registry import output
-from k3doctor.outputs.report import CLUSTER_COLUMN, _where, findings
+from k3doctor.outputs.report import CLUSTER_COLUMN, findings, where
 from k3doctor.outputs.text import terminal_safe
-from k3doctor.probes.collective_figures import human
-from k3doctor.readings import Glob
 from k3doctor.registry import REGISTRY
-from k3doctor.results import LaunchVerdict, Status, overall, worst
+from k3doctor.results import LaunchVerdict, Status, human_bytes, overall, worst
 
 FILL = {Status.PASS: "#2e7d32", Status.SKIP: "#9e9e9e", Status.WARN: "#f2a900", Status.ERROR: "#7b1fa2",
         Status.FAIL: "#d32f2f"}
@@ -88,32 +85,6 @@ def _fill(status) -> str:
 # ------------------------------------------------------------------------------------ the model
 
 
-def _accel_ids(report) -> dict:
-    """node -> {card: AccId} from the ualink readings the run took (live or from a saved file)."""
-    out = {}
-    for node, got in (report.readings or {}).items():
-        files = got.get(Glob(UALINK_GLOB)) if isinstance(got, dict) else None
-        if isinstance(files, dict):
-            out[node] = {card: accid for accid, card in accel_ids(files).items()}
-    return out
-
-
-def _cards(report, nodes) -> dict:
-    """node -> the GPU indices the map shows: every card a result or a reading names."""
-    cards = {n: set() for n in nodes}
-    for r in report.results:
-        if r.node in cards and r.gpu is not None:
-            cards[r.node].add(r.gpu)
-    for node, got in (report.readings or {}).items():
-        vendors = got.get(Glob(VENDOR_GLOB)) if isinstance(got, dict) else None
-        if node in cards and isinstance(vendors, dict):
-            try:
-                cards[node].update(amd_cards(vendors))  # GPU index = DRM card number, as the checks use it
-            except (AttributeError, TypeError):  # an unreadable vendor glob: the results still place cards
-                pass
-    return {n: sorted(c) for n, c in cards.items()}
-
-
 def _nodes(report) -> list:
     return list(dict.fromkeys([*report.nodes, *(r.node for r in report.results if r.node)]))
 
@@ -163,8 +134,8 @@ def _edge_label(pair) -> str:
 
 def rack_map(report) -> str:
     nodes = _nodes(report)
-    cards, ids = _cards(report, nodes), _accel_ids(report)
-    columns = sorted(set().union(*cards.values()))  # card numbers (card0 may be a BMC's VGA, not a GPU)
+    cards_of, ids = cards(report.results, nodes), accel_ids(report.results)
+    columns = sorted(set().union(*cards_of.values()))  # card numbers (card0 may be a BMC's VGA, not a GPU)
     by_place: dict = {}
     for r in report.results:
         by_place.setdefault((r.node, r.gpu), []).append(r)
@@ -190,7 +161,7 @@ def rack_map(report) -> str:
         out.append("</g>")
         for position, col in enumerate(columns):
             x = NODE_W + GAP + position * (CARD_W + GAP)
-            present = col in cards[node]
+            present = col in cards_of[node]
             mine = by_place.get((node, col), [])
             status = worst(r.status for r in mine)
             fill = _fill(status) if status else NO_RESULT
@@ -302,7 +273,7 @@ def busbw_plot(report) -> str:
             x = px(size)
             out.append(f'<line x1="{x:.1f}" y1="{MARGIN_T + span_y}" x2="{x:.1f}" y2="{MARGIN_T + span_y + 4}" '
                        'stroke="#5f6670"/>')
-            out.append(_svg_text(x, MARGIN_T + span_y + 17, human(size).replace(" ", "\u00a0"), size=11,
+            out.append(_svg_text(x, MARGIN_T + span_y + 17, human_bytes(size).replace(" ", "\u00a0"), size=11,
                                  anchor="middle", fill="#5f6670"))
     out.append(f'<line x1="{MARGIN_L}" y1="{MARGIN_T + span_y}" x2="{MARGIN_L + span_x}" y2="{MARGIN_T + span_y}" '
                'stroke="#5f6670"/>')
@@ -317,7 +288,7 @@ def busbw_plot(report) -> str:
                    f'data-points="{len(xy)}">')
         out.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="'
                    + " ".join(f"{x:.1f},{y:.1f}" for x, y in xy) + '"/>')
-        out += [f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3" fill="{colour}"><title>{text(human(b))}: '
+        out += [f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3" fill="{colour}"><title>{text(human_bytes(b))}: '
                 f'{v:,.2f} GB/s</title></circle>' for (x, y), (b, v) in zip(xy, sorted(points.items()), strict=True)]
         ly = MARGIN_T + 14 + 18 * i
         out.append(f'<line x1="{PLOT_W - MARGIN_R + 12}" y1="{ly - 4}" x2="{PLOT_W - MARGIN_R + 30}" y2="{ly - 4}" '
@@ -357,7 +328,7 @@ def _evidence(r) -> str:
 
 def _finding(r, remediations) -> str:
     fix = remediations.get(r.remediation) if r.remediation else None
-    where = _place(r)
+    place = _place(r)
     fix_html = ""
     if fix:
         fix_html = (f'<div class="fix"><b>Fix</b> <code>{text(fix.code)}</code>: {text(fix.title)}'
@@ -368,7 +339,7 @@ def _finding(r, remediations) -> str:
             f'data-node="{text(r.node or "")}" data-gpu="{"" if r.gpu is None else r.gpu}" '
             f'style="border-color:{_fill(r.status)}">'
             f'<div class="head"><span class="badge" style="background:{_fill(r.status)};color:{_ink(r.status)}">'
-            f'{r.status.value}</span>{text(r.check)} &middot; {text(where)}</div>'
+            f'{r.status.value}</span>{text(r.check)} &middot; {text(place)}</div>'
             f'<div class="msg">{text(r.message)}</div>{fix_html}{_evidence(r)}</li>')
 
 
@@ -383,7 +354,7 @@ def findings_section(report, verbose, remediations) -> str:
                      '<ol class="findings">' + "".join(_finding(r, remediations) for r in skipped) + "</ol></details>")
     if verbose:
         passes = [r for r in report.results if r.status == Status.PASS]
-        rows = "".join(f"<tr><td>{text(r.check)}</td><td>{text(_where(r))}</td><td>{text(r.message)}</td></tr>"
+        rows = "".join(f"<tr><td>{text(r.check)}</td><td>{text(where(r))}</td><td>{text(r.message)}</td></tr>"
                        for r in passes)
         parts.append(f"<details><summary>{len(passes)} passing results</summary><table>"
                      f"<tr><th>check</th><th>where</th><th>result</th></tr>{rows}</table></details>")
@@ -407,7 +378,7 @@ def _cause(report, remediations) -> tuple:
 
 
 def _place(r) -> str:
-    return f"{r.node} gpu{r.gpu}" if r.node and r.gpu is not None else _where(r)
+    return f"{r.node} gpu{r.gpu}" if r.node and r.gpu is not None else where(r)
 
 
 def _counts(results) -> str:

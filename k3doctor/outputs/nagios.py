@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import Counter
 
 from k3doctor.outputs.registry import output
-from k3doctor.outputs.report import _where, findings
+from k3doctor.outputs.report import findings, where
 from k3doctor.outputs.summary import headline
 from k3doctor.outputs.text import one_line
 from k3doctor.results import LaunchVerdict, Status, overall
@@ -48,7 +48,7 @@ def render(report, checks, verbose):
     found = [r for r in findings(report.results) if verbose or r.status != Status.SKIP]
     for r in found[:MAX_LONG_LINES]:
         code = f" [{r.remediation}]" if r.remediation else ""
-        lines.append(_plain(f"{r.status.value} {r.check} {_where(r)}: {r.message}{code}"))
+        lines.append(_plain(f"{r.status.value} {r.check} {where(r)}: {r.message}{code}"))
     if len(found) > MAX_LONG_LINES:
         lines.append(f"... {len(found) - MAX_LONG_LINES} more finding(s): run `k3doctor check` for all")
     return "\n".join(lines)

@@ -17,7 +17,7 @@ SCHEMA = "k3doctor.outputs.report/1"
 CLUSTER_COLUMN = "cluster"
 
 
-def _where(r) -> str:
+def where(r) -> str:
     node = r.node or CLUSTER_COLUMN
     return f"{node} gpu{r.gpu}" if r.gpu is not None else node
 
@@ -48,12 +48,12 @@ def render_table(report, checks, verbose: bool = False) -> str:
         lines.append("")
     for r in found:
         code = f"  [{r.remediation}]" if r.remediation else ""
-        lines.append(f"{r.status.value:5} {r.check} {_where(r)}: {r.message}{code}")
+        lines.append(f"{r.status.value:5} {r.check} {where(r)}: {r.message}{code}")
         if verbose:
             lines += [f"        {k}: {v}" for k, v in r.evidence.items()]
     if verbose:
         passes = [r for r in report.results if r.status == Status.PASS]
-        lines += [""] + [f"PASS  {r.check} {_where(r)}: {r.message}" for r in passes]
+        lines += [""] + [f"PASS  {r.check} {where(r)}: {r.message}" for r in passes]
     verdict = overall(report.results)
     first = next((r.remediation for r in found if r.remediation), None)  # the most severe finding's
     lines.append("")
@@ -102,12 +102,12 @@ def render_junit(report, checks, remediations=None) -> str:
         cells: dict = {}
         for r in report.results:
             if r.check == chk.name:
-                cells.setdefault(_where(r), []).append(r)
-        for where, cell in cells.items():
-            case = ET.SubElement(suite, "testcase", classname=f"k3doctor.{chk.name}", name=xml_safe(where))
+                cells.setdefault(where(r), []).append(r)
+        for place, cell in cells.items():
+            case = ET.SubElement(suite, "testcase", classname=f"k3doctor.{chk.name}", name=xml_safe(place))
             counts["tests"] += 1
             status = worst(r.status for r in cell)
-            text = xml_safe("\n".join(f"{r.status.value} {_where(r)}: {r.message}"
+            text = xml_safe("\n".join(f"{r.status.value} {where(r)}: {r.message}"
                                       + (f" [{r.remediation}]" if r.remediation else "") for r in cell))
             first = next(r for r in cell if r.status == status)
             message = xml_safe(first.message)

@@ -1,7 +1,7 @@
 """The one-line summary monitors show: verdict, then the worst finding and where it is."""
 from __future__ import annotations
 
-from k3doctor.outputs.report import _where, findings
+from k3doctor.outputs.report import findings, where
 from k3doctor.outputs.text import one_line
 from k3doctor.results import overall
 
@@ -16,7 +16,7 @@ def headline(report, limit: int | None = None) -> str:
     top = shown[0]
     code = f" [{top.remediation}]" if top.remediation else ""
     more = f" (+{len(shown) - 1} more)" if len(shown) > 1 else ""
-    text = f"{verdict.text}: {top.check} {_where(top)}: {one_line(top.message)}{code}"
+    text = f"{verdict.text}: {top.check} {where(top)}: {one_line(top.message)}{code}"
     if limit is not None and len(text) + len(more) > limit:
         return one_line(text, limit - len(more)) + more
     return one_line(text + more)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import math
 
+from k3doctor.results import SweepPoint
+
 ALL_REDUCE = "all_reduce"
 ALL_TO_ALL = "all_to_all"
 
@@ -79,13 +81,6 @@ def byte_sizes(lo: int, hi: int, factor: int) -> tuple:
     return tuple((size, 1, "") for size in geometric(lo, hi, factor))
 
 
-def human(size: int) -> str:
-    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
-        if size >= 1 << shift and size % (1 << shift) == 0:
-            return f"{size >> shift} {unit}"
-    return f"{size} B"
-
-
 def side_by_side(reference: dict, probe_rows: list) -> list:
     """Rows ``(bytes, reference us, reference busbw, probe busbw, ratio)`` at every size both measured.
 
@@ -100,3 +95,30 @@ def side_by_side(reference: dict, probe_rows: list) -> list:
             continue
         out.append((row["bytes"], ref[0], ref[1], row["busbw_gbs"], round(ref[0] / row["time_us"], 3)))
     return out
+
+
+SWEEPS = {"sizes": ALL_REDUCE, "alltoall": ALL_TO_ALL}  # evidence key of a run's sweep -> its collective
+
+
+def with_sweep_figures(verdicts: list) -> list:
+    """The verdicts, each whole-run one (``node`` None) carrying its sweep rows as typed figures: the
+    outputs draw and export those, never the evidence. Rows that are not finite positive numbers (a
+    saved file, a damaged run) are left out rather than shown."""
+    for v in verdicts:
+        ev = v.evidence if isinstance(v.evidence, dict) else {}
+        if v.node is not None:
+            continue
+        for key, collective in SWEEPS.items():
+            rows = ev.get(key)
+            for row in rows if isinstance(rows, list) else ():
+                size, busbw = (finite(row.get("bytes")), finite(row.get("busbw_gbs"))) if isinstance(row, dict) \
+                    else (None, None)
+                if size is not None and busbw is not None and size > 0:
+                    v.figures.append(SweepPoint(collective, int(size), float(busbw), str(ev.get("run", ""))))
+    return verdicts
+
+
+def finite(value):
+    """``value`` when it is a finite int or float (not a bool), else None."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return value if ok else None

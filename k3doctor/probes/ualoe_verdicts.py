@@ -11,8 +11,9 @@ from itertools import combinations
 from k3doctor.model.gpu import locate_accid
 from k3doctor.parsers.dmesg import find_signatures, parse_log
 from k3doctor.parsers.ubench import METRICS, Bandwidth, parse_procs
+from k3doctor.probes.collective_figures import finite
 from k3doctor.probes.kit import blame
-from k3doctor.results import Status, Verdict, passed, skip
+from k3doctor.results import PairRate, Status, Verdict, passed, skip
 
 TOOLS = ("ualoe_p2p.exe", "ualoe_bw.exe")
 FABRIC_SIGNATURES = ("npa_rsp_timeout", "lsdma_pio_error", "lsdma_pio_copy_failed", "hello_send_failed",
@@ -194,6 +195,13 @@ def judge_figures(outcomes: list, judging: Judging, codes: dict) -> None:
 _RANK = {Status.PASS: 0, Status.WARN: 1}  # FAIL and ERROR: 2 (no data moved, or no answer)
 
 
+def pair_figures(ev: dict) -> list:
+    """The typed figure of one pair's evidence (its name, ends and GB/s per direction), for the outputs."""
+    gbps = ev.get("gbps") if isinstance(ev.get("gbps"), dict) else {}
+    return [PairRate(str(ev["pair"]), str(ev["exporter"]), str(ev["importer"]), tuple(
+        (str(d), float(v)) for d, v in gbps.items() if finite(v) is not None))]
+
+
 def attribute(outcomes: list, skipped: dict) -> list:
     """Verdicts placed on nodes: a node that failed every pair it was in (two or more) carries the fault.
 
@@ -205,8 +213,9 @@ def attribute(outcomes: list, skipped: dict) -> list:
     verdicts = [skip(why, node=node) for node, why in skipped.items()]
     for o in outcomes:
         ev = {"pair": o.pair, "exporter": o.exporter, "importer": o.importer, **o.evidence}
+        rate = pair_figures(ev)
         if o.status == Status.PASS:
-            verdicts += [passed(f"{o.pair}: {o.message}", node=n, gpu=o.gpu, evidence=ev)
+            verdicts += [passed(f"{o.pair}: {o.message}", node=n, gpu=o.gpu, evidence=ev, figures=list(rate))
                          for n in (o.exporter, o.importer)]
             continue
         b = where[(o.exporter, o.importer)]
@@ -221,7 +230,7 @@ def attribute(outcomes: list, skipped: dict) -> list:
                 else ""}[b.on]
         for node in b.nodes:
             verdicts.append(Verdict(o.status, f"{o.pair}: {o.message}{note}", gpu=o.blame.get(node, o.gpu), node=node,
-                                    evidence=ev, remediation=o.remediation))
+                                    evidence=ev, remediation=o.remediation, figures=list(rate)))
     return verdicts
 
 

@@ -319,3 +319,11 @@ def test_several_half_stations_of_a_card_make_one_finding():
     assert [(v.gpu, v.status) for v in verdicts] == [(c, Status.FAIL) for c in range(4)]
     assert verdicts[0].message == ("card0 station_lane_en_bitmap 33ffffffffffffffff: half-enabled station(s) "
                                    "0 reads '3' (port 1 down, port 0 up), 1 reads '3' (port 1 down, port 0 up)")
+
+
+def test_each_cards_verdict_carries_the_card_and_its_accid_for_the_rack_map():
+    from k3doctor.results import CardId
+
+    verdicts = judge(readings({0: {"accel_id": "4294967295"}}))
+    by_gpu = {v.gpu: [f for f in v.figures if isinstance(f, CardId)] for v in verdicts if v.gpu is not None}
+    assert {g: {f.acc_id for f in fs} for g, fs in by_gpu.items()} == {0: {None}, 1: {50}, 2: {49}, 3: {48}}

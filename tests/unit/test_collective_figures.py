@@ -14,10 +14,10 @@ from k3doctor.probes.collective_figures import (
     ep_dispatch_sizes,
     figures,
     geometric,
-    human,
     side_by_side,
 )
 from k3doctor.remote.allreduce_worker import a2a_code, split_units
+from k3doctor.results import human_bytes as human
 from tests.corpus import load
 
 

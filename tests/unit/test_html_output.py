@@ -7,14 +7,15 @@ import json
 import re
 from pathlib import Path
 
+from k3doctor import testing
 from k3doctor.judging.runner import RunReport
-from k3doctor.model.gpu import UALINK_GLOB, VENDOR_GLOB
 from k3doctor.outputs import OUTPUTS, write_output
 from k3doctor.outputs.html import FILL, NO_RESULT
 from k3doctor.outputs.text import terminal_safe
-from k3doctor.readings import FileReading, Glob
+from k3doctor.probes.collective_figures import with_sweep_figures
+from k3doctor.probes.ualoe_verdicts import pair_figures
 from k3doctor.registry import REGISTRY, load_checks
-from k3doctor.results import Result, Status
+from k3doctor.results import CardId, Result, Status
 from tests.chromium import cards, parse, render
 
 REPO = Path(__file__).resolve().parents[2]
@@ -22,54 +23,53 @@ H200_X2 = REPO / "bench/results/allreduce-h200-x2-2026-11-29/healthy.json"
 HOSTILE = "<script>alert(1)</script>\x1b[31m\x00\x07\udcff</svg>\"'&"
 
 
-def page(results, nodes=("ct13", "ct14"), readings=None, unreachable=None, verbose=False):
+def page(results, nodes=("ct13", "ct14"), unreachable=None, verbose=False):
     load_checks()
-    report = RunReport(results=results, nodes=list(nodes), duration_s=3.2, readings=readings or {},
-                       unreachable=unreachable or {})
+    report = RunReport(results=results, nodes=list(nodes), duration_s=3.2, unreachable=unreachable or {})
     checks = [c for c in REGISTRY.ordered() if any(r.check == c.name for r in results)]
     return OUTPUTS["html"].render(report, checks, verbose)
 
 
-def ualink_readings(ids: dict) -> dict:
-    """{Glob(UALINK_GLOB): {path: FileReading}} with each card's accel_id file (as the gather returns it)."""
-    files = {}
-    for card, accid in ids.items():
-        path = f"/sys/class/drm/card{card}/device/ualink/accel_id"
-        files[path] = FileReading(path, f"{accid}\n")
-        files[f"/sys/class/drm/card{card}/device/ualink/accel_state"] = FileReading("x", "active\n")
-    return {Glob(UALINK_GLOB): files}
+def with_accids(results: list, ids: dict) -> list:
+    """The results, each card's ualink-state result carrying its AccId as the check adds it ({node: {gpu: id}})."""
+    for r in results:
+        if r.check == "ualink-state" and r.gpu is not None:
+            r.figures.append(CardId(r.gpu, ids.get(r.node, {}).get(r.gpu)))
+    return results
 
 
 def report_results(path: Path) -> list:
+    """A saved JSON report's results, with the figures the probe adds to them."""
     doc = json.loads(path.read_text())
-    return [Result(r["check"], r["node"], Status(r["status"]), r["message"], gpu=r["gpu"], evidence=r["evidence"],
-                   remediation=r["remediation"]) for r in doc["results"]]
+    return with_sweep_figures([Result(r["check"], r["node"], Status(r["status"]), r["message"], gpu=r["gpu"],
+                                      evidence=r["evidence"], remediation=r["remediation"]) for r in doc["results"]])
 
 
-def test_each_card_takes_its_worst_result_and_its_accid_from_the_readings():
+def test_each_card_takes_its_worst_result_and_its_accid_from_the_check():
     results = [Result("ualink-state", "ct13", Status.PASS, "ok", gpu=g) for g in range(4)] + \
               [Result("ualink-state", "ct14", Status.PASS, "ok", gpu=g) for g in range(4)] + \
               [Result("kernel-health", "ct14", Status.WARN, "recoverable", gpu=2),
                Result("ualink-state", "ct14", Status.FAIL, "unconfigured", gpu=3),
                Result("kernel-health", "ct14", Status.PASS, "clean", gpu=3),
                Result("rack-free", "ct13", Status.ERROR, "docker unreadable")]  # node-wide: not on a card
-    readings = {"ct13": ualink_readings({0: 51, 1: 50, 2: 49, 3: 48}), "ct14": ualink_readings({0: 55, 3: 52})}
-    grid = cards(parse(page(results, readings=readings)))
+    results = with_accids(results, {"ct13": {0: 51, 1: 50, 2: 49, 3: 48}, "ct14": {0: 55, 3: 52}})
+    grid = cards(parse(page(results)))
     assert {p: fill for p, (_, fill, _) in grid.items()} == {
         **{("ct13", g): FILL[Status.PASS] for g in range(4)},
         ("ct14", 0): FILL[Status.PASS], ("ct14", 1): FILL[Status.PASS],
         ("ct14", 2): FILL[Status.WARN], ("ct14", 3): FILL[Status.FAIL]}
     assert "AccId 51" in grid[("ct13", 0)][2] and "AccId 48" in grid[("ct13", 3)][2]
     assert "AccId 52" in grid[("ct14", 3)][2] and "AccId ?" in grid[("ct14", 1)][2]  # unset: never guessed
-    dom = parse(page(results, readings=readings))
+    dom = parse(page(results))
     assert dom.first("g", cls="node", data_node="ct13").attrs["data-status"] == "ERROR"
 
 
 def test_cards_are_the_amd_drm_cards_a_bmc_vga_card0_is_no_column():
-    vendors = {f"/sys/class/drm/card{c}/device/vendor": FileReading("x", v) for c, v in
-               ((0, "0x1a03\n"), (1, "0x1002\n"), (2, "0x1002\n"))}
-    results = [Result("ualink-state", "ct13", Status.PASS, "ok", gpu=c) for c in (1, 2)]
-    grid = cards(parse(page(results, nodes=("ct13",), readings={"ct13": {Glob(VENDOR_GLOB): vendors}})))
+    vendors = {f"/sys/class/drm/card{c}/device/vendor": v for c, v in ((0, "0x1a03\n"), (1, "0x1002\n"),
+                                                                      (2, "0x1002\n"))}
+    judged = testing.judge("gpu-inventory", {"vendors": vendors, "vram": {}, "smi": ""}, node="ct13")
+    results = [Result("gpu-inventory", "ct13", v.status, v.message, figures=v.figures) for v in judged]  # node-wide
+    grid = cards(parse(page(results, nodes=("ct13",))))
     assert set(grid) == {("ct13", 1), ("ct13", 2)}
 
 
@@ -88,7 +88,9 @@ def test_hostile_node_text_is_escaped_everywhere():
     results = [Result("ualink-state", HOSTILE, Status.FAIL, HOSTILE, gpu=0, remediation=HOSTILE,
                       evidence={HOSTILE: HOSTILE}),
                Result("ualoe-fabric", HOSTILE, Status.FAIL, HOSTILE, gpu=0,
-                      evidence={"pair": HOSTILE, "exporter": HOSTILE, "importer": "ct14", "gbps": {"bidir": 4.5}})]
+                      evidence=(ev := {"pair": HOSTILE, "exporter": HOSTILE, "importer": "ct14",
+                                       "gbps": {"bidir": 4.5}}),
+                      figures=pair_figures(ev))]
     text = page(results, nodes=[HOSTILE, "ct14"], unreachable={HOSTILE: HOSTILE}, verbose=True)
     assert "<script" not in text and "</svg>\"" not in text
     assert not re.search("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]", text)
@@ -116,8 +118,8 @@ def test_written_like_every_report_atomically_and_private(tmp_path):
 def test_pair_edges_mark_tcp_fallback_and_failed_pairs():
     def pair(a, b, status, gbps=None, code=None):
         ev = {"pair": f"{a}<->{b}", "exporter": a, "importer": b, **({"gbps": gbps} if gbps else {})}
-        return [Result("ualoe-fabric", n, status, f"{a}<->{b}: x", gpu=0, evidence=ev, remediation=code)
-                for n in (a, b)]
+        return [Result("ualoe-fabric", n, status, f"{a}<->{b}: x", gpu=0, evidence=ev, remediation=code,
+                       figures=pair_figures(ev)) for n in (a, b)]
     good = {"read": 5788.0, "write": 6219.0, "bidir": 10968.0}
     results = pair("ct13", "ct14", Status.PASS, good) + \
         pair("ct14", "ct16", Status.FAIL, {"read": 2.3, "write": 2.4, "bidir": 4.5}, "UALOE-TCP-FALLBACK") + \

@@ -156,3 +156,14 @@ def test_a_command_reading_keeps_its_saved_form_through_the_document():
     entries = snapshot.encode_readings({spec: CommandReading("env", 0, "HF_TOKEN=hf_secret\nLD_LIBRARY_PATH=/x\n", "")})
     back = snapshot.decode_readings(json.loads(json.dumps(entries)))
     assert back[spec].stdout == "HF_TOKEN=<redacted>\nLD_LIBRARY_PATH=/x\n"
+
+
+def test_a_nodes_figures_survive_its_document_and_a_damaged_one_is_its_error():
+    from k3doctor.results import CardId, PairRate, figure_to_dict
+
+    figures = [CardId(2, 51), PairRate("a<->b", "a", "b", (("bidir", 10.5),))]
+    result = merge._result({"check": "c", "node": "n", "status": "PASS", "message": "m",
+                            "figures": [figure_to_dict(f) for f in figures]}, "n")
+    assert result.figures == figures
+    with pytest.raises(ValueError, match="not a figure"):
+        merge._result({"check": "c", "node": "n", "status": "PASS", "message": "m", "figures": [{"kind": "x"}]}, "n")

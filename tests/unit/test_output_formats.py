@@ -13,6 +13,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from k3doctor.judging.runner import RunReport
 from k3doctor.outputs import OUTPUTS, write_output
 from k3doctor.outputs.report import render_junit
+from k3doctor.probes.collective_figures import with_sweep_figures
+from k3doctor.probes.ualoe_verdicts import pair_figures
 from k3doctor.registry import Registry, check, remediation
 from k3doctor.results import Result, Status
 
@@ -65,13 +67,14 @@ def test_prom_label_values_survive_any_node_name():
     text.encode("utf-8")  # node_exporter reads UTF-8
 
 
-def test_prom_carries_busbw_and_fabric_figures_from_evidence():
+def test_prom_carries_busbw_and_fabric_figures_the_probes_add():
     sizes = [{"bytes": 1 << 20, "busbw_gbs": 120.5}, {"bytes": 1 << 30, "busbw_gbs": 351.25}]
     pair = {"pair": "ct13<->ct14", "exporter": "ct13", "importer": "ct14",
             "gbps": {"read": 2029.0, "write": 3192.0, "bidir": 3986.0}}
-    results = [Result("allreduce-probe", None, Status.PASS, "busbw", evidence={"run": "full", "sizes": sizes}),
-               Result("ualoe-fabric", "ct13", Status.PASS, "ok", gpu=0, evidence=pair),
-               Result("ualoe-fabric", "ct14", Status.PASS, "ok", gpu=0, evidence=pair)]  # the same pair twice
+    results = with_sweep_figures([
+        Result("allreduce-probe", None, Status.PASS, "busbw", evidence={"run": "full", "sizes": sizes}),
+        Result("ualoe-fabric", "ct13", Status.PASS, "ok", gpu=0, evidence=pair, figures=pair_figures(pair)),
+        Result("ualoe-fabric", "ct14", Status.PASS, "ok", gpu=0, evidence=pair, figures=pair_figures(pair))])
     text = render("prom", run_report(results))
     busbw = {lab["bytes"]: v for lab, v in samples(text, "k3doctor_allreduce_busbw_bytes_per_second")}
     assert busbw == {str(1 << 20): 120.5e9, str(1 << 30): 351.25e9}
@@ -216,3 +219,18 @@ def test_cli_format_choices_come_from_the_registry_and_prom_goes_to_the_file(tmp
     status = samples(target.read_text(), "k3doctor_check_status")
     assert [lab["check"] for lab, _ in status] == ["shm-clean"]
     assert os.listdir(tmp_path) == ["k3doctor.prom"] and (target.stat().st_mode & 0o777) == 0o644
+
+
+def test_the_readmes_output_format_registers_and_renders_results_only():
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    start = text.index("### Writing an output format")
+    [source] = re.findall(r"```python\n(.*?)```", text[start:text.index("\n### ", start + 5)], re.DOTALL)
+    try:
+        exec(compile(source, "README.md", "exec"), {})
+        report = RunReport(results=[Result("shm-clean", "ct13", Status.FAIL, "stale", gpu=1),
+                                    Result("shm-clean", "ct14", Status.PASS, "clean")], nodes=["ct13", "ct14"],
+                           duration_s=1.0)
+        assert OUTPUTS["oneline"].render(report, [], False) == "FAIL shm-clean ct13 gpu1: stale\n"
+        assert OUTPUTS["oneline"].exit_code(report) == 1
+    finally:
+        OUTPUTS.pop("oneline", None)
