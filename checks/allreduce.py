@@ -18,7 +18,8 @@ import os
 from dataclasses import dataclass, field
 
 from k3doctor.api import Param, Status, check, error, fail, human_bytes, passed, remediation, skip, warn
-from k3doctor.probes.allreduce import MIN_DEADLINE_S, STAGES, Member, Plan, diagnose
+from k3doctor.probes.allreduce import MIN_DEADLINE_S, diagnose
+from k3doctor.probes.allreduce_runs import STAGES, Member, Plan
 from k3doctor.probes.collective_figures import (
     ALL_REDUCE,
     ALL_TO_ALL,
