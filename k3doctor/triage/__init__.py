@@ -10,12 +10,14 @@ import re
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from k3doctor.deadline import Deadline
+from k3doctor.redaction import RedactionTimeout, redact_text
+
 from ..gather import gather
 from ..parsers import ParseError
 from ..parsers.atom_log import parse_log
 from ..parsers.pyspy import parse_dump
 from ..readings import OUTPUT_CAP_BYTES, Command, ReadingUnavailable, sh
-from ..redaction import redact_text
 from ..results import Result, Status
 from ..runner import cancel_all
 from ..shell import join, quote
@@ -49,7 +51,8 @@ def read_log_dir(path: str) -> tuple:
             texts[file.name] = file.read_bytes().decode("utf-8", "replace")
         except (OSError, ParseError) as exc:
             problems.append(f"{file.name}: {exc}")
-    return redacted(texts), problems
+    texts, dropped = redacted(texts)
+    return texts, problems + [f"{name}: {why}" for name, why in dropped.items()]
 
 
 def parse_sources(texts: dict) -> tuple:
@@ -143,7 +146,11 @@ def read_node_logs(inv, make_transport, *, tail: int, paths: dict, deadline_s: f
             clocks.append(now)
         if stack_text is not None:
             dumps[node.name] = stack_text
-    return redacted(texts), problems, (max(clocks) if clocks else None), redacted(dumps)
+    texts, dropped = redacted(texts)
+    dumps, dropped_dumps = redacted(dumps)
+    problems.update(dropped)
+    problems.update({node: f"stacks: {why}" for node, why in dropped_dumps.items() if node not in problems})
+    return texts, problems, (max(clocks) if clocks else None), dumps
 
 
 def stack_results(dumps: dict, layout: judges.Layout) -> list:
@@ -203,9 +210,20 @@ def most_likely(results: list):
     return min(bad, key=lambda r: (-r.status.severity, order.get(r.check, len(order))))
 
 
-def redacted(texts: dict) -> dict:
-    """Every text with credential values replaced, before anything is judged, shown or bundled."""
-    return {name: redact_text(text) for name, text in texts.items()}
+LOCAL_WORK_S = 60.0  # redacting what was read, on this machine: linear, so this is only ever a backstop
+
+
+def redacted(texts: dict, deadline: Deadline | None = None) -> tuple:
+    """({name: text with credential values replaced}, {name: why it was dropped}), before anything is judged,
+    shown or bundled; a text not redacted by ``deadline`` is dropped whole (it would not be safe to show)."""
+    deadline = deadline or Deadline(LOCAL_WORK_S)
+    done, dropped = {}, {}
+    for name, text in texts.items():
+        try:
+            done[name] = redact_text(text, deadline)
+        except RedactionTimeout as exc:
+            dropped[name] = str(exc)
+    return done, dropped
 
 
 def judge_all(texts: dict, dumps: dict, layout: judges.Layout, *, now: float | None, problems: dict) -> list:
