@@ -155,3 +155,15 @@ def test_a_command_reading_keeps_its_saved_form_through_the_document():
     entries = snapshot.encode_readings({spec: CommandReading("env", 0, "HF_TOKEN=hf_secret\nLD_LIBRARY_PATH=/x\n", "")})
     back = snapshot.decode_readings(json.loads(json.dumps(entries)))
     assert back[spec].stdout == "HF_TOKEN=<redacted>\nLD_LIBRARY_PATH=/x\n"
+
+
+def test_a_check_listed_as_run_without_a_result_is_an_error_not_a_silent_gap():
+    inv = inventory()
+    doc = json.loads(document("ct13", status=Status.FAIL))
+    doc["results"] = [r for r in doc["results"] if r["check"] != "shm-clean"]  # the FAIL is gone, the check listed
+    assert "shm-clean" in doc["checks"]
+    by_node = merge.one_each(parsed(json.dumps(doc)) + parsed(document("ct14")))
+    report = merge.merge(inv, select_checks(REGISTRY, only=("shm-clean", "hbm-uniform")), by_node)
+    shm = [(r.node, r.status) for r in report.results if r.check == "shm-clean"]
+    assert shm == [("ct13", Status.ERROR), ("ct14", Status.PASS)]
+    assert "no result" in next(r.message for r in report.results if r.check == "shm-clean")
