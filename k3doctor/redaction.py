@@ -42,7 +42,7 @@ FREE_TEXT_SECRETS = (
 _LINE_BREAK = re.compile(r"(\r\n|\r|\n)")
 
 
-class RedactionTimeout(Exception):
+class RedactionTimeout(TimeoutError):
     """Redacting a text did not finish by its deadline (the text is then not used at all)."""
 
 
