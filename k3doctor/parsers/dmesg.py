@@ -177,8 +177,9 @@ def parse_log(text: str) -> list:
     A capture whose lines are mostly unprefixed is not a kernel log (e.g. ``dmesg: read kernel
     buffer failed: Operation not permitted``, a wrapper's usage text) and must not read as "no
     signatures found". A capture whose last line has no newline was cut (``no-retry page fa``): it is
-    not read at all, since the line cut is the one that would have been the finding.  Unprefixed continuation lines and journalctl ``-- ... --`` separators
-    are kept (they belong to the log) but do not count as evidence that it is one.
+    not read at all, since the line cut is the one that would have been the finding. Unprefixed
+    continuation lines and journalctl ``-- ... --`` separators are kept (they belong to the log) but
+    do not count as evidence that it is one.
     """
     lines = [parse_line(line) for line in require_lines(text, "kernel log") if line.strip()]
     if not lines:
