@@ -16,20 +16,59 @@ _ENV_LINE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(.*)")
 # A name that says its value is a credential (HF_TOKEN, api_key, --password, AWS_SECRET_ACCESS_KEY, ...);
 # "tokens"/"tokenizer" are not ("max_num_batched_tokens" is a number everybody may read).
 SECRET_WORDS = r"(?:token(?![a-z])|secret|passw(?:or)?d|api[-_]?key|access[-_]?key|credential)"
-_FREE_TEXT_SECRETS = (
-    (re.compile(rf"(?i)\b([\w.-]*{SECRET_WORDS}[\w.-]*)(['\"]?\s*[=:]\s*['\"]?)([^\s,'\"}}\]]{{1,512}})"),
-     rf"\1\2{REDACTED}"),  # NAME=VALUE, 'name': 'value', name: "value"
-    (re.compile(rf"(?i)(--?[\w-]*{SECRET_WORDS}[\w-]*)(\s+)(?!-)([^\s'\"]{{1,512}})"), rf"\1\2{REDACTED}"),
+
+# Redaction runs on whatever a container printed, so it must cost linear time on any text: lines are
+# cut to MAX_LINE_CHARS first, and every pattern of FREE_TEXT_SECRETS is *linear by shape*: it starts at a
+# literal or at the start of a token (a lookbehind), every repeat in it is bounded (``{0,64}``, not
+# ``*``) or cannot fail after it (a final ``{16,}``), and a name is read possessively (``{0,64}+``: the
+# separator after it is tried once, not at each of its characters). An unanchored ``--?[\w-]*secret`` retries its scan
+# from every ``-`` of a line of dashes (one 32 kB line took 141 s). New secret shapes go into this table
+# under the same rules; tests/unit/test_redaction_linear.py runs every entry against hostile lines.
+MAX_LINE_CHARS = 4096  # as the log parser's cap (parsers.atom_log.MAX_LINE): nothing longer is read
+MAX_NAME_TAIL = 64  # characters a credential's name may carry after its secret word (`_ACCESS_KEY_ID`)
+MAX_VALUE = 512
+_VALUE = rf"([^\s,'\"}}\]]{{1,{MAX_VALUE}}})"
+FREE_TEXT_SECRETS = (
+    # NAME=VALUE, 'name': 'value', name: "value" (the name's head before its secret word is left as it is)
+    (re.compile(rf"(?i)({SECRET_WORDS}[\w.-]{{0,{MAX_NAME_TAIL}}}+)"
+                rf"(['\"]?[ \t]{{0,16}}[=:][ \t]{{0,16}}['\"]?){_VALUE}"),
+     rf"\1\2{REDACTED}"),
+    # --password VALUE, -api-key VALUE: a flag (a token that starts with - and holds a secret word)
+    (re.compile(rf"(?i)(?<![\w-])(--?[\w-]{{0,{MAX_NAME_TAIL}}}?{SECRET_WORDS}[\w-]{{0,{MAX_NAME_TAIL}}}+)"
+                rf"([ \t]{{1,16}})(?!-)([^\s'\"]{{1,{MAX_VALUE}}})"), rf"\1\2{REDACTED}"),
     (re.compile(r"\b(?:hf|sk)[_-][A-Za-z0-9_-]{16,}"), REDACTED),  # Hugging Face / OpenAI-style keys anywhere
-    (re.compile(r"(?i)\b(Bearer)\s+[A-Za-z0-9._~+/=-]{16,}"), rf"\1 {REDACTED}"),
+    (re.compile(r"(?i)\b(Bearer)[ \t]{1,16}[A-Za-z0-9._~+/=-]{16,}"), rf"\1 {REDACTED}"),
 )
+_LINE_BREAK = re.compile(r"(\r\n|\r|\n)")
 
 
-def redact_text(text: str) -> str:
-    """Free text (a server log, a command line, a py-spy header) with credential values replaced."""
-    for pattern, replacement in _FREE_TEXT_SECRETS:
-        text = pattern.sub(replacement, text)
-    return text
+class RedactionTimeout(TimeoutError):
+    """Redacting a text did not finish by its deadline (the text is then not used at all)."""
+
+
+def capped_lines(text: str) -> str:
+    """``text`` with every line (``\\n`` or ``\\r`` ends one: tqdm) cut to MAX_LINE_CHARS characters."""
+    if len(text) <= MAX_LINE_CHARS:
+        return text
+    parts = _LINE_BREAK.split(text)
+    return "".join(part if len(part) <= MAX_LINE_CHARS else part[:MAX_LINE_CHARS] for part in parts)
+
+
+def redact_text(text: str, deadline=None) -> str:
+    """Free text (a server log, a command line, a py-spy header) with credential values replaced, lines
+    cut to MAX_LINE_CHARS first. ``deadline`` (a ``deadline.Deadline``): RedactionTimeout once it has passed,
+    checked between patterns and blocks of lines, so local work on a huge text ends too."""
+    text = capped_lines(text)
+    out, pos, block = [], 0, 1 << 20
+    while pos < len(text):  # blocks end at a line break: a secret is never split
+        end = len(text) if pos + block >= len(text) else (text.rfind("\n", pos, pos + block) + 1 or pos + block)
+        piece, pos = text[pos:end], end
+        for pattern, replacement in FREE_TEXT_SECRETS:
+            if deadline is not None and deadline.expired:
+                raise RedactionTimeout(f"redacting took longer than the deadline ({deadline.budget_s:g}s)")
+            piece = pattern.sub(replacement, piece)
+        out.append(piece)
+    return "".join(out)
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,8 @@ Where a host is known (prefix or Ansible header), a missing or garbled document 
 node (the engine's own message as the reason). Input that cannot be attributed to a node, two
 results for one node, a node the inventory does not have, or results taken with another inventory or
 other ``--set`` values are bad input: :class:`MergeError` (one line, exit 3). A node of the inventory
-with no result at all is an ERROR for every check there ("no result").
+with no result at all is an ERROR for every check there ("no result"); a document that lists a check as
+run but holds no result for it is damaged: ERROR for that check, never a silent gap.
 """
 from __future__ import annotations
 
@@ -263,6 +264,9 @@ def merge(inv: Inventory, checks: list, by_node: dict, started: float | None = N
             if chk.name in mine and chk.name not in got.checks:
                 mine[chk.name] = [Result(chk.name, node.name, Status.ERROR, "not run on this node (its `k3doctor "
                                          "node` ran other checks: --only/--skip, or an older k3doctor)")]
+            elif chk.name in mine and not mine[chk.name]:  # every run check says something, if only PASS/SKIP
+                mine[chk.name] = [Result(chk.name, node.name, Status.ERROR, "its document lists this check as run "
+                                         "but holds no result for it (damaged or cut): nothing was judged")]
             if chk.name in mine:
                 results += mine[chk.name]
             elif isinstance(specs_by_node[node.name][chk.name], Result):  # its reads could not be built here

@@ -13,6 +13,7 @@ from datetime import datetime
 
 from k3doctor.parsers import ParseError
 
+_LINE = re.compile(r"([^\r\n]*)(?:\r\n|\r|\n|$)")  # \r (tqdm), \r\n and \n each end a line
 MAX_LINE = 4096  # longer lines are cut before matching: every regex below stays linear
 _TS = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?(Z|[+-]\d\d:\d\d) ")
 _RANK_MARKERS = (re.compile(r"EngineCore_DP(\d{1,3})\b"), re.compile(r"\bEngine (\d{3}):"),
@@ -99,9 +100,17 @@ def rank_marker(text: str) -> int | None:
     return None
 
 
+# Any signal at all, in one search: most lines carry none, and a log of millions of lines then costs one
+# search per line instead of one per rule (the per-rule searches run only on the lines this finds).
+_ANY_SIGNAL = re.compile("|".join(f"(?:{re.sub(r'[(][?]P<[a-z_]+>', '(?:', p.pattern)})"
+                                  for p in (*(signal.pattern for signal in SIGNALS), _LOCAL_EXPERTS)))
+
+
 def classify(text: str) -> dict:
     """Every signal one line carries, kind -> captured fields (empty for a line no rule knows)."""
     found = {}
+    if not _ANY_SIGNAL.search(text):
+        return found
     for signal in SIGNALS:
         m = signal.pattern.search(text)
         if m:
@@ -114,15 +123,20 @@ def classify(text: str) -> dict:
     return found
 
 
-def parse_log(text, *, default_rank: int | None = None) -> list:
-    """Every line of a server log as LogLine, with rank, time and signal; ParseError for non-text."""
+def iter_log(text, *, default_rank: int | None = None):
+    """The lines of a server log as LogLine, one at a time (a log of millions of lines is never held
+    parsed at once); ParseError, at once, for non-text."""
     if not isinstance(text, str):
         raise ParseError(f"server log: expected text, got {type(text).__name__}")
     if "\x00" in text[:4096]:
         raise ParseError("server log: binary data, not a log")
-    out, carried = [], default_rank
-    for lineno, raw in enumerate(text.replace("\r\n", "\n").replace("\r", "\n").split("\n"), 1):
-        ts, line = _timestamp(raw[:MAX_LINE])
+    return _lines(text, default_rank)
+
+
+def _lines(text: str, default_rank: int | None):
+    carried = default_rank
+    for lineno, match in enumerate(_LINE.finditer(text), 1):  # lazily: no list of millions of lines
+        ts, line = _timestamp(match.group(1)[:MAX_LINE])
         if not line.strip():
             continue
         rank = rank_marker(line)
@@ -130,8 +144,12 @@ def parse_log(text, *, default_rank: int | None = None) -> list:
             rank = carried if _CONTINUATION.match(line) else default_rank
         else:
             carried = rank
-        out.append(LogLine(lineno, line.rstrip(), rank, ts, classify(line)))
-    return out
+        yield LogLine(lineno, line.rstrip(), rank, ts, classify(line))
+
+
+def parse_log(text, *, default_rank: int | None = None) -> list:
+    """Every line of a server log as LogLine, with rank, time and signal; ParseError for non-text."""
+    return list(iter_log(text, default_rank=default_rank))
 
 
 def stage_of(lines: list) -> str:

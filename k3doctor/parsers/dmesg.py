@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 
 from k3doctor.parsers import ParseError
-from k3doctor.parsers.common import require_text
+from k3doctor.parsers.common import require_lines
 
 _DECODED = re.compile(r"^(?P<facility>[a-z]{1,10})\s{0,8}:(?P<level>[a-z]{1,10})\s{0,8}:\s?(?P<rest>.*)$",
                       re.DOTALL)  # dmesg --decode
@@ -176,11 +176,12 @@ def parse_log(text: str) -> list:
 
     A capture whose lines are mostly unprefixed is not a kernel log (e.g. ``dmesg: read kernel
     buffer failed: Operation not permitted``, a wrapper's usage text) and must not read as "no
-    signatures found".  Unprefixed continuation lines and journalctl ``-- ... --`` separators
-    are kept (they belong to the log) but do not count as evidence that it is one.
+    signatures found". A capture whose last line has no newline was cut (``no-retry page fa``): it is
+    not read at all, since the line cut is the one that would have been the finding. Unprefixed
+    continuation lines and journalctl ``-- ... --`` separators are kept (they belong to the log) but
+    do not count as evidence that it is one.
     """
-    require_text(text, "kernel log")
-    lines = [parse_line(line) for line in text.splitlines() if line.strip()]
+    lines = [parse_line(line) for line in require_lines(text, "kernel log") if line.strip()]
     if not lines:
         raise ParseError("kernel log: no line with text")
     content = [line for line in lines if not _MARKER.match(line.raw.strip())]

@@ -83,7 +83,7 @@ def fabric_findings(log: str, marker: str | None) -> list:
     lines = log.splitlines()
     if marker and marker in lines:
         lines = lines[len(lines) - lines[::-1].index(marker):]
-    text = "\n".join(lines)
+    text = "".join(line + "\n" for line in lines)  # whole lines, as the capture had them
     if not text.strip():
         return []
     parse_log(log)  # a capture that is not a kernel log raises ParseError

@@ -1,13 +1,18 @@
 """A bounded JSON-over-HTTP client for a model server's OpenAI routes (reference §21, §22).
 
-Each request ends by an absolute deadline, not only per socket operation: a server that trickles
-one byte a second cannot stretch the gate past its deadline. Bodies are capped, so a runaway
+Each request ends by an absolute deadline for the whole exchange, not per socket operation:
+``http.client`` reads a status line, a header, a chunk-size line, a run of ``100 Continue`` answers or
+trailer lines in many ``recv`` calls inside one call of ours, so a socket timeout (per ``recv``) never
+fires against a server that trickles a byte every half second. A watchdog shuts the connection's socket
+down at the deadline instead, which ends whatever read is in progress. Bodies are capped, so a runaway
 answer cannot fill memory. Only ``http`` and ``https`` URLs are accepted.
 """
 from __future__ import annotations
 
 import http.client
 import json
+import socket
+import threading
 import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -62,42 +67,66 @@ def parse_endpoint(url: str) -> Endpoint:
     return Endpoint(parts.scheme, parts.hostname, port, base)
 
 
+class _Watchdog:
+    """Shuts ``conn``'s socket down at ``deadline``: every read in progress (``http.client``'s own loops
+    over status line, headers, chunk framing, ``100 Continue`` and trailers included) ends there."""
+
+    def __init__(self, conn, deadline: float):
+        self.fired = threading.Event()
+        self._conn = conn
+        self._timer = threading.Timer(max(0.0, deadline - time.monotonic()), self._cut)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _cut(self):
+        self.fired.set()
+        sock = self._conn.sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:  # already closed
+                pass
+
+    def cancel(self):
+        self._timer.cancel()
+
+
 def request(endpoint: Endpoint, method: str, path: str, payload=None, *, deadline: float) -> Response:
-    """One HTTP request that is over by ``deadline`` (a ``time.monotonic()`` value)."""
+    """One HTTP request whose whole exchange is over by ``deadline`` (a ``time.monotonic()`` value)."""
     started = time.monotonic()
 
-    def remaining() -> float:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise EndpointError(f"{method} {path}: no complete answer within the deadline "
-                                f"({time.monotonic() - started:.1f}s)")
-        return left
+    def late() -> EndpointError:
+        return EndpointError(f"{method} {path}: no complete answer within the deadline "
+                             f"({time.monotonic() - started:.1f}s)")
 
+    if deadline <= started:
+        raise late()
     cls = http.client.HTTPSConnection if endpoint.scheme == "https" else http.client.HTTPConnection
-    conn = cls(endpoint.host, endpoint.port, timeout=remaining())
+    conn = cls(endpoint.host, endpoint.port, timeout=deadline - started)  # bounds the connect
+    watchdog = _Watchdog(conn, deadline)
     body = json.dumps(payload).encode() if payload is not None else None
     headers = {"Content-Type": "application/json", "Accept": "application/json"} if body else {}
     try:
+        conn.connect()
+        if watchdog.fired.is_set():  # the deadline passed while connecting, before there was a socket to cut
+            raise late()
         conn.request(method, endpoint.base_path + path, body=body, headers=headers)
-        conn.sock.settimeout(remaining())
         resp = conn.getresponse()
         chunks, size = [], 0
-        while True:
-            if conn.sock is not None:
-                conn.sock.settimeout(remaining())
-            chunk = resp.read1(CHUNK) if hasattr(resp, "read1") else resp.read(CHUNK)
-            if not chunk:
-                break
+        while chunk := resp.read1(CHUNK):
             size += len(chunk)
             if size > MAX_BODY_BYTES:
                 raise EndpointError(f"{method} {path}: answer larger than {MAX_BODY_BYTES >> 20} MiB")
             chunks.append(chunk)
-            remaining()
+        if watchdog.fired.is_set():
+            raise late()
+        if resp.length:  # the server closed before the Content-Length it announced
+            raise EndpointError(f"{method} {path}: answer cut after {size} bytes ({resp.length} missing)")
         return Response(resp.status, b"".join(chunks), round(time.monotonic() - started, 3))
-    except TimeoutError:
-        raise EndpointError(f"{method} {path}: no complete answer within the deadline "
-                            f"({time.monotonic() - started:.1f}s)") from None
     except (OSError, http.client.HTTPException) as exc:
+        if watchdog.fired.is_set() or isinstance(exc, TimeoutError):
+            raise late() from None
         raise EndpointError(f"{method} {path}: {exc.__class__.__name__}: {exc}") from None
     finally:
+        watchdog.cancel()
         conn.close()

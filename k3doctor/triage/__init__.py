@@ -6,33 +6,64 @@ rank. Parsing is ``parsers.atom_log``, judgement ``triage.judge``.
 """
 from __future__ import annotations
 
+import itertools
 import re
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from k3doctor.deadline import Deadline
 from k3doctor.gather.node_script import gather
 from k3doctor.judging.runner import cancel_all
 from k3doctor.parsers import ParseError
-from k3doctor.parsers.atom_log import parse_log
+from k3doctor.parsers.atom_log import iter_log
 from k3doctor.parsers.pyspy import parse_dump
 from k3doctor.readings import OUTPUT_CAP_BYTES, Command, ReadingUnavailable, sh
-from k3doctor.redaction import redact_text
+from k3doctor.redaction import RedactionTimeout, redact_text
 from k3doctor.results import Result, Status
 from k3doctor.shell import join, quote
 from k3doctor.triage import judge as judges
 from k3doctor.triage import stacks
 
 _RANK_IN_NAME = re.compile(r"(?:rank|dp)[_-]?(\d{1,3})(?!\d)", re.IGNORECASE)
+# What one triage reads off files or a bundle, at most: a log per node or per rank, each cut to its tail by
+# whoever copied it (MAX_LOG_BYTES), all together MAX_TOTAL_LOG_BYTES (a rack of 1000 nodes' tails), in at
+# most MAX_SOURCES files; past that the input is refused, not judged in part.
 MAX_LOG_BYTES = 32 << 20
+MAX_TOTAL_LOG_BYTES = 256 << 20
+MAX_SOURCES = 2048
+LOCAL_WORK_S = 60.0  # redacting, then judging what was read, on this machine: both linear, so a backstop
 
 
-def group_by_rank(parsed: list) -> dict:
-    ranks: dict = {}
-    for ln in parsed:
-        if ln.rank is not None:
-            ranks.setdefault(ln.rank, []).append(ln)
-    for lines in ranks.values():
-        lines.sort(key=lambda ln: (ln.ts is None, ln.ts or 0.0))
+KEPT_PER_KIND = 64  # lines of one signal kind kept per rank (the first half and the newest half): judges read
+# the first or the last line of a kind, and a kind's total count is kept apart (judges.RankLines.counts)
+
+
+def group_by_rank(parsed) -> dict:
+    """rank -> RankLines in time order, holding only what the judges read: per signal kind its first and
+    newest lines (at most KEPT_PER_KIND, with the count of all) and the rank's last line. ``parsed`` is
+    consumed once, as it comes: a log of millions of lines costs memory per rank, not per line."""
+    kinds, counts, last = {}, {}, {}  # rank -> {kind: (first lines, newest lines)}, rank -> {kind: n}
+    for seq, ln in enumerate(parsed):
+        if ln.rank is None:
+            continue
+        key = (ln.ts is None, ln.ts or 0.0, seq)  # lines without a time sort after the stamped ones, in order
+        if ln.rank not in last or key >= last[ln.rank][0]:
+            last[ln.rank] = (key, ln)
+        for kind in ln.signals:
+            tally = counts.setdefault(ln.rank, {})
+            tally[kind] = tally.get(kind, 0) + 1
+            first, newest = kinds.setdefault(ln.rank, {}).setdefault(kind, ([], []))
+            (first if len(first) < KEPT_PER_KIND // 2 else newest).append((key, ln))
+            if len(newest) > KEPT_PER_KIND:  # amortised: trimmed to the newest half now and then
+                newest.sort(key=lambda pair: pair[0])
+                del newest[:-(KEPT_PER_KIND // 2)]
+    ranks = {}
+    for rank, final in last.items():
+        kept = {id(ln): (key, ln) for first, newest in kinds.get(rank, {}).values()
+                for key, ln in first + sorted(newest, key=lambda pair: pair[0])[-(KEPT_PER_KIND // 2):]}
+        kept[id(final[1])] = final
+        ranks[rank] = judges.RankLines((ln for _, ln in sorted(kept.values(), key=lambda pair: pair[0])),
+                                       counts=counts.get(rank, {}))
     return ranks
 
 
@@ -42,26 +73,36 @@ def read_log_dir(path: str) -> tuple:
     files = sorted(p for p in Path(path).iterdir() if p.is_file())
     if not files:
         problems.append(f"{path}: no log files")
+    if len(files) > MAX_SOURCES:
+        return {}, [f"{path}: {len(files)} files, more than the {MAX_SOURCES} one triage reads (one per node or rank)"]
+    total = 0
     for file in files:
         try:
-            if file.stat().st_size > MAX_LOG_BYTES:
+            size = file.stat().st_size
+            if size > MAX_LOG_BYTES:
                 raise ParseError(f"larger than {MAX_LOG_BYTES >> 20} MiB: pass its tail")
-            texts[file.name] = file.read_bytes().decode("utf-8", "replace")
+            if total + size > MAX_TOTAL_LOG_BYTES:
+                raise ParseError(f"past {MAX_TOTAL_LOG_BYTES >> 20} MiB of logs in all: pass each node's tail")
+            data = file.read_bytes()[:MAX_LOG_BYTES]  # it may have grown since
+            total += len(data)
+            texts[file.name] = data.decode("utf-8", "replace")
         except (OSError, ParseError) as exc:
             problems.append(f"{file.name}: {exc}")
-    return redacted(texts), problems
+    texts, dropped = redacted(texts)
+    return texts, problems + [f"{name}: {why}" for name, why in dropped.items()]
 
 
 def parse_sources(texts: dict) -> tuple:
-    """(every parsed line, {source: why unparseable}); a rank in a source's name is its lines' default."""
+    """(every parsed line, as an iterator read once, {source: why unparseable}); a rank in a source's name is
+    its lines' default."""
     parsed, problems = [], {}
     for name, text in texts.items():
         m = _RANK_IN_NAME.search(name)
         try:
-            parsed += parse_log(text, default_rank=int(m.group(1)) if m else None)
+            parsed.append(iter_log(text, default_rank=int(m.group(1)) if m else None))
         except ParseError as exc:
             problems[name] = str(exc)
-    return parsed, problems
+    return itertools.chain.from_iterable(parsed), problems
 
 
 LIVE_LOG_BYTES = OUTPUT_CAP_BYTES - (64 << 10)  # the newest part of a live log, under the per-reading cap
@@ -143,7 +184,11 @@ def read_node_logs(inv, make_transport, *, tail: int, paths: dict, deadline_s: f
             clocks.append(now)
         if stack_text is not None:
             dumps[node.name] = stack_text
-    return redacted(texts), problems, (max(clocks) if clocks else None), redacted(dumps)
+    texts, dropped = redacted(texts)
+    dumps, dropped_dumps = redacted(dumps)
+    problems.update(dropped)
+    problems.update({node: f"stacks: {why}" for node, why in dropped_dumps.items() if node not in problems})
+    return texts, problems, (max(clocks) if clocks else None), dumps
 
 
 def stack_results(dumps: dict, layout: judges.Layout) -> list:
@@ -174,11 +219,27 @@ def stack_results(dumps: dict, layout: judges.Layout) -> list:
     return results
 
 
-def triage_results(parsed: list, layout: judges.Layout, *, now: float | None, problems: dict) -> list:
-    """Results for the report: unreadable sources first (ERROR), then every finding of the judges."""
+def triage_results(parsed, layout: judges.Layout, *, now: float | None, problems: dict,
+                   deadline: Deadline | None = None) -> list:
+    """Results for the report: unreadable sources first (ERROR), then every finding of the judges. Lines
+    not read by ``deadline`` (LOCAL_WORK_S from now) make the whole judgement an ERROR, never a partial PASS."""
     results = [Result("triage-startup", node if node in layout.nodes else None, Status.ERROR,
                       f"log not read: {why}") for node, why in problems.items()]
-    ranks = group_by_rank(parsed)
+    deadline = deadline or Deadline(LOCAL_WORK_S)
+    seen_serving = []
+
+    def watched(lines):  # uvicorn's lines name no rank: noticed on the one pass over the lines
+        for count, ln in enumerate(lines, 1):
+            if not seen_serving and ln.has("serving"):
+                seen_serving.append(ln)
+            if count % 65536 == 0 and deadline.expired:
+                raise TimeoutError(f"{count} lines read in {deadline.budget_s:g}s, the rest was not")
+            yield ln
+
+    try:
+        ranks = group_by_rank(watched(parsed))
+    except TimeoutError as exc:
+        return results + [Result("triage-startup", None, Status.ERROR, f"logs not judged within the deadline: {exc}")]
     if not ranks and not problems:
         results.append(Result("triage-startup", None, Status.ERROR,
                               "no line of the logs names a DP rank (EngineCore_DP<n>, DP<n>, Engine <nnn>:): "
@@ -187,7 +248,7 @@ def triage_results(parsed: list, layout: judges.Layout, *, now: float | None, pr
     if now is None:  # offline: the newest line anywhere stands for "now"
         stamps = [ln.ts for lines in ranks.values() for ln in lines if ln.ts is not None]
         now = max(stamps) if stamps else None
-    serving = any(ln.has("serving") for ln in parsed)  # uvicorn's lines name no rank
+    serving = bool(seen_serving)
     for step, verdict in judges.judge(ranks, layout, now=now, serving=serving):
         results.append(Result(step, verdict.node, verdict.status, verdict.message, gpu=verdict.gpu,
                               evidence=verdict.evidence, remediation=verdict.remediation))
@@ -203,9 +264,17 @@ def most_likely(results: list):
     return min(bad, key=lambda r: (-r.status.severity, order.get(r.check, len(order))))
 
 
-def redacted(texts: dict) -> dict:
-    """Every text with credential values replaced, before anything is judged, shown or bundled."""
-    return {name: redact_text(text) for name, text in texts.items()}
+def redacted(texts: dict, deadline: Deadline | None = None) -> tuple:
+    """({name: text with credential values replaced}, {name: why it was dropped}), before anything is judged,
+    shown or bundled; a text not redacted by ``deadline`` is dropped whole (it would not be safe to show)."""
+    deadline = deadline or Deadline(LOCAL_WORK_S)
+    done, dropped = {}, {}
+    for name, text in texts.items():
+        try:
+            done[name] = redact_text(text, deadline)
+        except RedactionTimeout as exc:
+            dropped[name] = str(exc)
+    return done, dropped
 
 
 def judge_all(texts: dict, dumps: dict, layout: judges.Layout, *, now: float | None, problems: dict) -> list:

@@ -16,8 +16,15 @@ import tarfile
 import tempfile
 import time
 
+from k3doctor.triage import MAX_LOG_BYTES, MAX_SOURCES, MAX_TOTAL_LOG_BYTES
+
 SCHEMA = "k3doctor.triage-bundle/1"
-MAX_MEMBER_BYTES = 64 << 20
+# A bundle holds what one triage read: its logs (and stack dumps) under triage's own caps, plus the
+# manifest, the report and the saved readings. A few kB of gzip can unpack to gigabytes, so the caps
+# apply to what is unpacked: per member, in all, and in members (each is a dict entry and a text).
+MAX_MEMBER_BYTES = MAX_LOG_BYTES
+MAX_TOTAL_BYTES = MAX_TOTAL_LOG_BYTES + (64 << 20)
+MAX_MEMBERS = 2 * MAX_SOURCES + 3
 _NAME = re.compile(r"^(logs|stacks)/([A-Za-z0-9][A-Za-z0-9._-]{0,127})$")
 
 
@@ -66,10 +73,15 @@ def read(path: str) -> tuple:
     manifest, texts, dumps, readings = None, {}, {}, None
     with tar:
         try:
+            count = total = 0
             for member in tar:
+                count, total = count + 1, total + max(0, member.size)
                 if not member.isfile() or member.size > MAX_MEMBER_BYTES:
                     raise BundleError(f"{path}: unexpected member {member.name!r}")
-                data = tar.extractfile(member).read().decode("utf-8", "replace")
+                if count > MAX_MEMBERS or total > MAX_TOTAL_BYTES:
+                    raise BundleError(f"{path}: more than {MAX_MEMBERS} members or {MAX_TOTAL_BYTES >> 20} MiB "
+                                      "unpacked: not a bundle k3doctor writes")
+                data = tar.extractfile(member).read(MAX_MEMBER_BYTES).decode("utf-8", "replace")
                 if member.name == "manifest.json":
                     manifest = json.loads(data)
                 elif member.name == "readings.json":

@@ -98,6 +98,19 @@ class Layout:
         return self.nodes[index] if index < len(self.nodes) else f"node{index}"
 
 
+class RankLines(list):
+    """One rank's lines as triage keeps them (``triage.group_by_rank``): a sample per signal kind, and in
+    ``counts`` how many lines of each kind there were in all."""
+
+    def __init__(self, lines=(), counts=None):
+        super().__init__(lines)
+        self.counts = dict(counts or {})
+
+
+def _count(lines, kind) -> int:
+    return lines.counts.get(kind, 0) if isinstance(lines, RankLines) else len(_of(lines, kind))
+
+
 def _at(layout: Layout, rank: int, verdict: Verdict) -> Verdict:
     verdict.node = layout.node_of(rank)
     verdict.gpu = rank % layout.per_node
@@ -193,7 +206,7 @@ def judge_rank(rank: int, lines: list, layout: Layout, now: float | None, servin
     if _of(lines, "translation_failed"):
         add("triage-config", fail("code-object translation failed", evidence={
             "line": _of(lines, "translation_failed")[0].text[:300]}, remediation=TRANSLATION_FAILED))
-    translated = len(_of(lines, "translated"))
+    translated = _count(lines, "translated")
     if layout.stepping == "A0" and stage_of(lines) in ("kv-budget", "serving") and translated == 0:
         add("triage-config", fail("A0 rank past model load with 0 `outcome=translated` lines: every token will be '!'",
                                   evidence={"translated": 0}, remediation=NOT_TRANSLATING))

@@ -19,8 +19,13 @@ HEALTHY = {
     "The chemical symbol for gold is": " Au. It comes from the Latin word aurum.",
     "Monday, Tuesday, Wednesday,": " Thursday, Friday, Saturday, Sunday.",
 }
+# Answers that never end inside the HTTP framing itself, each read by the client in many small recv()s:
+# a byte every half second of the status line, of a header, of a chunk-size line, of a chunk extension;
+# or, quickly and forever, `100 Continue` interim answers, or trailer lines after the last chunk.
+FRAMING_TRICKLES = ("trickle-status", "trickle-header", "trickle-chunk-size", "trickle-chunk-ext",
+                    "endless-continue", "endless-trailers")
 MODES = ("healthy", "bang", "repeat", "flat", "nan", "empty", "chat-cut", "name-mismatch", "http-404",
-         "http-500", "garbage", "hang", "trickle")
+         "http-500", "garbage", "hang", "trickle", *FRAMING_TRICKLES)
 
 
 def _tokens(text: str) -> list:
@@ -78,7 +83,30 @@ def handler_for(mode: str):
             self.end_headers()
             self.wfile.write(body)
 
+        def _frame_forever(self, head: bytes, drip: bytes, pause_s: float):
+            """Write ``head``, then ``drip`` every ``pause_s`` until the client goes away."""
+            try:
+                self.wfile.write(head)
+                self.wfile.flush()
+                while True:
+                    time.sleep(pause_s)
+                    self.wfile.write(drip)
+                    self.wfile.flush()
+            except OSError:
+                return None
+
         def _answer(self, doc: dict):
+            if mode in FRAMING_TRICKLES:
+                chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+                head, drip, pause = {
+                    "trickle-status": (b"H", b"T", 0.5),
+                    "trickle-header": (b"HTTP/1.1 200 OK\r\nX-Slow: ", b"a", 0.5),
+                    "trickle-chunk-size": (chunked + b"0", b"0", 0.5),
+                    "trickle-chunk-ext": (chunked + b"2;ext=", b"x", 0.5),
+                    "endless-continue": (b"", b"HTTP/1.1 100 Continue\r\n\r\n", 0.05),
+                    "endless-trailers": (chunked + b"2\r\n{}\r\n0\r\n", b"X-Trailer: 1\r\n", 0.05),
+                }[mode]
+                return self._frame_forever(head, drip, pause)
             if mode == "garbage":
                 return self._send(200, b"<html>upstream error</html>", "text/html")
             if mode == "hang":

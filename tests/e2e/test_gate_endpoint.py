@@ -10,6 +10,7 @@ import sys
 import time
 
 import pytest
+from k3rig.model_server import FRAMING_TRICKLES
 
 from tests.e2e import cli
 
@@ -82,6 +83,17 @@ def test_a_server_that_never_finishes_answering_ends_by_the_deadline(server, mod
     assert rc == 2 and ("gate-models", "ERROR", None) in seen
     assert "deadline" in doc["results"][0]["message"]
     assert took < 60  # the deadline is 4 s; CLI start-up on a loaded box is the rest
+
+
+@pytest.mark.parametrize("mode", FRAMING_TRICKLES)
+def test_the_deadline_holds_against_a_server_trickling_inside_the_http_framing(server, mode):
+    url = server(mode)
+    started = time.monotonic()
+    rc, seen, doc = gate(url, "--deadline", "5")
+    took = time.monotonic() - started
+    assert rc == 2 and ("gate-models", "ERROR", None) in seen
+    assert "deadline" in doc["results"][0]["message"]
+    assert took < 30, took  # the deadline is 5 s (+1 s measured in tests/unit/test_endpoint_deadline.py)
 
 
 def test_nobody_listening_is_one_error_and_the_rest_say_why(server):

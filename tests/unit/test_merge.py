@@ -167,3 +167,14 @@ def test_a_nodes_figures_survive_its_document_and_a_damaged_one_is_its_error():
     assert result.figures == figures
     with pytest.raises(ValueError, match="not a figure"):
         merge._result({"check": "c", "node": "n", "status": "PASS", "message": "m", "figures": [{"kind": "x"}]}, "n")
+
+def test_a_check_listed_as_run_without_a_result_is_an_error_not_a_silent_gap():
+    inv = inventory()
+    doc = json.loads(document("ct13", status=Status.FAIL))
+    doc["results"] = [r for r in doc["results"] if r["check"] != "shm-clean"]  # the FAIL is gone, the check listed
+    assert "shm-clean" in doc["checks"]
+    by_node = merge.one_each(parsed(json.dumps(doc)) + parsed(document("ct14")))
+    report = merge.merge(inv, select_checks(REGISTRY, only=("shm-clean", "hbm-uniform")), by_node)
+    shm = [(r.node, r.status) for r in report.results if r.check == "shm-clean"]
+    assert shm == [("ct13", Status.ERROR), ("ct14", Status.PASS)]
+    assert "no result" in next(r.message for r in report.results if r.check == "shm-clean")

@@ -201,3 +201,12 @@ def test_a_huge_accid_is_bounded_not_a_crash():
     findings = find_signatures("[ 1.000000] amdgpu 0001:01:00.0: IMPORT: NPA-RSP timeout from remote AccId:"
                                + "9" * 5000 + "\n")
     assert [f.accid for f in findings] == [9999999999]
+
+
+@pytest.mark.parametrize("cut", [
+    "[ 1.000000] amdgpu 0000:05:00.0: amdgpu: [gfxhub] no-retry page fa",
+    "[ 1.000000] amdgpu 0000:05:00.0: amdgpu: MES failed to respond to msg=REMOVE_QU",
+])
+def test_a_kernel_log_cut_mid_line_is_a_parse_error_not_a_clean_log(cut):
+    with pytest.raises(ParseError, match="mid-line"):
+        find_signatures("[ 0.500000] Linux version 6.8.0\n" + cut)

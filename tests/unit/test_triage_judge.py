@@ -144,8 +144,18 @@ def test_a_40kb_line_is_cheap():
 
 
 def test_group_by_rank_orders_by_time():
-    text = "2026-12-01T10:00:02Z DP1 b\n2026-12-01T10:00:01Z DP1 a"
-    assert [ln.text for ln in group_by_rank(parse_log(text))[1]] == ["DP1 a", "DP1 b"]
+    text = "2026-12-01T10:00:02Z DP1 b load RCCL version\n2026-12-01T10:00:01Z DP1 a load RCCL version"
+    assert [ln.text for ln in group_by_rank(parse_log(text))[1]] == ["DP1 a load RCCL version",
+                                                                    "DP1 b load RCCL version"]
+
+
+def test_group_by_rank_keeps_a_small_state_per_rank_whatever_the_log_length():
+    text = "".join(f"2026-12-01T{10 + i // 3600:02d}:{i // 60 % 60:02d}:{i % 60:02d}Z DP0 outcome=translated step {i}\n"
+                   for i in range(5000)) + "2026-12-01T11:30:00Z DP0 plain last line\n" + "DP0\n" * 20000
+    lines = group_by_rank(iter(parse_log(text)))[0]
+    assert len(lines) <= 65 and lines.counts["translated"] == 5000
+    assert lines[-1].text == "DP0" and lines[0].text.endswith("step 0")
+    assert [ln.text for ln in lines if ln.has("translated")][-1].endswith("step 4999")
 
 
 def test_budget_total_against_the_declared_board():
