@@ -7,8 +7,9 @@ import time
 from http.server import ThreadingHTTPServer
 
 import pytest
-from k3doctor.transport.http import EndpointError, parse_endpoint, request
 from k3rig.model_server import FRAMING_TRICKLES, handler_for
+
+from k3doctor.transport.http import EndpointError, parse_endpoint, request
 
 DEADLINE_S = 2.0
 
