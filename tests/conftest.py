@@ -9,6 +9,9 @@ from __future__ import annotations
 import pytest
 from k3rig import Rig, missing_requirements
 
+# every process the tests start sees SIGINT as a terminal's foreground job does (tests/terminal_signals.py)
+pytest_plugins = ["tests.terminal_signals"]
+
 
 def rig_unavailable() -> str | None:
     """Why the simulated rack cannot run here (None when it can)."""

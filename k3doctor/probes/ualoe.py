@@ -39,6 +39,7 @@ from k3doctor.remote.ualoe_remote import (
     Background,
     Launches,
     kill_pids,
+    pidfile_word,
 )
 from k3doctor.results import Status, error, fail, skip, warn
 from k3doctor.shell import quote
@@ -77,7 +78,7 @@ class PairRun:
     def recorded(self, node: str, role: str, command: str) -> tuple:
         """(pidfile, command that writes its PID there and then becomes the tool)."""
         pidfile = self.launches.pidfile(node, f"{role}.{node}")
-        return pidfile, f"echo $$ > {quote(pidfile)} && exec {command}"
+        return pidfile, f"echo $$ > {pidfile_word(pidfile)} && exec {command}"
 
     def serve(self, tool_cmd: str, port: int, timeout_s: float):
         """Start the exporter/listener and wait until its own PID listens on the port."""
@@ -85,7 +86,7 @@ class PairRun:
         bg = Background(self.t[self.exporter], cmd, timeout_s)
         end = time.monotonic() + self.cfg.listen_timeout_s
         while time.monotonic() < end:
-            got = self.t[self.exporter].run(LISTEN_SCRIPT.format(pidfile=quote(pidfile)), timeout_s=SHORT_S)
+            got = self.t[self.exporter].run(LISTEN_SCRIPT.format(pidfile=pidfile_word(pidfile)), timeout_s=SHORT_S)
             state = listening(got.stdout, port)
             if state:
                 return bg, pidfile, None

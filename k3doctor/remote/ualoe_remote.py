@@ -43,8 +43,14 @@ k() {
 """
 
 
+def pidfile_word(name: str) -> str:
+    """The shell word for PID file ``name`` in the node's own temp directory (``$TMPDIR`` as the login
+    sets it, else /tmp, as gather's scratch directory): a shared /tmp is not the only place it may go."""
+    return '"${TMPDIR:-/tmp}"/' + quote(name)
+
+
 def kill_recorded(pidfiles) -> str:
-    words = " ".join(quote(f) for f in pidfiles)
+    words = " ".join(pidfile_word(f) for f in pidfiles)
     return KILL_FN + (f'for f in {words}; do pid=$(cat "$f" 2>/dev/null); rm -f "$f"; '
                       '[ -n "$pid" ] && k "$pid"; done; true')
 
@@ -59,7 +65,7 @@ SHORT_S = 15.0  # bookkeeping commands (process tables, kills, kernel log)
 
 
 class Launches:
-    """Every remote process this probe started, as (node, pidfile), for the final kill."""
+    """Every remote process this probe started, as (node, PID file name), for the final kill."""
 
     def __init__(self, transports: dict):
         self.transports = transports
@@ -69,12 +75,13 @@ class Launches:
         self.closed = False
 
     def pidfile(self, node: str, role: str) -> str:
-        path = f"/tmp/k3doctor-ualoe.{self.token}.{role}.pid"
+        """The name of a new PID file on ``node``; its shell word there is ``pidfile_word(name)``."""
+        name = f"k3doctor-ualoe.{self.token}.{role}.pid"
         with self.lock:
             if self.closed:  # the probe is being torn down (Ctrl-C): start nothing more
                 raise RuntimeError("probe stopped")
-            self.pidfiles.setdefault(node, set()).add(path)
-        return path
+            self.pidfiles.setdefault(node, set()).add(name)
+        return name
 
     def kill(self, node: str, only=None) -> None:
         with self.lock:

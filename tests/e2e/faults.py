@@ -14,6 +14,7 @@ import shutil
 import socket
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 import psutil
@@ -173,3 +174,18 @@ def node_processes(rig) -> list:
         except (psutil.Error, OSError):
             continue
     return found
+
+
+def clear_leftovers(rig) -> None:
+    """KILL whatever a test left on the rig's nodes (every process but their sshd) and remove k3doctor's
+    scratch directories there: a test that failed because something was left must not fail the next test
+    with its leftovers too (a k3doctor the test had to SIGKILL leaves reads with 300 s deadlines)."""
+    end = time.monotonic() + 5  # a shell may fork once more between the listing and its KILL
+    while (left := node_processes(rig)) and time.monotonic() < end:
+        for pid, _ in left:
+            with contextlib.suppress(psutil.Error):
+                psutil.Process(pid).kill()
+        time.sleep(0.1)
+    for node in rig.nodes:
+        for scratch in node.tmp.glob("k3doctor.*"):
+            shutil.rmtree(scratch, ignore_errors=True)

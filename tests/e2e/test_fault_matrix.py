@@ -22,6 +22,7 @@ import yaml
 from k3rig import Rig, missing_requirements
 
 from tests.e2e.faults import (
+    clear_leftovers,
     engine_replaced,
     kill_sessions,
     leftover_tmp,
@@ -55,9 +56,12 @@ def rack():
 
 @pytest.fixture(autouse=True)
 def healthy(rack):
+    """Each test starts on a healthy, idle rack: what a failed one left there (its own assertions said so)
+    is cleared, not handed to the next test."""
     yield
     if rack.scenario != "healthy":
         rack.apply("healthy")
+    clear_leftovers(rack)
 
 
 def inventory(rack, tmp_path, edit=None) -> Path:

@@ -1,10 +1,12 @@
 """ualoe-fabric end to end: the real CLI drives the fake ubench 07 tools over real SSH and TCP (issue 4)."""
-import glob
+import contextlib
+import os
 import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ET
 
+import psutil
 import pytest
 
 from tests.e2e import cli
@@ -31,15 +33,31 @@ def by_node(results):
     return out
 
 
+def pid_files(rig) -> list:
+    """The probe's PID files in the rig's nodes' own $TMPDIR (this rig's, not the host's shared /tmp)."""
+    return sorted(str(path) for node in rig.nodes for path in node.tmp.glob("k3doctor-ualoe.*.pid"))
+
+
+@pytest.fixture(autouse=True)
+def no_leftovers_for_the_next_test(rig):
+    """What a failed test left (its own assertions said so) is cleared, not handed to the next test."""
+    yield
+    for pid in rig.pids_matching("ualoe_"):
+        with contextlib.suppress(psutil.Error):
+            psutil.Process(pid).kill()
+    for path in pid_files(rig):
+        os.unlink(path)
+
+
 def nothing_left(rig):
     """Every ubench process k3doctor started is gone, and so are the PID files it killed them by
-    (the nodes' /tmp is the host's; sshd's own teardown would not remove those)."""
+    (sshd's own teardown would not remove those)."""
     deadline = time.monotonic() + 5
     while rig.pids_matching("ualoe_") and time.monotonic() < deadline:
         time.sleep(0.2)
     assert rig.pids_matching("ualoe_p2p.exe") == []
     assert rig.pids_matching("ualoe_bw.exe") == []
-    assert glob.glob("/tmp/k3doctor-ualoe.*.pid") == []
+    assert pid_files(rig) == []
 
 
 def ssh(rig, node, command, timeout=30):

@@ -1,4 +1,7 @@
 """The pure half of the ualoe-fabric probe: plans, ubench output, process/socket tables, judgement."""
+import subprocess
+from pathlib import Path
+
 import pytest
 
 from k3doctor.model.gpu import locate_accid, parse_accel_ids
@@ -224,8 +227,8 @@ def test_single_pair_cannot_be_pinned_and_kernel_log_names_the_gpu():
 
 
 def test_kill_scripts_quote_pidfiles_and_check_argv0():
-    script = ualoe_remote.kill_recorded(["/tmp/k3doctor-ualoe.x.serve.ct 13.pid"])
-    assert "'/tmp/k3doctor-ualoe.x.serve.ct 13.pid'" in script
+    script = ualoe_remote.kill_recorded(["k3doctor-ualoe.x.serve.ct 13.pid"])
+    assert """"${TMPDIR:-/tmp}"/'k3doctor-ualoe.x.serve.ct 13.pid'""" in script
     assert 'case "${a0##*/}" in ualoe_p2p.exe|ualoe_bw.exe)' in script
     assert ualoe_remote.kill_pids([12, 34]).rstrip().endswith('for p in 12 34; do k "$p"; done; true')
 
@@ -255,3 +258,15 @@ def test_slow_pairs_do_not_make_a_node_fail_with_every_peer():
     warned = [v for v in verdicts if v.status == Status.WARN]
     assert [v.node for v in warned] == ["ct16", "ct17"]
     assert all("slowness is on" not in v.message and "path" not in v.message for v in warned)
+
+
+def test_pid_files_live_in_the_nodes_own_temp_directory(tmp_path):
+    """A login's $TMPDIR (else /tmp) holds them, as gather's scratch directory: through a real sh, a name
+    with a space and a quote written, read back and removed by the kill script there, nothing in /tmp."""
+    name = "k3doctor-ualoe.x.serve.ct 13's.pid"
+    word = ualoe_remote.pidfile_word(name)
+    env = {"PATH": "/usr/bin:/bin", "TMPDIR": str(tmp_path)}
+    subprocess.run(["sh", "-c", f"echo 4242 > {word}"], check=True, env=env)
+    assert (tmp_path / name).read_text() == "4242\n" and not Path("/tmp", name).exists()
+    subprocess.run(["sh", "-c", ualoe_remote.kill_recorded([name])], check=True, env=env, timeout=30)
+    assert list(tmp_path.iterdir()) == []
