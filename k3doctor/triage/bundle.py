@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import re
 import tarfile
-import tempfile
 import time
+
+from k3doctor.outputs.files import write_file
 
 SCHEMA = "k3doctor.triage-bundle/1"
 MAX_MEMBER_BYTES = 64 << 20
@@ -27,30 +27,25 @@ class BundleError(Exception):
 
 def write(path: str, *, texts: dict, dumps: dict, manifest: dict, report_json: str,
           readings: str | None = None) -> None:
-    """Atomically (temp file + rename), mode 0600: the bundle may still hold host names and paths."""
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".k3doctor-bundle-", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as raw, tarfile.open(fileobj=raw, mode="w:gz") as tar:
-            def add(name: str, text: str):
-                data = text.encode("utf-8", "replace")
-                info = tarfile.TarInfo(name)
-                info.size, info.mtime, info.mode = len(data), int(time.time()), 0o600
-                tar.addfile(info, io.BytesIO(data))
+    """Mode 0600 (the bundle may still hold host names and paths), replaced atomically or written through a
+    device or pipe as every ``-o`` is (``outputs.files.write_file``)."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        def add(name: str, text: str):
+            data = text.encode("utf-8", "replace")
+            info = tarfile.TarInfo(name)
+            info.size, info.mtime, info.mode = len(data), int(time.time()), 0o600
+            tar.addfile(info, io.BytesIO(data))
 
-            add("manifest.json", json.dumps({"schema": SCHEMA, **manifest}, indent=2))
-            for name, text in texts.items():  # redacted where they were read (triage.redacted)
-                add(f"logs/{_safe(name)}", text)
-            for name, text in dumps.items():
-                add(f"stacks/{_safe(name)}", text)
-            add("report.json", report_json)
-            if readings is not None:  # the checks' saved readings (kernel log), redacted by their specs
-                add("readings.json", readings)
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+        add("manifest.json", json.dumps({"schema": SCHEMA, **manifest}, indent=2))
+        for name, text in texts.items():  # redacted where they were read (triage.redacted)
+            add(f"logs/{_safe(name)}", text)
+        for name, text in dumps.items():
+            add(f"stacks/{_safe(name)}", text)
+        add("report.json", report_json)
+        if readings is not None:  # the checks' saved readings (kernel log), redacted by their specs
+            add("readings.json", readings)
+    write_file(path, buffer.getvalue(), private=True)
 
 
 def _safe(name: str) -> str:
