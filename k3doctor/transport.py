@@ -24,6 +24,8 @@ from . import lazy_imports  # noqa: F401  (first: paramiko itself is imported at
 import paramiko
 # isort: on
 
+from k3doctor import localfiles
+
 from . import sshconfig
 from .deadline import Deadline, seconds
 from .procs import drain_killed
@@ -374,9 +376,14 @@ class SSHTransport(Transport):
     @staticmethod
     def _login(t: SSHTarget, sock) -> paramiko.SSHClient:
         where = f"{t.user}@{t.host}:{t.port}"
-        if t.identity_file and not os.path.isfile(t.identity_file):
-            raise TransportError(f"identity file {t.identity_file} for {where} does not exist "
-                                 "(identity_file in the inventory or IdentityFile in the ssh config)")
+        if t.identity_file:
+            try:
+                why = localfiles.not_regular(t.identity_file)
+            except OSError as exc:
+                why = "does not exist" if isinstance(exc, FileNotFoundError) else f"cannot be read ({exc.strerror})"
+            if why:
+                raise TransportError(f"identity file {t.identity_file} for {where} {why} "
+                                     "(identity_file in the inventory or IdentityFile in the ssh config)")
         if sock is None:  # a jump host's channel is already connected; a direct node is probed first
             sock = probe_tcp(t.host, t.port, min(t.connect_timeout_s, PROBE_TIMEOUT_S))
         from . import hostkeys  # paramiko's import starts here, after the probe (lazy_imports)
