@@ -16,20 +16,72 @@ _ENV_LINE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(.*)")
 # A name that says its value is a credential (HF_TOKEN, api_key, --password, AWS_SECRET_ACCESS_KEY, ...);
 # "tokens"/"tokenizer" are not ("max_num_batched_tokens" is a number everybody may read).
 SECRET_WORDS = r"(?:token(?![a-z])|secret|passw(?:or)?d|api[-_]?key|access[-_]?key|credential)"
-_FREE_TEXT_SECRETS = (
-    (re.compile(rf"(?i)\b([\w.-]*{SECRET_WORDS}[\w.-]*)(['\"]?\s*[=:]\s*['\"]?)([^\s,'\"}}\]]{{1,512}})"),
-     rf"\1\2{REDACTED}"),  # NAME=VALUE, 'name': 'value', name: "value"
-    (re.compile(rf"(?i)(--?[\w-]*{SECRET_WORDS}[\w-]*)(\s+)(?!-)([^\s'\"]{{1,512}})"), rf"\1\2{REDACTED}"),
-    (re.compile(r"\b(?:hf|sk)[_-][A-Za-z0-9_-]{16,}"), REDACTED),  # Hugging Face / OpenAI-style keys anywhere
-    (re.compile(r"(?i)\b(Bearer)\s+[A-Za-z0-9._~+/=-]{16,}"), rf"\1 {REDACTED}"),
+# Every pattern below stays linear on any line (a container prints what it likes; 64 KB of "-" or "a."
+# must not cost seconds): a name is matched only from the start of its word (a fixed-width lookbehind, so
+# an attempt inside a run of word characters fails at once) up to its first secret word (an atomic group:
+# never a second search of the same run), and every other repetition is possessive (``*+``,
+# ``++``: nothing is given back, so no attempt rescans what the previous one read). Values are replaced
+# whole, however long: a cut at N characters would leave the rest of a long token in the bundle.
+_NAME = rf"(?<![\w.-])((?>[\w.-]*?{SECRET_WORDS})[\w.-]*+)"
+_QUOTED_OR_BARE = r"(?:(\")[^\"\n]*+\"|(')[^'\n]*+'|[^\s,;'\"}}\]]++)"
+SECRET_SHAPES = (
+    # (what, pattern, replacement). Shapes from the public secret-scanner rule sets (GitHub's secret
+    # scanning token formats, Slack's and Hugging Face's documented prefixes, RFC 3986 userinfo, RFC 7617
+    # Basic credentials, PEM private key labels of RFC 7468), written as bounded, linear patterns.
+    ("url credentials", re.compile(r"(?<=[A-Za-z0-9])(://[^\s/:@]*+):[^\s/@]++@"), rf"\1:{REDACTED}@"),
+    ("authorization header", re.compile(r"(?i)(?<![\w-])((?:proxy-)?authorization['\"]?\s*+[:=]\s*+['\"]?)"
+                                        r"(?:(basic|bearer|token|digest|negotiate)\s++)?[^\s'\",]++"),
+     rf"\1\2 {REDACTED}"),
+    ("cookie header", re.compile(r"(?i)(?<![\w-])((?:set-)?cookie\s*+:\s*+)[^\r\n]++"), rf"\1{REDACTED}"),
+    ("NAME=value", re.compile(rf"(?i){_NAME}(['\"]?\s*+[=:]\s*+){_QUOTED_OR_BARE}"),
+     lambda m: f"{m[1]}{m[2]}{m[3] or m[4] or ''}{REDACTED}{m[3] or m[4] or ''}"),  # a quoted value keeps its quotes
+    ("--name value", re.compile(rf"(?i)(?<![\w-])(--?(?>[\w-]*?{SECRET_WORDS})[\w-]*+)(\s++)(?!-)[^\s'\"]++"),
+     rf"\1\2{REDACTED}"),
+    # NAME<TAB>value (env listed as a table) and NAME value (aws configure set aws_secret_access_key V): the
+    # name joins the secret word with "_" or "-"; after a space a plain lowercase word ("HF_TOKEN is not
+    # set") is prose, not a value.
+    ("NAME<whitespace>value", re.compile(
+        rf"(?i)(?<![\w.-])((?>[\w.-]*?[_-]{SECRET_WORDS})[\w.-]*+|{SECRET_WORDS}[_-][\w.-]*+)"
+        r"(\t[ \t]*+|[ ]++(?![a-z]++(?![^\s,;.])))(?![-=:])[^\s'\",;]++"), rf"\1\2{REDACTED}"),
+    ("token shapes", re.compile(r"(?<![\w-])(?:gh[pousr]_[A-Za-z0-9]{20,}+|github_pat_[A-Za-z0-9_]{20,}+"
+                                r"|xox[abposr]-[A-Za-z0-9-]{8,}+|glpat-[A-Za-z0-9_-]{16,}+"
+                                r"|(?:hf|sk)[_-][A-Za-z0-9_-]{16,}+|hf_[A-Za-z0-9]{2,}+(?![\w-])"
+                                r"|AKIA[0-9A-Z]{16}(?![0-9A-Z]))"), REDACTED),
+    ("bearer", re.compile(r"(?i)\b(Bearer)\s++[A-Za-z0-9._~+/=-]{16,}+"), rf"\1 {REDACTED}"),
 )
+_PEM_BEGIN = re.compile(r"-----BEGIN [A-Z0-9 ]{0,40}?PRIVATE KEY-----")
+_PEM_END = re.compile(r"-----END [A-Z0-9 ]{0,40}?PRIVATE KEY-----")
 
 
 def redact_text(text: str) -> str:
     """Free text (a server log, a command line, a py-spy header) with credential values replaced."""
-    for pattern, replacement in _FREE_TEXT_SECRETS:
+    text = _redact_private_keys(text)
+    for _what, pattern, replacement in SECRET_SHAPES:
         text = pattern.sub(replacement, text)
     return text
+
+
+def _redact_private_keys(text: str) -> str:
+    """PEM private key blocks (RFC 7468) whole, from BEGIN to END - on one line (a JSON string with \\n escapes)
+    or over many; a block without its END is redacted to the end of the text. One pass: linear."""
+    if "PRIVATE KEY-----" not in text:
+        return text
+    out, inside, pos = [], False, 0
+    while pos <= len(text):
+        if not inside:
+            begin = _PEM_BEGIN.search(text, pos)
+            if begin is None:
+                out.append(text[pos:])
+                break
+            out.append(text[pos:begin.end()] + REDACTED)
+            inside, pos = True, begin.end()
+        else:
+            end = _PEM_END.search(text, pos)
+            if end is None:
+                break
+            out.append(text[end.start():end.end()])
+            inside, pos = False, end.end()
+    return "".join(out)
 
 
 @dataclass(frozen=True)

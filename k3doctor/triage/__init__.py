@@ -6,9 +6,12 @@ rank. Parsing is ``parsers.atom_log``, judgement ``triage.judge``.
 """
 from __future__ import annotations
 
+import os
 import re
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+from k3doctor import localfiles
 
 from ..gather import gather
 from ..parsers import ParseError
@@ -37,18 +40,28 @@ def group_by_rank(parsed: list) -> dict:
 
 
 def read_log_dir(path: str) -> tuple:
-    """({file name: text}, problems): log files copied off the cluster, one per node or per rank."""
+    """({file name: text}, problems): log files copied off the cluster, one per node or per rank.
+
+    Only regular files in ``path`` are read; a symlink is followed only to a file inside ``path`` (a
+    ``rank3.log -> ~/.ssh/id_ed25519`` would put the key into the report and the bundle)."""
     texts, problems = {}, []
-    files = sorted(p for p in Path(path).iterdir() if p.is_file())
+    root = os.path.realpath(path)
+    files = []
+    for entry in sorted(Path(path).iterdir()):
+        target = os.path.realpath(entry)
+        if entry.is_symlink() and not target.startswith(root + os.sep):
+            problems.append(f"{entry.name}: a symbolic link out of {path} (not read)")
+        elif entry.is_file():
+            files.append((entry.name, target))
     if not files:
         problems.append(f"{path}: no log files")
-    for file in files:
+    for name, target in files:
         try:
-            if file.stat().st_size > MAX_LOG_BYTES:
+            if os.stat(target).st_size > MAX_LOG_BYTES:
                 raise ParseError(f"larger than {MAX_LOG_BYTES >> 20} MiB: pass its tail")
-            texts[file.name] = file.read_bytes().decode("utf-8", "replace")
+            texts[name] = localfiles.read_bytes(target).decode("utf-8", "replace")
         except (OSError, ParseError) as exc:
-            problems.append(f"{file.name}: {exc}")
+            problems.append(f"{name}: {exc.strerror if isinstance(exc, OSError) else exc}")
     return redacted(texts), problems
 
 
