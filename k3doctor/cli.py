@@ -566,11 +566,8 @@ def _emit_triage(report, fmt, output, verbose):
 
     out = OUTPUTS[fmt]
     text = out.render(report[0], report[1], verbose)
-    first = triage.most_likely(report[0].results)
-    if first and fmt == "table":
-        where = f"{first.node} gpu{first.gpu} (rank {first.evidence.get('rank')})" if first.node else "cluster"
-        text = (f"Most likely cause: {first.message}\n  where: {where}\n  do: k3doctor explain "
-                f"{first.remediation}\n\n") + text
+    if fmt == "table":
+        text = triage.first_screen(report[0].results) + text
     write_output(output, text, private=out.private)
     sys.exit(out.exit_code(report[0]))
 

@@ -11,7 +11,7 @@ import time
 from . import __version__
 from .registry import REGISTRY
 from .results import Status, overall, worst
-from .text import terminal_safe, xml_safe
+from .text import one_line, terminal_safe, xml_safe
 
 SCHEMA = "k3doctor.report/1"
 CLUSTER_COLUMN = "cluster"
@@ -42,18 +42,20 @@ def render_table(report, checks, verbose: bool = False) -> str:
         rows.append(row)
     from tabulate import tabulate  # only for the table: it costs the CLI's start ~60 ms (importlib.metadata)
 
-    lines = [tabulate(rows, headers=["check", *columns], tablefmt="simple")]
+    # Node names and messages come from inventories, bundles and node output: each is one field on one line
+    # (a newline in a name would print a forged row, an ESC would drive the terminal).
+    lines = [tabulate(rows, headers=["check", *map(one_line, columns)], tablefmt="simple")]
     found = findings(report.results)
     if found:
         lines.append("")
     for r in found:
         code = f"  [{r.remediation}]" if r.remediation else ""
-        lines.append(f"{r.status.value:5} {r.check} {_where(r)}: {r.message}{code}")
+        lines.append(f"{r.status.value:5} {r.check} {one_line(_where(r))}: {one_line(r.message)}{code}")
         if verbose:
-            lines += [f"        {k}: {v}" for k, v in r.evidence.items()]
+            lines += [f"        {one_line(k)}: {one_line(v)}" for k, v in r.evidence.items()]
     if verbose:
         passes = [r for r in report.results if r.status == Status.PASS]
-        lines += [""] + [f"PASS  {r.check} {_where(r)}: {r.message}" for r in passes]
+        lines += [""] + [f"PASS  {r.check} {one_line(_where(r))}: {one_line(r.message)}" for r in passes]
     verdict = overall(report.results)
     first = next((r.remediation for r in found if r.remediation), None)  # the most severe finding's
     lines.append("")

@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from k3doctor import localfiles
+from k3doctor.text import one_line
 
 from ..gather import gather
 from ..parsers import ParseError
@@ -214,6 +215,17 @@ def most_likely(results: list):
         return None
     order = {step: i for i, step in enumerate(judges.STEPS)}
     return min(bad, key=lambda r: (-r.status.severity, order.get(r.check, len(order))))
+
+
+def first_screen(results: list) -> str:
+    """The lines above triage's table: the most likely cause, where, what to do - each field one line with
+    nothing that drives a terminal (it quotes log text: an OSC title or ``ESC[2J`` must not reach the screen)."""
+    first = most_likely(results)
+    if first is None:
+        return ""
+    where = f"{first.node} gpu{first.gpu} (rank {first.evidence.get('rank')})" if first.node else "cluster"
+    return (f"Most likely cause: {one_line(first.message)}\n  where: {one_line(where)}\n"
+            f"  do: k3doctor explain {one_line(first.remediation)}\n\n")
 
 
 def redacted(texts: dict) -> dict:
