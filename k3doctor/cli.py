@@ -52,7 +52,11 @@ class Seconds(click.ParamType):
 
 
 def _names(value: str) -> tuple:
-    return tuple(n.strip() for n in (value or "").split(",") if n.strip())
+    """Check names of --only/--skip; a list that names none (``,,,``) is an error, not "every check"."""
+    names = tuple(n.strip() for n in (value or "").split(",") if n.strip())
+    if value and not names:
+        raise click.UsageError(f"{value!r} names no check (see `k3doctor list`)")
+    return names
 
 
 def _progress(quiet=False):
@@ -551,13 +555,14 @@ def triage_cmd(inventory, ansible_inventory, logs_dir, log_paths, stepping, tail
 def _triage_report(results, layout, duration_s, gate=False):
     """(RunReport, steps) of a triage: nodes in layout order, then any other node a result names."""
     from .gate import STEPS as GATE_STEPS
-    from .gate import Step
+    from .gate import Step, unreachable
     from .runner import RunReport
     from .triage.judge import STEPS
 
     nodes = list(dict.fromkeys([*layout.nodes, *(r.node for r in results if r.node)]))
     steps = [Step(name, name) for name in (*STEPS, KERNEL_HEALTH)] + (list(GATE_STEPS) if gate else [])
-    return RunReport(results=results, nodes=nodes, duration_s=round(duration_s, 3)), steps
+    return RunReport(results=results, nodes=nodes, duration_s=round(duration_s, 3),
+                     unreachable=unreachable(results)), steps
 
 
 def _emit_triage(report, fmt, output, verbose):
@@ -584,10 +589,8 @@ def _judge_bundle(path, fmt, output, verbose):
     started = time.monotonic()
     try:
         manifest, texts, dumps, readings = bundles.read(path)
-        lay = manifest["layout"]
-        layout = Layout(nodes=tuple(lay["nodes"]), per_node=int(lay["per_node"]), stepping=lay.get("stepping"),
-                        board_gib=lay.get("board_gib"))
-        now, problems = manifest.get("now"), dict(manifest.get("problems") or {})
+        lay, now, problems = bundles.layout_of(manifest, path)
+        layout = Layout(**lay)
         saved = snapshot.load(readings) if readings else None
         inv = _saved_inventory(saved[0], saved[2], path) if saved else None
     except (bundles.BundleError, snapshot.SnapshotError, InventoryError, KeyError, TypeError, ValueError) as exc:
@@ -616,7 +619,7 @@ def gate_cmd(endpoint, model, chat_max_tokens, deadline, fmt, output, verbose):
     """Sanity gate before any benchmark: served name, real text (not `!`), a chat answer with content."""
     import time
 
-    from .gate import STEPS, GateSettings, run_gate
+    from .gate import STEPS, GateSettings, run_gate, unreachable
     from .runner import RunReport
 
     settings = GateSettings(chat_max_tokens=chat_max_tokens, deadline_s=deadline,
@@ -627,7 +630,8 @@ def gate_cmd(endpoint, model, chat_max_tokens, deadline, fmt, output, verbose):
         where, results = run_gate(endpoint, settings)
     except ValueError as exc:
         raise click.UsageError(f"--endpoint: {exc}") from None
-    report = RunReport(results=results, nodes=[where], duration_s=round(time.monotonic() - started, 3))
+    report = RunReport(results=results, nodes=[where], duration_s=round(time.monotonic() - started, 3),
+                       unreachable=unreachable(results))
     _emit(report, STEPS, fmt, output, verbose)
 
 

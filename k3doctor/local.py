@@ -11,10 +11,12 @@ Passive checks only, every read bounded by a deadline below Slurm's 60 s HealthC
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import time
 from dataclasses import replace
+
+from k3doctor.inventory import node_name_problem
+from k3doctor.text import json_text
 
 from . import __version__, snapshot
 from .inventory import Inventory, localhost_inventory
@@ -33,6 +35,8 @@ def this_node(inv: Inventory | None, name: str | None) -> Inventory:
     """A one-node inventory of this machine, read through the local transport: ``name``'s entry of
     ``inv`` (its settings, tools and check parameters; default: the entry named as this machine's hostname,
     or its first label), else this machine under ``name`` (default: its hostname) with the default settings."""
+    if name is not None and node_name_problem(name):
+        raise NodeSelectionError(f"--name: {node_name_problem(name)}")
     if inv is None:
         local = localhost_inventory()
         if name:
@@ -86,5 +90,5 @@ def node_document(report: RunReport, inv: Inventory, checks: list, overrides=())
         "results": [r.to_dict() for r in report.results if r.check in own],
         "readings": snapshot.encode_readings({s: v for s, v in got.items() if s in cluster_specs}),
     }
-    return json.dumps(doc, separators=(",", ":"), default=str)
+    return json_text(doc, separators=(",", ":"), default=str)
 

@@ -62,7 +62,10 @@ def read_inputs(sources) -> list:
     """Every node result of ``sources`` (``(name, text)`` pairs), in input order."""
     found = []
     for name, text in sources:
-        found += _parse(name, text)
+        try:
+            found += _parse(name, text)
+        except RecursionError:  # json's decoder recurses per level: 100k brackets end here, not in a traceback
+            raise MergeError(f"{name}: not a k3doctor node result (JSON nested too deeply)") from None
     return found
 
 
@@ -159,10 +162,13 @@ def _document(doc, where: str, engine_host: str | None = None) -> NodeResult:
         name = doc["node"]
         if not isinstance(name, str) or not name:
             raise TypeError("node must be a name")
+        overrides = doc.get("overrides", [])
+        if not isinstance(overrides, list) or not all(isinstance(o, str) for o in overrides):
+            raise TypeError("overrides must be a list of CHECK.PARAM=VALUE texts")
         results = [_result(r, name) for r in doc["results"]]
         readings = snapshot.decode_readings(doc["readings"])
         return NodeResult(name, where, results=results, readings=readings, checks=tuple(doc["checks"]),
-                          inventory_sha256=doc.get("inventory_sha256"), overrides=tuple(doc.get("overrides", ())),
+                          inventory_sha256=doc.get("inventory_sha256"), overrides=tuple(overrides),
                           problem=doc.get("error"), document=True)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         who = engine_host or doc.get("node")

@@ -48,7 +48,7 @@ class Param:
             if value not in self.choices:
                 return f"one of {', '.join(map(str, self.choices))}"
         else:
-            ok, expected = like(self.default)(value)
+            ok, expected = like(self.default, elements=self.validate is None)(value)
             if not ok:
                 return expected
         if _is_number(value):
@@ -67,19 +67,38 @@ def _is_number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def like(default):
-    """Rule ``value -> (ok, expected)`` accepting values of the same kind as a parameter's default."""
+def like(default, elements: bool = True):
+    """Rule ``value -> (ok, expected)`` accepting values of the same kind as a parameter's default.
+
+    With ``elements`` a list's items and a mapping's values are checked too (a ``[{a: 1}]`` where names
+    are expected would otherwise reach the judge and crash it there): like the default's first item, or -
+    for an empty default - plain strings in a list and scalar values in a mapping. A parameter with a
+    ``validate`` of its own (rule tables, file maps) checks its elements there instead."""
     if isinstance(default, bool):
         return lambda v: (isinstance(v, bool), "true or false")
     if _is_number(default):
         return lambda v: (_is_number(v), f"a number like the default {default!r}")
     if isinstance(default, (list, tuple)):
-        return lambda v: (isinstance(v, list), f"a list like the default {list(default)!r}")
+        item = (like(default[0]) if default else like("")) if elements else None
+        said = f"a list like the default {list(default)!r}" if default else "a list of strings"
+        return lambda v: (isinstance(v, list) and (item is None or all(item(x)[0] for x in v)), said)
     if isinstance(default, dict):
-        return lambda v: (isinstance(v, dict), "a mapping")
+        first = next(iter(default.values()), None)
+        value = (like(first) if default else _scalar) if elements else None
+        return lambda v: (isinstance(v, dict) and (value is None or all(
+            _is_scalar(k) and k is not None and value(x)[0] for k, x in v.items())),
+            "a mapping of names to plain values")
     if default is None:  # "not pinned" by default: any scalar pins it
-        return lambda v: (v is None or isinstance(v, (str, int, float)), "a string or number")
+        return _scalar
     return lambda v: (isinstance(v, str), "a string")
+
+
+def _is_scalar(v) -> bool:
+    return v is None or isinstance(v, (str, int, float))
+
+
+def _scalar(v):
+    return _is_scalar(v), "a string or number"
 
 
 def as_param(name: str, declared) -> Param:

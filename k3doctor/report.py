@@ -5,13 +5,12 @@ added, never renamed, within a schema version.
 """
 from __future__ import annotations
 
-import json
 import time
 
 from . import __version__
 from .registry import REGISTRY
 from .results import Status, overall, worst
-from .text import one_line, terminal_safe, xml_safe
+from .text import json_text, one_line, terminal_safe, xml_safe
 
 SCHEMA = "k3doctor.report/1"
 CLUSTER_COLUMN = "cluster"
@@ -85,7 +84,7 @@ def render_json(report) -> str:
                   for n in report.nodes],
         "results": [r.to_dict() for r in report.results],
     }
-    return json.dumps(doc, indent=2, sort_keys=False, default=str)
+    return json_text(doc, indent=2, sort_keys=False, default=str)
 
 
 def render_junit(report, checks, remediations=None) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import re
 import tarfile
 import time
@@ -71,8 +72,53 @@ def read(path: str) -> tuple:
                     readings = data
                 elif m := _NAME.match(member.name):
                     (texts if m.group(1) == "logs" else dumps)[m.group(2)] = data
+        except RecursionError:
+            raise BundleError(f"{path}: damaged bundle (a member nested too deeply)") from None
         except (tarfile.TarError, EOFError, OSError, ValueError) as exc:
             raise BundleError(f"{path}: damaged bundle ({exc})") from None
     if not isinstance(manifest, dict) or manifest.get("schema") != SCHEMA:
         raise BundleError(f"{path}: no {SCHEMA} manifest")
     return manifest, texts, dumps, readings
+
+
+MAX_GPUS_PER_NODE = 64  # far above any node's GPUs (8 on an MI455 node); a larger layout is a damaged manifest
+
+
+def layout_of(manifest: dict, path: str) -> tuple:
+    """(Layout keyword arguments, node clock or None, {source: why unreadable}) of a manifest, each field checked
+    like an inventory's (exact types, node names by the inventory's rule, a finite clock); BundleError names
+    the first damaged one - never a judge that crashes or misjudges on it later."""
+    from k3doctor.inventory import STEPPINGS, node_name_problem
+
+    def bad(field: str, expected: str):
+        raise BundleError(f"{path}: damaged manifest: {field} must be {expected}")
+
+    layout = manifest.get("layout")
+    if not isinstance(layout, dict):
+        bad("layout", "a mapping")
+    nodes = layout.get("nodes")
+    if not isinstance(nodes, list) or len(set(map(str, nodes))) != len(nodes):
+        bad("layout.nodes", "a list of distinct node names")
+    for name in nodes:
+        if node_name_problem(name):
+            bad("layout.nodes", f"node names ({node_name_problem(name)})")
+    per_node = layout.get("per_node")
+    if not _integer(per_node) or not 1 <= per_node <= MAX_GPUS_PER_NODE:
+        bad("layout.per_node", f"a whole number of GPUs per node in [1, {MAX_GPUS_PER_NODE}]")
+    if layout.get("stepping") is not None and layout["stepping"] not in STEPPINGS:
+        bad("layout.stepping", f"one of {', '.join(STEPPINGS)} or null")
+    board = layout.get("board_gib")
+    if board is not None and not (_integer(board) and 0 < board <= 1 << 20):
+        bad("layout.board_gib", "a positive whole number of GiB or null")
+    now = manifest.get("now")
+    if now is not None and not (isinstance(now, (int, float)) and not isinstance(now, bool) and math.isfinite(now)):
+        bad("now", "a finite number of seconds (the node clock) or null")
+    problems = manifest.get("problems") or {}
+    if not isinstance(problems, dict) or not all(isinstance(v, str) for v in problems.values()):
+        bad("problems", "a mapping of sources to text")
+    return ({"nodes": tuple(nodes), "per_node": per_node, "stepping": layout.get("stepping"), "board_gib": board},
+            now, dict(problems))
+
+
+def _integer(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

@@ -20,7 +20,7 @@ HEALTHY = {
     "Monday, Tuesday, Wednesday,": " Thursday, Friday, Saturday, Sunday.",
 }
 MODES = ("healthy", "bang", "repeat", "flat", "nan", "empty", "chat-cut", "name-mismatch", "http-404",
-         "http-500", "garbage", "hang", "trickle")
+         "http-500", "garbage", "hang", "trickle", "api-key")
 
 
 def _tokens(text: str) -> list:
@@ -95,7 +95,16 @@ def handler_for(mode: str):
                 return None
             return self._send(200, body)
 
+        def _refused(self) -> bool:
+            """api-key: the server was launched with --api-key and refuses a request without it (401)."""
+            if mode == "api-key" and not self.headers.get("Authorization"):
+                self._send(401, b'{"error":"Unauthorized"}')
+                return True
+            return False
+
         def do_GET(self):
+            if self._refused():
+                return None
             if self.path.rstrip("/") == "/v1/models":
                 return self._answer({"object": "list", "data": [{"id": served, "object": "model"}]})
             return self._send(404, b'{"detail":"Not Found"}')
@@ -103,6 +112,8 @@ def handler_for(mode: str):
         def do_POST(self):
             length = int(self.headers.get("Content-Length") or 0)
             req = json.loads(self.rfile.read(length) or b"{}")
+            if self._refused():
+                return None
             if mode == "http-404" or req.get("model") != served:
                 msg = f"Requested model '{req.get('model')}' does not match server model '{served}'"
                 return self._send(400 if mode != "http-404" else 404, json.dumps({"error": msg}).encode())
