@@ -128,6 +128,9 @@ class Check:
     tier: str = "fast"
     interaction: str = "passive"
     after: tuple = ()
+    # Active probes: checks whose FAIL on any node means the rack is in use by someone else; the probe then
+    # does not start at all (one SKIP saying so), as peer tools refuse to load GPUs another job holds.
+    exclusive: tuple = ()
     timeout_s: float | None = None
     remediations: tuple = ()
     params: dict = field(default_factory=dict)  # tunables: name -> default or Param; inventory `checks:` overrides
@@ -255,11 +258,14 @@ REGISTRY = Registry()
 
 def check(name: str, *, title: str, scope: str = "node", reads=None, tier: str = "fast",
           interaction: str = "passive", after=(), timeout_s=None, remediation=(), params=None,
-          needs=(), blocking=(), record=None, record_run=None, fixer=None, registry: Registry = None):
+          needs=(), blocking=(), record=None, record_run=None, fixer=None, exclusive=(),
+          registry: Registry = None):
     """Register the decorated function as a check's judge (passive) or probe (active).
 
     ``needs`` names the checks that must not have failed on a node for this one to be evaluated
-    there: ``("amdgpu-driver",)`` for the whole check, or ``{"amdgpu-driver": ("pids",)}`` for only
+    there (``exclusive``, probes: checks whose FAIL anywhere keeps the probe from starting at all, e.g.
+    ``("rack-free",)``: a foreign container or GPU process means the rack is someone else's now):
+    ``("amdgpu-driver",)`` for the whole check, or ``{"amdgpu-driver": ("pids",)}`` for only
     those readings (the judge then gets :class:`~k3doctor.readings.NotEvaluated` for them). A
     prerequisite's ``blocking`` codes say which of its findings count (default: any FAIL or ERROR),
     so a finding that leaves the dependants readable (wrong module parameters) does not hide them.
@@ -279,7 +285,7 @@ def check(name: str, *, title: str, scope: str = "node", reads=None, tier: str =
         registry_ = registry or REGISTRY
         registry_.add(Check(
             name=name, title=title, scope=scope, reads=reads, tier=tier, interaction=interaction,
-            after=tuple(after), timeout_s=timeout_s,
+            after=tuple(after), exclusive=tuple(exclusive), timeout_s=timeout_s,
             needs=dict(needs) if isinstance(needs, dict) else dict.fromkeys(needs),
             blocking=(blocking,) if isinstance(blocking, str) else tuple(blocking),
             remediations=(remediation,) if isinstance(remediation, str) else tuple(remediation),

@@ -17,6 +17,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
+from k3doctor.prerequisites import busy_rack
+
 from . import progress
 from .api import Context, judge_safely
 from .deadline import seconds
@@ -155,6 +157,10 @@ def run_checks(inv: Inventory, checks: list, opts: RunOptions = None) -> RunRepo
         for chk in active:
             if opts.replay:
                 results.append(Result(chk.name, None, Status.SKIP, "active probe: not replayable from saved readings"))
+                continue
+            refusal = busy_rack(chk, results)
+            if refusal:
+                results.append(refusal)
                 continue
             blocked = dict(unreachable)
             ran = {c.name for c in checks}
