@@ -23,6 +23,8 @@ import re
 import time
 from dataclasses import dataclass, field, replace
 
+from k3doctor.causes import explained
+
 from . import snapshot
 from .inventory import Inventory, Node, Settings, SSHSettings
 from .local import SCHEMA, inventory_digest
@@ -263,5 +265,5 @@ def merge(inv: Inventory, checks: list, by_node: dict, started: float | None = N
             for specs in specs_by_node[node.name].values() if isinstance(specs, dict) for spec in specs.values()}
     cluster = [c for c in passive if c.scope == "cluster"]
     results += judge_cluster(inv, cluster, readings, specs_by_node, failed_by_node, {})
-    return RunReport(results=results, nodes=[n.name for n in inv.nodes],
+    return RunReport(results=explained(results), nodes=[n.name for n in inv.nodes],
                      duration_s=round(time.monotonic() - started, 3), unreachable=unreachable, readings=readings)

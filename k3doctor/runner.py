@@ -17,6 +17,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
+from k3doctor.causes import explained
 from k3doctor.prerequisites import busy_rack
 
 from . import progress
@@ -186,7 +187,7 @@ def run_checks(inv: Inventory, checks: list, opts: RunOptions = None) -> RunRepo
     finally:  # also on Ctrl-C: no half-open SSH sessions left behind
         for transport in transports.values():
             transport.close()
-    return RunReport(results=results, nodes=[n.name for n in inv.nodes],
+    return RunReport(results=explained(results), nodes=[n.name for n in inv.nodes],
                      duration_s=round(time.monotonic() - started, 3),
                      round_trips={name: t.round_trips for name, t in transports.items()},
                      unreachable=unreachable, readings=readings, records=records)

@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from k3doctor import localfiles
+from k3doctor.causes import explained
 from k3doctor.text import one_line
 
 from ..gather import gather
@@ -236,4 +237,5 @@ def redacted(texts: dict) -> dict:
 def judge_all(texts: dict, dumps: dict, layout: judges.Layout, *, now: float | None, problems: dict) -> list:
     """Every triage result from what was read (live, from files, or from a bundle): one code path."""
     parsed, unparseable = parse_sources(texts)
-    return stack_results(dumps, layout) + triage_results(parsed, layout, now=now, problems={**problems, **unparseable})
+    return explained(stack_results(dumps, layout) + triage_results(parsed, layout, now=now,
+                                                                    problems={**problems, **unparseable}))
