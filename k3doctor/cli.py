@@ -511,7 +511,7 @@ def triage_cmd(inventory, ansible_inventory, logs_dir, log_paths, stepping, tail
     if logs_dir and stacks:
         raise click.UsageError("--stacks reads live processes: it cannot be combined with --logs")
     bundle = output.endswith((".tar.gz", ".tgz"))
-    # Offline without an inventory nobody knows the node names: node<i> holds ranks per_node * i ...
+    # Offline without an inventory the log files name the nodes (ct13.log), else node<i> holds ranks per_node * i ...
     names = tuple(n.name for n in inv.nodes) if inventory or not logs_dir else ()
     layout = Layout(nodes=names, per_node=inv.cluster.gpus_per_node, stepping=stepping or inv.cluster.stepping,
                     board_gib=inv.cluster.hbm_gib_per_gpu)

@@ -6,13 +6,16 @@ rank. Parsing is ``parsers.atom_log``, judgement ``triage.judge``.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from k3doctor import localfiles
 from k3doctor.causes import explained
+from k3doctor.inventory import node_name_problem
 from k3doctor.text import one_line
 
 from ..gather import gather
@@ -68,15 +71,33 @@ def read_log_dir(path: str) -> tuple:
 
 
 def parse_sources(texts: dict) -> tuple:
-    """(every parsed line, {source: why unparseable}); a rank in a source's name is its lines' default."""
-    parsed, problems = [], {}
+    """({source: its parsed lines}, {source: why unparseable}); a rank in a source's name is its lines' default."""
+    parsed, problems = {}, {}
     for name, text in texts.items():
         m = _RANK_IN_NAME.search(name)
         try:
-            parsed += parse_log(text, default_rank=int(m.group(1)) if m else None)
+            parsed[name] = parse_log(text, default_rank=int(m.group(1)) if m else None)
         except ParseError as exc:
             problems[name] = str(exc)
     return parsed, problems
+
+
+def nodes_named_by_files(parsed: dict, per_node: int) -> tuple:
+    """Offline without an inventory, a node's log file names it: ``ct13.log`` holding ranks 0-3 makes node 0
+    ct13 (files are per node, or per rank: ``rank3.log`` names no node). A position no such file names
+    keeps ``node<i>``; a file whose ranks are spread evenly over several nodes names none of them."""
+    names = {}
+    for source, lines in parsed.items():
+        stem = source.split(".")[0]
+        held = Counter(rank // per_node for rank in {ln.rank for ln in lines if ln.rank is not None})
+        if _RANK_IN_NAME.search(source) or not held or node_name_problem(stem):
+            continue
+        (index, count), *rest = held.most_common(2)
+        if not rest or rest[0][1] < count:  # the node most of its ranks are on (a stray line names none)
+            names.setdefault(index, stem)
+    if not names or len(set(names.values())) != len(names):
+        return ()
+    return tuple(names.get(i, f"node{i}") for i in range(max(names) + 1))
 
 
 LIVE_LOG_BYTES = OUTPUT_CAP_BYTES - (64 << 10)  # the newest part of a live log, under the per-reading cap
@@ -224,7 +245,9 @@ def first_screen(results: list) -> str:
     first = most_likely(results)
     if first is None:
         return ""
-    where = f"{first.node} gpu{first.gpu} (rank {first.evidence.get('rank')})" if first.node else "cluster"
+    rank = first.evidence.get("rank")
+    where = (f"{first.node} gpu{first.gpu} (rank {rank})" if first.node else
+             f"rank {rank}, outside the layout" if rank is not None else "cluster")
     return (f"Most likely cause: {one_line(first.message)}\n  where: {one_line(where)}\n"
             f"  do: k3doctor explain {one_line(first.remediation)}\n\n")
 
@@ -236,6 +259,9 @@ def redacted(texts: dict) -> dict:
 
 def judge_all(texts: dict, dumps: dict, layout: judges.Layout, *, now: float | None, problems: dict) -> list:
     """Every triage result from what was read (live, from files, or from a bundle): one code path."""
-    parsed, unparseable = parse_sources(texts)
+    by_source, unparseable = parse_sources(texts)
+    if not layout.nodes:
+        layout = dataclasses.replace(layout, nodes=nodes_named_by_files(by_source, layout.per_node))
+    parsed = [ln for lines in by_source.values() for ln in lines]
     return explained(stack_results(dumps, layout) + triage_results(parsed, layout, now=now,
                                                                     problems={**problems, **unparseable}))
