@@ -385,6 +385,7 @@ def _figures(outcome) -> str:
 
 @check("allreduce-probe", title="torch.distributed all_reduce and all-to-all across every node, bounded and GPU-timed",
        scope="cluster", tier="deep", interaction="active", after=("ualink-state", "fabric-domain", "rack-free"),
+       exclusive=("rack-free",),
        timeout_s=DEADLINE_S, remediation=(NODE_FAULT, FABRIC, INIT_HANG, WRONG_SUM, SLOW, LEFTOVER), params=PARAMS,
        record_run=record_busbw)
 def allreduce_probe(ctx):

@@ -52,7 +52,8 @@ matches your own shell.
 
 @check("ualoe-fabric", title="UALoE fabric p2p + bandwidth between node pairs (ubench 07)", scope="node-pair",
        tier="deep", interaction="active", after=("ualink-state", "fabric-domain", "rack-free"),
-       remediation=(P2P, TCP, SLOW, STALE), record_run=lambda verdicts, ctx: known_good(verdicts),
+       exclusive=("rack-free",), remediation=(P2P, TCP, SLOW, STALE),
+       record_run=lambda verdicts, ctx: known_good(verdicts),
        params={
            "pairs": Param("quick", validate=plan_problem),  # quick (ring: every node in two pairs), all,
            # or a,b;c,d

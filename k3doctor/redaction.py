@@ -18,27 +18,51 @@ _ENV_LINE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(.*)")
 SECRET_WORDS = r"(?:token(?![a-z])|secret|passw(?:or)?d|api[-_]?key|access[-_]?key|credential)"
 
 # Redaction runs on whatever a container printed, so it must cost linear time on any text: lines are
-# cut to MAX_LINE_CHARS first, and every pattern of FREE_TEXT_SECRETS is *linear by shape*: it starts at a
+# cut to MAX_LINE_CHARS first, and every pattern of SECRET_SHAPES is *linear by shape*: it starts at a
 # literal or at the start of a token (a lookbehind), every repeat in it is bounded (``{0,64}``, not
 # ``*``) or cannot fail after it (a final ``{16,}``), and a name is read possessively (``{0,64}+``: the
 # separator after it is tried once, not at each of its characters). An unanchored ``--?[\w-]*secret`` retries its scan
 # from every ``-`` of a line of dashes (one 32 kB line took 141 s). New secret shapes go into this table
 # under the same rules; tests/unit/test_redaction_linear.py runs every entry against hostile lines.
 MAX_LINE_CHARS = 4096  # as the log parser's cap (parsers.atom_log.MAX_LINE): nothing longer is read
-MAX_NAME_TAIL = 64  # characters a credential's name may carry after its secret word (`_ACCESS_KEY_ID`)
-MAX_VALUE = 512
-_VALUE = rf"([^\s,'\"}}\]]{{1,{MAX_VALUE}}})"
-FREE_TEXT_SECRETS = (
-    # NAME=VALUE, 'name': 'value', name: "value" (the name's head before its secret word is left as it is)
-    (re.compile(rf"(?i)({SECRET_WORDS}[\w.-]{{0,{MAX_NAME_TAIL}}}+)"
-                rf"(['\"]?[ \t]{{0,16}}[=:][ \t]{{0,16}}['\"]?){_VALUE}"),
+
+# Every pattern below stays linear on any line (a container prints what it likes; 64 KB of "-" or "a."
+# must not cost seconds): a name is matched only from the start of its word (a fixed-width lookbehind, so
+# an attempt inside a run of word characters fails at once) up to its first secret word (an atomic group:
+# never a second search of the same run), and every other repetition is possessive (``*+``,
+# ``++``: nothing is given back, so no attempt rescans what the previous one read). Values are replaced
+# whole, however long: a cut at N characters would leave the rest of a long token in the bundle.
+_NAME = rf"(?<![\w.-])((?>[\w.-]*?{SECRET_WORDS})[\w.-]*+)"
+_QUOTED_OR_BARE = r"(?:(\")[^\"\n]*+\"|(')[^'\n]*+'|[^\s,;'\"}}\]]++)"
+SECRET_SHAPES = (
+    # (what, pattern, replacement). Shapes from the public secret-scanner rule sets (GitHub's secret
+    # scanning token formats, Slack's and Hugging Face's documented prefixes, RFC 3986 userinfo, RFC 7617
+    # Basic credentials, PEM private key labels of RFC 7468), written as bounded, linear patterns.
+    ("url credentials", re.compile(r"(?<=[A-Za-z0-9])(://[^\s/:@]*+):[^\s/@]++@"), rf"\1:{REDACTED}@"),
+    ("authorization header", re.compile(r"(?i)(?<![\w-])((?:proxy-)?authorization['\"]?\s*+[:=]\s*+['\"]?)"
+                                        r"(?:(basic|bearer|token|digest|negotiate)\s++)?[^\s'\",]++"),
+     rf"\1\2 {REDACTED}"),
+    ("cookie header", re.compile(r"(?i)(?<![\w-])((?:set-)?cookie\s*+:\s*+)[^\r\n]++"), rf"\1{REDACTED}"),
+    ("NAME=value", re.compile(rf"(?i){_NAME}(['\"]?\s*+[=:]\s*+){_QUOTED_OR_BARE}"),
+     lambda m: f"{m[1]}{m[2]}{m[3] or m[4] or ''}{REDACTED}{m[3] or m[4] or ''}"),  # a quoted value keeps its quotes
+    ("--name value", re.compile(rf"(?i)(?<![\w-])(--?(?>[\w-]*?{SECRET_WORDS})[\w-]*+)(\s++)(?!-)[^\s'\"]++"),
      rf"\1\2{REDACTED}"),
-    # --password VALUE, -api-key VALUE: a flag (a token that starts with - and holds a secret word)
-    (re.compile(rf"(?i)(?<![\w-])(--?[\w-]{{0,{MAX_NAME_TAIL}}}?{SECRET_WORDS}[\w-]{{0,{MAX_NAME_TAIL}}}+)"
-                rf"([ \t]{{1,16}})(?!-)([^\s'\"]{{1,{MAX_VALUE}}})"), rf"\1\2{REDACTED}"),
-    (re.compile(r"\b(?:hf|sk)[_-][A-Za-z0-9_-]{16,}"), REDACTED),  # Hugging Face / OpenAI-style keys anywhere
-    (re.compile(r"(?i)\b(Bearer)[ \t]{1,16}[A-Za-z0-9._~+/=-]{16,}"), rf"\1 {REDACTED}"),
+    # NAME<TAB>value (env listed as a table) and NAME value (aws configure set aws_secret_access_key V): the
+    # name joins the secret word with "_" or "-"; after a space a plain lowercase word ("HF_TOKEN is not
+    # set") is prose, not a value.
+    ("NAME<whitespace>value", re.compile(
+        rf"(?i)(?<![\w.-])((?>[\w.-]*?[_-]{SECRET_WORDS})[\w.-]*+|{SECRET_WORDS}[_-][\w.-]*+)"
+        r"(\t[ \t]*+|[ ]++(?![a-z]++(?![^\s,;.])))(?![-=:])[^\s'\",;]++"), rf"\1\2{REDACTED}"),
+    ("token shapes", re.compile(r"(?<![\w-])(?:gh[pousr]_[A-Za-z0-9]{20,}+|github_pat_[A-Za-z0-9_]{20,}+"
+                                r"|xox[abposr]-[A-Za-z0-9-]{8,}+|glpat-[A-Za-z0-9_-]{16,}+"
+                                r"|(?:hf|sk)[_-][A-Za-z0-9_-]{16,}+|hf_[A-Za-z0-9]{2,}+(?![\w-])"
+                                r"|AKIA[0-9A-Z]{16}(?![0-9A-Z]))"), REDACTED),
+    ("bearer", re.compile(r"(?i)\b(Bearer)\s++[A-Za-z0-9._~+/=-]{16,}+"), rf"\1 {REDACTED}"),
 )
+_PEM_BEGIN = re.compile(r"-----BEGIN [A-Z0-9 ]{0,40}?PRIVATE KEY-----")
+_PEM_END = re.compile(r"-----END [A-Z0-9 ]{0,40}?PRIVATE KEY-----")
+
+
 _LINE_BREAK = re.compile(r"(\r\n|\r|\n)")
 
 
@@ -55,19 +79,42 @@ def capped_lines(text: str) -> str:
 
 
 def redact_text(text: str, deadline=None) -> str:
-    """Free text (a server log, a command line, a py-spy header) with credential values replaced, lines
+    """Free text (a server log, a command line, a py-spy header) with credential values replaced, whole, lines
     cut to MAX_LINE_CHARS first. ``deadline`` (a ``deadline.Deadline``): RedactionTimeout once it has passed,
     checked between patterns and blocks of lines, so local work on a huge text ends too."""
-    text = capped_lines(text)
+    text = _redact_private_keys(capped_lines(text))
     out, pos, block = [], 0, 1 << 20
     while pos < len(text):  # blocks end at a line break: a secret is never split
         end = len(text) if pos + block >= len(text) else (text.rfind("\n", pos, pos + block) + 1 or pos + block)
         piece, pos = text[pos:end], end
-        for pattern, replacement in FREE_TEXT_SECRETS:
+        for _what, pattern, replacement in SECRET_SHAPES:
             if deadline is not None and deadline.expired:
                 raise RedactionTimeout(f"redacting took longer than the deadline ({deadline.budget_s:g}s)")
             piece = pattern.sub(replacement, piece)
         out.append(piece)
+    return "".join(out)
+
+
+def _redact_private_keys(text: str) -> str:
+    """PEM private key blocks (RFC 7468) whole, from BEGIN to END - on one line (a JSON string with \\n escapes)
+    or over many; a block without its END is redacted to the end of the text. One pass: linear."""
+    if "PRIVATE KEY-----" not in text:
+        return text
+    out, inside, pos = [], False, 0
+    while pos <= len(text):
+        if not inside:
+            begin = _PEM_BEGIN.search(text, pos)
+            if begin is None:
+                out.append(text[pos:])
+                break
+            out.append(text[pos:begin.end()] + REDACTED)
+            inside, pos = True, begin.end()
+        else:
+            end = _PEM_END.search(text, pos)
+            if end is None:
+                break
+            out.append(text[end.start():end.end()])
+            inside, pos = False, end.end()
     return "".join(out)
 
 

@@ -47,7 +47,7 @@ class Param:
             if value not in self.choices:
                 return f"one of {', '.join(map(str, self.choices))}"
         else:
-            ok, expected = like(self.default)(value)
+            ok, expected = like(self.default, elements=self.validate is None)(value)
             if not ok:
                 return expected
         if _is_number(value):
@@ -66,19 +66,38 @@ def _is_number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def like(default):
-    """Rule ``value -> (ok, expected)`` accepting values of the same kind as a parameter's default."""
+def like(default, elements: bool = True):
+    """Rule ``value -> (ok, expected)`` accepting values of the same kind as a parameter's default.
+
+    With ``elements`` a list's items and a mapping's values are checked too (a ``[{a: 1}]`` where names
+    are expected would otherwise reach the judge and crash it there): like the default's first item, or -
+    for an empty default - plain strings in a list and scalar values in a mapping. A parameter with a
+    ``validate`` of its own (rule tables, file maps) checks its elements there instead."""
     if isinstance(default, bool):
         return lambda v: (isinstance(v, bool), "true or false")
     if _is_number(default):
         return lambda v: (_is_number(v), f"a number like the default {default!r}")
     if isinstance(default, (list, tuple)):
-        return lambda v: (isinstance(v, list), f"a list like the default {list(default)!r}")
+        item = (like(default[0]) if default else like("")) if elements else None
+        said = f"a list like the default {list(default)!r}" if default else "a list of strings"
+        return lambda v: (isinstance(v, list) and (item is None or all(item(x)[0] for x in v)), said)
     if isinstance(default, dict):
-        return lambda v: (isinstance(v, dict), "a mapping")
+        first = next(iter(default.values()), None)
+        value = (like(first) if default else _scalar) if elements else None
+        return lambda v: (isinstance(v, dict) and (value is None or all(
+            _is_scalar(k) and k is not None and value(x)[0] for k, x in v.items())),
+            "a mapping of names to plain values")
     if default is None:  # "not pinned" by default: any scalar pins it
-        return lambda v: (v is None or isinstance(v, (str, int, float)), "a string or number")
+        return _scalar
     return lambda v: (isinstance(v, str), "a string")
+
+
+def _is_scalar(v) -> bool:
+    return v is None or isinstance(v, (str, int, float))
+
+
+def _scalar(v):
+    return _is_scalar(v), "a string or number"
 
 
 def as_param(name: str, declared) -> Param:
@@ -108,6 +127,9 @@ class Check:
     tier: str = "fast"
     interaction: str = "passive"
     after: tuple = ()
+    # Active probes: checks whose FAIL on any node means the rack is in use by someone else; the probe then
+    # does not start at all (one SKIP saying so), as peer tools refuse to load GPUs another job holds.
+    exclusive: tuple = ()
     timeout_s: float | None = None
     remediations: tuple = ()
     params: dict = field(default_factory=dict)  # tunables: name -> default or Param; inventory `checks:` overrides
@@ -235,11 +257,14 @@ REGISTRY = Registry()
 
 def check(name: str, *, title: str, scope: str = "node", reads=None, tier: str = "fast",
           interaction: str = "passive", after=(), timeout_s=None, remediation=(), params=None,
-          needs=(), blocking=(), record=None, record_run=None, fixer=None, registry: Registry = None):
+          needs=(), blocking=(), record=None, record_run=None, fixer=None, exclusive=(),
+          registry: Registry = None):
     """Register the decorated function as a check's judge (passive) or probe (active).
 
     ``needs`` names the checks that must not have failed on a node for this one to be evaluated
-    there: ``("amdgpu-driver",)`` for the whole check, or ``{"amdgpu-driver": ("pids",)}`` for only
+    there (``exclusive``, probes: checks whose FAIL anywhere keeps the probe from starting at all, e.g.
+    ``("rack-free",)``: a foreign container or GPU process means the rack is someone else's now):
+    ``("amdgpu-driver",)`` for the whole check, or ``{"amdgpu-driver": ("pids",)}`` for only
     those readings (the judge then gets :class:`~k3doctor.readings.NotEvaluated` for them). A
     prerequisite's ``blocking`` codes say which of its findings count (default: any FAIL or ERROR),
     so a finding that leaves the dependants readable (wrong module parameters) does not hide them.
@@ -259,7 +284,7 @@ def check(name: str, *, title: str, scope: str = "node", reads=None, tier: str =
         registry_ = registry or REGISTRY
         registry_.add(Check(
             name=name, title=title, scope=scope, reads=reads, tier=tier, interaction=interaction,
-            after=tuple(after), timeout_s=timeout_s,
+            after=tuple(after), exclusive=tuple(exclusive), timeout_s=timeout_s,
             needs=dict(needs) if isinstance(needs, dict) else dict.fromkeys(needs),
             blocking=(blocking,) if isinstance(blocking, str) else tuple(blocking),
             remediations=(remediation,) if isinstance(remediation, str) else tuple(remediation),

@@ -47,6 +47,7 @@ from k3doctor.results import overall
 def triage_cmd(inventory, ansible_inventory, logs_dir, log_paths, stepping, tail, endpoint, stacks, py_spy, timeout,
                accept_unknown_hosts, fmt, output, verbose):
     """Why is it stuck, and which rank? Reads every node's server log and names the rank at fault."""
+    from k3doctor import triage
     from k3doctor.outputs.report import render_json
     from k3doctor.triage import flow
 
@@ -63,7 +64,7 @@ def triage_cmd(inventory, ansible_inventory, logs_dir, log_paths, stepping, tail
         flow.write_bundle(output, found, inv.text, render_json(found.report))
         click.echo(f"k3doctor: triage bundle written to {output} (re-judge with `k3doctor judge {output}`)", err=True)
     emit(found.report, found.steps, fmt, "-" if bundle else output, verbose,
-          first_screen=flow.first_screen(found.report))
+          first_screen=triage.first_screen(found.report.results))
 
 
 @click.command("gate")
@@ -83,7 +84,7 @@ def gate_cmd(endpoint, model, chat_max_tokens, deadline, fmt, output, verbose):
     import time
 
     from k3doctor.judging.runner import RunReport
-    from k3doctor.probes.gate import STEPS, GateSettings, run_gate
+    from k3doctor.probes.gate import STEPS, GateSettings, run_gate, unreachable
 
     settings = GateSettings(chat_max_tokens=chat_max_tokens, deadline_s=deadline,
                             request_timeout_s=min(deadline, GateSettings.request_timeout_s),
@@ -93,7 +94,8 @@ def gate_cmd(endpoint, model, chat_max_tokens, deadline, fmt, output, verbose):
         where, results = run_gate(endpoint, settings)
     except ValueError as exc:
         raise click.UsageError(f"--endpoint: {exc}") from None
-    report = RunReport(results=results, nodes=[where], duration_s=round(time.monotonic() - started, 3))
+    report = RunReport(results=results, nodes=[where], duration_s=round(time.monotonic() - started, 3),
+                       unreachable=unreachable(results))
     emit(report, STEPS, fmt, output, verbose)
 
 

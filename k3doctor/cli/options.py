@@ -89,7 +89,11 @@ def accept_unknown_hosts_option(help_text: str = "Accept host keys missing from 
 
 
 def names(value: str) -> tuple:
-    return tuple(n.strip() for n in (value or "").split(",") if n.strip())
+    """Check names of --only/--skip; a list that names none (``,,,``) is an error, not "every check"."""
+    found = tuple(n.strip() for n in (value or "").split(",") if n.strip())
+    if value and not found:
+        raise click.UsageError(f"{value!r} names no check (see `k3doctor list`)")
+    return found
 
 
 def progress_to(quiet=False):

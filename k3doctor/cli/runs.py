@@ -176,13 +176,14 @@ def judge_cmd(readings_file, only, skip, overrides, baseline_path, fmt, output, 
     if readings_file.endswith((".tar.gz", ".tgz")):
         if only or skip or overrides or baseline_path:
             raise click.UsageError("--only/--skip/--set/--baseline apply to saved readings, not to a triage bundle")
+        from k3doctor import triage
         from k3doctor.triage import flow
 
         try:
             report, steps = flow.judge_bundle(readings_file)
         except flow.TriageInputError as exc:
             bad_input(str(exc))
-        emit(report, steps, fmt, output, verbose, first_screen=flow.first_screen(report))
+        emit(report, steps, fmt, output, verbose, first_screen=triage.first_screen(report.results))
     try:
         inv, saved_overrides, saved, unreachable = snapshot.load_file(readings_file)
     except snapshot.SnapshotError as exc:

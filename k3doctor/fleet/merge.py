@@ -24,6 +24,7 @@ import re
 import time
 from dataclasses import dataclass, field, replace
 
+from k3doctor.judging.causes import explained
 from k3doctor.fleet.node_mode import SCHEMA, inventory_digest
 from k3doctor.gather import snapshot
 from k3doctor.inventory.load import Inventory, Node, Settings, SSHSettings
@@ -63,7 +64,10 @@ def read_inputs(sources) -> list:
     """Every node result of ``sources`` (``(name, text)`` pairs), in input order."""
     found = []
     for name, text in sources:
-        found += _parse(name, text)
+        try:
+            found += _parse(name, text)
+        except RecursionError:  # json's decoder recurses per level: 100k brackets end here, not in a traceback
+            raise MergeError(f"{name}: not a k3doctor node result (JSON nested too deeply)") from None
     return found
 
 
@@ -160,10 +164,13 @@ def _document(doc, where: str, engine_host: str | None = None) -> NodeResult:
         name = doc["node"]
         if not isinstance(name, str) or not name:
             raise TypeError("node must be a name")
+        overrides = doc.get("overrides", [])
+        if not isinstance(overrides, list) or not all(isinstance(o, str) for o in overrides):
+            raise TypeError("overrides must be a list of CHECK.PARAM=VALUE texts")
         results = [_result(r, name) for r in doc["results"]]
         readings = snapshot.decode_readings(doc["readings"])
         return NodeResult(name, where, results=results, readings=readings, checks=tuple(doc["checks"]),
-                          inventory_sha256=doc.get("inventory_sha256"), overrides=tuple(doc.get("overrides", ())),
+                          inventory_sha256=doc.get("inventory_sha256"), overrides=tuple(overrides),
                           problem=doc.get("error"), document=True)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         who = engine_host or doc.get("node")
@@ -277,5 +284,5 @@ def merge(inv: Inventory, checks: list, by_node: dict, started: float | None = N
             for specs in specs_by_node[node.name].values() if isinstance(specs, dict) for spec in specs.values()}
     cluster = [c for c in passive if c.scope == "cluster"]
     results += judge_cluster(inv, cluster, readings, specs_by_node, failed_by_node, {})
-    return RunReport(results=results, nodes=[n.name for n in inv.nodes],
+    return RunReport(results=explained(results), nodes=[n.name for n in inv.nodes],
                      duration_s=round(time.monotonic() - started, 3), unreachable=unreachable, readings=readings)

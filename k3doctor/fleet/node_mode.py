@@ -11,15 +11,15 @@ Passive checks only, every read bounded by a deadline below Slurm's 60 s HealthC
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import time
 from dataclasses import replace
 
 from k3doctor import __version__
 from k3doctor.gather import snapshot
-from k3doctor.inventory.load import Inventory, localhost_inventory
+from k3doctor.inventory.load import Inventory, localhost_inventory, node_name_problem
 from k3doctor.judging.runner import RunOptions, RunReport, run_checks, specs_of
+from k3doctor.outputs.text import json_text
 
 SCHEMA = "k3doctor.node/1"
 COMMAND_TIMEOUT_S = 20.0  # per reading, at most (the inventory's ssh.command_timeout_s when lower)
@@ -34,6 +34,8 @@ def this_node(inv: Inventory | None, name: str | None) -> Inventory:
     """A one-node inventory of this machine, read through the local transport: ``name``'s entry of
     ``inv`` (its settings, tools and check parameters; default: the entry named as this machine's hostname,
     or its first label), else this machine under ``name`` (default: its hostname) with the default settings."""
+    if name is not None and node_name_problem(name):
+        raise NodeSelectionError(f"--name: {node_name_problem(name)}")
     if inv is None:
         local = localhost_inventory()
         if name:
@@ -87,5 +89,5 @@ def node_document(report: RunReport, inv: Inventory, checks: list, overrides=())
         "results": [r.to_dict() for r in report.results if r.check in own],
         "readings": snapshot.encode_readings({s: v for s, v in got.items() if s in cluster_specs}),
     }
-    return json.dumps(doc, separators=(",", ":"), default=str)
+    return json_text(doc, separators=(",", ":"), default=str)
 

@@ -144,6 +144,12 @@ _tool = _word(r"[^-\s][^\s]*", "a tool path or command name (no spaces, not star
 _env_name = _word(r"[A-Za-z_][A-Za-z0-9_]*", "an environment variable name")
 
 
+def node_name_problem(name) -> str | None:
+    """What is wrong with ``name`` as a node name (``--name``, a bundle's layout), or None: the inventory's rule."""
+    ok, expected = _node_name(name)
+    return None if ok else f"{name!r} is not {expected}"
+
+
 def _socket_path(v):
     return (isinstance(v, str) and v.startswith("/") and len(v.encode()) < 108
             and not any(c in v for c in "\n\t\0") and v.strip() == v,

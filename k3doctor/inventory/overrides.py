@@ -14,6 +14,8 @@ def apply_overrides(inv, overrides, registry=None) -> None:
     """Apply each ``CHECK.PARAM=VALUE`` to ``inv``; the first bad one raises :class:`OverrideError`."""
     registry = registry or REGISTRY
     for item in overrides:
+        if not isinstance(item, str):  # saved readings and node documents carry them too: damaged ones
+            raise OverrideError(f"--set {item!r}: expected CHECK.PARAM=VALUE text")
         key, sep, raw = item.partition("=")
         name, dot, param = key.rpartition(".")
         chk = registry.checks.get(name)

@@ -9,7 +9,7 @@ dependants on that node, or on that GPU when the finding names one, and each dep
 from __future__ import annotations
 
 from k3doctor.readings import Withheld
-from k3doctor.results import Status, skip
+from k3doctor.results import Result, Status, skip
 
 
 def blocking_findings(chk, results) -> list:
@@ -59,3 +59,15 @@ class Gate:
             return verdicts
         kept = [v for v in verdicts if v.gpu not in self.gpus]
         return kept + [not_evaluated(*cause, gpu=gpu) for gpu, cause in sorted(self.gpus.items())]
+
+
+def busy_rack(chk, results: list):
+    """The one SKIP of an invasive probe that must not start (None: it may): one of its ``exclusive`` checks
+    FAILed on some node - a foreign container or GPU process, the rack is in use. Loading the fabric and the
+    GPUs under another job would disturb it and measure it, not the rack."""
+    busy = [r for r in results if r.check in chk.exclusive and r.status == Status.FAIL]
+    if not busy:
+        return None
+    nodes = ", ".join(dict.fromkeys(r.node or "cluster" for r in busy))
+    return Result(chk.name, None, Status.SKIP, f"not started: the rack is in use ({busy[0].check} failed on "
+                  f"{nodes}: {busy[0].message})", evidence={r.node or "cluster": r.message for r in busy})

@@ -19,10 +19,12 @@ from dataclasses import dataclass, field, replace
 
 from k3doctor import progress
 from k3doctor.api import Context, judge_safely
+from k3doctor.judging.causes import explained
 from k3doctor.deadline import seconds
 from k3doctor.gather.node_script import gather
 from k3doctor.inventory.load import Inventory, Node
 from k3doctor.judging.judge import NodeJudge, judge_across, to_results
+from k3doctor.judging.prerequisites import busy_rack
 from k3doctor.parsers import ParseError
 from k3doctor.readings import Readings, ReadingUnavailable, Unavailable
 from k3doctor.registry import prerequisites_first
@@ -166,6 +168,10 @@ class _Run:
             if self.opts.replay:
                 out.append(Result(chk.name, None, Status.SKIP, "active probe: not replayable from saved readings"))
                 continue
+            refusal = busy_rack(chk, results + out)
+            if refusal:
+                out.append(refusal)
+                continue
             blocked = dict(self.unreachable)
             for n, node in nodes.items():
                 if chk.name in node.settings.skip:
@@ -213,7 +219,7 @@ def run_checks(inv: Inventory, checks: list, opts: RunOptions = None) -> RunRepo
     finally:  # also on Ctrl-C: no half-open SSH sessions left behind
         for transport in run.transports.values():
             transport.close()
-    return run.report(results, started)
+    return run.report(explained(results), started)
 
 
 def judge_cluster(inv: Inventory, cluster: list, readings: dict, specs_by_node: dict, failed_by_node: dict,

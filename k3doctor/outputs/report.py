@@ -5,11 +5,10 @@ added, never renamed, within a schema version.
 """
 from __future__ import annotations
 
-import json
 import time
 
 from k3doctor import __version__
-from k3doctor.outputs.text import terminal_safe, xml_safe
+from k3doctor.outputs.text import json_text, one_line, terminal_safe, xml_safe
 from k3doctor.registry import REGISTRY
 from k3doctor.results import Status, overall, worst
 
@@ -42,18 +41,20 @@ def render_table(report, checks, verbose: bool = False) -> str:
         rows.append(row)
     from tabulate import tabulate  # only for the table: it costs the CLI's start ~60 ms (importlib.metadata)
 
-    lines = [tabulate(rows, headers=["check", *columns], tablefmt="simple")]
+    # Node names and messages come from inventories, bundles and node output: each is one field on one line
+    # (a newline in a name would print a forged row, an ESC would drive the terminal).
+    lines = [tabulate(rows, headers=["check", *map(one_line, columns)], tablefmt="simple")]
     found = findings(report.results)
     if found:
         lines.append("")
     for r in found:
         code = f"  [{r.remediation}]" if r.remediation else ""
-        lines.append(f"{r.status.value:5} {r.check} {where(r)}: {r.message}{code}")
+        lines.append(f"{r.status.value:5} {r.check} {one_line(where(r))}: {one_line(r.message)}{code}")
         if verbose:
-            lines += [f"        {k}: {v}" for k, v in r.evidence.items()]
+            lines += [f"        {one_line(k)}: {one_line(v)}" for k, v in r.evidence.items()]
     if verbose:
         passes = [r for r in report.results if r.status == Status.PASS]
-        lines += [""] + [f"PASS  {r.check} {where(r)}: {r.message}" for r in passes]
+        lines += [""] + [f"PASS  {r.check} {one_line(where(r))}: {one_line(r.message)}" for r in passes]
     verdict = overall(report.results)
     first = next((r.remediation for r in found if r.remediation), None)  # the most severe finding's
     lines.append("")
@@ -83,7 +84,7 @@ def render_json(report) -> str:
                   for n in report.nodes],
         "results": [r.to_dict() for r in report.results],
     }
-    return json.dumps(doc, indent=2, sort_keys=False, default=str)
+    return json_text(doc, indent=2, sort_keys=False, default=str)
 
 
 def render_junit(report, checks, remediations=None) -> str:

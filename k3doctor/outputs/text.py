@@ -6,6 +6,8 @@ surrogates when a saved file carried them). Unsafe characters are written as vis
 """
 from __future__ import annotations
 
+import json
+import math
 import re
 
 # XML 1.0 Char production (tab, LF, CR, U+0020-U+D7FF, U+E000-U+FFFD, U+10000-U+10FFFF) less the
@@ -41,3 +43,21 @@ def one_line(text: str, limit: int | None = None) -> str:
     if limit is not None and len(line) > limit:
         line = line[:limit - 3].rstrip() + "..."
     return line
+
+
+def finite_json(value):
+    """``value`` with every non-finite float written as its name (``"NaN"``, ``"Infinity"``): ``json.dumps``
+    would print a bare ``NaN``, which JSON (RFC 8259) has not and strict parsers (jq, Go, JavaScript) refuse.
+    Evidence can carry one from a node document or a tool's output."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if value != value else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dict):
+        return {finite_json(k): finite_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_json(v) for v in value]
+    return value
+
+
+def json_text(doc, **kwargs) -> str:
+    """``json.dumps`` that only ever writes valid JSON (see :func:`finite_json`)."""
+    return json.dumps(finite_json(doc), allow_nan=False, **kwargs)

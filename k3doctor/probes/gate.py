@@ -76,15 +76,31 @@ Kimi-K3 thinks first: the chain of thought goes to `reasoning_content`, the answ
 `max_tokens` runs out mid-thought, `content` is '' with `finish_reason: length` and no error, and lm_eval
 scores 0 (reference §21). Give chat clients max_tokens of at least ~3500 (validated: 12288 with
 max_length 16384, temperature 0), and make sure `--max-model-len` does not cap it (§17).""")
+AUTH = remediation("GATE-AUTH", "the server refuses requests without credentials (HTTP 401/403)", """
+The server asks for credentials (launched with `--api-key`, or behind an authenticating proxy): every
+request without them gets HTTP 401/403. That is not a model-name mismatch and says nothing about the
+model's answers: the gate sends no key, so it cannot judge this server. Ask it from where the key is not
+needed, or check the answers by hand with the key (`curl -H "Authorization: Bearer $KEY" .../v1/models`).""")
 SERVER = remediation("GATE-SERVER-ERROR", "the server answers with an HTTP error", """
 The endpoint answered 5xx (or something that is not an OpenAI answer). Read node0's server log
 (`k3doctor triage`); a ModelRunner that died while HTTP stays up looks like this (reference §16, §20).""")
 
 
+AUTH_STATUSES = (401, 403, 407)  # credentials asked for or refused: never the name trap
+
+
+def _auth_verdict(status: int, body_head: str) -> Verdict:
+    return fail(f"HTTP {status}: the server refuses requests without credentials (an API key); the gate "
+                "cannot judge its answers", evidence={"http_status": status, "body": body_head}, remediation=AUTH)
+
+
 def _status_verdict(status: int, body_head: str) -> Verdict | None:
-    """Verdict for a non-2xx answer (None for 2xx): any 4xx is the name trap (§22), 5xx a server fault."""
+    """Verdict for a non-2xx answer (None for 2xx): 401/403 credentials, any other 4xx the name trap (§22),
+    5xx a server fault."""
     if 200 <= status < 300:
         return None
+    if status in AUTH_STATUSES:
+        return _auth_verdict(status, body_head)
     if 400 <= status < 500:
         return fail(f"HTTP {status}: the server refuses the request (model name mismatch, §22)",
                     evidence={"http_status": status, "body": body_head}, remediation=NAME)
@@ -102,6 +118,8 @@ def served_names(doc) -> list:
 
 def judge_models(status: int, doc, body_head: str, model: str) -> Verdict:
     """§21 step 1 / §22: the endpoint answers and serves exactly the name clients send."""
+    if status in AUTH_STATUSES:
+        return _auth_verdict(status, body_head)
     if not 200 <= status < 300:
         return fail(f"GET /v1/models answered HTTP {status}", evidence={"http_status": status, "body": body_head},
                     remediation=SERVER)
@@ -212,6 +230,14 @@ def _ask(endpoint, method, path, payload, deadline, settings):
     return resp.status, doc, head
 
 
+UNREACHABLE = "unreachable"  # evidence key of the gate-models ERROR when nothing answered
+
+
+def unreachable(results: list) -> dict:
+    """{endpoint: why} when the endpoint did not answer at all (the report says ``reachable: false``)."""
+    return {r.node: r.evidence[UNREACHABLE] for r in results if r.check == "gate-models" and UNREACHABLE in r.evidence}
+
+
 def run_gate(url: str, settings: GateSettings = GateSettings()) -> tuple:
     """(endpoint label, results): ask the server, judge each answer. Unreachable -> ERROR, never PASS."""
     endpoint = parse_endpoint(url)
@@ -226,11 +252,15 @@ def run_gate(url: str, settings: GateSettings = GateSettings()) -> tuple:
     try:
         status, doc, head = _ask(endpoint, "GET", "/v1/models", None, deadline, settings)
     except EndpointError as exc:  # named once; the other steps say why they did not run
-        record("gate-models", error(f"endpoint not answering: {exc}"))
+        record("gate-models", error(f"endpoint not answering: {exc}", evidence={UNREACHABLE: str(exc)}))
         for step in STEPS[1:]:
             record(step.name, skip("not evaluated: the endpoint does not answer"))
         return where, results
     record("gate-models", judge_models(status, doc, head, settings.model))
+    if status in AUTH_STATUSES:  # every request would be refused the same way: named once
+        for step in STEPS[1:]:
+            record(step.name, skip(f"not evaluated: the server answered HTTP {status} (credentials)"))
+        return where, results
     # Ask with the name the server serves, so a name mismatch is named once (above) and the sanity of
     # the answers is still judged.
     try:

@@ -24,6 +24,7 @@ from k3doctor.transport import lazy_imports  # noqa: F401  (first: paramiko itse
 import paramiko
 # isort: on
 
+from k3doctor import localfiles
 from k3doctor.deadline import Deadline, seconds
 from k3doctor.readings import CommandReading
 from k3doctor.shell import quote, with_timeout
@@ -374,9 +375,14 @@ class SSHTransport(Transport):
     @staticmethod
     def _login(t: SSHTarget, sock) -> paramiko.SSHClient:
         where = f"{t.user}@{t.host}:{t.port}"
-        if t.identity_file and not os.path.isfile(t.identity_file):
-            raise TransportError(f"identity file {t.identity_file} for {where} does not exist "
-                                 "(identity_file in the inventory or IdentityFile in the ssh config)")
+        if t.identity_file:
+            try:
+                why = localfiles.not_regular(t.identity_file)
+            except OSError as exc:
+                why = "does not exist" if isinstance(exc, FileNotFoundError) else f"cannot be read ({exc.strerror})"
+            if why:
+                raise TransportError(f"identity file {t.identity_file} for {where} {why} "
+                                     "(identity_file in the inventory or IdentityFile in the ssh config)")
         if sock is None:  # a jump host's channel is already connected; a direct node is probed first
             sock = probe_tcp(t.host, t.port, min(t.connect_timeout_s, PROBE_TIMEOUT_S))
         from k3doctor.transport import hostkeys  # paramiko's import starts here, after the probe (lazy_imports)

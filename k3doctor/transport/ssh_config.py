@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import paramiko
 
+from k3doctor import localfiles
+
 MAX_INCLUDE_DEPTH = 16  # OpenSSH's READCONF_MAX_DEPTH: deeper nesting is an error there too
 MAX_JUMPS = 8  # hops in one chain (jump hosts' own ProxyJump included): more is a loop in the config
 USER_KNOWN_HOSTS = ("~/.ssh/known_hosts", "~/.ssh/known_hosts2")  # OpenSSH's defaults
@@ -63,8 +65,7 @@ def _flatten(path: str, base: str, outer: tuple, stack: list, header: str | None
     if len(stack) >= MAX_INCLUDE_DEPTH:
         raise SSHConfigError(f"ssh config Include nested deeper than {MAX_INCLUDE_DEPTH} at {path}")
     try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            lines = fh.read().splitlines()
+        lines = localfiles.read_bytes(path).decode("utf-8", "replace").splitlines()
     except OSError as exc:
         raise SSHConfigError(f"cannot read ssh config {path}: {exc.strerror}") from None
     stack = [*stack, real]

@@ -6,14 +6,21 @@ rank. Parsing is ``parsers.atom_log``, judgement ``triage.judge``.
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import os
 import re
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from k3doctor import localfiles
+from k3doctor.judging.causes import explained
 from k3doctor.deadline import Deadline
 from k3doctor.gather.node_script import gather
+from k3doctor.inventory.load import node_name_problem
 from k3doctor.judging.runner import cancel_all
+from k3doctor.outputs.text import one_line
 from k3doctor.parsers import ParseError
 from k3doctor.parsers.atom_log import iter_log
 from k3doctor.parsers.pyspy import parse_dump
@@ -68,41 +75,82 @@ def group_by_rank(parsed) -> dict:
 
 
 def read_log_dir(path: str) -> tuple:
-    """({file name: text}, problems): log files copied off the cluster, one per node or per rank."""
+    """({file name: text}, problems): log files copied off the cluster, one per node or per rank.
+
+    Only regular files in ``path`` are read; a symlink is followed only to a file inside ``path`` (a
+    ``rank3.log -> ~/.ssh/id_ed25519`` would put the key into the report and the bundle)."""
     texts, problems = {}, []
-    files = sorted(p for p in Path(path).iterdir() if p.is_file())
+    root = os.path.realpath(path)
+    files = []
+    for entry in sorted(Path(path).iterdir()):
+        target = os.path.realpath(entry)
+        if entry.is_symlink() and not target.startswith(root + os.sep):
+            problems.append(f"{entry.name}: a symbolic link out of {path} (not read)")
+        elif entry.is_file():
+            files.append((entry.name, target))
     if not files:
         problems.append(f"{path}: no log files")
     if len(files) > MAX_SOURCES:
         return {}, [f"{path}: {len(files)} files, more than the {MAX_SOURCES} one triage reads (one per node or rank)"]
     total = 0
-    for file in files:
+    for name, target in files:
         try:
-            size = file.stat().st_size
+            size = os.stat(target).st_size
             if size > MAX_LOG_BYTES:
                 raise ParseError(f"larger than {MAX_LOG_BYTES >> 20} MiB: pass its tail")
             if total + size > MAX_TOTAL_LOG_BYTES:
                 raise ParseError(f"past {MAX_TOTAL_LOG_BYTES >> 20} MiB of logs in all: pass each node's tail")
-            data = file.read_bytes()[:MAX_LOG_BYTES]  # it may have grown since
+            data = localfiles.read_bytes(target)[:MAX_LOG_BYTES]  # it may have grown since
             total += len(data)
-            texts[file.name] = data.decode("utf-8", "replace")
+            texts[name] = data.decode("utf-8", "replace")
         except (OSError, ParseError) as exc:
-            problems.append(f"{file.name}: {exc}")
+            problems.append(f"{name}: {exc.strerror if isinstance(exc, OSError) else exc}")
     texts, dropped = redacted(texts)
     return texts, problems + [f"{name}: {why}" for name, why in dropped.items()]
 
 
-def parse_sources(texts: dict) -> tuple:
-    """(every parsed line, as an iterator read once, {source: why unparseable}); a rank in a source's name is
-    its lines' default."""
-    parsed, problems = [], {}
+def parse_sources(texts: dict, problems: dict):
+    """Every parsed line, as an iterator read once; ``problems`` gets {source: why unparseable}. A rank in a
+    source's name is its lines' default."""
+    parsed = []
     for name, text in texts.items():
         m = _RANK_IN_NAME.search(name)
         try:
             parsed.append(iter_log(text, default_rank=int(m.group(1)) if m else None))
         except ParseError as exc:
             problems[name] = str(exc)
-    return itertools.chain.from_iterable(parsed), problems
+    return itertools.chain.from_iterable(parsed)
+
+
+def ranks_by_source(texts: dict) -> dict:
+    """{source: the ranks its lines name}, read as a stream (what names a node offline, nothing else kept)."""
+    out = {}
+    for name, text in texts.items():
+        m = _RANK_IN_NAME.search(name)
+        try:
+            out[name] = {ln.rank for ln in iter_log(text, default_rank=int(m.group(1)) if m else None)
+                         if ln.rank is not None}
+        except ParseError:
+            continue  # judge_all says why, once
+    return out
+
+
+def nodes_named_by_files(ranks: dict, per_node: int) -> tuple:
+    """Offline without an inventory, a node's log file names it: ``ct13.log`` holding ranks 0-3 makes node 0
+    ct13 (files are per node, or per rank: ``rank3.log`` names no node). A position no such file names
+    keeps ``node<i>``; a file whose ranks are spread evenly over several nodes names none of them."""
+    names = {}
+    for source, held_ranks in ranks.items():
+        stem = source.split(".")[0]
+        held = Counter(rank // per_node for rank in held_ranks)
+        if _RANK_IN_NAME.search(source) or not held or node_name_problem(stem):
+            continue
+        (index, count), *rest = held.most_common(2)
+        if not rest or rest[0][1] < count:  # the node most of its ranks are on (a stray line names none)
+            names.setdefault(index, stem)
+    if not names or len(set(names.values())) != len(names):
+        return ()
+    return tuple(names.get(i, f"node{i}") for i in range(max(names) + 1))
 
 
 LIVE_LOG_BYTES = OUTPUT_CAP_BYTES - (64 << 10)  # the newest part of a live log, under the per-reading cap
@@ -264,6 +312,19 @@ def most_likely(results: list):
     return min(bad, key=lambda r: (-r.status.severity, order.get(r.check, len(order))))
 
 
+def first_screen(results: list) -> str:
+    """The lines above triage's table: the most likely cause, where, what to do - each field one line with
+    nothing that drives a terminal (it quotes log text: an OSC title or ``ESC[2J`` must not reach the screen)."""
+    first = most_likely(results)
+    if first is None:
+        return ""
+    rank = first.evidence.get("rank")
+    where = (f"{first.node} gpu{first.gpu} (rank {rank})" if first.node else
+             f"rank {rank}, outside the layout" if rank is not None else "cluster")
+    return (f"Most likely cause: {one_line(first.message)}\n  where: {one_line(where)}\n"
+            f"  do: k3doctor explain {one_line(first.remediation)}\n\n")
+
+
 def redacted(texts: dict, deadline: Deadline | None = None) -> tuple:
     """({name: text with credential values replaced}, {name: why it was dropped}), before anything is judged,
     shown or bundled; a text not redacted by ``deadline`` is dropped whole (it would not be safe to show)."""
@@ -277,7 +338,10 @@ def redacted(texts: dict, deadline: Deadline | None = None) -> tuple:
     return done, dropped
 
 
-def judge_all(texts: dict, dumps: dict, layout: judges.Layout, *, now: float | None, problems: dict) -> list:
+def judge_all(texts: dict, dumps: dict, layout: judges.Layout, *, now: float | dict | None, problems: dict) -> list:
     """Every triage result from what was read (live, from files, or from a bundle): one code path."""
-    parsed, unparseable = parse_sources(texts)
-    return stack_results(dumps, layout) + triage_results(parsed, layout, now=now, problems={**problems, **unparseable})
+    problems = dict(problems)
+    if not layout.nodes:
+        layout = dataclasses.replace(layout, nodes=nodes_named_by_files(ranks_by_source(texts), layout.per_node))
+    parsed = parse_sources(texts, problems)
+    return explained(stack_results(dumps, layout) + triage_results(parsed, layout, now=now, problems=problems))

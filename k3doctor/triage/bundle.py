@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import io
 import json
-import os
+import math
 import re
 import tarfile
-import tempfile
 import time
 
+from k3doctor.outputs.files import write_file
 from k3doctor.triage import MAX_LOG_BYTES, MAX_SOURCES, MAX_TOTAL_LOG_BYTES
 
 SCHEMA = "k3doctor.triage-bundle/1"
@@ -34,30 +34,25 @@ class BundleError(Exception):
 
 def write(path: str, *, texts: dict, dumps: dict, manifest: dict, report_json: str,
           readings: str | None = None) -> None:
-    """Atomically (temp file + rename), mode 0600: the bundle may still hold host names and paths."""
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".k3doctor-bundle-", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as raw, tarfile.open(fileobj=raw, mode="w:gz") as tar:
-            def add(name: str, text: str):
-                data = text.encode("utf-8", "replace")
-                info = tarfile.TarInfo(name)
-                info.size, info.mtime, info.mode = len(data), int(time.time()), 0o600
-                tar.addfile(info, io.BytesIO(data))
+    """Mode 0600 (the bundle may still hold host names and paths), replaced atomically or written through a
+    device or pipe as every ``-o`` is (``outputs.files.write_file``)."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        def add(name: str, text: str):
+            data = text.encode("utf-8", "replace")
+            info = tarfile.TarInfo(name)
+            info.size, info.mtime, info.mode = len(data), int(time.time()), 0o600
+            tar.addfile(info, io.BytesIO(data))
 
-            add("manifest.json", json.dumps({"schema": SCHEMA, **manifest}, indent=2))
-            for name, text in texts.items():  # redacted where they were read (triage.redacted)
-                add(f"logs/{_safe(name)}", text)
-            for name, text in dumps.items():
-                add(f"stacks/{_safe(name)}", text)
-            add("report.json", report_json)
-            if readings is not None:  # the checks' saved readings (kernel log), redacted by their specs
-                add("readings.json", readings)
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+        add("manifest.json", json.dumps({"schema": SCHEMA, **manifest}, indent=2))
+        for name, text in texts.items():  # redacted where they were read (triage.redacted)
+            add(f"logs/{_safe(name)}", text)
+        for name, text in dumps.items():
+            add(f"stacks/{_safe(name)}", text)
+        add("report.json", report_json)
+        if readings is not None:  # the checks' saved readings (kernel log), redacted by their specs
+            add("readings.json", readings)
+    write_file(path, buffer.getvalue(), private=True)
 
 
 def _safe(name: str) -> str:
@@ -88,8 +83,53 @@ def read(path: str) -> tuple:
                     readings = data
                 elif m := _NAME.match(member.name):
                     (texts if m.group(1) == "logs" else dumps)[m.group(2)] = data
+        except RecursionError:
+            raise BundleError(f"{path}: damaged bundle (a member nested too deeply)") from None
         except (tarfile.TarError, EOFError, OSError, ValueError) as exc:
             raise BundleError(f"{path}: damaged bundle ({exc})") from None
     if not isinstance(manifest, dict) or manifest.get("schema") != SCHEMA:
         raise BundleError(f"{path}: no {SCHEMA} manifest")
     return manifest, texts, dumps, readings
+
+
+MAX_GPUS_PER_NODE = 64  # far above any node's GPUs (8 on an MI455 node); a larger layout is a damaged manifest
+
+
+def layout_of(manifest: dict, path: str) -> tuple:
+    """(Layout keyword arguments, node clock or None, {source: why unreadable}) of a manifest, each field checked
+    like an inventory's (exact types, node names by the inventory's rule, a finite clock); BundleError names
+    the first damaged one - never a judge that crashes or misjudges on it later."""
+    from k3doctor.inventory.load import STEPPINGS, node_name_problem
+
+    def bad(field: str, expected: str):
+        raise BundleError(f"{path}: damaged manifest: {field} must be {expected}")
+
+    layout = manifest.get("layout")
+    if not isinstance(layout, dict):
+        bad("layout", "a mapping")
+    nodes = layout.get("nodes")
+    if not isinstance(nodes, list) or len(set(map(str, nodes))) != len(nodes):
+        bad("layout.nodes", "a list of distinct node names")
+    for name in nodes:
+        if node_name_problem(name):
+            bad("layout.nodes", f"node names ({node_name_problem(name)})")
+    per_node = layout.get("per_node")
+    if not _integer(per_node) or not 1 <= per_node <= MAX_GPUS_PER_NODE:
+        bad("layout.per_node", f"a whole number of GPUs per node in [1, {MAX_GPUS_PER_NODE}]")
+    if layout.get("stepping") is not None and layout["stepping"] not in STEPPINGS:
+        bad("layout.stepping", f"one of {', '.join(STEPPINGS)} or null")
+    board = layout.get("board_gib")
+    if board is not None and not (_integer(board) and 0 < board <= 1 << 20):
+        bad("layout.board_gib", "a positive whole number of GiB or null")
+    now = manifest.get("now")
+    if now is not None and not (isinstance(now, (int, float)) and not isinstance(now, bool) and math.isfinite(now)):
+        bad("now", "a finite number of seconds (the node clock) or null")
+    problems = manifest.get("problems") or {}
+    if not isinstance(problems, dict) or not all(isinstance(v, str) for v in problems.values()):
+        bad("problems", "a mapping of sources to text")
+    return ({"nodes": tuple(nodes), "per_node": per_node, "stepping": layout.get("stepping"), "board_gib": board},
+            now, dict(problems))
+
+
+def _integer(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

@@ -13,10 +13,10 @@ from k3doctor.gather import snapshot
 from k3doctor.inventory.load import InventoryError
 from k3doctor.judging.runner import RunOptions, RunReport, make_transport, run_checks, select_checks
 from k3doctor.probes.gate import STEPS as GATE_STEPS
-from k3doctor.probes.gate import Step, run_gate
+from k3doctor.probes.gate import Step, run_gate, unreachable
 from k3doctor.registry import REGISTRY
 from k3doctor.triage import bundle as bundles
-from k3doctor.triage import judge_all, most_likely, read_log_dir, read_node_logs
+from k3doctor.triage import judge_all, read_log_dir, read_node_logs
 from k3doctor.triage.judge import STEPS, Layout
 
 KERNEL_HEALTH = "kernel-health"  # joins triage's report: the kernel log of every node
@@ -99,10 +99,8 @@ def judge_bundle(path: str) -> tuple:
     started = time.monotonic()
     try:
         manifest, texts, dumps, readings = bundles.read(path)
-        lay = manifest["layout"]
-        layout = Layout(nodes=tuple(lay["nodes"]), per_node=int(lay["per_node"]), stepping=lay.get("stepping"),
-                        board_gib=lay.get("board_gib"))
-        now, problems = manifest.get("now"), dict(manifest.get("problems") or {})
+        lay, now, problems = bundles.layout_of(manifest, path)
+        layout = Layout(**lay)
         saved = snapshot.load(readings) if readings else None
         inv = snapshot.saved_inventory(saved[0], saved[2], path) if saved else None
     except (bundles.BundleError, snapshot.SnapshotError, InventoryError, KeyError, TypeError, ValueError) as exc:
@@ -118,13 +116,5 @@ def triage_report(results, layout, duration_s, gate=False) -> tuple:
     """(RunReport, steps) of a triage: nodes in layout order, then any other node a result names."""
     nodes = list(dict.fromkeys([*layout.nodes, *(r.node for r in results if r.node)]))
     steps = [Step(name, name) for name in (*STEPS, KERNEL_HEALTH)] + (list(GATE_STEPS) if gate else [])
-    return RunReport(results=results, nodes=nodes, duration_s=round(duration_s, 3)), steps
-
-
-def first_screen(report) -> str:
-    """The most likely cause, where it is and what to do: the lines a table report opens with."""
-    first = most_likely(report.results)
-    if not first:
-        return ""
-    where = f"{first.node} gpu{first.gpu} (rank {first.evidence.get('rank')})" if first.node else "cluster"
-    return f"Most likely cause: {first.message}\n  where: {where}\n  do: k3doctor explain {first.remediation}\n\n"
+    return RunReport(results=results, nodes=nodes, duration_s=round(duration_s, 3),
+                     unreachable=unreachable(results)), steps

@@ -93,9 +93,24 @@ class Layout:
     stall_s: float = 1800.0  # §20: cold starts up to ~25 min
     drafter_stall_s: float = 120.0  # §25: a healthy prefetch finishes in < 1 s
 
-    def node_of(self, rank: int) -> str:
+    def outside(self, rank: int) -> bool:
+        """True for a rank no node of a known layout holds (``EngineCore_DP999`` on 4 nodes of 4 GPUs)."""
+        return bool(self.nodes) and rank // self.per_node >= len(self.nodes)
+
+    def node_of(self, rank: int) -> str | None:
+        """The node holding ``rank``: its name, ``node<i>`` by position when no layout names the nodes, None
+        for a rank outside a known layout (never an invented node)."""
         index = rank // self.per_node
-        return self.nodes[index] if index < len(self.nodes) else f"node{index}"
+        if index < len(self.nodes):
+            return self.nodes[index]
+        return None if self.nodes else f"node{index}"
+
+    def where(self, rank: int) -> str:
+        """The node holding ``rank`` for a message, or that it is outside the layout."""
+        if self.outside(rank):
+            return (f"outside the layout: {len(self.nodes)} node(s) x {self.per_node} GPUs hold ranks "
+                    f"0-{len(self.nodes) * self.per_node - 1}")
+        return self.node_of(rank)
 
 
 class RankLines(list):
@@ -113,8 +128,10 @@ def _count(lines, kind) -> int:
 
 def _at(layout: Layout, rank: int, verdict: Verdict) -> Verdict:
     verdict.node = layout.node_of(rank)
-    verdict.gpu = rank % layout.per_node
+    verdict.gpu = None if layout.outside(rank) else rank % layout.per_node
     verdict.evidence.setdefault("rank", rank)
+    if layout.outside(rank) and layout.where(rank) not in verdict.message:
+        verdict.message += f" (rank {rank} is {layout.where(rank)})"
     return verdict
 
 
@@ -139,7 +156,7 @@ def judge_collectives(ranks: dict, layout: Layout) -> list:
                 if usage:
                     ev["kv_usage_pct"] = float(usage[-1].signals["kv_usage"]["pct"])
                 out.append(("triage-collective", _at(layout, r, fail(
-                    f"rank {r} ({layout.node_of(r)}) is the missing participant: {len(timed_out)} of {len(ranks)} "
+                    f"rank {r} ({layout.where(r)}) is the missing participant: {len(timed_out)} of {len(ranks)} "
                     f"ranks timed out in a collective it never joined; its last line: {ev['last_line']!r}",
                     evidence=ev, remediation=MISSING))))
     stages = {r: stage_of(lines) for r, lines in ranks.items()}
@@ -150,7 +167,7 @@ def judge_collectives(ranks: dict, layout: Layout) -> list:
         scope = (f"while ranks {moved_on} moved on" if moved_on else "on every rank")
         for r in stuck:
             out.append(("triage-collective", _at(layout, r, fail(
-                f"rank {r} ({layout.node_of(r)}) stopped at `load RCCL version` {scope}: ncclCommInitRank hang; "
+                f"rank {r} ({layout.where(r)}) stopped at `load RCCL version` {scope}: ncclCommInitRank hang; "
                 "rule out the fabric once (deep tier), then retry", evidence={"last_line": _last(ranks[r])},
                 remediation=RCCL_HANG))))
     return out

@@ -87,13 +87,14 @@ def judge_stacks(procs: list, layout) -> list:
         rule = rules.get(cls)
         verdict = None
         if rule and not rule.healthy:
-            verdict = fail(f"rank {rank} ({layout.node_of(rank)}) stopped in {cls}: {top}", evidence=evidence,
+            verdict = fail(f"rank {rank} ({layout.where(rank)}) stopped in {cls}: {top}", evidence=evidence,
                            remediation=rule.remediation)
         elif cls != majority and seen > 1:
-            verdict = warn(f"rank {rank} ({layout.node_of(rank)}) is in {cls} while {seen} ranks are in {majority}: "
+            verdict = warn(f"rank {rank} ({layout.where(rank)}) is in {cls} while {seen} ranks are in {majority}: "
                            f"{top}", evidence=evidence, remediation=ODD_STACK)
         if verdict:
-            verdict.node, verdict.gpu = layout.node_of(rank), rank % layout.per_node
+            verdict.node = layout.node_of(rank)
+            verdict.gpu = None if layout.outside(rank) else rank % layout.per_node
             out.append(("triage-stacks", verdict))
     if not out:
         out.append(("triage-stacks", passed(f"{len(by_rank)} ModelRunner stack(s): {dict(counts)}")))

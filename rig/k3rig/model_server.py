@@ -25,7 +25,7 @@ HEALTHY = {
 FRAMING_TRICKLES = ("trickle-status", "trickle-header", "trickle-chunk-size", "trickle-chunk-ext",
                     "endless-continue", "endless-trailers")
 MODES = ("healthy", "bang", "repeat", "flat", "nan", "empty", "chat-cut", "name-mismatch", "http-404",
-         "http-500", "garbage", "hang", "trickle", *FRAMING_TRICKLES)
+         "http-500", "garbage", "hang", "trickle", "api-key", *FRAMING_TRICKLES)
 
 
 def _tokens(text: str) -> list:
@@ -123,7 +123,16 @@ def handler_for(mode: str):
                 return None
             return self._send(200, body)
 
+        def _refused(self) -> bool:
+            """api-key: the server was launched with --api-key and refuses a request without it (401)."""
+            if mode == "api-key" and not self.headers.get("Authorization"):
+                self._send(401, b'{"error":"Unauthorized"}')
+                return True
+            return False
+
         def do_GET(self):
+            if self._refused():
+                return None
             if self.path.rstrip("/") == "/v1/models":
                 return self._answer({"object": "list", "data": [{"id": served, "object": "model"}]})
             return self._send(404, b'{"detail":"Not Found"}')
@@ -131,6 +140,8 @@ def handler_for(mode: str):
         def do_POST(self):
             length = int(self.headers.get("Content-Length") or 0)
             req = json.loads(self.rfile.read(length) or b"{}")
+            if self._refused():
+                return None
             if mode == "http-404" or req.get("model") != served:
                 msg = f"Requested model '{req.get('model')}' does not match server model '{served}'"
                 return self._send(400 if mode != "http-404" else 404, json.dumps({"error": msg}).encode())

@@ -176,6 +176,10 @@ def test_demo_stands_up_a_rack_shows_the_bad_card_and_tears_down(rig):
     rc, out, err = k3("demo")  # its own rack, beside the session's (it picks free loopback addresses)
     assert rc == 1, out + err
     assert "ualink-state ct16 gpu2" in out and out.rstrip().splitlines()[-1].startswith("DO NOT LAUNCH")
+    # one fault, one FAIL, the cause in the verdict line; its consequence says where it comes from
+    assert [ln.split(":")[0] for ln in out.splitlines() if ln.startswith("FAIL")] == ["FAIL  ualink-state ct16 gpu2"]
+    assert "SKIP  fabric-domain ct16 gpu2: follows from ualink-state on ct16 gpu2" in out
+    assert out.rstrip().splitlines()[-1].endswith("see `k3doctor explain UALINK-STUCK-UNCONFIGURED`")
     # the demo's rack is not the session rig, so look at every process on the machine
     left = [p for p in psutil.process_iter(["cmdline"]) if "k3doctor-demo-" in " ".join(p.info["cmdline"] or ())]
     assert psutil.wait_procs(left, timeout=5)[1] == []

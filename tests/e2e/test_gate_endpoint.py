@@ -111,3 +111,17 @@ def test_a_bad_endpoint_is_a_usage_error():
 def test_explain_knows_the_gate_codes():
     rc, out, _ = cli.k3("explain", "GATE-BANG-TOKENS")
     assert rc == 0 and "§1" in out
+
+
+def test_a_server_asking_for_an_api_key_is_not_a_name_mismatch(server):
+    rc, seen, doc = gate(server("api-key"))
+    assert rc == 1 and seen == {("gate-models", "FAIL", "GATE-AUTH"), ("gate-completions", "SKIP", None),
+                                ("gate-chat", "SKIP", None)}
+    assert doc["nodes"][0]["reachable"] is True and "credentials" in doc["results"][0]["message"]
+
+
+def test_a_refused_connection_is_not_reachable(server):
+    rc, _, doc = gate("http://127.0.0.1:9")
+    assert rc == 2 and doc["nodes"] == [{"name": "127.0.0.1:9", "reachable": False, "round_trips": 0,
+                                         "error": doc["nodes"][0]["error"]}]
+    assert "refused" in doc["nodes"][0]["error"].lower()

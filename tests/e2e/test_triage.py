@@ -126,8 +126,8 @@ def test_a_log_file_on_a_node_and_offline_log_files(fresh, tmp_path):
         (tmp_path / f"{fresh.nodes[index].name}.log").write_text("\n".join(lines) + "\n")
     rc, doc = k3json("triage", "--logs", tmp_path, "--nodes", fresh.inventory_path)
     assert rc == 1 and findings(doc) == [("triage-collective", "ct17", 2, "FAIL", "TRIAGE-MISSING-PARTICIPANT")]
-    rc, doc = k3json("triage", "--logs", tmp_path)  # no inventory: the node is named by its position
-    assert rc == 1 and findings(doc) == [("triage-collective", "node3", 2, "FAIL", "TRIAGE-MISSING-PARTICIPANT")]
+    rc, doc = k3json("triage", "--logs", tmp_path)  # no inventory: the file names the node (ct17.log)
+    assert rc == 1 and findings(doc) == [("triage-collective", "ct17", 2, "FAIL", "TRIAGE-MISSING-PARTICIPANT")]
     node = fresh.nodes[1]
     (node.tree / "root/atom.log").write_text("\n".join(L.node_logs(ranks={5: {"kv": "-4.67"}})[1]) + "\n")
     write_logs(fresh, {i: lines for i, lines in L.node_logs().items() if i != 1})

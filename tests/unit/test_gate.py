@@ -75,3 +75,12 @@ def test_chat_stop_with_empty_content_still_fails():
 @pytest.mark.parametrize("doc", [{}, {"choices": [{}]}, {"choices": [{"message": {"content": 3}}]}])
 def test_a_chat_answer_that_is_not_an_openai_answer_is_an_error(doc):
     assert judge_chat(200, doc, "", S).status == Status.ERROR
+
+
+@pytest.mark.parametrize("status", [401, 403])
+def test_credentials_refused_is_not_the_name_trap(status):
+    from k3doctor.probes.gate import judge_models
+
+    for v in (judge_completion(PROMPT, status, None, '{"error":"Unauthorized"}', S), judge_chat(status, None, "", S),
+              judge_models(status, None, "", "moonshotai/Kimi-K3")):
+        assert (v.status, v.remediation) == (Status.FAIL, "GATE-AUTH") and "model name" not in v.message

@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import click
 import junitparser
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -203,7 +204,7 @@ def test_output_file_is_replaced_atomically_and_keeps_its_mode(tmp_path, monkeyp
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, "replace", broken_replace)
-    with pytest.raises(OSError):
+    with pytest.raises(click.ClickException, match="No space left on device"):  # one line, not a traceback
         write_output(str(target), "newer", private=False)
     assert target.read_text() == "new\n" and os.listdir(tmp_path) == ["k3doctor.prom"]  # untouched, no temp file
 
@@ -234,3 +235,53 @@ def test_the_readmes_output_format_registers_and_renders_results_only():
         assert OUTPUTS["oneline"].exit_code(report) == 1
     finally:
         OUTPUTS.pop("oneline", None)
+
+def test_output_never_replaces_a_device_a_pipe_or_a_symlink(tmp_path):
+    """-o through a device node (a /dev/null of our own), a FIFO and a symlink: written through / to the link's
+    target; renaming a regular file over /dev/null as root would capture every other program's writes."""
+    import stat
+    import threading
+
+    null = tmp_path / "null"
+    os.mknod(null, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    write_output(str(null), "report", private=True)
+    assert stat.S_ISCHR(null.stat().st_mode)
+
+    real, link = tmp_path / "real.txt", tmp_path / "link.txt"
+    real.write_text("old\n")
+    link.symlink_to(real.name)
+    write_output(str(link), "report", private=True)
+    assert link.is_symlink() and real.read_text() == "report\n"
+
+    fifo, got = tmp_path / "fifo", []
+    os.mkfifo(fifo)
+    reader = threading.Thread(target=lambda: got.append(fifo.read_text()))
+    reader.start()
+    write_output(str(fifo), "report", private=True)
+    reader.join(10)
+    assert got == ["report\n"] and stat.S_ISFIFO(fifo.stat().st_mode)
+    assert sorted(os.listdir(tmp_path)) == ["fifo", "link.txt", "null", "real.txt"]
+
+
+@pytest.mark.parametrize("path, said", [
+    ("", "needs a file name"),
+    ("/proc/version", "kernel interface file"),
+    ("/sys/kernel/new-file", "kernel interface file"),
+])
+def test_output_paths_no_report_can_go_to_are_refused_before_the_run(path, said):
+    proc = subprocess.run([sys.executable, "-m", "k3doctor.cli", "check", "--only", "shm-clean", "-o", path],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 3 and said in proc.stderr and proc.stdout == "", proc.stderr
+    assert proc.stderr.count("\n") == 1
+
+
+def test_a_link_into_proc_is_refused_and_a_full_device_is_one_line(tmp_path):
+    link = tmp_path / "report.txt"
+    link.symlink_to("/proc/version")
+    proc = subprocess.run([sys.executable, "-m", "k3doctor.cli", "check", "--only", "shm-clean", "-o", str(link)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 3 and "kernel interface file" in proc.stderr, proc.stderr
+    full = tmp_path / "full"
+    os.mknod(full, 0o20666, os.makedev(1, 7))
+    with pytest.raises(click.ClickException, match="No space left"):
+        write_output(str(full), "report")

@@ -145,3 +145,29 @@ def test_a_cycle_of_prerequisites_is_refused():
     check("b", title="b", needs=("a",), registry=reg)(lambda r, ctx: passed("b"))
     with pytest.raises(RegistryError, match="cycle"):
         run_checks(inventory(1), reg.ordered(), RunOptions())
+
+
+def test_an_invasive_probe_does_not_start_on_a_busy_rack():
+    """A foreign container on one node: the probe says once that the rack is in use and loads nothing."""
+    reg, probed = Registry(), []
+    check("rack", title="nobody else here", registry=reg)(
+        lambda r, ctx: fail("foreign container sglang-bench holds 4 GPUs") if ctx.node == "n1" else passed("free"))
+
+    @check("probe", title="load the fabric", scope="cluster", tier="deep", interaction="active", after=("rack",),
+           exclusive=("rack",), registry=reg)
+    def probe(ctx):
+        probed.append(sorted(ctx.nodes))
+        return passed("fabric fine")
+
+    report = run_checks(inventory(), reg.ordered(), RunOptions())
+    assert probed == []
+    assert rows(report, "probe") == [(None, None, Status.SKIP, "not started: the rack is in use (rack failed on n1: "
+                                                               "foreign container sglang-bench holds 4 GPUs)")]
+
+
+def test_the_invasive_probes_refuse_a_busy_rack():
+    from k3doctor.registry import REGISTRY, load_checks
+
+    load_checks()
+    assert {c.name for c in REGISTRY.checks.values() if c.interaction != "passive"} == {
+        c.name for c in REGISTRY.checks.values() if "rack-free" in c.exclusive}

@@ -1,6 +1,8 @@
 """ssh_config as OpenSSH reads it (issue 11 §5): what paramiko's SSHConfig lacks - Include, ProxyJump
 chains, known_hosts files, HostKeyAlias - resolved into logins. The logins themselves run against real
 bastion sshds in tests/e2e/test_bastions.py."""
+import os
+import re
 import subprocess
 import sys
 
@@ -153,3 +155,28 @@ def test_an_include_loop_stops_the_cli_before_anything_runs(tmp_path):
     assert (proc.returncode, proc.stdout) == (3, "")
     assert proc.stderr.strip().splitlines() == [f"k3doctor: ssh config Include loop: {tmp_path}/config -> "
                                                 f"{tmp_path}/a.conf -> {tmp_path}/a.conf"]
+
+
+def test_a_fifo_as_ssh_config_or_include_is_named_and_does_not_hang(tmp_path):
+    """Opening a FIFO for reading blocks until a writer comes: validation would never end."""
+    os.mkfifo(tmp_path / "fifo")
+    config = write(tmp_path / "config", "Include fifo\n")
+    inv = write(tmp_path / "inv.yaml", f"ssh: {{ssh_config: {tmp_path / 'fifo'}}}\nnodes:\n  - {{name: n, host: h}}\n")
+    proc = subprocess.run([sys.executable, "-m", "k3doctor.cli", "check", "--nodes", str(inv)], capture_output=True,
+                          text=True, timeout=60)
+    assert (proc.returncode, proc.stdout) == (3, "")
+    assert proc.stderr.strip() == f"k3doctor: cannot read ssh config {tmp_path}/fifo: it is a FIFO (named pipe), " \
+                                  "not a regular file"
+    with pytest.raises(sshconfig.SSHConfigError, match="it is a FIFO"):
+        sshconfig.flatten(str(config))
+
+
+@pytest.mark.parametrize("make, said", [(os.mkdir, "is a directory"), (os.mkfifo, "is a FIFO (named pipe)")])
+def test_an_identity_file_that_is_not_a_file_says_what_it_is(tmp_path, make, said):
+    from k3doctor.transport.ssh import SSHTransport
+
+    make(tmp_path / "key")
+    t = resolve_ssh_target("n1", "127.0.0.1", known_hosts="/dev/null", identity_file=str(tmp_path / "key"),
+                           ssh_config_path=None)
+    with pytest.raises(TransportError, match=re.escape(f"identity file {tmp_path}/key for root@127.0.0.1:22 {said}")):
+        SSHTransport._login(t, None)
