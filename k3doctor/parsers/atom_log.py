@@ -7,7 +7,9 @@ RFC 3339 time, kept per line so "how long ago did this rank last move" can be an
 """
 from __future__ import annotations
 
+import math
 import re
+import time
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -88,7 +90,22 @@ def _timestamp(line: str):
         stamp = datetime.fromisoformat(base + ("+00:00" if zone == "Z" else zone))
     except ValueError:
         return None, line
-    return stamp.timestamp() + (int(frac) / 10 ** len(frac) if frac else 0.0), line[m.end():]
+    seconds = stamp.timestamp() + (int(frac) / 10 ** len(frac) if frac else 0.0)
+    if not plausible_clock(seconds):
+        raise ParseError(f"time stamp {base}{zone} is more than a day ahead of this machine's clock: "
+                         "the log's times cannot be trusted")
+    return seconds, line[m.end():]
+
+
+FUTURE_SLACK_S = 86400.0  # a node's clock may run ahead of ours, but not by more than a day
+
+
+def plausible_clock(seconds) -> bool:
+    """Whether ``seconds`` (epoch) can be a real clock reading now: finite, after 1970 and not more than
+    FUTURE_SLACK_S ahead of this machine (``9999-12-31`` in one rank's log made every other rank look
+    stalled for 4193436360 min; a NaN ``now`` turned DO NOT LAUNCH into READY)."""
+    return isinstance(seconds, (int, float)) and not isinstance(seconds, bool) and math.isfinite(seconds) \
+        and 0 <= seconds <= time.time() + FUTURE_SLACK_S
 
 
 def rank_marker(text: str) -> int | None:
@@ -136,7 +153,10 @@ def iter_log(text, *, default_rank: int | None = None):
 def _lines(text: str, default_rank: int | None):
     carried = default_rank
     for lineno, match in enumerate(_LINE.finditer(text), 1):  # lazily: no list of millions of lines
-        ts, line = _timestamp(match.group(1)[:MAX_LINE])
+        try:
+            ts, line = _timestamp(match.group(1)[:MAX_LINE])
+        except ParseError as exc:
+            raise ParseError(f"server log line {lineno}: {exc}") from None
         if not line.strip():
             continue
         rank = rank_marker(line)

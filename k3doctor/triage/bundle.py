@@ -16,6 +16,7 @@ import tarfile
 import tempfile
 import time
 
+from k3doctor.parsers.atom_log import plausible_clock
 from k3doctor.triage import MAX_LOG_BYTES, MAX_SOURCES, MAX_TOTAL_LOG_BYTES
 
 SCHEMA = "k3doctor.triage-bundle/1"
@@ -92,4 +93,8 @@ def read(path: str) -> tuple:
             raise BundleError(f"{path}: damaged bundle ({exc})") from None
     if not isinstance(manifest, dict) or manifest.get("schema") != SCHEMA:
         raise BundleError(f"{path}: no {SCHEMA} manifest")
+    now = manifest.get("now")  # the nodes' clocks when the logs were read: {node: epoch s}, one number, or null
+    clocks = now.values() if isinstance(now, dict) else [] if now is None else [now]
+    if not all(plausible_clock(c) for c in clocks):
+        raise BundleError(f"{path}: the manifest's clock {now!r} is not a time (finite, not in the future)")
     return manifest, texts, dumps, readings
