@@ -7,12 +7,11 @@ RFC 3339 time, kept per line so "how long ago did this rank last move" can be an
 """
 from __future__ import annotations
 
-import math
 import re
-import time
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from k3doctor.deadline import plausible_clock
 from k3doctor.parsers import ParseError
 
 _LINE = re.compile(r"([^\r\n]*)(?:\r\n|\r|\n|$)")  # \r (tqdm), \r\n and \n each end a line
@@ -95,17 +94,6 @@ def _timestamp(line: str):
         raise ParseError(f"time stamp {base}{zone} is more than a day ahead of this machine's clock: "
                          "the log's times cannot be trusted")
     return seconds, line[m.end():]
-
-
-FUTURE_SLACK_S = 86400.0  # a node's clock may run ahead of ours, but not by more than a day
-
-
-def plausible_clock(seconds) -> bool:
-    """Whether ``seconds`` (epoch) can be a real clock reading now: finite, after 1970 and not more than
-    FUTURE_SLACK_S ahead of this machine (``9999-12-31`` in one rank's log made every other rank look
-    stalled for 4193436360 min; a NaN ``now`` turned DO NOT LAUNCH into READY)."""
-    return isinstance(seconds, (int, float)) and not isinstance(seconds, bool) and math.isfinite(seconds) \
-        and 0 <= seconds <= time.time() + FUTURE_SLACK_S
 
 
 def rank_marker(text: str) -> int | None:

@@ -12,12 +12,12 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from k3doctor.deadline import Deadline
+from k3doctor.deadline import Deadline, plausible_clock
 from k3doctor.redaction import RedactionTimeout, redact_text
 
 from ..gather import gather
 from ..parsers import ParseError
-from ..parsers.atom_log import iter_log, plausible_clock
+from ..parsers.atom_log import iter_log
 from ..parsers.pyspy import parse_dump
 from ..readings import OUTPUT_CAP_BYTES, Command, ReadingUnavailable, sh
 from ..results import Result, Status

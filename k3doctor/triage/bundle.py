@@ -16,7 +16,7 @@ import tarfile
 import tempfile
 import time
 
-from k3doctor.parsers.atom_log import plausible_clock
+from k3doctor.deadline import plausible_clock
 from k3doctor.triage import MAX_LOG_BYTES, MAX_SOURCES, MAX_TOTAL_LOG_BYTES
 
 SCHEMA = "k3doctor.triage-bundle/1"
