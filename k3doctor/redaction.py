@@ -39,7 +39,8 @@ FREE_TEXT_SECRETS = (
     (re.compile(r"\b(?:hf|sk)[_-][A-Za-z0-9_-]{16,}"), REDACTED),  # Hugging Face / OpenAI-style keys anywhere
     (re.compile(r"(?i)\b(Bearer)[ \t]{1,16}[A-Za-z0-9._~+/=-]{16,}"), rf"\1 {REDACTED}"),
 )
-_LINE_BREAK = re.compile(r"(\r\n|\r|\n)")
+# A line (ended by \n or \r: tqdm) longer than the cap, matched from its start only: linear, and no list of lines
+_OVERLONG = re.compile(rf"(?<![^\r\n])([^\r\n]{{{MAX_LINE_CHARS}}})[^\r\n]+")
 
 
 class RedactionTimeout(TimeoutError):
@@ -48,10 +49,7 @@ class RedactionTimeout(TimeoutError):
 
 def capped_lines(text: str) -> str:
     """``text`` with every line (``\\n`` or ``\\r`` ends one: tqdm) cut to MAX_LINE_CHARS characters."""
-    if len(text) <= MAX_LINE_CHARS:
-        return text
-    parts = _LINE_BREAK.split(text)
-    return "".join(part if len(part) <= MAX_LINE_CHARS else part[:MAX_LINE_CHARS] for part in parts)
+    return text if len(text) <= MAX_LINE_CHARS else _OVERLONG.sub(r"\1", text)
 
 
 def redact_text(text: str, deadline=None) -> str:
