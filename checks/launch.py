@@ -17,6 +17,7 @@ from k3doctor.api import (
     Command,
     ContainerInspect,
     File,
+    Param,
     ParseError,
     ReadingUnavailable,
     Status,
@@ -97,7 +98,8 @@ PARAMS = {
     "group_add": ["39", "105"],  # host-specific GIDs, presumably video/render (§13, §27 item 6)
     "model_mount": "/models",  # bind-mounted read-only (§12, §13)
     "master_port": 29500, "http_port": 8000,  # node 0 (§17); a port in the launch command wins
-    "base_port": 29700, "base_port_width": 16,  # every node; the range's width is not documented (§27 item 11)
+    "base_port": 29700,  # every node; the range's width is not documented (§27 item 11): a port range, not 2**63
+    "base_port_width": Param(16, minimum=1, maximum=1024),
 }
 
 CONTAINER = remediation("LAUNCH-CONTAINER", "our container is missing, stopped or not the expected image", """

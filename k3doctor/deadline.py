@@ -40,3 +40,14 @@ class Deadline:
     @property
     def expired(self) -> bool:
         return self.remaining() <= 0.0
+
+
+FUTURE_SLACK_S = 86400.0  # a node's clock may run ahead of ours, but not by more than a day
+
+
+def plausible_clock(seconds) -> bool:
+    """Whether ``seconds`` (epoch) can be a real clock reading now: finite, after 1970 and not more than
+    FUTURE_SLACK_S ahead of this machine (``9999-12-31`` in one rank's log made every other rank look
+    stalled for 4193436360 min; a NaN ``now`` turned DO NOT LAUNCH into READY)."""
+    return isinstance(seconds, (int, float)) and not isinstance(seconds, bool) and math.isfinite(seconds) \
+        and 0 <= seconds <= time.time() + FUTURE_SLACK_S

@@ -22,6 +22,7 @@ SCOPES = ("node", "gpu", "cluster", "node-pair")
 TIERS = ("fast", "deep")
 INTERACTIONS = ("passive", "active", "disruptive")
 ENTRY_POINT_GROUP = "k3doctor.checks"
+MAX_GPUS_PER_NODE = 64  # a node of any vendor holds 8 today (gfx1250 racks: 4); 64 leaves room, 10**7 is a typo
 
 
 @dataclass(frozen=True)
@@ -55,11 +56,16 @@ class Param:
                 return "a finite number"
             if (self.minimum is not None and value < self.minimum) or \
                     (self.maximum is not None and value > self.maximum):
-                low = "" if self.minimum is None else f"{self.minimum:g}"
-                high = "" if self.maximum is None else f"{self.maximum:g}"
+                low = "" if self.minimum is None else _shown(self.minimum)
+                high = "" if self.maximum is None else _shown(self.maximum)
                 return f"a number in [{low}, {high}]" if low and high else \
                     f"a number >= {low}" if low else f"a number <= {high}"
         return self.validate(value, nodes) if self.validate else None
+
+
+def _shown(bound) -> str:
+    """A bound as a user types it: whole numbers in full (1125899906842624, not 1.1259e+15)."""
+    return str(int(bound)) if float(bound).is_integer() else f"{bound:g}"
 
 
 def _is_number(v) -> bool:
@@ -98,15 +104,32 @@ def _is_scalar(v) -> bool:
 
 def _scalar(v):
     return _is_scalar(v), "a string or number"
+# What a number may be, by what its name says it measures: bounded by what hardware has, so no parameter
+# becomes a 10**9-element range, a set of every GPU id up to 2**63 or a port past 65535. A check that knows
+# a tighter range declares it (``Param(minimum=, maximum=)``); the rest get these. Rules are data: the first
+# suffix that matches wins, and a number that matches none is a count (GPUs, ranks, entries, iterations).
+NAME_BOUNDS = (
+    (("_s",), 0, MAX_SECONDS),
+    (("_min",), 0, MAX_SECONDS / 60),
+    (("port",), 1, 65535),
+    (("_pct",), 0, 100),
+    (("_bytes",), 0, 1 << 50),  # a PiB: more than any node's memory or disk
+    (("_gib", "_gb"), 0, 1 << 20),
+    (("_gbps",), 0, 100_000),
+    (("_per_node", "gpu"), 0, MAX_GPUS_PER_NODE),  # ranks per node, a GPU index
+)
+MAX_COUNT = 1_000_000
 
 
 def as_param(name: str, declared) -> Param:
-    """A ``params=`` entry as a :class:`Param`; durations by name (``*_s``, ``*_min``) get their bounds."""
-    if isinstance(declared, Param):
-        return declared
-    if _is_number(declared) and name.endswith(("_s", "_min")):
-        return Param(declared, minimum=0, maximum=MAX_SECONDS if name.endswith("_s") else MAX_SECONDS / 60)
-    return Param(declared)
+    """A ``params=`` entry as a :class:`Param`; a number without a maximum of its own gets the bounds its
+    name says (NAME_BOUNDS), else MAX_COUNT."""
+    param = declared if isinstance(declared, Param) else Param(declared)
+    if not _is_number(param.default) or param.choices or param.maximum is not None:
+        return param
+    low, high = next(((low, high) for suffixes, low, high in NAME_BOUNDS if name.endswith(suffixes)),
+                     (None, MAX_COUNT))
+    return replace(param, minimum=low if param.minimum is None else param.minimum, maximum=high)
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 
 from k3doctor import readings as rd
 from k3doctor import redaction
+from k3doctor.deadline import plausible_clock
 from k3doctor.inventory.load import InventoryError, localhost_inventory, parse_inventory
 from k3doctor.registry import REGISTRY
 
@@ -57,14 +59,68 @@ def _encode_reading(value):
     return {"kind": type(value).__name__, **dataclasses.asdict(value)}
 
 
+# A saved reading is validated as an inventory is: each field of exactly its declared type (``Exists: "yes"``,
+# ``rc: 0.0`` or ``truncated: 1`` read as true/0 before), an error that says something, clocks that are times,
+# one name per container. Types come from the reading classes' own annotations: a new field is checked too.
+_TYPES = {"str": (str,), "int": (int,), "bool": (bool,), "float": (int, float), "list": (list,), "dict": (dict,),
+          "None": (type(None),)}
+
+
+def _checked(cls, fields: dict):
+    """``cls(**fields)`` once every field has exactly the type ``cls`` declares; TypeError/ValueError else."""
+    for f in dataclasses.fields(cls):
+        if f.name not in fields:
+            continue
+        value, allowed = fields[f.name], tuple(t for part in f.type.split("|") for t in _TYPES[part.strip()])
+        if not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed):
+            raise TypeError(f"{cls.__name__}.{f.name} must be {f.type}, got {value!r:.60}")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"{cls.__name__}.{f.name} must be a finite number, got {value!r}")
+        if f.name == "error" and value == "":
+            raise ValueError(f"{cls.__name__}.error is empty: an error says what went wrong (or is null)")
+    reading = cls(**fields)
+    if isinstance(reading, rd.DockerReading):
+        _check_docker(reading)
+    return reading
+
+
+def _check_docker(reading) -> None:
+    """The engine's clock is a time, every entry a mapping, and no container name is held twice."""
+    if not plausible_clock(reading.now):
+        raise ValueError(f"DockerReading.now {reading.now!r} is not a time (finite, not in the future)")
+    if not all(isinstance(x, dict) for x in (*reading.containers, *reading.events)):
+        raise TypeError("DockerReading: every container and event must be a mapping")
+    names = [n for c in reading.containers if isinstance(c.get("Names"), list) for n in c["Names"]]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ValueError(f"DockerReading: container name(s) {twice} held by two containers: no engine allows that")
+
+
 def _decode_reading(data: dict):
     fields = dict(data)
     kind = fields.pop("kind")
     if kind == "Exists":
+        if set(fields) != {"value"} or not isinstance(fields["value"], bool):
+            raise TypeError(f"Exists must be {{\"value\": true|false}}, got {fields!r:.60}")
         return fields["value"]
     if kind == "Glob":
-        return {p: rd.FileReading(**v) for p, v in fields["value"].items()}
-    return _READINGS[kind](**fields)
+        return {p: _checked(rd.FileReading, v) for p, v in fields["value"].items()}
+    return _checked(_READINGS[kind], fields)
+
+
+def _unique_keys(pairs: list) -> dict:
+    """``object_pairs_hook``: a JSON object with a key twice is damaged (json keeps the last silently)."""
+    keys = [k for k, _ in pairs]
+    if len(set(keys)) != len(keys):
+        raise ValueError(f"duplicate key {next(k for k in keys if keys.count(k) > 1)!r} in a JSON object")
+    return dict(pairs)
+
+
+def strict_json(text: str):
+    """JSON as saved readings and node documents are read: no duplicate keys, no NaN/Infinity."""
+    def constant(name):
+        raise ValueError(f"{name} is not a JSON number")
+    return json.loads(text, object_pairs_hook=_unique_keys, parse_constant=constant)
 
 
 def encode_readings(got: dict) -> list:
@@ -88,7 +144,7 @@ def dump(report, inventory_text: str, overrides=()) -> str:
 def load(text: str) -> tuple:
     """(inventory text, overrides, {node: {spec: reading}}, {node: why unreachable})."""
     try:
-        doc = json.loads(text)
+        doc = strict_json(text)
         if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
             schema = doc.get("schema") if isinstance(doc, dict) else None
             raise SnapshotError(f"not a k3doctor readings file (schema {schema!r}, want {SCHEMA})")

@@ -16,6 +16,7 @@ import yaml
 from k3doctor.deadline import MAX_SECONDS
 from k3doctor.inventory import ansible, nodesets
 from k3doctor.inventory.safeyaml import YAMLInputError, by_line, compose, decode, load, plain
+from k3doctor.registry import MAX_GPUS_PER_NODE, MAX_SECONDS
 
 STEPPINGS = ("A0", "B0")
 DEFAULT_TOOLS = {
@@ -120,8 +121,14 @@ def _port(v):
     return isinstance(v, int) and not isinstance(v, bool) and 0 < v < 65536, "an integer between 1 and 65535"
 
 
-def _posint(v):
-    return isinstance(v, int) and not isinstance(v, bool) and v > 0, "a positive integer"
+MAX_HBM_GIB = 4096  # per GPU: boards have 288 or 432 GiB (reference §12)
+
+
+def _bounded(high: int, unit: str):
+    """Rule for a size the hardware bounds: a positive integer up to ``high`` (a typo of 10**7 GPUs would
+    otherwise cost gigabytes in the judges that enumerate them)."""
+    return lambda v: (isinstance(v, int) and not isinstance(v, bool) and 0 < v <= high,
+                      f"a positive integer up to {high} {unit}")
 
 
 def _seconds(v):
@@ -164,8 +171,9 @@ def _transport(v):
     return v in ("ssh", "local"), "ssh or local"
 
 
-SETTINGS_KEYS = {"container": _container, "image": _str, "stepping": _stepping, "hbm_gib_per_gpu": _posint,
-                 "gpus_per_node": _posint, "tools": "tools", "checks": "checks", "skip": "skip"}
+SETTINGS_KEYS = {"container": _container, "image": _str, "stepping": _stepping,
+                 "hbm_gib_per_gpu": _bounded(MAX_HBM_GIB, "GiB"), "gpus_per_node": _bounded(MAX_GPUS_PER_NODE, "GPUs"),
+                 "tools": "tools", "checks": "checks", "skip": "skip"}
 CLUSTER_KEYS = {"name": _str, **SETTINGS_KEYS}
 SSH_KEYS = {"known_hosts": _str, "accept_unknown_hosts": _bool, "ssh_config": _str,
             "connect_timeout_s": _seconds, "command_timeout_s": _seconds, "node_deadline_s": _seconds,

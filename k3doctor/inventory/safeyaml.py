@@ -17,6 +17,7 @@ from yaml.constructor import SafeConstructor
 
 from k3doctor.deadline import MAX_MAGNITUDE
 
+MAX_ALIAS_EXPANSION = 10_000  # values aliases may add: a 289-byte anchor bomb expands to 10**9 (16 s, 1.2 GB)
 MAX_DEPTH = 24  # the inventory needs 6 levels (nodes[].checks.<check>.<param>.<key>); baselines a few more
 _STD = "tag:yaml.org,2002:"
 ALLOWED_TAGS = {_STD + t for t in ("str", "int", "float", "bool", "null", "seq", "map", "timestamp", "merge")}
@@ -62,6 +63,9 @@ def compose(text: str, path: str):
     except RecursionError:
         raise YAMLInputError([f"{path}:1: nested too deeply (more than {MAX_DEPTH} levels)"]) from None
     problems = _problems(root, path) if root is not None else []
+    if root is not None and not problems and _expanded_size(root) is None:
+        problems = [f"{path}:1: aliases (*name) expand to more than {MAX_ALIAS_EXPANSION} values beyond those "
+                    "written (write the values out)"]
     if problems:
         raise YAMLInputError(problems)
     return root
@@ -108,6 +112,27 @@ def _problems(root, path: str) -> list:
                 children += [(knode, child, depth + 1), (vnode, child, depth + 1)]
             stack += reversed(children)
     return by_line(problems, path)
+
+
+def _expanded_size(root) -> int | None:
+    """How many values ``root`` holds once every alias is expanded (each shared node counted each time it is
+    used), or None past the written nodes plus MAX_ALIAS_EXPANSION; linear in the written nodes (memoised)."""
+    size, distinct, stack = {}, 0, [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        if id(node) in size:
+            continue
+        kids = [] if isinstance(node, yaml.ScalarNode) else node.value if isinstance(node, yaml.SequenceNode) \
+            else [n for pair in node.value for n in pair]
+        if not children_done:
+            stack.append((node, True))
+            stack += [(kid, False) for kid in kids if id(kid) not in size]
+            continue
+        distinct += 1
+        size[id(node)] = 1 + sum(size[id(kid)] for kid in kids)
+        if size[id(node)] > distinct + MAX_ALIAS_EXPANSION:
+            return None
+    return size[id(root)]
 
 
 def by_line(problems: list, path: str) -> list:

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from k3doctor.deadline import plausible_clock
 from k3doctor.parsers import ParseError
 
 _LINE = re.compile(r"([^\r\n]*)(?:\r\n|\r|\n|$)")  # \r (tqdm), \r\n and \n each end a line
@@ -88,7 +89,11 @@ def _timestamp(line: str):
         stamp = datetime.fromisoformat(base + ("+00:00" if zone == "Z" else zone))
     except ValueError:
         return None, line
-    return stamp.timestamp() + (int(frac) / 10 ** len(frac) if frac else 0.0), line[m.end():]
+    seconds = stamp.timestamp() + (int(frac) / 10 ** len(frac) if frac else 0.0)
+    if not plausible_clock(seconds):
+        raise ParseError(f"time stamp {base}{zone} is more than a day ahead of this machine's clock: "
+                         "the log's times cannot be trusted")
+    return seconds, line[m.end():]
 
 
 def rank_marker(text: str) -> int | None:
@@ -136,7 +141,10 @@ def iter_log(text, *, default_rank: int | None = None):
 def _lines(text: str, default_rank: int | None):
     carried = default_rank
     for lineno, match in enumerate(_LINE.finditer(text), 1):  # lazily: no list of millions of lines
-        ts, line = _timestamp(match.group(1)[:MAX_LINE])
+        try:
+            ts, line = _timestamp(match.group(1)[:MAX_LINE])
+        except ParseError as exc:
+            raise ParseError(f"server log line {lineno}: {exc}") from None
         if not line.strip():
             continue
         rank = rank_marker(line)

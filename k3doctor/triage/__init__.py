@@ -11,14 +11,15 @@ import itertools
 import os
 import re
 from collections import Counter
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from k3doctor import localfiles
-from k3doctor.judging.causes import explained
-from k3doctor.deadline import Deadline
+from k3doctor.deadline import Deadline, plausible_clock
 from k3doctor.gather.node_script import gather
 from k3doctor.inventory.load import node_name_problem
+from k3doctor.judging.causes import explained
 from k3doctor.judging.runner import cancel_all
 from k3doctor.outputs.text import one_line
 from k3doctor.parsers import ParseError
@@ -109,14 +110,21 @@ def read_log_dir(path: str) -> tuple:
     return texts, problems + [f"{name}: {why}" for name, why in dropped.items()]
 
 
-def parse_sources(texts: dict, problems: dict):
-    """Every parsed line, as an iterator read once; ``problems`` gets {source: why unparseable}. A rank in a
-    source's name is its lines' default."""
+def parse_sources(texts: dict, problems: dict) -> Iterator:
+    """Every parsed line, as an iterator read once; a source found unparseable (now, or on the way: a line
+    stamped in the far future) goes into ``problems`` and is read no further. A rank in a source's name is
+    its lines' default."""
+    def guarded(name, lines):
+        try:
+            yield from lines
+        except ParseError as exc:
+            problems[name] = str(exc)
+
     parsed = []
     for name, text in texts.items():
         m = _RANK_IN_NAME.search(name)
         try:
-            parsed.append(iter_log(text, default_rank=int(m.group(1)) if m else None))
+            parsed.append(guarded(name, iter_log(text, default_rank=int(m.group(1)) if m else None)))
         except ParseError as exc:
             problems[name] = str(exc)
     return itertools.chain.from_iterable(parsed)
@@ -191,8 +199,9 @@ def _stacks_command(node, py_spy: str, timeout_s: float) -> Command:
 
 def read_node_logs(inv, make_transport, *, tail: int, paths: dict, deadline_s: float, timeout_s: float,
                    py_spy: str | None = None) -> tuple:
-    """({node: log text}, {node: why unreadable}, latest node clock, {node: stack dump text}) over one SSH
-    round trip each; stacks only when ``py_spy`` names the tool."""
+    """({node: log text}, {node: why unreadable}, {node: its clock}, {node: stack dump text}) over one SSH
+    round trip each; stacks only when ``py_spy`` names the tool. Each rank's log age is measured against its
+    own node's clock: one node's clock ahead of the others makes no other rank look stalled."""
     clock = Command(("date", "+%s"))
     transports = {}
 
@@ -207,6 +216,8 @@ def read_node_logs(inv, make_transport, *, tail: int, paths: dict, deadline_s: f
             stack_text = got[dumps].output() if dumps else None
             text = _log_text(got[spec])
             now = float(got[clock].output().strip())
+            if not plausible_clock(now):
+                raise ParseError(f"the node's clock reads {now!r}: not a time to measure its log's age against")
             return text, now, None, stack_text
         except Exception as exc:  # this node only: the others are still read
             why = str(exc) if isinstance(exc, (ReadingUnavailable, ParseError)) else f"{type(exc).__name__}: {exc}"
@@ -214,7 +225,7 @@ def read_node_logs(inv, make_transport, *, tail: int, paths: dict, deadline_s: f
         finally:
             transport.close()
 
-    texts, problems, clocks, dumps = {}, {}, [], {}
+    texts, problems, clocks, dumps = {}, {}, {}, {}
     pool = ThreadPoolExecutor(max_workers=max(1, min(64, len(inv.nodes))))
     try:
         answers = list(pool.map(visit, inv.nodes))
@@ -229,14 +240,14 @@ def read_node_logs(inv, make_transport, *, tail: int, paths: dict, deadline_s: f
         if why:
             problems[node.name] = why
         elif now is not None:
-            clocks.append(now)
+            clocks[node.name] = now
         if stack_text is not None:
             dumps[node.name] = stack_text
     texts, dropped = redacted(texts)
     dumps, dropped_dumps = redacted(dumps)
     problems.update(dropped)
     problems.update({node: f"stacks: {why}" for node, why in dropped_dumps.items() if node not in problems})
-    return texts, problems, (max(clocks) if clocks else None), dumps
+    return texts, problems, clocks, dumps
 
 
 def stack_results(dumps: dict, layout: judges.Layout) -> list:
@@ -267,12 +278,10 @@ def stack_results(dumps: dict, layout: judges.Layout) -> list:
     return results
 
 
-def triage_results(parsed, layout: judges.Layout, *, now: float | None, problems: dict,
+def triage_results(parsed, layout: judges.Layout, *, now: float | dict | None, problems: dict,
                    deadline: Deadline | None = None) -> list:
     """Results for the report: unreadable sources first (ERROR), then every finding of the judges. Lines
     not read by ``deadline`` (LOCAL_WORK_S from now) make the whole judgement an ERROR, never a partial PASS."""
-    results = [Result("triage-startup", node if node in layout.nodes else None, Status.ERROR,
-                      f"log not read: {why}") for node, why in problems.items()]
     deadline = deadline or Deadline(LOCAL_WORK_S)
     seen_serving = []
 
@@ -285,9 +294,14 @@ def triage_results(parsed, layout: judges.Layout, *, now: float | None, problems
             yield ln
 
     try:
-        ranks = group_by_rank(watched(parsed))
+        ranks, late = group_by_rank(watched(parsed)), None
     except TimeoutError as exc:
-        return results + [Result("triage-startup", None, Status.ERROR, f"logs not judged within the deadline: {exc}")]
+        ranks, late = {}, Result("triage-startup", None, Status.ERROR, f"logs not judged within the deadline: {exc}")
+    # after the pass: a source may turn out unreadable on the way (a line stamped in the far future)
+    results = [Result("triage-startup", node if node in layout.nodes else None, Status.ERROR,
+                      f"log not read: {why}") for node, why in problems.items()]
+    if late:
+        return results + [late]
     if not ranks and not problems:
         results.append(Result("triage-startup", None, Status.ERROR,
                               "no line of the logs names a DP rank (EngineCore_DP<n>, DP<n>, Engine <nnn>:): "

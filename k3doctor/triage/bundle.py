@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import io
 import json
-import math
 import re
 import tarfile
 import time
 
+from k3doctor.deadline import plausible_clock
 from k3doctor.outputs.files import write_file
 from k3doctor.triage import MAX_LOG_BYTES, MAX_SOURCES, MAX_TOTAL_LOG_BYTES
 
@@ -89,6 +89,10 @@ def read(path: str) -> tuple:
             raise BundleError(f"{path}: damaged bundle ({exc})") from None
     if not isinstance(manifest, dict) or manifest.get("schema") != SCHEMA:
         raise BundleError(f"{path}: no {SCHEMA} manifest")
+    now = manifest.get("now")  # the nodes' clocks when the logs were read: {node: epoch s}, one number, or null
+    clocks = now.values() if isinstance(now, dict) else [] if now is None else [now]
+    if not all(plausible_clock(c) for c in clocks):
+        raise BundleError(f"{path}: the manifest's clock {now!r} is not a time (finite, not in the future)")
     return manifest, texts, dumps, readings
 
 
@@ -121,9 +125,7 @@ def layout_of(manifest: dict, path: str) -> tuple:
     board = layout.get("board_gib")
     if board is not None and not (_integer(board) and 0 < board <= 1 << 20):
         bad("layout.board_gib", "a positive whole number of GiB or null")
-    now = manifest.get("now")
-    if now is not None and not (isinstance(now, (int, float)) and not isinstance(now, bool) and math.isfinite(now)):
-        bad("now", "a finite number of seconds (the node clock) or null")
+    now = manifest.get("now")  # its clocks were checked when the bundle was read (read())
     problems = manifest.get("problems") or {}
     if not isinstance(problems, dict) or not all(isinstance(v, str) for v in problems.values()):
         bad("problems", "a mapping of sources to text")

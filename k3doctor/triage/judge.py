@@ -249,14 +249,16 @@ def judge_rank(rank: int, lines: list, layout: Layout, now: float | None, servin
     return out
 
 
-def judge(ranks: dict, layout: Layout, now: float | None = None, serving: bool | None = None) -> list:
-    """All findings, the cross-rank ones first (they name the rank at fault), then per rank. ``serving``:
+def judge(ranks: dict, layout: Layout, now: float | dict | None = None, serving: bool | None = None) -> list:
+    """All findings, the cross-rank ones first (they name the rank at fault), then per rank. ``now``: one
+    clock for all, or each node's own clock ({node: epoch seconds}, as read live). ``serving``:
     the server came up (its lines need not name a rank); by default, whether a rank's lines say so."""
     found = judge_collectives(ranks, layout)
     stages = {r: stage_of(lines) for r, lines in ranks.items()}
     serving = "serving" in stages.values() if serving is None else serving
-    for rank in sorted(ranks):
-        found += judge_rank(rank, ranks[rank], layout, now, serving)
+    for rank in sorted(ranks):  # each rank's age against its own node's clock (one clock ahead moves no other)
+        found += judge_rank(rank, ranks[rank], layout, now.get(layout.node_of(rank)) if isinstance(now, dict)
+                            else now, serving)
     if not ranks:
         return found
     if not any(step == "triage-startup" for step, _ in found):

@@ -60,8 +60,8 @@ def bundle_with(where, members, manifest_text):
     ({"layout": {"per_node": 0}}, "layout.per_node"), ({"layout": {"per_node": -4}}, "layout.per_node"),
     ({"layout": {"per_node": True}}, "layout.per_node"), ({"layout": {"nodes": [[1]]}}, "layout.nodes"),
     ({"layout": {"nodes": ["ct13\nFAIL forged"]}}, "layout.nodes"), ({"layout": {"board_gib": "x"}}, "board_gib"),
-    ({"layout": {"stepping": 5}}, "layout.stepping"), ({"now": "1700000000"}, "now must be"),
-    ({"now": [1]}, "now must be"), ({"problems": {"a": {"b": 1}}}, "problems"), ({"layout": []}, "layout must"),
+    ({"layout": {"stepping": 5}}, "layout.stepping"), ({"now": "1700000000"}, "is not a time"),
+    ({"now": [1]}, "is not a time"), ({"problems": {"a": {"b": 1}}}, "problems"), ({"layout": []}, "layout must"),
 ])
 def test_a_damaged_bundle_manifest_is_one_line(saved, change, needle):
     where, _, _, members = saved

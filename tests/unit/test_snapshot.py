@@ -50,3 +50,42 @@ def test_round_trip_judges_identically_and_never_touches_the_node(tmp_path):
 def test_damaged_files_are_reported(text, needle):
     with pytest.raises(snapshot.SnapshotError, match=needle):
         snapshot.load(text)
+
+
+def saved_file(reading: dict, spec=None) -> str:
+    import json
+    spec = spec or {"kind": "Command", "argv": ["echo", "x"], "saved": None}
+    return json.dumps({"schema": snapshot.SCHEMA, "inventory": INV, "overrides": [], "unreachable": {},
+                       "nodes": {"here": [{"spec": spec, "reading": reading}]}})
+
+
+CMD = {"kind": "CommandReading", "command": "echo x", "rc": 0, "stdout": "x\n", "stderr": ""}
+DOCKER = {"kind": "DockerReading", "containers": [{"Names": ["/k3ep16"], "Id": "a"}], "events": [], "now": 1.7e9}
+DOCKER_SPEC = {"kind": "Docker", "saved": None}
+
+
+@pytest.mark.parametrize("reading, spec", [
+    ({"kind": "Exists", "value": "yes"}, {"kind": "Exists", "path": "/x"}),
+    ({**CMD, "rc": 0.0}, None),
+    ({**CMD, "truncated": 1}, None),
+    ({"kind": "FileReading", "path": "/x", "content": None, "error": ""}, {"kind": "File", "path": "/x"}),
+    ({**DOCKER, "now": float("nan")}, DOCKER_SPEC),
+    ({**DOCKER, "now": float("inf")}, DOCKER_SPEC),
+    ({**DOCKER, "now": 1e18}, DOCKER_SPEC),
+    ({**DOCKER, "containers": [{"Names": ["/k3ep16"], "Id": "a"}, {"Names": ["/k3ep16"], "Id": "b"}]}, DOCKER_SPEC),
+], ids=["exists-yes", "rc-float", "truncated-int", "error-empty", "clock-nan", "clock-inf", "clock-1e18",
+        "name-twice"])
+def test_saved_readings_are_validated_like_an_inventory(reading, spec):
+    with pytest.raises(snapshot.SnapshotError):
+        snapshot.load(saved_file(reading, spec))
+
+
+def test_a_json_key_given_twice_is_damage_not_the_last_value():
+    text = saved_file(CMD).replace('"rc": 0,', '"rc": 1, "rc": 0,')
+    with pytest.raises(snapshot.SnapshotError, match="duplicate key 'rc'"):
+        snapshot.load(text)
+
+
+def test_valid_saved_readings_still_load():
+    assert snapshot.load(saved_file(CMD))[2]["here"]
+    assert snapshot.load(saved_file(DOCKER, DOCKER_SPEC))[2]["here"]

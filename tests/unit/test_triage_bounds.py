@@ -29,6 +29,7 @@ def test_judging_millions_of_lines_keeps_memory_per_rank_not_per_line(tmp_path):
     _, texts, dumps, _ = bundle.read(make_bundle(tmp_path / "amp.tar.gz", [("logs/ct13", b"DP0\n" * (1 << 19))]))
     tracemalloc.start()
     try:
+        texts, _ = triage.redacted(texts)  # as `triage --logs` does first
         results = triage.judge_all(texts, dumps, Layout(nodes=("ct13",)), now=None, problems={})
         peak = tracemalloc.get_traced_memory()[1]
     finally:
@@ -59,6 +60,18 @@ def test_judging_stops_at_its_deadline_with_an_error_not_a_partial_pass():
     texts = {"ct13": "DP0\n" * 70000}
     expired = Deadline(0.1)
     expired.at = 0.0
-    parsed, _ = triage.parse_sources(texts)
+    parsed = triage.parse_sources(texts, {})
     results = triage.triage_results(parsed, Layout(nodes=("ct13",)), now=None, problems={}, deadline=expired)
     assert [(r.status, "deadline" in r.message) for r in results] == [(Status.ERROR, True)]
+
+
+@pytest.mark.parametrize("now", [float("nan"), float("inf"), 1e18, -5, {"ct13": float("nan")}, "soon"])
+def test_a_bundle_whose_clock_is_not_a_time_is_refused(tmp_path, now):
+    path = tmp_path / "b.tar.gz"
+    with tarfile.open(path, "w:gz") as tar:
+        data = json.dumps({"schema": bundle.SCHEMA, "layout": {"nodes": ["ct13"], "per_node": 4}, "now": now}).encode()
+        info = tarfile.TarInfo("manifest.json")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    with pytest.raises(bundle.BundleError, match="not a time"):
+        bundle.read(str(path))

@@ -164,3 +164,24 @@ def test_budget_total_against_the_declared_board():
     assert findings(triage_results(parsed, Layout(NODES, board_gib=432), now=None, problems={})) == set()
     warned = triage_results(parsed, Layout(NODES, board_gib=288), now=None, problems={})
     assert len([r for r in warned if r.status == Status.WARN and r.check == "triage-kv"]) == 16
+
+
+def test_each_rank_is_aged_against_its_own_nodes_clock():
+    from datetime import timedelta
+    logs = L.node_logs(ranks={r: {"stop_at": "moe"} for r in range(16)})  # a cold start, 60 s after its last line
+    ahead = timedelta(minutes=30)  # ct17's clock, and so its log's stamps, run 30 min ahead
+    parsed = [ln for i, lines in logs.items() for ln in parse_log(L.stamped(lines, L.T0 + ahead * (i == 3)))]
+    last = max(ln.ts for ln in parsed if ln.rank < 12)
+    clocks = {n: last + 60 for n in NODES} | {"ct17": last + 60 + ahead.total_seconds()}
+    assert not [r for r in triage_results(parsed, Layout(NODES), now=clocks, problems={}) if r.status == Status.FAIL]
+    stalled = triage_results(parsed, Layout(NODES), now={n: c + 3600 for n, c in clocks.items()}, problems={})
+    assert {r.node for r in stalled if r.status == Status.FAIL} == set(NODES)
+
+
+def test_one_far_future_stamp_is_that_sources_error_not_everyone_elses_stall():
+    from k3doctor.triage import judge_all
+    texts = {NODES[i]: L.stamped(lines) for i, lines in L.node_logs().items()}
+    texts["ct14"] += "9999-12-31T23:59:59.000000000Z (EngineCore_DP5 pid=1) hello\n"
+    results = judge_all(texts, {}, Layout(NODES), now=None, problems={})
+    assert [(r.node, r.status) for r in results if r.status != Status.PASS] == [("ct14", Status.ERROR)]
+    assert "more than a day ahead" in results[0].message
