@@ -11,6 +11,7 @@ import math
 import time
 
 MAX_MAGNITUDE = 2 ** 63  # no count, size or port beyond what an int64 holds
+MAX_GPUS_PER_NODE = 64  # a node of any vendor holds 8 today (gfx1250 racks: 4); 64 leaves room, 10**7 is a typo
 MAX_SECONDS = 86400.0  # a day: no run waits longer for anything (a bigger value is a typo or `.inf`)
 MIN_SECONDS = 0.1
 

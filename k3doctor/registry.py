@@ -14,7 +14,7 @@ import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from k3doctor.deadline import MAX_MAGNITUDE, MAX_SECONDS  # no time setting may exceed a day: a run always ends
+from k3doctor.deadline import MAX_GPUS_PER_NODE, MAX_MAGNITUDE, MAX_SECONDS  # bounds every value keeps
 from k3doctor.readings import Command
 from k3doctor.results import Status
 
@@ -22,7 +22,6 @@ SCOPES = ("node", "gpu", "cluster", "node-pair")
 TIERS = ("fast", "deep")
 INTERACTIONS = ("passive", "active", "disruptive")
 ENTRY_POINT_GROUP = "k3doctor.checks"
-MAX_GPUS_PER_NODE = 64  # a node of any vendor holds 8 today (gfx1250 racks: 4); 64 leaves room, 10**7 is a typo
 
 
 @dataclass(frozen=True)

@@ -13,10 +13,9 @@ from dataclasses import dataclass, field
 
 import yaml
 
-from k3doctor.deadline import MAX_SECONDS
+from k3doctor.deadline import MAX_GPUS_PER_NODE, MAX_SECONDS
 from k3doctor.inventory import ansible, nodesets
 from k3doctor.inventory.safeyaml import YAMLInputError, by_line, compose, decode, load, plain
-from k3doctor.registry import MAX_GPUS_PER_NODE, MAX_SECONDS
 
 STEPPINGS = ("A0", "B0")
 DEFAULT_TOOLS = {
