@@ -8,11 +8,13 @@ event id ``{N}`` first, ``DRM_ERROR`` prints ``[drm:<func> [amdgpu]] *ERROR* `` 
 ``amdgpu <BDF>: [drm] ``.  Every row is instantiated (``%d``, ``%s``, ``%016llx`` ... filled in) under
 every prefix its wrapper can give, in every log flavour, and must give its signature.
 
-Sources read (freebsd/drm-kmod, the Linux DRM tree per kernel version: 5.4, 5.10, 5.15, 6.1, 6.6
-LTS and drm_v6.7 to drm_v6.11; torvalds/linux amdgpu_job.c and amdgpu_dev_coredump.c of 6.15-6.18;
-the RAS manager's amdgpu_ras_sys.c of 6.18): amdgpu_job.c, amdgpu_device.c, amdgpu_ras.c,
-amdgpu_mca.c, amdgpu_aca.c, amdgpu_umc.c, amdgpu_mes.c, mes_v11_0.c, mes_v12_0.c, gmc_v9_0.c,
-gmc_v10_0.c, gmc_v11_0.c, gmc_v12_0.c, amdgpu_dev_coredump.c, pm/swsmu/smu_cmn.c.
+Sources read: freebsd/drm-kmod (the Linux DRM tree per kernel version: the 5.4, 5.10, 5.15, 6.1 and 6.6
+LTS branches and the drm_v6.7 ... drm_v6.11 tags and master) for amdgpu_job.c, amdgpu_device.c,
+amdgpu_ras.c, amdgpu_mca.c, amdgpu_aca.c, amdgpu_umc.c, umc_v12_0.c, amdgpu_mes.c, mes_v11_0.c,
+mes_v12_0.c, gmc_v9_0.c, gmc_v10_0.c, gmc_v11_0.c, gmc_v12_0.c, amdgpu_dev_coredump.c and
+pm/swsmu/smu_cmn.c; torvalds/linux's amdgpu_job.c after the per-ring reset landed (marked 6.15+);
+the patches adding amdgpu_dev_coredump.c's two drm_info lines and the RAS manager's amdgpu_ras_sys.c
+(marked 6.18 ras_mgr).  Rows marked §29/§10 are the field wordings of reference §29/§10.
 """
 import re
 
@@ -27,31 +29,34 @@ RAS_EVENT = (f"amdgpu {BDF}: {{7}}", f"amdgpu {BDF}: ")  # RAS_EVENT_LOG: dev_pr
 DRM_ERROR = ("[drm:amdgpu_job_timedout [amdgpu]] *ERROR* ",)
 DRM_INFO = (f"amdgpu {BDF}: amdgpu: [drm] ", f"amdgpu {BDF}: [drm] ")
 RAS_DEV_INFO = (f"amdgpu {BDF}: amdgpu: ", f"amdgpu {BDF}: ")
+PLAIN_DRM_INFO = ("[drm] ",)  # DRM_INFO: no device named
 
 # (family, signature, wrapper prefixes, kernels, format string as in the source, values for its %s)
 FORMATS = (
     # amdgpu_job.c amdgpu_job_timedout()
     ("ring timeout", "ring_timeout", DRM_ERROR, "5.4-6.10", "ring %s timeout, signaled seq=%u, emitted seq=%u\n",
      ("gfx",)),
-    ("ring timeout", "ring_timeout", DEV, "6.11-6.18", "ring %s timeout, signaled seq=%u, emitted seq=%u\n",
+    ("ring timeout", "ring_timeout", DEV, "6.11+", "ring %s timeout, signaled seq=%u, emitted seq=%u\n",
      ("gfx_0.0.0",)),
     ("ring timeout", "ring_timeout_soft_recovered", DRM_ERROR, "5.4-6.10", "ring %s timeout, but soft recovered\n",
      ("sdma0",)),
-    ("ring timeout", "ring_timeout_soft_recovered", DEV, "6.11-6.18", "ring %s timeout, but soft recovered\n",
+    ("ring timeout", "ring_timeout_soft_recovered", DEV, "6.11+", "ring %s timeout, but soft recovered\n",
      ("comp_1.0.0",)),
     # amdgpu_device.c amdgpu_device_gpu_recover() / amdgpu_device_should_recover_gpu()
-    ("recovery", "gpu_recovery_disabled", DEV, "5.4-6.18", "GPU recovery disabled.\n", ()),
-    ("recovery", "gpu_reset", DEV, "5.4-6.18", "GPU reset begin!\n", ()),
-    ("recovery", "gpu_reset", DEV, "5.4-6.18", "GPU reset(%d) failed\n", ()),
-    ("recovery", "gpu_reset", DEV, "5.4-6.18", "GPU reset(%d) succeeded!\n", ()),
-    ("recovery", "gpu_reset", DEV, "6.12-6.18", "GPU Recovery Failed: %d\n", ()),
-    ("recovery", "vram_lost", DEV, "5.4-6.18", "VRAM is lost due to GPU reset!\n", ()),
+    ("recovery", "gpu_recovery_disabled", PLAIN_DRM_INFO, "5.4", "GPU recovery disabled.\n", ()),
+    ("recovery", "gpu_recovery_disabled", DEV, "5.10+", "GPU recovery disabled.\n", ()),
+    ("recovery", "gpu_reset", DEV, "5.4+", "GPU reset begin!\n", ()),
+    ("recovery", "gpu_reset", DEV, "5.4+", "GPU reset(%d) failed\n", ()),
+    ("recovery", "gpu_reset", DEV, "5.4+", "GPU reset(%d) succeeded!\n", ()),
+    ("recovery", "gpu_reset", DEV, "6.15+", "GPU Recovery Failed: %d\n", ()),
+    ("recovery", "vram_lost", PLAIN_DRM_INFO, "5.4-6.11", "VRAM is lost due to GPU reset!\n", ()),
+    ("recovery", "vram_lost", DEV, "§29 (newer)", "VRAM is lost due to GPU reset!\n", ()),
     # amdgpu_dev_coredump.c amdgpu_coredump() (drm_info)
-    ("devcoredump", "devcoredump", DRM_INFO, "6.14-6.18", "AMDGPU device coredump file has been created\n", ()),
+    ("devcoredump", "devcoredump", DRM_INFO, "6.15+", "AMDGPU device coredump file has been created\n", ()),
     # amdgpu_ras.c: the fatal interrupt, then the RAS manager's wording (amdgpu_ras_sys.c, RAS_DEV_INFO)
-    ("ERREVENT", "ras_fatal_event", DEV, "5.4-6.9",
+    ("ERREVENT", "ras_fatal_event", DEV, "5.10-6.9",
      "uncorrectable hardware error(ERREVENT_ATHUB_INTERRUPT) detected!\n", ()),
-    ("ERREVENT", "ras_fatal_event", RAS_EVENT, "6.10-6.18",
+    ("ERREVENT", "ras_fatal_event", RAS_EVENT, "6.10+",
      "uncorrectable hardware error(ERREVENT_ATHUB_INTERRUPT) detected!\n", ()),
     ("ERREVENT", "ras_fatal_event", RAS_DEV_INFO, "6.18 ras_mgr",
      "{%llu} Uncorrectable hardware error(ERREVENT_ATHUB_INTERRUPT) detected!\n", ()),
@@ -62,64 +67,64 @@ FORMATS = (
      ("gfx",)),
     ("RAS count", "ras_uncorrectable", DEV, "6.8-6.9",
      "%lld uncorrectable hardware errors detected in total in %s block\n", ("sdma",)),
-    ("RAS count", "ras_uncorrectable", RAS_EVENT, "6.10-6.18",
+    ("RAS count", "ras_uncorrectable", RAS_EVENT, "6.10+",
      "socket: %d, die: %d, %lld new uncorrectable hardware errors detected in %s block\n", ("umc",)),
-    ("RAS count", "ras_uncorrectable", RAS_EVENT, "6.10-6.18",
+    ("RAS count", "ras_uncorrectable", RAS_EVENT, "6.10+",
      "socket: %d, die: %d, %lld uncorrectable hardware errors detected in total in %s block\n", ("xgmi_wafl",)),
-    ("RAS count", "ras_uncorrectable", RAS_EVENT, "6.10-6.18",
+    ("RAS count", "ras_uncorrectable", RAS_EVENT, "6.10+",
      "socket: %d, die: %d %ld uncorrectable hardware errors detected in %s block\n", ("mmhub",)),
-    ("RAS count", "ras_uncorrectable", RAS_EVENT, "6.10-6.18",
+    ("RAS count", "ras_uncorrectable", RAS_EVENT, "6.10+",
      "%ld uncorrectable hardware errors detected in %s block\n", ("hdp",)),
-    ("RAS count", "ras_uncorrectable", DEV, "6.6-6.18",
+    ("RAS count", "ras_uncorrectable", DEV, "6.6+",
      "%ld %s hardware errors detected in %s, instance: %d, memory_id: %d\n", ("uncorrectable", "umc")),
-    ("RAS count", "ras_poison_consumed", RAS_EVENT, "6.11-6.18", "GPU reset for %s RAS poison consumption is issued!\n",
+    ("RAS count", "ras_poison_consumed", RAS_EVENT, "6.11+", "GPU reset for %s RAS poison consumption is issued!\n",
      ("umc",)),
     # mes_v11_0.c / mes_v12_0.c / amdgpu_mes.c
     ("MES", "mes_remove_queue_failed", DEV, "6.1-6.8", "MES failed to response msg=%d\n", ()),  # %d = 3: REMOVE_QUEUE
-    ("MES", "mes_remove_queue_failed", DEV, "6.9-6.18", "MES failed to respond to msg=%s\n", ("REMOVE_QUEUE",)),
-    ("MES", "mes_remove_queue_failed", DEV, "6.12-6.18", "MES(%d) failed to respond to msg=%s\n", ("REMOVE_QUEUE",)),
-    ("MES", "mes_remove_queue_failed", DEV, "6.1-6.18", "failed to remove hardware queue, queue id = %d\n", ()),
-    ("MES", "mes_no_response", DEV, "6.9-6.18", "MES failed to respond to msg=%s (%s)\n", ("MISC", "WRITE_REG")),
-    ("MES", "mes_no_response", DEV, "6.12-6.18", "MES(%d) failed to respond to msg=%s (%s)\n",
+    ("MES", "mes_remove_queue_failed", DEV, "6.9+", "MES failed to respond to msg=%s\n", ("REMOVE_QUEUE",)),
+    ("MES", "mes_remove_queue_failed", DEV, "6.12+", "MES(%d) failed to respond to msg=%s\n", ("REMOVE_QUEUE",)),
+    ("MES", "mes_remove_queue_failed", DEV, "6.1+", "failed to remove hardware queue, queue id = %d\n", ()),
+    ("MES", "mes_no_response", DEV, "6.9+", "MES failed to respond to msg=%s (%s)\n", ("MISC", "WRITE_REG")),
+    ("MES", "mes_no_response", DEV, "6.12+", "MES(%d) failed to respond to msg=%s (%s)\n",
      ("MISC", "WAIT_REG_MEM")),
-    ("MES", "mes_ring_full", DEV, "6.11-6.18", "MES ring buffer is full.\n", ()),
+    ("MES", "mes_ring_full", DEV, "6.11+", "MES ring buffer is full.\n", ()),
     # §29's field wordings of the same families (legacy-rocm-build #4909, #5844, #6127; reference §10)
     ("MES", "mes_remove_queue_failed", DEV, "§10", "MES(%d, %d) failed to respond to msg=%s\n", ("REMOVE_QUEUE",)),
     ("MES", "mes_remove_queue_failed", DEV, "§29", "failed to remove hardware queue from MES, doorbell=0x%x\n", ()),
     ("MES", "mes_no_response", DEV, "§29", "MES might be in unrecoverable state, issue a GPU reset\n", ()),
     ("MES", "queue_evict_failed", ("amdgpu: ",), "§29", "Failed to evict queue %d\n", ()),
     ("recovery", "gpu_reset", DRM_INFO, "§29", "device wedged, but recovered through reset\n", ()),
-    ("RAS count", "ras_deferred", RAS_EVENT, "6.10-6.18",
+    ("RAS count", "ras_deferred", RAS_EVENT, "6.10+",
      "socket: %d, die: %d, %lld new deferred hardware errors detected in %s block\n", ("umc",)),
-    ("RAS count", "ras_deferred", DEV, "6.11-6.18", "%ld new deferred hardware errors detected\n", ()),
-    ("RAS count", "ras_poison_created", RAS_EVENT, "6.10-6.18", "Poison is created\n", ()),
-    ("RAS count", "umc_error_address", DEV, "6.10-6.18",
+    ("RAS count", "ras_deferred", DEV, "6.11+", "%ld new deferred hardware errors detected\n", ()),
+    ("RAS count", "ras_poison_created", RAS_EVENT, "6.10+", "Poison is created\n", ()),
+    ("RAS count", "umc_error_address", DEV, "6.10+",
      "Error Address(PA):0x%-10llx Row:0x%-4x Col:0x%-2x Bank:0x%x Channel:0x%x\n", ()),
     # gmc_v9_0.c (MI300-class) and gmc_v10/11/12 page faults
     ("page fault", "no_retry_page_fault", DEV, "5.15-6.6",
      "[%s] %s page fault (src_id:%u ring:%u vmid:%u pasid:%u, for process %s pid %d thread %s pid %d)\n",
      ("gfxhub0", "no-retry", "python3", "python3")),
-    ("page fault", "no_retry_page_fault", DEV, "6.7-6.18", "[%s] %s page fault (src_id:%u ring:%u vmid:%u pasid:%u)\n",
+    ("page fault", "no_retry_page_fault", DEV, "6.7+", "[%s] %s page fault (src_id:%u ring:%u vmid:%u pasid:%u)\n",
      ("mmhub0", "no-retry")),
-    ("page fault", "retry_page_fault", DEV, "6.7-6.18", "[%s] %s page fault (src_id:%u ring:%u vmid:%u pasid:%u)\n",
+    ("page fault", "retry_page_fault", DEV, "6.7+", "[%s] %s page fault (src_id:%u ring:%u vmid:%u pasid:%u)\n",
      ("gfxhub0", "retry")),
     ("page fault", "no_retry_page_fault", DEV, "5.15-6.6",
      "[%s] page fault (src_id:%u ring:%u vmid:%u pasid:%u, for process %s pid %d thread %s pid %d)\n",
      ("gfxhub0", "pt_main_thread", "pt_main_thread")),
-    ("page fault", "no_retry_page_fault", DEV, "6.7-6.18", "[%s] page fault (src_id:%u ring:%u vmid:%u pasid:%u)\n",
+    ("page fault", "no_retry_page_fault", DEV, "6.7+", "[%s] page fault (src_id:%u ring:%u vmid:%u pasid:%u)\n",
      ("gfxhub0",)),
     # pm/swsmu/smu_cmn.c __smu_cmn_reg_print_error() and the hung-SMU guard
-    ("SMU", "smu_hung", DEV, "5.15-6.18",
+    ("SMU", "smu_hung", DEV, "5.15+",
      "SMU: I'm not done with your previous command: SMN_C2PMSG_66:0x%08X SMN_C2PMSG_82:0x%08X", ()),
-    ("SMU", "smu_hung", DEV, "6.7-6.18", "SMU is in hanged state, failed to send smu message!\n", ()),
-    ("SMU", "smu_message_failed", DEV, "5.15-6.18", "SMU: unknown command: index:%d param:0x%08X message:%s",
+    ("SMU", "smu_hung", DEV, "6.7+", "SMU is in hanged state, failed to send smu message!\n", ()),
+    ("SMU", "smu_message_failed", DEV, "5.15+", "SMU: unknown command: index:%d param:0x%08X message:%s",
      ("GetMetricsTable",)),
-    ("SMU", "smu_message_failed", DEV, "5.15-6.18",
+    ("SMU", "smu_message_failed", DEV, "5.15+",
      "SMU: valid command, bad prerequisites: index:%d param:0x%08X message:%s", ("SetSoftMinGfxclk",)),
-    ("SMU", "smu_message_failed", DEV, "5.15-6.18", "SMU: I'm very busy for your command: index:%d param:0x%08X "
+    ("SMU", "smu_message_failed", DEV, "5.15+", "SMU: I'm very busy for your command: index:%d param:0x%08X "
      "message:%s", ("TransferTableSmu2Dram",)),
-    ("SMU", "smu_message_failed", DEV, "5.15-6.18", "SMU: I'm debugging!", ()),
-    ("SMU", "smu_message_failed", DEV, "5.15-6.18", "SMU: response:0x%08X for index:%d param:0x%08X message:%s?",
+    ("SMU", "smu_message_failed", DEV, "5.15+", "SMU: I'm debugging!", ()),
+    ("SMU", "smu_message_failed", DEV, "5.15+", "SMU: response:0x%08X for index:%d param:0x%08X message:%s?",
      ("GetMetricsTable",)),
 )
 
@@ -130,10 +135,10 @@ ACA_REGS = ("CONTROL", "STATUS", "ADDR", "MISC", "CONFIG", "IPID", "SYND", "DEST
 ACA_DUMPS = (
     (f"amdgpu {BDF}: amdgpu: [Hardware error] ", "6.7-6.8", "aca entry[%02d].{reg}=0x%016llx", MCA_REGS),
     (f"amdgpu {BDF}: amdgpu: [Hardware Error]: ", "6.9", "aca entry[%02d].{reg}=0x%016llx", MCA_REGS),
-    (f"amdgpu {BDF}: {{1}}[Hardware Error]: ", "6.10-6.18", "aca entry[%02d].{reg}=0x%016llx", MCA_REGS),
+    (f"amdgpu {BDF}: {{1}}[Hardware Error]: ", "6.10+", "aca entry[%02d].{reg}=0x%016llx", MCA_REGS),
     (f"amdgpu {BDF}: amdgpu: [Hardware Error]: ", "6.9", "ACA[%02d/%02d].{reg}=0x%016llx", ACA_REGS),
-    (f"amdgpu {BDF}: {{3}}[Hardware Error]: ", "6.10-6.18", "ACA[%02d/%02d].{reg}=0x%016llx", ACA_REGS),
-    (f"amdgpu {BDF}: [Hardware Error]: ", "6.10-6.18 (no event id)", "ACA[%02d/%02d].{reg}=0x%016llx", ACA_REGS),
+    (f"amdgpu {BDF}: {{3}}[Hardware Error]: ", "6.10+", "ACA[%02d/%02d].{reg}=0x%016llx", ACA_REGS),
+    (f"amdgpu {BDF}: [Hardware Error]: ", "6.10+ (no event id)", "ACA[%02d/%02d].{reg}=0x%016llx", ACA_REGS),
 )
 UC_STATUS = "baa000000000080b"  # valid, UC, PCC (seen on an MI300X, ROCm issue thread of 2024-11)
 CE_STATUS = "d820000000060150"  # valid, no UC/PCC/poison/deferred: corrected
@@ -174,7 +179,7 @@ def test_the_table_covers_every_family_the_issue_names():
     """Guards the table itself: a family dropped from it would silently stop being tested."""
     families = {row[0] for row in FORMATS}
     assert {"ring timeout", "recovery", "devcoredump", "ERREVENT", "RAS count", "MES", "page fault", "SMU"} <= families
-    assert len(FORMATS) == 51 and len(ACA_DUMPS) == 6
+    assert len(FORMATS) == 53 and len(ACA_DUMPS) == 6
 
 
 def aca_dump(prefix: str, fmt: str, regs, banks) -> list:
