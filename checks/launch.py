@@ -44,8 +44,10 @@ VALIDATED_ENV = {
     "ATOM_MORI_V2": "1", "ATOM_MORI_V2_FUSED": "1", "AITER_USE_GROUPED_GEMM": "1", "AITER_USE_OPUS_MOE_SORTING": "1",
     "ATOM_USE_TRITON_GEMM": "1", "ATOM_WO_A_USE_FLYDSL": "1", "ATOM_FP8_BLOCKSCALE_USE_E8M0_SCALE": "1",
     "AITER_ROPE_TRITON_BACKEND": "1", "AITER_USE_SYSTEM_TRITON": "1",
-    "NCCL_MNNVL_ENABLE": "1", "NCCL_IB_DISABLE": "1", "NCCL_P2P_DISABLE": "0", "NCCL_P2P_LEVEL": "SYS",
-    "NCCL_CUMEM_ENABLE": "1", "ATOM_DP_LM_HEAD_MODE": "allgather", "ATOM_USE_CUSTOM_ALL_GATHER": "1",
+    # NCCL_MNNVL_ENABLE / NCCL_CUMEM_ENABLE: not here since §29 (0.2) - unset is fine on RCCL with rocm-systems
+    # #8444, so their rule depends on the RCCL version: env-versions (k3doctor/model/env_rules.py) judges them.
+    "NCCL_IB_DISABLE": "1", "NCCL_P2P_DISABLE": "0", "NCCL_P2P_LEVEL": "SYS",
+    "ATOM_DP_LM_HEAD_MODE": "allgather", "ATOM_USE_CUSTOM_ALL_GATHER": "1",
     "AITER_CUSTOM_AR_USE_SYMM_MEM": "1",
     **{name: DATA_IF for name in SOCKET_IFNAMES},
     "HSA_XNACK": "1", "HSA_USE_SVM": "1", "HSA_ENABLE_SDMA": "1", "ATOM_LOADER_USE_THREADPOOL": "1",
@@ -58,8 +60,6 @@ WHY = {
     "ATOM_UNFUSED_GATHER_KV_B_PROJ": "the fused Triton gather_kv_b_proj aborts LLVM on chunked-prefill shapes (§14)",
     "ATOM_MOE_GU_ITLV": "required, not tuning: missing gives `MoE GUGU layout error`",
     "ATOM_USE_TRITON_MOE_DECODE": "K3's activation is situ, not SiLU: 1 asserts",
-    "NCCL_MNNVL_ENABLE": "off, RCCL falls back to TCP silently (~4.5 GB/s)",
-    "NCCL_CUMEM_ENABLE": "with 0 every collective failed at ncclCommInitRank (§28)",
     "ATOM_DP_LM_HEAD_MODE": "required for multi-node + hipGraph",
     "ATOM_USE_TRITON_GEMM": "0 silently pairs MXFP4 weights with the wrong scale layout on this image",
     "ATOM_LOADER_NUM_THREADS": "ATOM's default is 16",
