@@ -48,8 +48,8 @@ WEDGED = remediation("GPU-WEDGED", "a GPU is wedged (MES / SDMA residue in the k
 fallback timers, `GPU recovery disabled.` after a hang (gpu_recovery=0) and an SMU that no longer
 answers (`SMU: I'm not done with your previous command`) mean the GPU's scheduler is wedged -
 expected with gpu_recovery=0 after a hung or killed engine or a multi-node abort (§10). The node is
-unhealthy even at 0% VRAM and with no container; check every node that took part in the last run. A tray with zombie engines but an
-empty /sys/class/kfd/kfd/proc has freed its GPUs and needs nothing.
+unhealthy even at 0% VRAM and with no container; check every node that took part in the last run.
+A tray with zombie engines but an empty /sys/class/kfd/kfd/proc has freed its GPUs and needs nothing.
 Remedy (§11): BMC Redfish `ForceRestart` of the tray, then perf_setup (§5). Never `systemctl
 reboot` or Redfish `GracefulRestart` on a wedged GPU: shutdown blocks unloading amdgpu.
 """)
