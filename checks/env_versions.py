@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from k3doctor.api import ContainerInspect, Param, check, fail, passed, remediation, warn
 from k3doctor.model.container import ContainerView, parse_rank_envs, rank_envs
-from k3doctor.model.env_rules import EDGES, RULES, judge, names_read
-from k3doctor.model.versions import KERNEL_RELEASE, Edge, parse_probe, parse_version, probe, version_text
+from k3doctor.model.env_rules import RULES, edges_from, edges_problem, judge, names_read
+from k3doctor.model.versions import KERNEL_RELEASE, parse_probe, probe, version_text
 
 CHECK = "env-versions"
 SEVERITY = {"fail": fail, "warn": warn}
@@ -50,29 +50,6 @@ failures) have no place in a wide-EP environment. Remove them unless a bring-up 
 """)
 
 
-def _edges_problem(value, nodes) -> str | None:
-    try:
-        edges_from(value)
-    except ValueError as exc:
-        return f"a mapping of edge name ({', '.join(EDGES)}) to a version such as \"7.2\" ({exc})"
-    return None
-
-
-def edges_from(site) -> dict:
-    """The built-in edges with the site's ``version_edges`` (name -> first version with the change)."""
-    if not isinstance(site, dict):
-        raise ValueError(f"got {site!r}")
-    edges = dict(EDGES)
-    for name, text in site.items():
-        if name not in EDGES:
-            raise ValueError(f"no edge {name!r}")
-        version = None if text is None else parse_version(str(text))
-        if text is not None and version is None:
-            raise ValueError(f"{name}: {text!r} is not a version")
-        edges[name] = Edge(EDGES[name].component, version, EDGES[name].what)
-    return edges
-
-
 def _reads(settings) -> dict:
     keep = names_read()
     return {"container": ContainerInspect(settings.container, keep=keep), "ranks": rank_envs(settings.container, keep),
@@ -96,7 +73,7 @@ def _environments(r) -> list:
 
 @check(CHECK, title="environment rules for the RCCL, aiter, ATOM and ROCm versions installed (§29)", scope="node",
        reads=_reads, remediation=(FABRIC, INERT, LOG_VALUE, TMPDIR, MORI),
-       params={"version_edges": Param({}, validate=_edges_problem)})
+       params={"version_edges": Param({}, validate=edges_problem)})
 def env_versions(r, ctx):
     """§29: one finding per variable, naming the version range the rule held for and how the node's version
     was read; the versions themselves are in every verdict's evidence."""

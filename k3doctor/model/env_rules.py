@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from k3doctor.model.versions import Edge, side
+from k3doctor.model.versions import Edge, parse_version, side
 
 # Where the §29 rules change.  The release that first shipped a PR is not in the sources: None (unknown,
 # strict) unless the reference gives it; a site sets them (``version_edges: {rccl-8444: "7.2"}``).
@@ -20,6 +20,7 @@ EDGES = {
                                     "UALoE)"),
     "rocm-7.13": Edge("rocm", (7, 13), "ROCm 7.13 (MSCCL/MSCCL++ removed by PR #4340, NPKit by PR #7046)"),
     "atom-dspark-config": Edge("atom", None, "ATOM ecb8e6dae (2026-07-15: DSpark variables moved to --dspark-config)"),
+    "aiter-4153": Edge("aiter", None, "aiter #4153 (2026-07-09: stale JIT locks broken by aiter itself)"),
 }
 AITER_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")  # aiter/__init__.py, aiter #1795
 MSCCL_NPKIT = ("RCCL_MSCCL_*", "RCCL_MSCCLPP_*", "MSCCLPP_ENABLE_CLIP", "NPKIT_DUMP_DIR")
@@ -127,3 +128,27 @@ def judge(env: dict, found: dict, edges: dict, rules=RULES) -> list:
                 named.add(name)
                 out.append((rule, name, env.get(name), why))
     return out
+
+
+def edges_from(site) -> dict:
+    """The built-in edges with a site's ``version_edges`` (edge name -> first version with the change)."""
+    if not isinstance(site, dict):
+        raise ValueError(f"got {site!r}")
+    edges = dict(EDGES)
+    for name, text in site.items():
+        if name not in EDGES:
+            raise ValueError(f"no edge {name!r}")
+        version = None if text is None else parse_version(str(text))
+        if text is not None and version is None:
+            raise ValueError(f"{name}: {text!r} is not a version")
+        edges[name] = Edge(EDGES[name].component, version, EDGES[name].what)
+    return edges
+
+
+def edges_problem(value, nodes) -> str | None:
+    """A ``version_edges`` parameter's problem, said when the inventory is read."""
+    try:
+        edges_from(value)
+    except ValueError as exc:
+        return f"a mapping of edge name ({', '.join(EDGES)}) to a version such as \"7.2\" ({exc})"
+    return None

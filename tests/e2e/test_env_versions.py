@@ -49,3 +49,12 @@ def test_unset_mnnvl_and_cumem_fail_only_on_the_rccl_before_pr_8444(rack, tmp_pa
     assert ct14["status"] == "PASS" and "rocm 7.14.0" in ct14["message"] and "rccl 7.14.0" in ct14["message"]
     ct16 = next(r for r in doc["results"] if r["node"] == "ct16")
     assert "rccl 7.0.2 (librccl.so.1.0.70002) is before 7.10" in ct16["message"]
+
+
+def test_a_stale_aiter_jit_lock_in_one_container_blocks_that_node(rack):
+    rack.apply("aiter-stale-lock")
+    rc, doc = k3json("check", "--nodes", rack.inventory_path, "--only", "aiter-jit-locks")
+    bad = [(r["node"], r["status"], r["remediation"]) for r in doc["results"] if r["status"] != "PASS"]
+    assert bad == [("ct17", "FAIL", "AITER-STALE-LOCK")], doc
+    [fault] = [r for r in doc["results"] if r["status"] == "FAIL"]
+    assert "/app/aiter-jit/build/lock_module_moe" in fault["message"] and "holder pid 999999 is gone" in fault["message"]
