@@ -266,6 +266,12 @@ def _write_sysfs(tree: Path, s: NodeState) -> None:
         write_file(tree, f"{render}/dev", f"226:{128 + c}\n")
         os.symlink(f"../card{c}/device", tree / render / "device")
     (tree / "sys/class/kfd/kfd/proc").mkdir(parents=True, exist_ok=True)
+    topology = "sys/class/kfd/kfd/topology/nodes"  # CPU agent first, then one node per GPU (§29: gfx1250 = 120500)
+    write_file(tree, f"{topology}/0/properties", "cpu_cores_count 96\nsimd_count 0\ngfx_target_version 0\n")
+    for c in range(GPUS_PER_NODE):
+        write_file(tree, f"{topology}/{c + 1}/properties",
+                   "cpu_cores_count 0\nsimd_count 1024\nnum_xcc 8\ngfx_target_version 120500\n")
+        write_file(tree, f"{topology}/{c + 1}/gpu_id", f"{KFD_GPU_IDS[c]}\n")
     for p in s.gpu_processes:
         proc = f"sys/class/kfd/kfd/proc/{p['pid']}"
         gpu_id = KFD_GPU_IDS[p["card"]]
