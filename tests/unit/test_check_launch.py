@@ -257,6 +257,32 @@ def test_reference_rack_interfaces():
     assert v.message.endswith("(carried by enp1s0f1): the rendezvous goes over another network or hangs (§18)")
 
 
+SPLIT_LINKS = RACK_LINKS + ("7: enp1s0f10: <BROADCAST,MULTICAST,UP,LOWER_UP> mtu 9000 qdisc mq state UP\n"
+                            "8: enp1s0f1np1: <BROADCAST,MULTICAST,UP,LOWER_UP> mtu 9000 qdisc mq state UP\n")
+
+
+@pytest.mark.parametrize("var, value, expected", [
+    # §29 (0.2 corrects "one rule for all three"): NCCL's prefix selects enp1s0f10 and enp1s0f1np1 too
+    ("NCCL_SOCKET_IFNAME", "enp1s0f1", (Status.WARN, "selects 3 interfaces (enp1s0f1, enp1s0f10, enp1s0f1np1)")),
+    ("NCCL_SOCKET_IFNAME", "=enp1s0f1", None),  # exact: one interface
+    ("NCCL_SOCKET_IFNAME", "^lo,eno1,eth0,ifb,enp1s0f10,enp1s0f1np1", None),  # exclusions leave the data-plane NIC
+    # Gloo and MORI take one literal name: a prefix is no interface, NCCL syntax is refused
+    ("GLOO_SOCKET_IFNAME", "enp1s0f", (Status.FAIL, "no such interface on this node")),
+    ("GLOO_SOCKET_IFNAME", "^lo", (Status.FAIL, "GLOO takes one literal interface name")),
+    ("MORI_SOCKET_IFNAME", "=enp1s0f1", (Status.FAIL, "MORI takes one literal interface name")),
+    ("MORI_SOCKET_IFNAME", "enp1s0f1", None),
+])
+def test_the_three_interface_name_grammars(var, value, expected):
+    env = {**{n: "enp1s0f1" for n in lc.SOCKET_IFNAMES}, "NCCL_SOCKET_IFNAME": "=enp1s0f1", var: value}
+    r = readings(attrs(env=env), links=SPLIT_LINKS, routes=RACK_ROUTES, script=False)
+    found = [v for v in judge({"ct13": r}, ips={"ct13": "10.210.11.14"}) if v.status != Status.PASS]
+    if expected is None:
+        assert found == []
+    else:
+        [v] = found
+        assert (v.status, v.remediation) == (expected[0], "LAUNCH-IFNAME") and expected[1] in v.message
+
+
 # ----------------------------------------------------------------------------- run options (§13)
 
 @pytest.mark.parametrize("host, what", [
