@@ -83,11 +83,15 @@ def _reads(settings) -> dict:
 
 
 @check(CHECK, title="no GPU or node unlike its rack peers on lane bitmap or idle VRAM (§29)", scope="cluster",
-       reads=_reads, remediation=OUTLIER, params={"vram_outlier_mads": 5.0, "vram_outlier_min_gib": 1.0})
+       reads=_reads, remediation=OUTLIER, params={"vram_outlier_mads": 5.0, "vram_outlier_min_gib": 1.0},
+       needs={"amdgpu-driver": ("bitmap", "vram_used"), "rack-free": ("vram_used",)})  # a named fault steps aside
 def peer_outliers(per_node, ctx):
     """Item 5 of issue 21: name the odd one against its peers ("15 of 16 read X, ct17 gpu3 reads Y")."""
-    bitmaps, used, unread = {}, {}, []
+    bitmaps, used, unread, aside = {}, {}, [], []
     for node, r in per_node.items():
+        if r.not_evaluated("bitmap", "vram_used"):
+            aside.append(node)  # a prerequisite's finding on that node already names the fault
+            continue
         try:
             cards = ualink_cards({"ualink": r["bitmap"], "ualink_stations": {}, "ualink_setup": {}})
             bitmaps[node] = {n: nibbles(c.get("station_lane_en_bitmap"), f"card{n}") for n, c in cards.items()
@@ -102,4 +106,6 @@ def peer_outliers(per_node, ctx):
     if found:
         return unread + found
     gpus = sum(len(c) for c in used.values())
-    return unread + [passed(f"{gpus} GPUs on {len(used)} node(s) agree with their peers on lane bitmap and idle VRAM")]
+    left = f" ({', '.join(aside)} not compared: a prerequisite failed there)" if aside else ""
+    return unread + [passed(f"{gpus} GPUs on {len(used)} node(s) agree with their peers on lane bitmap and idle VRAM"
+                            f"{left}")]
