@@ -50,6 +50,13 @@ failures) have no place in a wide-EP environment. Remove them unless a bring-up 
 """)
 
 
+for _rule in RULES:  # `k3doctor explain ENV-...` for every row, with the version range it holds for
+    remediation(_rule.id, f"{', '.join(_rule.variables)}: {_rule.test} ({_rule.section})",
+                f"env-versions rule {_rule.id} ({_rule.status.upper()}, reference {_rule.section}): "
+                f"{_rule.message.format(name=' / '.join(_rule.variables), value='<value>')}.\n"
+                f"Applies: {_rule.applies}. What to do: `k3doctor explain {_rule.remediation}`.\n")
+
+
 def _reads(settings) -> dict:
     keep = names_read()
     return {"container": ContainerInspect(settings.container, keep=keep), "ranks": rank_envs(settings.container, keep),

@@ -156,3 +156,8 @@ def test_every_edge_a_rule_names_exists_and_every_rule_id_is_unique():
     found = parse_probe("", None)
     assert [r.id for r, *_ in judge({"RCCL_USE_AMD_SMI_LIB": "1", **HEALTHY}, found, EDGES)] == [
         "ENV-AMD-SMI-LIB-UALOE-OFF"]
+
+
+def test_every_rule_row_is_explainable():
+    for rule in RULES:
+        assert rule.id in REGISTRY.remediations and rule.applies in REGISTRY.remediations[rule.id].text
