@@ -99,6 +99,11 @@ def env_versions(r, ctx):
                 f"{label}: {text} [{rule.id}; {rule.applies}: {why}; {rule.section}]", remediation=rule.remediation,
                 evidence={"rule": rule.id, "variable": name, "applies": rule.applies, "version_range": why,
                           "versions": versions, "source": label}))
+    holders = [label for label, env in environments if "MORI_VPOD_ID" in env]
+    if holders and len(holders) < len(environments):  # §29: `MORI_VPOD_ID set on N/M ranks` - all or none
+        verdicts.append(fail(f"MORI_VPOD_ID is set on {', '.join(holders)} but not on the other ranks of this node: "
+                             "manual vPOD grouping must be all-or-none across the job (§29)", remediation=MORI,
+                             evidence={"set on": holders, "environments": [label for label, _ in environments]}))
     if verdicts:
         return verdicts
     known = [f"{name} {v}" for name, v in versions.items() if v != "unknown"]

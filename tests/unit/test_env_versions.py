@@ -21,14 +21,15 @@ ROCM_714 = "rocm=7.14.0-17\nrccl=librccl.so.1.0.71400\n"
 HEALTHY = {"NCCL_MNNVL_ENABLE": "1", "NCCL_CUMEM_ENABLE": "1", "AITER_LOG_LEVEL": "WARNING"}
 
 
-def readings(env: dict, probe: str = ROCM_714, probe_rc: int = 0, kernel: str | None = "6.8.0-60-generic\n"):
+def readings(env: dict, probe: str = ROCM_714, probe_rc: int = 0, kernel: str | None = "6.8.0-60-generic\n",
+             ranks: str = "@notrunning\n"):
     attrs = {"Name": "/k3ep16", "Id": "c0ffee", "Image": "sha256:1", "Config": {
         "Image": "rocm/fw-bringup:gfx1250-atom-20260918-ep8", "Env": [f"{k}={v}" for k, v in env.items()],
         "Cmd": ["sleep", "infinity"]}, "State": {"Running": True, "Status": "running"}, "HostConfig": {},
         "Mounts": []}
     keep = tuple(sorted({v for rule in RULES for v in rule.variables if not v.endswith("*")}))
     return {"container": ContainerReading(record_from_inspect(attrs, keep)),
-            "ranks": CommandReading("sh", 0, "@notrunning\n", ""),
+            "ranks": CommandReading("sh", 0, ranks, ""),
             "versions": CommandReading("docker exec k3ep16 sh -c ...", probe_rc, probe,
                                        "" if probe_rc == 0 else "boom"),
             "kernel": FileReading("/proc/sys/kernel/osrelease", kernel)}
@@ -161,3 +162,12 @@ def test_every_edge_a_rule_names_exists_and_every_rule_id_is_unique():
 def test_every_rule_row_is_explainable():
     for rule in RULES:
         assert rule.id in REGISTRY.remediations and rule.applies in REGISTRY.remediations[rule.id].text
+
+
+def test_mori_vpod_id_on_some_ranks_only_is_a_fault():
+    """§29: `MORI_VPOD_ID set on N/M ranks - manual vPOD grouping must be all-or-none across the job`."""
+    env = "".join(f"{k}={v}\n" for k, v in HEALTHY.items())
+    ranks = (f"@rank 1004 ATOM::DP4TP0\n{env}MORI_VPOD_ID=2\n@rank 1005 ATOM::DP5TP0\n{env}")
+    verdicts = testing.judge(CHECK, readings(HEALTHY, ranks=ranks), **EDGE_SET)
+    assert sorted((v.status.value, v.remediation) for v in verdicts) == [("FAIL", "ENV-MORI"), ("WARN", "ENV-MORI")]
+    assert any("MORI_VPOD_ID is set on rank pid 1004 but not on the other ranks" in v.message for v in verdicts)
