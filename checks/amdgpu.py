@@ -20,7 +20,7 @@ from k3doctor.api import (
     skip,
     warn,
 )
-from k3doctor.model.gpu import VENDOR_GLOB, VRAM_GLOB, amd_cards, hbm_gib
+from k3doctor.model.gpu import KFD_NODES_GLOB, VENDOR_GLOB, VRAM_GLOB, amd_cards, hbm_gib, kfd_gpus
 from k3doctor.model.kernel_log import DMESG, KernelLog, is_amdgpu_load
 from k3doctor.parsers.amdsmi import parse_static_vram
 
@@ -167,10 +167,23 @@ def ifoe_load_order(dmesg) -> tuple:
 
 def record_inventory(r, ctx) -> dict:
     """Baseline entry: GPU count and HBM per card, for drift reports (old -> new)."""
-    return {"gpus": len(amd_cards(r["vendors"])), "hbm_gib": hbm_gib(r["vendors"], r["vram"])}
+    return {"gpus": gpu_count(r)[0], "hbm_gib": hbm_gib(r["vendors"], r["vram"])}
 
 
-INVENTORY_READS = {"vendors": Glob(VENDOR_GLOB), "vram": Glob(VRAM_GLOB)}
+INVENTORY_READS = {"vendors": Glob(VENDOR_GLOB), "vram": Glob(VRAM_GLOB), "kfd_nodes": Glob(KFD_NODES_GLOB)}
+
+
+def gpu_count(r) -> tuple:
+    """(GPUs on the node, how it was counted): KFD topology nodes with a gfx_target_version (§29, §0.2: not
+    DRM/render nodes, which partitioning multiplies); the AMD DRM cards only where KFD has no topology."""
+    cards = amd_cards(r["vendors"])
+    nodes = r.get("kfd_nodes")
+    kfd = kfd_gpus(nodes) if nodes is not None else None
+    if kfd is None:
+        return len(cards), "AMD DRM cards: no KFD topology readable"
+    versions = ", ".join(sorted({str(v) for v in kfd.values()}))
+    drm = "" if len(cards) == len(kfd) else f"; INFO: {len(cards)} AMD DRM card(s), which are not GPUs (§29)"
+    return len(kfd), f"KFD topology, gfx_target_version {versions or '-'}{drm}"
 
 
 def _inventory_reads(settings) -> dict:
@@ -209,10 +222,12 @@ def gpu_inventory(r, ctx):
     """§12: wide EP assumes 4 GPUs per node and a KV budget computed for one HBM size."""
     cards, sizes = amd_cards(r["vendors"]), hbm_gib(r["vendors"], r["vram"])
     want_gpus, want_hbm = ctx.settings.gpus_per_node, ctx.settings.hbm_gib_per_gpu
-    evidence = {"AMD cards": [f"card{c}" for c in cards], "HBM GiB": {f"card{c}": g for c, g in sizes.items()}}
+    count, counted = gpu_count(r)
+    evidence = {"AMD cards": [f"card{c}" for c in cards], "HBM GiB": {f"card{c}": g for c, g in sizes.items()},
+                "counted": counted}
     verdicts = []
-    if len(cards) != want_gpus:
-        verdicts.append(fail(f"{len(cards)} AMD GPU(s) visible, inventory expects {want_gpus}",
+    if count != want_gpus:
+        verdicts.append(fail(f"{count} AMD GPU(s) visible ({counted}), inventory expects {want_gpus}",
                              remediation=GPU_COUNT, evidence=evidence))
     for card, gib in sizes.items():
         if gib is None:
@@ -226,9 +241,9 @@ def gpu_inventory(r, ctx):
             verdicts.append(fail(f"{gib} GiB HBM, inventory says {want_hbm} GiB per GPU", gpu=card,
                                  remediation=HBM_SIZE, evidence=evidence))
     smi_verdicts, smi_note = amdsmi_cross_check(r, cards, sizes, ctx.param("tolerance_gib"), evidence)
-    verdicts += smi_verdicts + _drift(ctx.baseline, len(cards), sizes, evidence)
+    verdicts += smi_verdicts + _drift(ctx.baseline, count, sizes, evidence)
     if not verdicts:
-        verdicts.append(passed(f"{len(cards)} GPUs, {want_hbm} GiB HBM each{smi_note}", evidence=evidence))
+        verdicts.append(passed(f"{count} GPUs ({counted}), {want_hbm} GiB HBM each{smi_note}", evidence=evidence))
     for v in verdicts:  # the cards the node has, for the rack map
         v.figures += [CardId(c) for c in cards]
     return verdicts

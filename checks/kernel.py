@@ -36,8 +36,17 @@ from k3doctor.api import (
     warn,
 )
 from k3doctor.model.gpu import UALINK_GLOB, UEVENT_GLOB, accel_ids, card_bdfs, card_for_bdf, locate_accid
-from k3doctor.model.kernel_log import BOOT_ID, DMESG, UPTIME, KernelLog
-from k3doctor.parsers.dmesg import BLOCK, SIGNATURE_NAMES, WARN, scan
+from k3doctor.model.kernel_log import (
+    BOOT_ID,
+    DMESG,
+    DMESG_ERRORS,
+    GPU_SOURCE,
+    UPTIME,
+    KernelLog,
+    error_lines,
+    message_shape,
+)
+from k3doctor.parsers.dmesg import BLOCK, SIGNATURE_NAMES, WARN, Finding, scan
 
 SEVERITIES = {"fail": fail, "warn": warn}
 SINCE = ("amdgpu-load", "boot")  # where a rule's window starts (window parameter "amdgpu-load")
@@ -45,10 +54,11 @@ SAMPLE_LINES = 5  # raw lines kept per finding in the evidence
 
 WEDGED = remediation("GPU-WEDGED", "a GPU is wedged (MES / SDMA residue in the kernel log)", """
 `MES ... failed to respond to msg=REMOVE_QUEUE`, `MES ring buffer is full` and expired SDMA fence
-fallback timers mean the GPU's scheduler is wedged - expected with gpu_recovery=0 after a hung or
-killed engine or a multi-node abort (§10). The node is unhealthy even at 0% VRAM and with no
-container; check every node that took part in the last run. A tray with zombie engines but an
-empty /sys/class/kfd/kfd/proc has freed its GPUs and needs nothing.
+fallback timers, `GPU recovery disabled.` after a hang (gpu_recovery=0) and an SMU that no longer
+answers (`SMU: I'm not done with your previous command`) mean the GPU's scheduler is wedged -
+expected with gpu_recovery=0 after a hung or killed engine or a multi-node abort (§10). The node is
+unhealthy even at 0% VRAM and with no container; check every node that took part in the last run.
+A tray with zombie engines but an empty /sys/class/kfd/kfd/proc has freed its GPUs and needs nothing.
 Remedy (§11): BMC Redfish `ForceRestart` of the tray, then perf_setup (§5). Never `systemctl
 reboot` or Redfish `GracefulRestart` on a wedged GPU: shutdown blocks unloading amdgpu.
 """)
@@ -69,11 +79,14 @@ amdgpu must run with gpu_recovery=0 so a hang halts the GPU for diagnosis instea
 here means the parameters were not in effect, or the GPU hung again after a reload. Whatever ran
 on it is dead and its memory gone. Reload amdgpu the bring-up way (ifoe first, then
 `modprobe amdgpu gpu_recovery=0 halt_if_hws_hang=1`, or perf_setup menu D, §5) or reset the tray
-(§11), and find the job named in the finding's `Process` detail.
+(§11), and find the job named in the finding's `Process` detail. Before anything resets the GPU, copy
+the driver's dump the log names (`Check your /sys/class/drm/cardN/device/devcoredump/data`): a reset
+or a reload discards it.
 """)
 
 RAS = remediation("GPU-RAS-ERROR", "a GPU reported an uncorrectable memory/RAS error", """
-Poison consumed, an uncorrectable RAS count, an ACA bank with UC/PCC/poison/deferred status, or
+The fatal RAS interrupt (`uncorrectable hardware error(ERREVENT_ATHUB_INTERRUPT) detected!`, with
+its `{N}` event id), poison consumed, an uncorrectable RAS count, an ACA bank with UC/PCC/poison/deferred status, or
 `Saved bad pages N reaches threshold value M` are hardware errors of that GPU (AMD's node tooling
 reads the same lines, §28). The GPU cannot be trusted for a long run: keep the node out, reset the
 tray (§11) and have the board checked; a bad-page threshold needs the board's RMA process
@@ -107,6 +120,24 @@ read `active` (ualink-state); if it persists, reset the tray (§11).
 """)
 
 
+UNKNOWN = remediation("KERNEL-UNKNOWN-LINE", "an amdgpu/KFD/fabric error line that no rule knows", """
+The driver logged a line at err, crit, alert or emerg level since amdgpu loaded, and none of the
+kernel-health rules knows what it means (issue 21: no silent PASS on an unknown kernel error). Read
+the line in the finding (each message shape is counted once): a new fault, or a new wording of a
+known one, needs a rule (`rules:` in the inventory, or a report to the k3doctor maintainers with the
+line). A line your site knows to be harmless is silenced by a regex on its text in the inventory:
+`checks: {kernel-health: {silence: ["XGMI link retrain count"]}}` (entries that are rule ids silence
+that rule, any other entry is such a pattern).
+""")
+UNKNOWN_SIGNATURE = "unknown_error_line"  # not a parser signature: an err+ line from a GPU source no signature matched
+# Lines of §10 (and §29) known to be harmless: never an unknown error, whatever their level.
+BENIGN_LINES = tuple(re.compile(p) for p in (
+    r"^mce: \[Hardware Error\]: CPU \d{1,5}/\d{1,5}: Machine Check: 0 Bank 62: ",  # §10 warm-reboot residue
+    r"^mana .{0,80}Failed to query link config: -71",  # §10 noise (SSH uses that NIC)
+))
+RULE_ID = re.compile(r"^[A-Z][A-Z0-9]*(?:-[A-Z0-9]+)+$")  # a silence entry of this shape names a rule
+
+
 @dataclass(frozen=True)
 class Rule:
     """One kernel-log rule: which parser signature (or site regex) it fires on, and what that means."""
@@ -124,15 +155,31 @@ class Rule:
 RULES = tuple(Rule(*fields) for fields in (
     ("KERNEL-MES-REMOVE-QUEUE", "mes_remove_queue_failed", "fail", "§10", WEDGED,
      "MES failed to respond to REMOVE_QUEUE: the GPU is wedged"),
+    ("KERNEL-MES-NO-RESPONSE", "mes_no_response", "fail", "§10", WEDGED,
+     "MES failed to respond to a scheduler message: the GPU is wedged"),
     ("KERNEL-MES-RING-FULL", "mes_ring_full", "fail", "§10", WEDGED, "MES ring buffer is full: post-fault residue"),
+    ("KERNEL-GPU-RECOVERY-DISABLED", "gpu_recovery_disabled", "fail", "§5, §10", WEDGED,
+     "a GPU hung and was left halted (GPU recovery disabled): wedged until the tray is reset"),
+    ("KERNEL-SMU-HUNG", "smu_hung", "fail", "§10", WEDGED, "the SMU no longer answers: the GPU is wedged"),
+    ("KERNEL-SMU-MESSAGE-FAILED", "smu_message_failed", "warn", "§10", WEDGED,
+     "the SMU refused or failed a message"),
     ("KERNEL-SDMA-FENCE-TIMEOUT", "fence_fallback_timer_expired", "fail", "§10", WEDGED,
      "SDMA fence fallback timer expired: post-fault residue"),
     ("KERNEL-PAGE-FAULT", "no_retry_page_fault", "fail", "§10", PAGE_FAULT, "no-retry GPU page fault"),
     ("KERNEL-RING-TIMEOUT", "ring_timeout", "fail", "§10", RESET, "GPU ring timeout (a job hung the GPU)"),
     ("KERNEL-GPU-RESET", "gpu_reset", "fail", "§5, §10", RESET, "GPU reset (gpu_recovery=0 should halt instead)"),
     ("KERNEL-VRAM-LOST", "vram_lost", "fail", "§10", RESET, "VRAM lost in a GPU reset"),
+    ("KERNEL-RING-TIMEOUT-SOFT", "ring_timeout_soft_recovered", "warn", "§10", RESET,
+     "GPU ring timeout, soft recovered (the hung job was killed, the GPU kept running)"),
+    ("KERNEL-DEVCOREDUMP", "devcoredump", "fail", "§10, §11", RESET,
+     "the driver dumped a hung GPU's state (devcoredump): copy it before any reset"),
+    ("KERNEL-RAS-FATAL", "ras_fatal_event", "fail", "§28", RAS,
+     "RAS: uncorrectable hardware error (fatal interrupt) detected"),
     ("KERNEL-RAS-POISON", "ras_poison_consumed", "fail", "§28", RAS, "RAS: poison consumed"),
     ("KERNEL-RAS-UNCORRECTABLE", "ras_uncorrectable", "fail", "§28", RAS, "RAS: uncorrectable hardware errors"),
+    ("KERNEL-RAS-DEFERRED", "ras_deferred", "fail", "§28", RAS, "RAS: deferred (poisoned, not yet consumed) errors"),
+    ("KERNEL-QUEUE-EVICT-FAILED", "queue_evict_failed", "fail", "§10", WEDGED,
+     "KFD failed to evict a queue: the GPU's scheduler is wedged"),
     ("KERNEL-RAS-BAD-PAGES", "ras_bad_page_threshold", "fail", "§28", RAS, "RAS: bad pages reached the threshold"),
     ("KERNEL-ACA-UNCORRECTABLE", "aca_uncorrectable", "fail", "§28", RAS, "ACA bank with an uncorrectable error"),
     ("KERNEL-HW-ERROR-RECOVERABLE", "recoverable_hw_error", "warn", "§28", RAS,
@@ -155,6 +202,8 @@ RULES = tuple(Rule(*fields) for fields in (
     ("KERNEL-UALINK-SW-INIT", "ualink_sw_init_failed", "fail", "§6", UALINK_INIT, "UALink: failed to init UALink sw"),
     ("KERNEL-UALINK-DEACTIVATED", "ualink_deactivating", "warn", "§6", UALINK_INIT,
      "UALink accelerator deactivated after the driver loaded"),
+    ("KERNEL-UNKNOWN-ERROR", UNKNOWN_SIGNATURE, "warn", "§10", UNKNOWN,
+     "an amdgpu/KFD/fabric error line no rule knows"),
 ))
 BENIGN_MSR_SIGNATURES = {"fatal_hw_error", "recoverable_hw_error"}  # BERT records judged by their MSRs (§10)
 
@@ -164,7 +213,7 @@ for _rule in RULES:  # `k3doctor explain RULE` for every built-in rule
                 f"parser signature `{_rule.signature}`, {_rule.severity.upper()}, judged since "
                 f"{'boot' if _rule.since == 'boot' else 'amdgpu last loaded (window parameter)'}.\n"
                 f"What to do ({_rule.remediation}):\n{remediation_text(_rule.remediation)}", unique=True)
-REMEDIATIONS = (WEDGED, PAGE_FAULT, RESET, RAS, HOST_CRASH, FABRIC, UALINK_INIT)
+REMEDIATIONS = (WEDGED, PAGE_FAULT, RESET, RAS, HOST_CRASH, FABRIC, UALINK_INIT, UNKNOWN)
 
 
 class RuleError(ValueError):
@@ -174,11 +223,26 @@ class RuleError(ValueError):
 def rules_for(params) -> tuple:
     """The built-in rules with the site's ``rules`` overrides/additions applied and ``silence`` removed."""
     table = with_site_rules(params.param("rules"))
-    silenced = params.param("silence")
+    silenced = [s for s in params.param("silence") if RULE_ID.match(str(s))]
     unknown = [s for s in silenced if s not in table]
     if unknown:
         raise RuleError(f"silence: no rule {', '.join(map(str, unknown))} (rules: {', '.join(table)})")
     return tuple(rule for rule_id, rule in table.items() if rule_id not in silenced)
+
+
+def silenced_lines(params) -> tuple:
+    """The ``silence`` entries that are no rule id: regexes on a line's text that an unknown error line may match."""
+    patterns = []
+    for entry in params.param("silence"):
+        if RULE_ID.match(str(entry)):
+            continue
+        if len(str(entry)) > 200:
+            raise RuleError(f"silence: pattern longer than 200 characters: {str(entry)[:40]!r}...")
+        try:
+            patterns.append(re.compile(str(entry)))
+        except re.error as exc:
+            raise RuleError(f"silence: {entry!r} is neither a rule id nor a regex: {exc}") from None
+    return tuple(patterns)
 
 
 def with_site_rules(site) -> dict:
@@ -220,7 +284,7 @@ def _validate(rule: Rule) -> None:
         raise RuleError(f"rules.{rule.id}: since {rule.since!r} is not {' or '.join(SINCE)}")
     if rule.remediation not in REMEDIATIONS:
         raise RuleError(f"rules.{rule.id}: remediation {rule.remediation!r} is not one of {', '.join(REMEDIATIONS)}")
-    if rule.pattern is None and rule.signature not in SIGNATURE_NAMES:
+    if rule.pattern is None and rule.signature not in (*SIGNATURE_NAMES, UNKNOWN_SIGNATURE):
         raise RuleError(f"rules.{rule.id}: signature {rule.signature!r} is not a parser signature "
                         f"({', '.join(SIGNATURE_NAMES)})")
     if rule.pattern is not None:
@@ -291,8 +355,11 @@ def _read_node(node: str, r, params) -> NodeLog:
     for rule in rules:
         by_signature.setdefault(rule.id if rule.pattern is not None else rule.signature, []).append(rule)
     windows = {since: window_start(log, since, window) for since in SINCE}
+    findings = scan(log.lines, site)
+    if UNKNOWN_SIGNATURE in by_signature:
+        findings += unknown_error_lines(log, r.get("errors"), findings, silenced_lines(params))
     hits = []
-    for finding in scan(log.lines, site):
+    for finding in findings:
         if finding.signature in BENIGN_MSR_SIGNATURES and finding.details.get("msr") \
                 and set(finding.details["msr"]) <= benign:
             continue  # §10: warm-reboot residue
@@ -302,6 +369,34 @@ def _read_node(node: str, r, params) -> NodeLog:
             if finding.index >= start and (max_age is None or age is None or age <= max_age):
                 hits.append((rule, finding, what))
     return NodeLog(node, log, card_bdfs(r["uevents"]), hits, windows["amdgpu-load"][2])
+
+
+def unknown_error_lines(log: KernelLog, errors_reading, findings: list, silenced: tuple) -> list:
+    """One finding per message shape for the err+ lines of amdgpu/KFD/ifoe/UALink that no signature took.
+
+    A line is known when a signature (any severity, INFO included) or a site rule matched it or it
+    belongs to a finding's record (detail lines, [Hardware Error] dumps); §10's noise and the site's
+    ``silence`` patterns never count.
+    """
+    known = {line for finding in findings for line in finding.lines}
+    shapes: dict = {}
+    for index in error_lines(log, errors_reading):
+        line = log.lines[index]
+        if line.raw in known or not GPU_SOURCE.match(line.text) \
+                or any(p.search(line.text) for p in (*BENIGN_LINES, *silenced)):
+            continue
+        shape = message_shape(line.text)
+        if shape in shapes:
+            shapes[shape].details["count"] += 1
+            continue
+        shapes[shape] = Finding(UNKNOWN_SIGNATURE, WARN, line.raw, line.timestamp, _bdf_of(line.text), None,
+                                {"shape": shape, "count": 1}, index, line.seconds, [line.raw])
+    return list(shapes.values())
+
+
+def _bdf_of(text: str):
+    match = re.match(r"^amdgpu (?P<bdf>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]):", text)
+    return match.group("bdf").lower() if match else None
 
 
 def _age(seconds) -> str:
@@ -339,6 +434,10 @@ def _verdicts(logs: dict, owners: dict, gpus_per_node: int) -> list:
                                       {"seen": seen, "window": what, "how": {}, "hits": {}})
             group["hits"].setdefault(rule.id, (rule, []))[1].append(finding)
             group["how"].setdefault(rule.id, how)
+    faults = {(node, card) for remedy, node, card, _ in groups if remedy != UNKNOWN}
+    for key in [k for k in groups if k[0] == UNKNOWN]:  # unknown lines of a GPU (node) with a known fault follow it
+        if (key[1], key[2]) in faults or (key[2] is None and any(node == key[1] for node, _ in faults)):
+            del groups[key]
     out = []
     for (remedy, node, card, seen_on), group in groups.items():
         hits = sorted(group["hits"].values(), key=lambda h: order.get(h[0].id, len(order)))
@@ -364,7 +463,7 @@ def _verdicts(logs: dict, owners: dict, gpus_per_node: int) -> list:
 
 
 def _reads(settings) -> dict:
-    return {"dmesg": DMESG, "uptime": UPTIME, "boot_id": BOOT_ID, "uevents": Glob(UEVENT_GLOB),
+    return {"dmesg": DMESG, "errors": DMESG_ERRORS, "uptime": UPTIME, "boot_id": BOOT_ID, "uevents": Glob(UEVENT_GLOB),
             "ualink": Glob(UALINK_GLOB)}
 
 

@@ -56,8 +56,10 @@ VALIDATED_ENV = {
     "ATOM_MORI_V2": "1", "ATOM_MORI_V2_FUSED": "1", "AITER_USE_GROUPED_GEMM": "1", "AITER_USE_OPUS_MOE_SORTING": "1",
     "ATOM_USE_TRITON_GEMM": "1", "ATOM_WO_A_USE_FLYDSL": "1", "ATOM_FP8_BLOCKSCALE_USE_E8M0_SCALE": "1",
     "AITER_ROPE_TRITON_BACKEND": "1", "AITER_USE_SYSTEM_TRITON": "1",
-    "NCCL_MNNVL_ENABLE": "1", "NCCL_IB_DISABLE": "1", "NCCL_P2P_DISABLE": "0", "NCCL_P2P_LEVEL": "SYS",
-    "NCCL_CUMEM_ENABLE": "1", "ATOM_DP_LM_HEAD_MODE": "allgather", "ATOM_USE_CUSTOM_ALL_GATHER": "1",
+    # NCCL_MNNVL_ENABLE / NCCL_CUMEM_ENABLE: not here since §29 (0.2) - unset is fine on RCCL with rocm-systems
+    # #8444, so their rule depends on the RCCL version: env-versions (k3doctor/model/env_rules.py) judges them.
+    "NCCL_IB_DISABLE": "1", "NCCL_P2P_DISABLE": "0", "NCCL_P2P_LEVEL": "SYS",
+    "ATOM_DP_LM_HEAD_MODE": "allgather", "ATOM_USE_CUSTOM_ALL_GATHER": "1",
     "AITER_CUSTOM_AR_USE_SYMM_MEM": "1",
     **{name: DATA_IF for name in SOCKET_IFNAMES},
     "HSA_XNACK": "1", "HSA_USE_SVM": "1", "HSA_ENABLE_SDMA": "1", "ATOM_LOADER_USE_THREADPOOL": "1",
@@ -70,8 +72,6 @@ WHY = {
     "ATOM_UNFUSED_GATHER_KV_B_PROJ": "the fused Triton gather_kv_b_proj aborts LLVM on chunked-prefill shapes (§14)",
     "ATOM_MOE_GU_ITLV": "required, not tuning: missing gives `MoE GUGU layout error`",
     "ATOM_USE_TRITON_MOE_DECODE": "K3's activation is situ, not SiLU: 1 asserts",
-    "NCCL_MNNVL_ENABLE": "off, RCCL falls back to TCP silently (~4.5 GB/s)",
-    "NCCL_CUMEM_ENABLE": "with 0 every collective failed at ncclCommInitRank (§28)",
     "ATOM_DP_LM_HEAD_MODE": "required for multi-node + hipGraph",
     "ATOM_USE_TRITON_GEMM": "0 silently pairs MXFP4 weights with the wrong scale layout on this image",
     "ATOM_LOADER_NUM_THREADS": "ATOM's default is 16",
@@ -387,11 +387,15 @@ def judge_ifnames(env: dict, links: set, routes: list, data_ip: str, ignore=()) 
         value = env.get(var)
         if not value or var in ignore:
             continue  # unset: the profile rule names it
-        wanted = [w.lstrip("=") for w in value.split(",") if w and not w.startswith("^")]
-        exact = value.startswith("=")
-        matching = {i for i in links for w in wanted if i == w or (not exact and i.startswith(w))}
-        evidence = {var: value, "data_ip": data_ip, "interfaces carrying it": sorted(carriers)}
-        if not matching:
+        grammar = network.IFNAME_GRAMMARS[var]  # §29 (0.2): three grammars, not one
+        matching = network.selected_interfaces(grammar, value, links)
+        evidence = {var: value, "data_ip": data_ip, "interfaces carrying it": sorted(carriers), "grammar": grammar,
+                    "selects": sorted(matching)}
+        if grammar == "literal" and not matching and any(c in value for c in ",^="):
+            out.append((var, fail(f"{var}={value}: {var.split('_')[0]} takes one literal interface name, not NCCL's "
+                                  f"prefix/exclude syntax (§29; the data-plane NIC carrying {data_ip} is "
+                                  f"{', '.join(sorted(carriers)) or 'none'})", remediation=IFNAME, evidence=evidence)))
+        elif not matching:
             out.append((var, fail(f"{var}={value}: no such interface on this node (it has {', '.join(sorted(links))}); "
                                   f"the data-plane NIC carrying {data_ip} is {', '.join(sorted(carriers)) or 'none'} "
                                   "(§18)", remediation=IFNAME, evidence=evidence)))
@@ -399,6 +403,11 @@ def judge_ifnames(env: dict, links: set, routes: list, data_ip: str, ignore=()) 
             out.append((var, fail(f"{var}={value} does not carry the node's data_ip {data_ip} (carried by "
                                   f"{', '.join(sorted(carriers)) or 'no interface'}): the rendezvous goes over another "
                                   "network or hangs (§18)", remediation=IFNAME, evidence=evidence)))
+        elif len(matching) > 1:
+            out.append((var, warn(f"{var}={value} is a prefix that selects {len(matching)} interfaces "
+                                  f"({', '.join(sorted(matching))}): RCCL may use any of them; name the data-plane NIC "
+                                  f"exactly with ={', '.join(sorted(matching & carriers))} (§29)", remediation=IFNAME,
+                                  evidence=evidence)))
     return out
 
 

@@ -40,12 +40,26 @@ pick another node. Never remove another user's container.
 """)
 
 
+ORPHANED = remediation("RACK-ORPHANED-VRAM", "VRAM is held on a GPU with no owning process", """
+VRAM in use with no KFD process (empty /sys/class/kfd/kfd/proc, no GPU process listed) is an orphaned
+KFD context (§29; sgl-project/sglang PR #30431): a container stopped without `--init` and with a short
+grace killed a rank mid-HIP operation and its ~13-16% VRAM stays stuck. Nothing frees it but a GPU
+reset with no device-file holder or a reboot; with gpu_recovery=0 prefer BMC Redfish ForceRestart of the
+tray, then perf_setup (§10, §11), to `rocm-smi --gpureset`. Launching on it fails later as
+`The memory capacity is unbalanced`.
+""")
+# §29: processes that open /dev/kfd only to read metrics, at 0 bytes of VRAM: an agent, never a foreign job.
+MONITORING_AGENTS = ["gpu-agent", "amd-metrics-exporter", "device-metrics-exporter", "rdcd", "amdsmi-exporter",
+                     "node_exporter", "dcgm-exporter", "prometheus"]
+
+
 def _reads(settings) -> dict:
     window_s = int(settings.param("window_min") * 60)
     return {"docker": Docker(events_since_s=window_s),
             "kfd": Glob(KFD_PROC_GLOB),
             "pids": Command((settings.tools["rocm_smi"], "--showpids")),
-            "memuse": Command((settings.tools["rocm_smi"], "--showmemuse"))}
+            "memuse": Command((settings.tools["rocm_smi"], "--showmemuse")),
+            "uid": Command(("id", "-u"))}
 
 
 def _age(now: float, then) -> str:
@@ -106,12 +120,18 @@ def judge_containers(reading, own: str, window_s: int) -> tuple[list, str]:
     return unread + verdicts, events_span(events, now, window_s)
 
 
-def judge_gpu_processes(kfd_pids: set, rows: list) -> list:
-    """FAIL naming every process that holds a KFD context (union of sysfs and rocm-smi)."""
+def judge_gpu_processes(kfd_pids: set, rows: list, agents=()) -> tuple:
+    """(FAIL naming every process that holds a KFD context with VRAM - union of sysfs and rocm-smi -, notes on the
+    0-byte holders): a KFD holder at 0 bytes of VRAM is a metrics agent or a mere `/dev/kfd` opener, never a
+    foreign job (§29, legacy-rocm-build #4411); the allow-listed ``agents`` are named as such."""
     by_pid = {p.pid: p for p in rows}
-    verdicts = []
+    verdicts, notes = [], []
     for pid in sorted(kfd_pids | set(by_pid)):
         row = by_pid.get(pid)
+        if row is not None and row.vram_bytes == 0:
+            kind = "monitoring agent" if row.name in agents else "0-byte KFD holder (not a job)"
+            notes.append(f"INFO: {kind} pid {pid} {row.name} holds /dev/kfd at 0 bytes VRAM")
+            continue
         name = row.name if row else "(name unknown: not in rocm-smi --showpids)"
         vram = f"{row.vram_bytes / 2**30:.1f} GiB VRAM" if row and row.vram_bytes is not None else "VRAM unknown"
         gpus = f" on {row.gpus} GPU(s)" if row and row.gpus is not None else ""
@@ -120,7 +140,7 @@ def judge_gpu_processes(kfd_pids: set, rows: list) -> list:
                              evidence={"pid": pid, "name": name, "in /sys/class/kfd/kfd/proc": pid in kfd_pids,
                                        "in rocm-smi --showpids": pid in by_pid,
                                        "vram_bytes": row.vram_bytes if row else None}))
-    return verdicts
+    return verdicts, notes
 
 
 def judge_vram(percent: dict, max_pct: float) -> list:
@@ -132,15 +152,16 @@ def judge_vram(percent: dict, max_pct: float) -> list:
             verdicts.append(error(f"rocm-smi --showmemuse gave no VRAM% for GPU[{gpu}], so its VRAM use is unknown",
                                   gpu=gpu))
         elif pct > max_pct:
-            verdicts.append(fail(f"rocm-smi GPU[{gpu}] has {pct} % VRAM allocated (max_vram_pct {max_pct}): someone's "
-                                 "weights are resident although no GPU process was found; 0 % would prove nothing "
-                                 "(a created-but-not-loaded job reads 0 %, §3)", gpu=gpu, remediation=RACK_BUSY,
+            verdicts.append(fail(f"rocm-smi GPU[{gpu}] has {pct} % VRAM allocated (max_vram_pct {max_pct}) and no "
+                                 "process owns it: an orphaned KFD context holds it (§29); 0 % would prove nothing "
+                                 "(a created-but-not-loaded job reads 0 %, §3)", gpu=gpu, remediation=ORPHANED,
                                  evidence={"GPU Memory Allocated (VRAM%)": pct, "max_vram_pct": max_pct}))
     return verdicts
 
 
 @check(CHECK, title="only our container on the node, no foreign create/start recently, no GPU processes",
-       scope="node", remediation=RACK_BUSY, params={"window_min": WINDOW_MIN, "max_vram_pct": MAX_VRAM_PCT},
+       scope="node", remediation=(RACK_BUSY, ORPHANED),
+       params={"window_min": WINDOW_MIN, "max_vram_pct": MAX_VRAM_PCT, "monitoring_agents": MONITORING_AGENTS},
        reads=_reads, needs={"amdgpu-driver": GPU_READS})  # the containers are judged without the driver
 def rack_free(r, ctx):
     """§3: "nothing of mine is running" is not "free"; each source is judged on its own so one
@@ -163,8 +184,10 @@ def rack_free(r, ctx):
         return verdicts + [skip(f"GPU processes and VRAM {withheld}")] + ([] if verdicts else [passed(
             f"only {own} (or nothing) on this node, no foreign create/start {span}")])
     pids = attempt(KFD_PROC_GLOB, lambda: kfd_pids(r["kfd"]), set())
-    rows = attempt("rocm-smi --showpids", lambda: parse_showpids(r["pids"].output()), [])
-    processes = judge_gpu_processes(pids, rows)
+    rows = attempt("rocm-smi --showpids", lambda: parse_showpids(r["pids"].output()), None)
+    if rows == [] and not pids:
+        verdicts += unprivileged(r.get("uid"))
+    processes, notes = judge_gpu_processes(pids, rows or [], set(ctx.param("monitoring_agents")))
     verdicts += processes
     vram = attempt("rocm-smi --showmemuse", lambda: judge_vram(
         parse_showmemuse(r["memuse"].output(), ctx.settings.gpus_per_node), ctx.param("max_vram_pct")), [])
@@ -172,5 +195,20 @@ def rack_free(r, ctx):
     if not verdicts:
         verdicts.append(passed(f"only {own} (or nothing) on this node, no foreign create/start {span}, "
                                f"no GPU processes, VRAM at most {ctx.param('max_vram_pct')} % "
-                               "per GPU (low VRAM alone would not prove the node free, §3)"))
+                               "per GPU (low VRAM alone would not prove the node free, §3)"
+                               + "".join(f"; {note}" for note in notes)))
     return verdicts
+
+
+def unprivileged(uid_reading) -> list:
+    """§29: "no processes" from a caller that may not see them (amd-smi/rocm-smi without rights, rocm-systems
+    PR #9281) is no proof the GPUs are free: an ERROR unless the list was taken as root."""
+    try:
+        uid = (uid_reading.output() if uid_reading is not None else "").strip()
+    except ReadingUnavailable as exc:
+        return [error(f"the GPU process list is empty but who read it is unknown ({exc}): not proof the GPUs are "
+                      "free (§29)")]
+    if uid == "0":
+        return []
+    return [error(f"the GPU process list is empty but was read as uid {uid or 'unknown'}, not root: processes of other "
+                  "users are not listed to it (§29); run as root (`sudo: true` in the inventory)")]

@@ -40,6 +40,17 @@ and re-check. Still `unconfigured` after that: waiting will not fix it - confirm
 necessary, not sufficient: run the deep-tier fabric probe before a multi-node launch (§8).
 """)
 
+JOB_FALLBACK = remediation("UALINK-JOB-FALLBACK", "a GPU is UALink-configured, not ready: the whole job falls back",
+                           """
+RCCL uses MNNVL over UALoE only when every rank's accelerator is ACTIVE or READY (rocm-systems PR #6112,
+§29); the revision-B states `configured`, `ppod_configured` and `vpod_configured` are not ready, so one such
+card moves the whole communicator - every rank of the job, not this GPU alone - off the fabric onto the
+TCP fallback (~4.5 GB/s, §8), and MORI's cco leaves it too. Wait for inb-node-agent to finish (it moves
+the card on to active), else reload amdgpu (ifoe first, §5) and re-check all 16 cards (§6).
+""")
+# Revision-B accel_state values that are past `unconfigured` but not ready (§29, rocm-systems #6112).
+JOB_FALLBACK_STATES = ("configured", "ppod_configured", "vpod_configured")
+
 STUCK = remediation("UALINK-STUCK-UNCONFIGURED", "a GPU is stuck unconfigured; waiting will not fix it", """
 The card shows the stuck signature of §6: accel_state `unconfigured` past the grace period
 with ppod_id all-zero, accel_id 4294967295 and link_type `invalid` (seen lasting 12+ hours).
@@ -137,6 +148,10 @@ def _card_verdicts(card: Card, ctx, load) -> list:
                      evidence=ev, remediation=NOT_ACTIVE)]
     if state == "unconfigured":
         return [_unconfigured(card, ctx, load)]
+    if state in JOB_FALLBACK_STATES and state not in accepted + tolerated:
+        return [fail(f"card{card.index} accel_state is '{state}' (configured, not ready): the whole job falls back "
+                     "off MNNVL to TCP, every rank, not this GPU alone (§29, rocm-systems #6112)", gpu=card.index,
+                     evidence=ev, remediation=JOB_FALLBACK)]
     if state not in accepted + tolerated:
         return [fail(f"card{card.index} accel_state is '{state}' (need {' or '.join(accepted)})",
                      gpu=card.index, evidence=ev, remediation=NOT_ACTIVE)]
@@ -318,7 +333,7 @@ def _reads(settings) -> dict:
 
 
 @check("ualink-state", title="every GPU's UALink state, identity, lanes and local accels are sane", scope="gpu",
-       remediation=(NOT_ACTIVE, STUCK, CARD_INVALID, LANES, LOCAL_ACCELS, MISSING, DRIFT), reads=_reads,
+       remediation=(NOT_ACTIVE, JOB_FALLBACK, STUCK, CARD_INVALID, LANES, LOCAL_ACCELS, MISSING, DRIFT), reads=_reads,
        record=record, needs=("amdgpu-driver",),
        params={"accepted_states": ["active"], "tolerated_states": ["ready"], "unconfigured_grace_s": 60,
                "link_types": ["UALoE", "UALink"], "half_station": Param("fail", choices=("fail", "warn"))})

@@ -21,6 +21,8 @@ UALINK_DIR = f"{DRM}/ualink"
 UALINK_GLOB = f"{UALINK_DIR}/*"  # every ualink file of every card (accel_id among them)
 AMD_VENDOR = "0x1002"
 KFD_PROC_GLOB = "/sys/class/kfd/kfd/proc/*"  # one directory per process holding a KFD (GPU) context
+KFD_NODES_GLOB = "/sys/class/kfd/kfd/topology/nodes/*/properties"  # one KFD topology node each (CPUs too)
+_GFX_TARGET = re.compile(r"^gfx_target_version\s+(\d{1,10})\s*$", re.MULTILINE)
 _CARD_FILE = re.compile(r"/card(\d+)/device/(.+)$")  # the one place a sysfs path becomes a card number
 _KFD_PID = re.compile(r"/proc/(\d+)$")
 _SLOT = re.compile(r"^PCI_SLOT_NAME=(?P<bdf>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])\s*$", re.MULTILINE)
@@ -143,3 +145,23 @@ def locate_accid(accid: int, accel_ids_by_node: dict, gpus_per_node: int) -> tup
 def kfd_pids(kfd: dict) -> set:
     """Process ids holding a KFD context, from the :data:`KFD_PROC_GLOB` reading."""
     return {int(m.group(1)) for path in kfd if (m := _KFD_PID.search(path))}
+
+
+def kfd_gpus(nodes: dict) -> dict | None:
+    """KFD topology node -> gfx_target_version of the nodes that are GPUs (non-zero), or None when no
+    node's properties could be read.
+
+    Reference §29/§0.2: the GPU count is the KFD topology's, never ``/dev/dri/renderD*`` (a gfx1250
+    tray showed 32 render nodes for 4 GPUs); CPU agents are nodes with ``gfx_target_version 0``.
+    A properties file without that line is a ParseError (not a CPU)."""
+    readable = {path: reading for path, reading in nodes.items() if reading.exists}
+    if not readable:
+        return None
+    out = {}
+    for path, reading in readable.items():
+        match = _GFX_TARGET.search(reading.text())
+        if match is None:
+            raise ParseError(f"{path}: no gfx_target_version line")
+        if int(match.group(1)):
+            out[int(path.split("/")[-2])] = int(match.group(1))
+    return out

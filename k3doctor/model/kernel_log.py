@@ -9,6 +9,7 @@ one whose last marker names another boot than ``/proc/sys/kernel/random/boot_id`
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from k3doctor.parsers import ParseError
@@ -17,6 +18,20 @@ from k3doctor.readings import Command, File, ReadingUnavailable
 
 LOAD_LINE = "amdgpu kernel modesetting enabled"
 DMESG = Command(("dmesg",))
+# The same ring buffer, only the lines logged at err, crit, alert or emerg: a plain `dmesg` prints no level,
+# and "an error line no rule knows" (issue 21) needs the level the driver gave it (dev_err, pr_err, DRM_ERROR).
+ERROR_LEVELS = ("err", "crit", "alert", "emerg")
+DMESG_ERRORS = Command(("dmesg", f"--level={','.join(ERROR_LEVELS)}"))
+# Who printed a line, for that rule: amdgpu (and KFD, which prints through it: `amdgpu: `, `kfd kfd: amdgpu: `),
+# DRM on amdgpu's behalf (`[drm:<func> [amdgpu]]`), the IFoE fabric driver and UALink.
+GPU_SOURCE = re.compile(r"^(?:amdgpu\b|kfd\b|amdkfd\b|ifoe\b|ualink\b|\[drm:[\w.]{1,80} \[(?:amdgpu|ifoe)\]\])",
+                        re.IGNORECASE)
+_SHAPE_PARTS = (  # what varies between two lines of one message: addresses, ids, numbers
+    (re.compile(r"[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]"), "<bdf>"),
+    (re.compile(r"\{\d{1,20}\}"), "{<event>}"),
+    (re.compile(r"0x[0-9a-fA-F]{1,16}"), "<hex>"),
+    (re.compile(r"\d{1,20}"), "<n>"),
+)
 UPTIME = File("/proc/uptime")
 BOOT_ID = File("/proc/sys/kernel/random/boot_id")
 CLOCK_SLACK_S = 5.0  # dmesg and /proc/uptime are read moments apart: a stamp this far past uptime is fine
@@ -103,3 +118,28 @@ def seconds_since_amdgpu_load(uptime_reading, dmesg_reading) -> tuple:
         return None, f"amdgpu load time unknown (no timestamped '{LOAD_LINE}' line in dmesg)"
     since = max(0.0, uptime - stamp)
     return since, f"amdgpu loaded {since:.0f}s ago"
+
+
+def message_shape(text: str) -> str:
+    """A line's message with what varies between its instances (PCI address, event id, numbers) blanked out."""
+    for pattern, blank in _SHAPE_PARTS:
+        text = pattern.sub(blank, text)
+    return " ".join(text.split())[:200]
+
+
+def error_lines(log: KernelLog, errors_reading) -> list:
+    """Indices into ``log.lines`` of the lines logged at err/crit/alert/emerg.
+
+    A ``dmesg --decode`` capture carries each line's level; a plain one does not, and the node's
+    ``dmesg --level=err,crit,alert,emerg`` reading says which lines those are (matched by their
+    text, so every prefix flavour works).  Raises ReadingUnavailable when neither can tell.
+    """
+    if any(line.level is not None for line in log.lines):
+        return [i for i, line in enumerate(log.lines) if line.level in ERROR_LEVELS]
+    if errors_reading is None:
+        raise ReadingUnavailable(f"`{' '.join(DMESG_ERRORS.argv)}` was not read")
+    text = errors_reading.output()
+    if not text.strip():
+        return []  # no line at those levels: dmesg prints nothing and exits 0
+    wanted = {line.raw for line in parse_log(text)}
+    return [i for i, line in enumerate(log.lines) if line.raw in wanted]

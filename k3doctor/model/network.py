@@ -57,6 +57,23 @@ def parse_local_routes(text: str) -> list:
     return routes
 
 
+# The three interface-name grammars (reference §29, §0.2): NCCL takes a comma list of prefixes (`=name` exact,
+# a leading `^` excludes); Gloo takes one literal name; MORI one exact name (else it silently falls back to the
+# first non-loopback NIC).
+IFNAME_GRAMMARS = {"NCCL_SOCKET_IFNAME": "nccl", "GLOO_SOCKET_IFNAME": "literal", "MORI_SOCKET_IFNAME": "literal"}
+
+
+def selected_interfaces(grammar: str, value: str, links: set) -> set:
+    """The interfaces a library picks from ``links`` for ``value`` under its ``grammar`` (see IFNAME_GRAMMARS)."""
+    if grammar == "literal":
+        return {value} & links
+    exclude = value.startswith("^")
+    exact = value.lstrip("^").startswith("=")
+    words = [w for w in value.lstrip("^").lstrip("=").split(",") if w]
+    hits = {i for i in links for w in words if i == w or (not exact and i.startswith(w))}
+    return links - hits - {"lo"} if exclude else hits
+
+
 def carriers(routes: list, address: str) -> set:
     """Interfaces whose local routes contain ``address``."""
     ip = ipaddress.ip_address(address)

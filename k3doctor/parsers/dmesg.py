@@ -41,22 +41,59 @@ BLOCK, WARN, INFO = "BLOCK", "WARN", "INFO"  # severity hints, as in the referen
 # (name, severity hint, pattern).  First match wins; named groups land in Finding.details
 # (``accid`` goes to Finding.accid).
 _SIGNATURES = tuple((name, severity, re.compile(pattern, flags)) for name, severity, pattern, flags in (
-    # §10 wedged GPU / post-fault residue (Helios-R runbook: any `MES.*remove.?queue` is a stop)
-    ("mes_remove_queue_failed", BLOCK, r"MES.{0,120}?remove.?queue", re.IGNORECASE),
+    # §10 wedged GPU / post-fault residue (Helios-R runbook: any `MES.*remove.?queue` is a stop).  MES
+    # wordings (mes_v11_0.c / mes_v12_0.c / amdgpu_mes.c, kernels 6.1-6.15): "MES failed to response
+    # msg=%d" (6.1-6.8, the opcode as a number: REMOVE_QUEUE is 3), "MES failed to respond to msg=%s[ (%s)]",
+    # "MES(%d) failed to respond to msg=%s" (mes_v12), "failed to remove hardware queue[, queue id = %d]".
+    ("mes_remove_queue_failed", BLOCK,
+     r"MES.{0,120}?remove.?queue|MES(?:\([\d, ]{1,12}\))? failed to respon(?:se|d to) msg=3\b"
+     r"|failed to remove hardware queue", re.IGNORECASE),
+    ("mes_no_response", BLOCK, r"MES(?:\([\d, ]{1,12}\))? failed to respon(?:se|d to) msg=(?P<msg>\w{1,40})"
+                               r"|MES might be in unrecoverable state", 0),  # the latter: §29 (legacy-rocm-build #4909)
+    ("queue_evict_failed", BLOCK, r"Failed to evict queue (?P<queue>\d{1,10})", 0),  # KFD, §29
     ("mes_ring_full", BLOCK, r"MES ring buffer is full", 0),
     ("fence_fallback_timer_expired", BLOCK, r"fence fallback timer expired on ring (?P<ring>[^\s,]{1,64})",
      re.IGNORECASE),
+    # gmc_v9_0.c "[%s] %s page fault (src_id:%u ring:%u vmid:%u pasid:%u[, for process ...])" with
+    # %s = "retry" | "no-retry"; gmc_v10/v11/v12 "[%s] page fault (src_id:...)" (no retry word).
     ("no_retry_page_fault", BLOCK,
-     r"\[(?P<hub>\w{1,32})\] no-retry page fault"
-     r"(?: \(src_id:\d{1,10} ring:\d{1,10} vmid:(?P<vmid>\d{1,10}) pasid:(?P<pasid>\d{1,10})\))?", 0),
-    ("ring_timeout", BLOCK, r"\bring (?P<ring>[^\s,]{1,64}) timeout", 0),  # new and *ERROR* (older) wording
-    ("gpu_reset", BLOCK, r"GPU reset begin", 0),
+     r"\[(?P<hub>\w{1,32})\] (?:no-retry )?page fault"
+     r"(?: \(src_id:\d{1,10} ring:\d{1,10} vmid:(?P<vmid>\d{1,10}) pasid:(?P<pasid>\d{1,10})[,)])?", 0),
+    ("retry_page_fault", INFO, r"\[(?P<hub>\w{1,32})\] retry page fault", 0),  # XNACK replay: not a fault
+    # amdgpu_job.c: "ring %s timeout, but soft recovered" (the job was killed, the GPU kept running) and
+    # "ring %s timeout, signaled seq=%u, emitted seq=%u" - DRM_ERROR (`[drm:amdgpu_job_timedout [amdgpu]]
+    # *ERROR* `) up to 6.10, dev_err (`amdgpu <BDF>: [amdgpu: ]`) since; rings named `gfx` or `gfx_0.0.0`.
+    ("ring_timeout_soft_recovered", WARN, r"\bring (?P<ring>[^\s,]{1,64}) timeout, but soft recovered", 0),
+    ("ring_timeout", BLOCK, r"\bring (?P<ring>[^\s,]{1,64}) timeout", 0),
+    ("gpu_recovery_disabled", BLOCK, r"GPU recovery disabled\.", 0),  # amdgpu_device.c, gpu_recovery=0: wedged
+    ("gpu_reset", BLOCK, r"GPU reset begin|GPU reset\(\d{1,10}\) (?:failed|succeeded)|GPU Recovery Failed"
+                         r"|device wedged, but recovered through reset", 0),  # the last: drm_dev_wedged_event (§29)
     ("vram_lost", BLOCK, r"VRAM is lost due to GPU reset", 0),
-    ("ras_poison_consumed", BLOCK, r"poison is consumed", re.IGNORECASE),
+    # amdgpu_dev_coredump.c (6.14+): drm_info "AMDGPU device coredump file has been created" then
+    # "Check your /sys/class/drm/card%d/device/devcoredump/data": the dump a triage copies first.
+    ("devcoredump", BLOCK, r"AMDGPU device coredump file has been created", 0),
+    ("ras_poison_consumed", BLOCK, r"poison is consumed|RAS poison consumption is issued", re.IGNORECASE),
     ("ras_bad_page_threshold", BLOCK,
      r"Saved bad pages (?P<bad_pages>\d{1,10}) reaches threshold value (?P<threshold>\d{1,10})", 0),
+    # amdgpu_ras.c: "%ld uncorrectable hardware errors detected in %s block" (5.x-), "%lld new uncorrectable
+    # hardware errors detected in %s block", "... detected in total in %s block" (6.8+, "socket: %d, die: %d"
+    # before them since 6.10), and the per-instance "%ld %s hardware errors detected in %s, instance: ..."
     ("ras_uncorrectable", BLOCK, r"(?P<count>\d{1,10}) (?:new )?uncorrectable hardware errors detected in "
-                                 r"(?:total in )?(?P<block>\w{1,32}) block", 0),
+                                 r"(?:total in )?(?P<block>\w{1,32})(?: block|, instance)", 0),
+    # Deferred (not yet consumed) uncorrected errors: amdgpu_ras.c "... deferred hardware errors detected in
+    # [total in ]%s block" (6.10+), amdgpu_umc.c "%ld new deferred hardware errors detected" (6.11+).
+    ("ras_deferred", BLOCK, r"(?P<count>\d{1,10}) (?:new )?deferred hardware errors detected", 0),
+    ("ras_poison_created", INFO, r"Poison is created", 0),  # amdgpu_ras.c: the deferred error's own note
+    ("umc_error_address", INFO, r"Error Address\(PA\):\s?0x[0-9a-fA-F]{1,16}", 0),  # umc_v12_0.c: a RAS record's page
+    # The fatal (ATHUB) interrupt: amdgpu_ras.c "uncorrectable hardware error(ERREVENT_ATHUB_INTERRUPT)
+    # detected!" (dev_info up to 6.9, RAS_EVENT_LOG with its "{%llu}" event id since 6.10) and the RAS
+    # manager's "{%llu} Uncorrectable hardware error(ERREVENT_ATHUB_INTERRUPT) detected!" (amdgpu_ras_sys.c).
+    ("ras_fatal_event", BLOCK,
+     r"(?:\{(?P<event>\d{1,20})\} ?)?[Uu]ncorrectable hardware error\((?P<source>\w{1,40})\) detected", 0),
+    # smu_cmn.c: the SMU did not answer (its mailbox still holds the previous command) or is hung.
+    ("smu_hung", BLOCK, r"SMU: I'm not done with your previous command|SMU is in hanged state", 0),
+    ("smu_message_failed", WARN, r"SMU: (?:unknown command|valid command, bad prerequisites|I'm very busy for your "
+                                 r"command|I'm debugging!|response:0x[0-9A-Fa-f]{1,8} for index)", 0),
     # §8 fabric data path (importer side)
     ("npa_rsp_timeout", BLOCK, rf"IMPORT: NPA-RSP timeout from remote AccId:\s?{_ACCID}", 0),
     ("lsdma_pio_error", BLOCK, r"LSDMA PIO error status bits (?P<status>0x[0-9a-fA-F]{1,16})", 0),
@@ -83,16 +120,21 @@ _DETAIL_LINES = tuple(re.compile(p) for p in (
     r"VM_L2_PROTECTION_FAULT_STATUS:\s?(?P<fault_status>0x[0-9a-fA-F]{1,16})",
     r"Faulty UTCL2 client ID: (?P<faulty_client>[^\s]{1,32})",
     r"PERMISSION_FAULTS: (?P<permission_faults>0x[0-9a-fA-F]{1,8})",
+    r"Ring (?P<ring_reset_ring>[^\s]{1,64}) reset (?P<ring_reset>failure|failed|succeeded)",  # per-ring reset (6.12+)
+    r"Starting (?P<ring_reset_started>[^\s]{1,64}) ring reset",
+    r"Check your (?P<coredump>/sys/class/drm/card\d{1,4}/device/devcoredump/data)",
 ))
 # The rest of the VM_L2 fault-status dump: part of the event, nothing kept from it.
 _DUMP_LINE = re.compile(r"\s(?:MORE_FAULTS|WALKER_ERROR|MAPPING_ERROR|RW|CID): 0x[0-9a-fA-F]{1,8}$")
-_WITH_DETAILS = {"no_retry_page_fault", "ring_timeout"}
+_WITH_DETAILS = {"no_retry_page_fault", "ring_timeout", "devcoredump"}
 
 # RAS / APEI / BERT / ACA records: `[Hardware Error]:` lines that belong together (§10, §28).  The tag
 # before `[Hardware Error]` (`{N}` and/or `amdgpu <BDF>:`) says which record a line belongs to; an
 # `mce: [Hardware Error]: ...` line is a one-line machine-check report, not part of such a record.
-_HW = re.compile(r"^(?P<tag>(?:amdgpu [0-9a-fA-F:.]{12}: )?(?:\{\d{1,6}\})?)\[Hardware Error\]: ?(?P<body>.*)$",
-                 re.DOTALL)
+# Wordings: HW_ERR "[Hardware Error]: " (6.9+), "[Hardware error] " (amdgpu_mca.c in 6.7/6.8); before it
+# dev_info's "amdgpu: " (up to 6.9) or RAS_EVENT_LOG's "{%llu}" event id (dev_printk, 6.10+).
+_HW = re.compile(r"^(?P<tag>(?:amdgpu [0-9a-fA-F:.]{12}: )?(?:amdgpu: )?(?:\{\d{1,20}\})?)"
+                 r"\[Hardware [Ee]rror\](?::|(?= [A-Za-z])) ?(?P<body>.*)$", re.DOTALL)
 _HW_START = re.compile(r"^Hardware error from APEI Generic Hardware Error Source: ?(?P<source>\d{1,6})")
 _HW_SEVERITY = re.compile(r"^event severity: (?P<severity>\w{1,20})")
 _HW_FIELDS = tuple(re.compile(p) for p in (
@@ -103,7 +145,10 @@ _HW_FIELDS = tuple(re.compile(p) for p in (
     r"^\s{0,8}vendor_id: (?P<vendor_id>0x[0-9a-fA-F]{1,4}), device_id: (?P<device_id>0x[0-9a-fA-F]{1,4})",
 ))
 _ACA_START = "Accelerator Check Architecture events logged"
-_ACA_REG = re.compile(r"^ACA\[(?P<bank>\d{1,3}/\d{1,3})\]\.(?P<reg>[A-Z_]{1,16})=(?P<value>0x[0-9a-fA-F]{1,16})")
+_EVENT = re.compile(r"\{(\d{1,20})\}")  # RAS_EVENT_LOG's event id: every line of one RAS event carries it
+# amdgpu_aca.c "ACA[%02d/%02d].%s=0x%016llx" (6.9+) and amdgpu_mca.c "aca entry[%02d].%s=0x%016llx" (6.7+).
+_ACA_REG = re.compile(r"^(?:ACA\[(?P<bank>\d{1,3}/\d{1,3})\]|aca entry\[(?P<entry>\d{1,3})\])"
+                      r"\.(?P<reg>[A-Z_0-9]{1,16})=(?P<value>0x[0-9a-fA-F]{1,16})")
 _ACA_STATUS_BITS = {"valid": 63, "uc": 61, "pcc": 57, "deferred": 44, "poison": 43}  # MCA_STATUS (AMD)
 # Every signature name a finding can carry (line signatures, then the grouped [Hardware Error] records).
 SIGNATURE_NAMES = (*(name for name, _, _ in _SIGNATURES), "fatal_hw_error", "recoverable_hw_error",
@@ -282,7 +327,8 @@ class _Record:
     first: LogLine
     index: int
     details: dict = field(default_factory=dict)
-    banks: dict = field(default_factory=dict)  # ACA bank "01/01" -> {register: value}
+    banks: dict = field(default_factory=dict)  # ACA bank "01/01" or "00" -> {register: value}
+    dumps: int = 1  # "events logged" headers merged into this record
     lines: list = field(default_factory=list)
 
     def finish(self) -> Finding:
@@ -321,6 +367,9 @@ def _hw_line(record, tag: str, body: str, entry: LogLine, index: int, findings: 
     start = _HW_START.match(body)
     severity = _HW_SEVERITY.match(body)
     new_kind = "aca" if body.startswith(_ACA_START) else "apei" if start else None
+    if new_kind == "aca" and record is not None and record.kind == "aca" and record.tag == tag:
+        new_kind = None  # the next bank of the same dump / RAS event: one record per {event id} and GPU
+        record.dumps += 1
     if severity and (record is None or record.tag != tag or record.kind != "apei" or "severity" in record.details):
         new_kind = "apei"
     aca = _ACA_REG.match(body)
@@ -337,7 +386,13 @@ def _hw_line(record, tag: str, body: str, entry: LogLine, index: int, findings: 
     if severity:
         record.details["severity"] = severity.group("severity")
     if aca:
-        record.banks.setdefault(aca.group("bank"), {})[aca.group("reg")] = aca.group("value")
+        bank = aca.group("bank") or aca.group("entry")
+        if aca.group("reg") in record.banks.get(bank, {}):
+            bank = f"{bank}#{record.dumps}"  # amdgpu_mca.c numbers each query's banks from 00 again
+        record.banks.setdefault(bank, {})[aca.group("reg")] = aca.group("value")
+        event = _EVENT.search(tag)
+        if event:
+            record.details["event"] = event.group(1)
     for pattern in _HW_FIELDS:
         match = pattern.match(body)
         if match:

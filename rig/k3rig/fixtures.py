@@ -14,6 +14,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import shutil
 import tarfile
 import uuid
@@ -94,7 +95,8 @@ class NodeState:
     amd_smi_stderr_noise: bool = False
     cards: dict[int, dict[str, Any]] = dataclasses.field(default_factory=dict)  # card index -> CARD_FIELDS
     gpu_processes: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # pid, name, card, vram_bytes
-    dmesg_extra: list[str] = dataclasses.field(default_factory=list)  # appended after the boot lines
+    # appended after the boot lines; "<3>text" is logged at that printk level (3 = err), plain text at info
+    dmesg_extra: list[str] = dataclasses.field(default_factory=list)
     tools: dict[str, str] = dataclasses.field(default_factory=dict)  # tool name -> TOOL_MODES
     shm: list[str] = dataclasses.field(default_factory=list)  # file names to create in /dev/shm
     containers: list[dict[str, str]] = dataclasses.field(default_factory=list)  # name, state, [image]
@@ -264,6 +266,12 @@ def _write_sysfs(tree: Path, s: NodeState) -> None:
         write_file(tree, f"{render}/dev", f"226:{128 + c}\n")
         os.symlink(f"../card{c}/device", tree / render / "device")
     (tree / "sys/class/kfd/kfd/proc").mkdir(parents=True, exist_ok=True)
+    topology = "sys/class/kfd/kfd/topology/nodes"  # CPU agent first, then one node per GPU (§29: gfx1250 = 120500)
+    write_file(tree, f"{topology}/0/properties", "cpu_cores_count 96\nsimd_count 0\ngfx_target_version 0\n")
+    for c in range(GPUS_PER_NODE):
+        write_file(tree, f"{topology}/{c + 1}/properties",
+                   "cpu_cores_count 0\nsimd_count 1024\nnum_xcc 8\ngfx_target_version 120500\n")
+        write_file(tree, f"{topology}/{c + 1}/gpu_id", f"{KFD_GPU_IDS[c]}\n")
     for p in s.gpu_processes:
         proc = f"sys/class/kfd/kfd/proc/{p['pid']}"
         gpu_id = KFD_GPU_IDS[p["card"]]
@@ -357,7 +365,7 @@ def _write_fake_tools(tree: Path, s: NodeState) -> None:
     outputs = {
         "amd-smi": _amd_smi_outputs(s),
         "rocm-smi": _rocm_smi_outputs(s),
-        "dmesg": {"@noargs": _dmesg(s)},
+        "dmesg": {"@noargs": _dmesg(s), DMESG_ERRORS_KEY: _dmesg(s, errors_only=True)},
     }
     unknown = set(s.tools) - set(outputs)
     if unknown:
@@ -508,7 +516,12 @@ def _rocm_smi_outputs(s: NodeState) -> dict[str, str]:
     }
 
 
-def _dmesg(s: NodeState) -> str:
+DMESG_ERRORS_KEY = "--level=err,crit,alert,emerg"
+_PRIORITY = re.compile(r"^<([0-7])>")  # printk's own level prefix (KERN_ERR = "<3>")
+
+
+def _dmesg(s: NodeState, errors_only: bool = False) -> str:
+    """The node's kernel log as `dmesg` prints it; ``errors_only``: only its err/crit/alert/emerg lines."""
     lines = [
         (0.0, "Linux version 6.8.0-60-generic (buildd@lcy02-amd64-098) (x86_64-linux-gnu-gcc-13 (Ubuntu "
          "13.3.0-6ubuntu2~24.04) 13.3.0, GNU ld (GNU Binutils for Ubuntu) 2.42) #63-Ubuntu SMP PREEMPT_DYNAMIC"),
@@ -531,8 +544,13 @@ def _dmesg(s: NodeState) -> str:
             lines.append((t + 8.5, f"amdgpu {bdf(c)}: UALINK: accelerator accel_id={card['accel_id']} is now ACTIVE"))
     lines.sort(key=lambda line: line[0])
     t_last = lines[-1][0]
-    lines += [(t_last + 60.0 * (i + 1), text) for i, text in enumerate(s.dmesg_extra)]
-    return "".join(f"[{t:12.6f}] {text}\n" for t, text in lines)
+    levels = {}  # index in lines -> printk level; boot lines are info (6)
+    for i, text in enumerate(s.dmesg_extra):
+        level = _PRIORITY.match(text)
+        levels[len(lines)] = int(level.group(1)) if level else 6
+        lines.append((t_last + 60.0 * (i + 1), _PRIORITY.sub("", text)))
+    return "".join(f"[{t:12.6f}] {text}\n" for i, (t, text) in enumerate(lines)
+                   if not errors_only or levels.get(i, 6) <= 3)
 
 
 def container_tar(files: dict[str, Any]) -> bytes:

@@ -78,3 +78,17 @@ def test_a_site_can_silence_a_rule_and_explain_every_rule(rig):
         ("ct16", 3, "KERNEL-UALINK-SW-INIT")]
     rc, out, _ = k3("explain", "KERNEL-NPA-RSP-TIMEOUT")
     assert rc == 0 and "§8" in out and "ualink/accel_id" in out
+
+
+def test_an_unknown_amdgpu_error_line_is_one_warn_on_its_node_and_card(rig):
+    """Issue 21 item 4: an err-level amdgpu line no rule knows is one WARN (per node and card, per message shape),
+    read through the node's own `dmesg --level=err,crit,alert,emerg`; the rest of the rack stays quiet."""
+    rig.apply("kernel-unknown-error")
+    rc, found, doc = kernel_findings(rig)
+    assert found == [("ct14", 1, "WARN", "KERNEL-UNKNOWN-LINE", "KERNEL-UNKNOWN-ERROR")], doc
+    [warn] = [r for r in doc["results"] if r["status"] == "WARN"]
+    assert "XGMI: link" in warn["message"] and warn["evidence"]["details"]["count"] == 3
+    assert passing(doc) == set(NODES) - {"ct14"}
+    rc, doc = k3json("check", "--nodes", rig.inventory_path, "--only", "kernel-health",
+                     "--set", "kernel-health.silence=['XGMI: link \\d+ training stalled']")
+    assert [r["status"] for r in doc["results"]] == ["PASS"] * 4, doc

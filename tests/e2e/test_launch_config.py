@@ -54,7 +54,8 @@ def test_healthy_rack_has_no_finding_and_is_ready_to_launch(rack):
 
 
 @pytest.mark.parametrize("scenario, expected, text", [
-    ("launch-env-mnnvl-missing", [("ct14", "FAIL", "LAUNCH-ENV")], "NCCL_MNNVL_ENABLE is (unset)"),
+    # launch-env-mnnvl-missing: since §29 (0.2) an unset NCCL_MNNVL_ENABLE is env-versions'
+    # (tests/e2e/test_env_versions.py)
     ("launch-env-deprecated", [("ct16", "FAIL", "LAUNCH-ENV-INERT"), ("ct16", "WARN", "LAUNCH-ENV-INERT")],
      "MEGA_WIRE=fp8 differs from MEGA_DISPATCH_WIRE=fp4"),
     ("launch-env-inert-dispatch", [("ct17", "WARN", "LAUNCH-ENV-INERT")], "MEGA_DISPATCH=flydsl is inert"),
@@ -111,7 +112,7 @@ def test_secret_values_never_reach_the_report_or_the_saved_readings(rack, tmp_pa
     assert "--api-key <redacted>" in report
     state = json.loads(saved.read_text())
     kept = [e["reading"] for e in state["nodes"]["ct13"] if e["spec"]["kind"] == "ContainerInspect"]
-    assert kept and kept[0]["record"]["env"]["HF_TOKEN"] is None and kept[0]["record"]["env"]["NCCL_MNNVL_ENABLE"]
+    assert kept and kept[0]["record"]["env"]["HF_TOKEN"] is None and kept[0]["record"]["env"]["NCCL_IB_DISABLE"]
     rc_table, out, err = k3("check", "--nodes", rack.inventory_path, "--only", CHECK, "-v")
     assert "k3rigSECRET" not in out + err
     rc_judge, again, _ = k3("judge", saved, "--format", "json")

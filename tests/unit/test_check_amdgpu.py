@@ -98,8 +98,16 @@ def static_vram(mib_per_gpu):
                                      for g, mib in enumerate(mib_per_gpu)]})
 
 
-def cards(sizes_gib, vendors=None, smi=None, smi_rc=0):
-    """sysfs readings plus an amd-smi that agrees with them unless ``smi`` says otherwise."""
+def kfd_topology(gpus: int, cpus: int = 1, target: int = 120500) -> dict:
+    """KFD topology nodes: CPU agents first (gfx_target_version 0), then the GPUs (§29)."""
+    return {f"/sys/class/kfd/kfd/topology/nodes/{n}/properties": FileReading(
+        "p", f"cpu_cores_count 96\nsimd_count 0\ngfx_target_version {0 if n < cpus else target}\n")
+        for n in range(cpus + gpus)}
+
+
+def cards(sizes_gib, vendors=None, smi=None, smi_rc=0, kfd=None):
+    """sysfs readings plus an amd-smi that agrees with them unless ``smi`` says otherwise; KFD topology with one
+    GPU node per AMD card unless ``kfd`` gives it."""
     vendors = vendors or {c: "0x1002" for c in sizes_gib}
     if smi is None:
         smi = static_vram([g // 2**20 if isinstance(g, int) else None
@@ -109,6 +117,7 @@ def cards(sizes_gib, vendors=None, smi=None, smi_rc=0):
         "vram": {f"/sys/class/drm/card{c}/device/mem_info_vram_total": FileReading("m", f"{g}\n")
                  for c, g in sizes_gib.items()},
         "smi": CommandReading("amd-smi static --vram --json", smi_rc, smi, "" if smi_rc == 0 else "amd-smi: not found"),
+        "kfd_nodes": kfd_topology(sum(v == "0x1002" for v in vendors.values())) if kfd is None else kfd,
     })
 
 
@@ -118,7 +127,7 @@ HEALTHY = {c: 432 * GIB for c in range(4)}
 def test_inventory_healthy_counts_amd_cards_only():
     r = cards({**HEALTHY, 4: 0}, vendors={0: "0x1002", 1: "0x1002", 2: "0x1002", 3: "0x1002", 4: "0x1a03"})
     [v] = judge(INVENTORY, r)
-    assert v.status == Status.PASS and v.message == "4 GPUs, 432 GiB HBM each"
+    assert v.status == Status.PASS and v.message == "4 GPUs (KFD topology, gfx_target_version 120500), 432 GiB HBM each"
 
 
 def test_inventory_rounds_driver_reserved_bytes_and_matches_amd_smi_mib():
@@ -156,18 +165,19 @@ def test_inventory_unreadable_amd_smi_is_not_a_failure_and_the_pass_says_so():
               cards(HEALTHY, smi='{"gpu_data": [{"gpu": 0, "vram": {"size": '),):  # truncated
         [v] = judge(INVENTORY, r)
         assert v.status == Status.PASS
-        assert v.message.startswith("4 GPUs, 432 GiB HBM each; not cross-checked with amd-smi static --vram "
-                                    "(amd-smi may be missing here)")
+        assert v.message.startswith("4 GPUs (KFD topology, gfx_target_version 120500), 432 GiB HBM each; not "
+                                    "cross-checked with amd-smi static --vram (amd-smi may be missing here)")
     [v] = judge(INVENTORY, cards(HEALTHY, smi=json.dumps([{"gpu": g, "vram": "N/A"} for g in range(4)])))
     assert v.status == Status.PASS
-    assert v.message == ("4 GPUs, 432 GiB HBM each; amd-smi gave no VRAM size for GPU 0, GPU 1, GPU 2, GPU 3, "
-                         "not cross-checked")
+    assert v.message == ("4 GPUs (KFD topology, gfx_target_version 120500), 432 GiB HBM each; amd-smi gave no VRAM "
+                         "size for GPU 0, GPU 1, GPU 2, GPU 3, not cross-checked")
 
 
 def test_inventory_three_gpus_fail_count():
     verdicts = judge(INVENTORY, cards({c: 432 * GIB for c in range(3)}))
     assert findings(verdicts) == [(Status.FAIL, None, "GPU-COUNT")]
-    assert verdicts[0].message == "3 AMD GPU(s) visible, inventory expects 4"
+    assert verdicts[0].message == ("3 AMD GPU(s) visible (KFD topology, gfx_target_version 120500), inventory "
+                                   "expects 4")
 
 
 def test_inventory_288_gib_board_fails_on_that_gpu():
@@ -252,3 +262,20 @@ def test_one_healthy_node_and_three_empty_is_not_a_clean_pass():
     per_node = {"ct13": cards(HEALTHY), **{n: cards({}) for n in ("ct14", "ct16", "ct17")}}
     statuses = [v.status for v in judge_cluster(per_node)]
     assert statuses.count(Status.ERROR) == 3 and max(s.severity for s in statuses) == Status.ERROR.severity
+
+
+def test_inventory_counts_kfd_gpu_nodes_not_drm_or_render_nodes():
+    """§29/§0.2 (the GPU count of §12 corrected): a gfx1250 tray showed 32 render nodes for 4 GPUs - the count is
+    the KFD topology's nodes with a non-zero gfx_target_version; the DRM count is only INFO."""
+    partitioned = cards({c: 432 * GIB for c in range(8)}, kfd=kfd_topology(4, cpus=2))
+    [v] = judge(INVENTORY, partitioned)
+    assert v.status == Status.PASS and v.message.startswith(
+        "4 GPUs (KFD topology, gfx_target_version 120500; INFO: 8 AMD DRM card(s), which are not GPUs (§29))")
+    short = cards(HEALTHY, kfd=kfd_topology(3))
+    assert findings(judge(INVENTORY, short)) == [(Status.FAIL, None, "GPU-COUNT")]
+    no_topology = cards(HEALTHY, kfd={})
+    [v] = judge(INVENTORY, no_topology)
+    assert v.status == Status.PASS and "(AMD DRM cards: no KFD topology readable)" in v.message
+    garbled = cards(HEALTHY, kfd={"/sys/class/kfd/kfd/topology/nodes/1/properties": FileReading("p", "junk\n")})
+    [v] = judge(INVENTORY, garbled)
+    assert v.status == Status.ERROR and "no gfx_target_version line" in v.message

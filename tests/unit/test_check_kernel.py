@@ -91,7 +91,8 @@ def stamped(text: str, start: float) -> str:
     return "".join(f"[{start + i:12.6f}] {line}\n" for i, line in enumerate(text.splitlines()))
 
 
-def node_readings(log: str, tray: int = 13, uptime: float = 200000.0, rc: int = 0, bdfs=None):
+def node_readings(log: str, tray: int = 13, uptime: float = 200000.0, rc: int = 0, bdfs=None, errors: str = "",
+                  errors_rc: int = 0):
     """What the gather returns for one node: dmesg, uptime, boot id, cards' uevent and accel_id.
 
     Card c sits at PCI ``000c:01:00.0`` (the rig's and §8's layout) unless ``bdfs`` lists the four addresses.
@@ -104,6 +105,8 @@ def node_readings(log: str, tray: int = 13, uptime: float = 200000.0, rc: int = 
         ualink[f"{d}/ualink/accel_state"] = FileReading(f"{d}/ualink/accel_state", "active\n")
     return Readings({"dmesg": CommandReading("dmesg", rc, log, "" if rc == 0 else "dmesg: read kernel buffer "
                                              "failed: Operation not permitted"),
+                     "errors": CommandReading("dmesg --level=err,crit,alert,emerg", errors_rc, errors,
+                                              "" if errors_rc == 0 else "dmesg: unknown level 'err'"),
                      "uptime": FileReading("/proc/uptime", f"{uptime:.2f} 1.00\n"),
                      "boot_id": FileReading("/proc/sys/kernel/random/boot_id", f"{BOOT}\n"),
                      "uevents": uevents, "ualink": ualink})
@@ -148,10 +151,13 @@ def test_page_fault_corpus_is_one_finding_on_its_card(flavour):
 def test_ring_timeout_reset_and_mes_corpus(flavour):
     log = reflavour(load("dmesg-amdgpu-ring-timeout-gpu-reset.txt"), flavour)
     verdicts = judge({"ct13": node_readings(log, 13, bdfs=[f"0000:c{b}:00.0" for b in "5678"])})
-    assert found(verdicts) == [("FAIL", "ct13", 0, "KERNEL-GPU-RESET", "KERNEL-RING-TIMEOUT"),
+    assert found(verdicts) == [("FAIL", "ct13", 0, "KERNEL-DEVCOREDUMP", "KERNEL-GPU-RESET", "KERNEL-RING-TIMEOUT"),
                                ("FAIL", "ct13", 0, "KERNEL-MES-REMOVE-QUEUE")]
     timeout = next(v for v in verdicts if v.evidence.get("rule") == "KERNEL-RING-TIMEOUT")
-    assert timeout.evidence["details"] == {"ring": "gfx_0.0.0", "process": "code", "pid": "1048641"}
+    assert timeout.evidence["details"] == {"ring": "gfx_0.0.0", "process": "code", "pid": "1048641",
+                                           "ring_reset_started": "gfx_0.0.0", "ring_reset_ring": "gfx_0.0.0",
+                                           "ring_reset": "failed"}
+    assert timeout.evidence["rules"]["KERNEL-DEVCOREDUMP"] == 1
 
 
 @pytest.mark.parametrize("flavour", FLAVOURS)
@@ -172,8 +178,9 @@ def test_ras_fixture_poison_bad_pages_aca_and_apei(flavour):
 @pytest.mark.parametrize("flavour", FLAVOURS)
 def test_fabric_accid_is_put_on_the_node_that_owns_it(flavour):
     """§8: ct13's log names AccId 62; ct16 card1 holds accel_id 62, so the fault is ct16 card1's."""
-    log = reflavour(load("dmesg-amdgpu-ring-timeout-gpu-reset.txt").splitlines()[0] + "\n" + stamped(FABRIC, 9000),
-                    flavour)
+    real = next(line for line in load("dmesg-amdgpu-ring-timeout-gpu-reset.txt").splitlines()
+                if "DMUB hardware initialized" in line)  # a real line that is no fault (its first is a devcoredump now)
+    log = reflavour(real + "\n" + stamped(FABRIC, 9000), flavour)
     verdicts = judge({"ct13": log, "ct14": clean(), "ct16": clean(), "ct17": clean()})
     assert found(verdicts) == [
         ("FAIL", "ct13", 1, "KERNEL-LSDMA-PIO-COPY", "KERNEL-LSDMA-PIO-ERROR", "KERNEL-XA-IMPORT-FAILED"),
@@ -236,9 +243,10 @@ def test_window_since_amdgpu_load_drops_what_a_reload_cleared():
 
 
 def test_site_rules_add_override_and_silence():
+    # the site's line is one no built-in rule knows (the SMU's own "not done" wording is KERNEL-SMU-HUNG now)
     log = stamped("amdgpu 0001:01:00.0: amdgpu: MES ring buffer is full.\n"
-                  "amdgpu 0000:01:00.0: amdgpu: SMU: I'm not done with your previous command\n", 500)
-    site = {"SITE-SMU-BUSY": {"pattern": r"SMU: I'm not done", "severity": "warn", "remediation": "GPU-HUNG-RESET",
+                  "amdgpu 0000:01:00.0: amdgpu: SMU busy: site watchdog fired\n", 500)
+    site = {"SITE-SMU-BUSY": {"pattern": r"SMU busy: site", "severity": "warn", "remediation": "GPU-HUNG-RESET",
                               "what": "SMU busy", "section": "site runbook"},
             "KERNEL-MES-RING-FULL": {"severity": "warn"}}
     assert found(judge({"ct13": log}, rules=site)) == [
@@ -316,3 +324,80 @@ def test_bad_window_and_site_rules_are_refused_when_the_inventory_is_read(params
     good = parse_inventory(text.replace(json.dumps(params), json.dumps({"window": "3600", "rules": {}})),
                            registry=REGISTRY)
     assert good.cluster.checks["kernel-health"]["window"] == "3600"
+
+
+def test_mi300x_uncorrectable_event_is_a_fail_naming_node_and_gpu():
+    """Issue 21: the fatal RAS interrupt + `aca entry[00]` banks (6.10+ wording) read as an INFO record with no
+    banks before; now the interrupting GPU and the GPU with the UC/PCC bank each FAIL, the correctable one is quiet."""
+    from tests.unit.test_dmesg_format_strings import MI300X_EVENT
+    log = MI300X_EVENT.replace("[76914.", "[1914.")
+    verdicts = judge({"ct13": node_readings(log, 13, bdfs=["0000:dd:00.0", "0000:1b:00.0", "0000:9d:00.0",
+                                                           "0000:3d:00.0"])})
+    assert found(verdicts) == [("FAIL", "ct13", 0, "KERNEL-GPU-RESET"), ("FAIL", "ct13", 0, "KERNEL-RAS-FATAL"),
+                               ("FAIL", "ct13", 1, "KERNEL-ACA-UNCORRECTABLE")]
+    aca = next(v for v in verdicts if v.evidence.get("rule") == "KERNEL-ACA-UNCORRECTABLE")
+    assert "PCI 0000:1b:00.0 = card1" in aca.message and "{1}" in aca.message
+    assert aca.evidence["details"]["banks"]["00"]["class"] == ["pcc", "uc"]
+
+
+UNKNOWN_LINE = "amdgpu 0001:01:00.0: amdgpu: XGMI: link {n} training stalled, retrain count {m}"
+
+
+def errors_of(log: str, *needles) -> str:
+    """What `dmesg --level=err,crit,alert,emerg` prints of ``log``: the lines holding one of ``needles``."""
+    return "".join(line + "\n" for line in log.splitlines() if any(n in line for n in needles))
+
+
+def test_an_unknown_amdgpu_error_line_is_one_warn_on_its_node_and_gpu_counted_per_shape():
+    log = f"[   15.220114] {LOAD}\n" + stamped("\n".join(UNKNOWN_LINE.format(n=n, m=7 * n) for n in (1, 2, 3)) +
+                                              "\namdgpu 0001:01:00.0: amdgpu: SMU is resuming...\n", 900.0)
+    readings = node_readings(log, 13, errors=errors_of(log, "XGMI"))
+    verdicts = judge({"ct13": readings, "ct14": node_readings(clean(), 14)})
+    assert found(verdicts) == [("WARN", "ct13", 1, "KERNEL-UNKNOWN-ERROR")]
+    [v] = [v for v in verdicts if v.status == Status.WARN]
+    assert v.remediation == "KERNEL-UNKNOWN-LINE" and "training stalled" in v.message
+    assert v.evidence["details"] == {"shape": "amdgpu <bdf>: amdgpu: XGMI: link <n> training stalled, retrain count "
+                                              "<n>", "count": 3}
+    # the same lines at info level (not in the err+ reading) are no finding: the level is the driver's own judgement
+    assert found(judge({"ct13": node_readings(log, 13)})) == []
+
+
+def test_unknown_error_lines_from_a_decoded_log_need_no_second_reading():
+    line = UNKNOWN_LINE.format(n=1, m=2)
+    log = (f"kern  :info  : [   15.220114] {LOAD}\nkern  :err   : [  900.000000] {line}\n"
+           f"kern  :info  : [  901.000000] amdgpu 0001:01:00.0: amdgpu: SMU is resuming...\n")
+    readings = node_readings(log, 13, errors_rc=1)  # not needed: the decoded log carries each line's level
+    assert found(judge({"ct13": readings})) == [("WARN", "ct13", 1, "KERNEL-UNKNOWN-ERROR")]
+
+
+@pytest.mark.parametrize("line", [
+    "mana 7870:00:00.0 enP30832s1: Failed to query link config: -71",  # §10 noise
+    "mce: [Hardware Error]: CPU 0/48: Machine Check: 0 Bank 62: a0002000003d0800",  # §10 warm-reboot residue
+    "nvme nvme0: I/O 12 QID 3 timeout, aborting",  # not a GPU source
+    "amdgpu 0001:01:00.0: amdgpu: [gfxhub0] retry page fault (src_id:0 ring:0 vmid:3 pasid:32790)",  # known, INFO
+])
+def test_known_benign_and_foreign_error_lines_never_count(line):
+    log = f"[   15.220114] {LOAD}\n" + stamped(line + "\n", 900.0)
+    assert found(judge({"ct13": node_readings(log, 13, errors=errors_of(log, line))})) == []
+
+
+def test_unknown_lines_before_the_load_or_silenced_by_pattern_or_beside_a_known_fault_do_not_count():
+    line = UNKNOWN_LINE.format(n=1, m=2)
+    before = stamped(line + "\n", 5.0) + f"[   15.220114] {LOAD}\n"
+    assert found(judge({"ct13": node_readings(before, 13, errors=errors_of(before, "XGMI"))})) == []
+    after = f"[   15.220114] {LOAD}\n" + stamped(line + "\n", 900.0)
+    errors = errors_of(after, "XGMI")
+    assert found(judge({"ct13": node_readings(after, 13, errors=errors)},
+                       silence=["training stalled", "KERNEL-MES-RING-FULL"])) == []
+    assert found(judge({"ct13": node_readings(after, 13, errors=errors)}, silence=["KERNEL-UNKNOWN-ERROR"])) == []
+    [bad] = judge({"ct13": node_readings(after, 13, errors=errors)}, silence=["(unclosed"])
+    assert bad.status == Status.ERROR and "neither a rule id nor a regex" in bad.message
+    wedged = after + stamped("amdgpu 0001:01:00.0: amdgpu: MES ring buffer is full.\n", 950.0)
+    assert found(judge({"ct13": node_readings(wedged, 13, errors=errors_of(wedged, "XGMI", "MES"))})) == [
+        ("FAIL", "ct13", 1, "KERNEL-MES-RING-FULL")]  # the unknown line follows the known fault of its GPU
+
+
+def test_an_unreadable_error_level_reading_is_an_error_not_a_pass():
+    log = f"[   15.220114] {LOAD}\n"
+    [v] = judge({"ct13": node_readings(log, 13, errors_rc=1)})
+    assert v.status == Status.ERROR and "unknown level" in v.message

@@ -114,11 +114,19 @@ def test_healthy_rack_passes_every_node_and_nothing_else():
 
 # ----------------------------------------------------------------------------- validated set (§16)
 
-def test_missing_mnnvl_fails_on_its_node_naming_the_tcp_fallback():
-    v = only(judge({"ct14": readings(attrs(env={"NCCL_MNNVL_ENABLE": None}), place=1)}))
+def test_unset_mnnvl_and_cumem_are_no_longer_a_launch_config_fault():
+    """Reference §0.2/§29 corrects §16: RCCL auto-enables MNNVL and cuMem on gfx1250 since rocm-systems PR #8444, so
+    an unset variable is a fault only on older RCCL. That version-edged rule is env-versions' (tests/unit/
+    test_env_versions.py); this check used to FAIL an unset NCCL_MNNVL_ENABLE against validated value 1."""
+    verdicts = judge({"ct14": readings(attrs(env={"NCCL_MNNVL_ENABLE": None, "NCCL_CUMEM_ENABLE": None}), place=1)})
+    assert [v for v in verdicts if v.status == Status.FAIL] == []  # (a node unlike the others is still drift)
+    assert not any("validated value" in v.message for v in verdicts)
+
+
+def test_missing_validated_variable_fails_on_its_node():
+    v = only(judge({"ct14": readings(attrs(env={"NCCL_IB_DISABLE": None}), place=1)}))
     assert (v.node, v.status, v.remediation) == ("ct14", Status.FAIL, "LAUNCH-ENV")
-    assert v.message == ("container k3ep16: NCCL_MNNVL_ENABLE is (unset), validated value 1 (off, RCCL falls back "
-                         "to TCP silently (~4.5 GB/s)) (§16)")
+    assert v.message == "container k3ep16: NCCL_IB_DISABLE is (unset), validated value 1 (§16)"
 
 
 def test_wrong_value_fails_and_tuning_only_warns():
@@ -247,6 +255,32 @@ def test_reference_rack_interfaces():
     v = only(judge({"ct13": bad}, ips=ips))
     assert "NCCL_SOCKET_IFNAME=eno1 does not carry the node's data_ip 10.210.11.14" in v.message
     assert v.message.endswith("(carried by enp1s0f1): the rendezvous goes over another network or hangs (§18)")
+
+
+SPLIT_LINKS = RACK_LINKS + ("7: enp1s0f10: <BROADCAST,MULTICAST,UP,LOWER_UP> mtu 9000 qdisc mq state UP\n"
+                            "8: enp1s0f1np1: <BROADCAST,MULTICAST,UP,LOWER_UP> mtu 9000 qdisc mq state UP\n")
+
+
+@pytest.mark.parametrize("var, value, expected", [
+    # §29 (0.2 corrects "one rule for all three"): NCCL's prefix selects enp1s0f10 and enp1s0f1np1 too
+    ("NCCL_SOCKET_IFNAME", "enp1s0f1", (Status.WARN, "selects 3 interfaces (enp1s0f1, enp1s0f10, enp1s0f1np1)")),
+    ("NCCL_SOCKET_IFNAME", "=enp1s0f1", None),  # exact: one interface
+    ("NCCL_SOCKET_IFNAME", "^lo,eno1,eth0,ifb,enp1s0f10,enp1s0f1np1", None),  # exclusions leave the data-plane NIC
+    # Gloo and MORI take one literal name: a prefix is no interface, NCCL syntax is refused
+    ("GLOO_SOCKET_IFNAME", "enp1s0f", (Status.FAIL, "no such interface on this node")),
+    ("GLOO_SOCKET_IFNAME", "^lo", (Status.FAIL, "GLOO takes one literal interface name")),
+    ("MORI_SOCKET_IFNAME", "=enp1s0f1", (Status.FAIL, "MORI takes one literal interface name")),
+    ("MORI_SOCKET_IFNAME", "enp1s0f1", None),
+])
+def test_the_three_interface_name_grammars(var, value, expected):
+    env = {**{n: "enp1s0f1" for n in lc.SOCKET_IFNAMES}, "NCCL_SOCKET_IFNAME": "=enp1s0f1", var: value}
+    r = readings(attrs(env=env), links=SPLIT_LINKS, routes=RACK_ROUTES, script=False)
+    found = [v for v in judge({"ct13": r}, ips={"ct13": "10.210.11.14"}) if v.status != Status.PASS]
+    if expected is None:
+        assert found == []
+    else:
+        [v] = found
+        assert (v.status, v.remediation) == (expected[0], "LAUNCH-IFNAME") and expected[1] in v.message
 
 
 # ----------------------------------------------------------------------------- run options (§13)
@@ -406,7 +440,7 @@ def test_env_drift_names_the_odd_node_with_both_values_or_only_names():
 
 
 def test_a_variable_already_named_on_a_node_is_not_drift_again():
-    assert findings(judge({"ct14": readings(attrs(env={"NCCL_MNNVL_ENABLE": None}), place=1)})) == [
+    assert findings(judge({"ct14": readings(attrs(env={"NCCL_IB_DISABLE": None}), place=1)})) == [
         ("ct14", Status.FAIL, "LAUNCH-ENV")]
 
 
@@ -451,7 +485,8 @@ def test_ports_come_from_the_launch_command():
 # ----------------------------------------------------------------------------- live rank environment (§16)
 
 def rank_text(env, ranks=range(4, 8)):
-    lines = "".join(f"{k}={v}\n" if v is not None else f"{k}\n" for k, v in env.items())
+    # as the node-side environ_filter: values of the kept names only
+    lines = "".join(f"{k}={v}\n" if v is not None and k in KEEP else f"{k}\n" for k, v in env.items())
     return "".join(f"@rank {1000 + r} ATOM::DP{r}TP0\n{lines}" for r in ranks)
 
 
@@ -462,12 +497,12 @@ def container_env(**changes):
 
 
 def test_running_ranks_are_judged_instead_of_the_container_and_hold_their_ports():
-    text = rank_text(container_env(NCCL_MNNVL_ENABLE=None) | {"HF_TOKEN": None})  # HF_TOKEN: a name only
+    text = rank_text(container_env(NCCL_IB_DISABLE=None) | {"HF_TOKEN": None})  # HF_TOKEN: a name only
     v, token = [v for v in judge({"ct14": readings(ranks=text, tcp=TCP, place=1)}) if v.status != Status.PASS]
     assert (v.node, v.status, token.node, token.status) == ("ct14", Status.FAIL, "ct14", Status.WARN)
     assert token.message.startswith("HF_TOKEN is set (value not read: no rule names it) here, (unset) on the other")
     assert v.message.startswith("rank ATOM::DP4TP0 (pid 1004), ATOM::DP5TP0 (pid 1005), ATOM::DP6TP0 (pid 1006), "
-                                "ATOM::DP7TP0 (pid 1007): NCCL_MNNVL_ENABLE is (unset)")
+                                "ATOM::DP7TP0 (pid 1007): NCCL_IB_DISABLE is (unset)")
     running = judge({"ct13": readings(ranks=rank_text(container_env(), ranks=range(4)), tcp=TCP)})
     assert findings(running) == [] and "ports held by the running engine" in running[0].message
 
@@ -514,7 +549,7 @@ def test_record_keeps_values_of_named_variables_only():
         a["Config"]["Entrypoint"], a["Config"]["Cmd"] = entrypoint, cmd
         record = record_from_inspect(a, KEEP)
         assert "SECRET" not in json.dumps(record) and record["env"]["HF_TOKEN"] is None
-        assert record["env"]["NCCL_MNNVL_ENABLE"] == "1"
+        assert record["env"]["NCCL_IB_DISABLE"] == "1"
     assert record_from_inspect(attrs(), KEEP)["launch"] is None  # sleep infinity is no launch command
 
 
@@ -524,7 +559,7 @@ def test_reads_declare_the_kept_names_and_snapshot_round_trip():
     specs = CHK.readings_for(Settings(container="k3ep16", checks={CHK.name: {"launch_script": "/app/l.sh"}}))
     spec = specs["container"]
     assert spec == ContainerInspect("k3ep16", keep=tuple(KEEP), launch_script="/app/l.sh")
-    assert "HF_TOKEN" not in spec.keep and "NCCL_MNNVL_ENABLE" in spec.keep
+    assert "HF_TOKEN" not in spec.keep and "NCCL_IB_DISABLE" in spec.keep
     reading = ContainerReading(record_from_inspect(INSPECT, KEEP), script_for(0))
     assert snapshot._decode_spec(json.loads(json.dumps(snapshot._encode_spec(spec)))) == spec
     assert snapshot._decode_reading(json.loads(json.dumps(snapshot._encode_reading(reading)))) == reading

@@ -87,6 +87,14 @@ def test_ready_warns_and_other_states_fail():
     assert "'error'" in [v for v in verdicts if v.gpu == 3][0].message
 
 
+@pytest.mark.parametrize("state", ["configured", "ppod_configured", "vpod_configured"])
+def test_revision_b_configured_states_are_named_as_the_whole_job_falling_back(state):
+    """§29 (rocm-systems #6112): MNNVL needs ACTIVE or READY on all ranks; one configured card moves everyone off."""
+    verdicts = judge(readings({2: {"accel_state": state}}))
+    assert findings(verdicts) == [(Status.FAIL, 2, "UALINK-JOB-FALLBACK")]
+    assert "the whole job falls back" in next(v for v in verdicts if v.gpu == 2).message
+
+
 def test_accepted_and_tolerated_sets_are_params():
     verdicts = judge(readings({1: {"accel_state": "ready"}}), accepted_states=["active", "ready"],
                      tolerated_states=[])

@@ -28,6 +28,7 @@ def judge(mem=None, pids=NO_PIDS, events=(), containers=(), mem_truncated=False,
         "docker": DockerReading(containers=[{"Id": "c", "Names": ["/k3ep16"], "State": "running"}, *containers],
                                 events=list(events), now=NOW),
         "kfd": {},
+        "uid": CommandReading("id -u", 0, "0\n", ""),  # read as root: an empty process list means no process
         "pids": CommandReading("rocm-smi --showpids", 0, pids, ""),
         "memuse": CommandReading("rocm-smi --showmemuse", 0, memuse(0, 0, 0, 0) if mem is None else mem, "",
                                  truncated=mem_truncated),
