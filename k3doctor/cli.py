@@ -706,5 +706,9 @@ def main(argv=None):
     sys.exit(0)
 
 
+from .recipe_cmd import recipe_group  # noqa: E402  (`k3doctor recipe ...`: its own module)
+
+cli.add_command(recipe_group)
+
 if __name__ == "__main__":
     main()
