@@ -640,6 +640,8 @@ def list_cmd(verbose):
     """List the registered checks."""
     from tabulate import tabulate
 
+    from k3doctor import platforms
+
     _load_plugins()
     rows = [(c.name, c.scope, c.tier, c.interaction, c.title) for c in REGISTRY.ordered()]
     click.echo(tabulate(rows, headers=["check", "scope", "tier", "interaction", "what"]))
@@ -648,6 +650,8 @@ def list_cmd(verbose):
             why = " ".join(c.doc.split("\n\n")[0].split()) if c.doc else c.title
             click.echo(f"\n{c.name}: {why}")
             click.echo(f"  remediation codes: {', '.join(c.remediations) or '-'}")
+            if platforms.not_for(c.name):
+                click.echo(f"  not for this platform: {', '.join(platforms.not_for(c.name))} (not run there)")
             for param, default in c.params.items():
                 choices = c.param_specs[param].choices
                 one_of = f"  (one of {', '.join(choices)})" if choices else ""

@@ -163,9 +163,9 @@ def _transport(v):
 SETTINGS_KEYS = {"container": _container, "image": _str, "stepping": _stepping, "hbm_gib_per_gpu": _posint,
                  "gpus_per_node": _posint, "tools": "tools", "checks": "checks"}
 def _platform(v):
-    from k3doctor.recipes import PLATFORMS
+    from k3doctor import platforms
 
-    return v in PLATFORMS, f"one of {', '.join(PLATFORMS)}"
+    return v in platforms.names(), f"one of {', '.join(platforms.names())} (k3doctor/platforms/*.yaml)"
 
 
 def _recipe_spec(v):
@@ -351,6 +351,16 @@ def _any(v):
     return True, ""
 
 
+def _platform_defaults(raw: dict) -> Settings:
+    """What the declared platform implies unless the inventory says otherwise: GPUs per node, HBM per GPU."""
+    if raw.get("platform") in (None, "gfx1250"):
+        return Settings()  # every gfx1250 inventory reads exactly as before
+    from k3doctor import platforms
+
+    p = platforms.get(raw["platform"])
+    return Settings(platform=p.name, gpus_per_node=p.gpus_per_node, hbm_gib_per_gpu=p.hbm_gib_per_gpu)
+
+
 def _cluster_line(root, key: str) -> int:
     """The line of ``cluster.<key>`` (1 where it cannot be found)."""
     for k, v in root.value if isinstance(root, yaml.MappingNode) else ():
@@ -414,7 +424,8 @@ def parse_inventory(text: str, path: str = "<inventory>", registry=None) -> Inve
     top = v.mapping(root, "", TOP_KEYS)
     if "nodes" not in top and not v.problems:
         v.problem(root, "nodes", "missing; list the nodes to check (- name: ..., host: ...)")
-    cluster = _merge_settings(Settings(), top.get("cluster", {}), top.get("cluster", {}).get("name"))
+    cluster = _merge_settings(_platform_defaults(top.get("cluster", {})), top.get("cluster", {}),
+                              top.get("cluster", {}).get("name"))
     if cluster.recipe or cluster.concurrency:
         cluster.recipe = _check_recipe(v, root, cluster, path)
     defaults = top.get("defaults", {})

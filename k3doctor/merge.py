@@ -23,6 +23,8 @@ import re
 import time
 from dataclasses import dataclass, field, replace
 
+from k3doctor import platforms
+
 from . import snapshot
 from .inventory import Inventory, Node, Settings, SSHSettings
 from .local import SCHEMA, inventory_digest
@@ -231,6 +233,7 @@ def merge(inv: Inventory, checks: list, by_node: dict, started: float | None = N
     """One report from the nodes' own results and the cluster judges over their readings; what the
     direct ``check`` of the same rack reports (node order, messages, per-rack cluster results)."""
     started = time.monotonic() if started is None else started
+    checks = platforms.applicable(checks, inv.cluster.platform)  # what `check` runs on this platform
     passive = [c for c in checks if c.interaction == "passive"]
     own = [c for c in passive if c.scope in ("node", "gpu")]
     results, readings, unreachable, specs_by_node, failed_by_node = [], {}, {}, {}, {}

@@ -17,6 +17,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
+from k3doctor import platforms
+
 from . import progress
 from .api import Context, judge_safely
 from .deadline import seconds
@@ -76,6 +78,8 @@ def _to_results(chk, node: str | None, verdicts) -> list:
 
 def run_checks(inv: Inventory, checks: list, opts: RunOptions = None) -> RunReport:
     opts = opts or RunOptions()
+    selected = {c.name for c in checks}  # a probe's prerequisite not for this platform blocks nothing
+    checks = platforms.applicable(checks, inv.cluster.platform)
     say = opts.progress or (lambda msg: None)
     started = time.monotonic()
     passive = [c for c in checks if c.interaction == "passive"]
@@ -157,7 +161,7 @@ def run_checks(inv: Inventory, checks: list, opts: RunOptions = None) -> RunRepo
                 results.append(Result(chk.name, None, Status.SKIP, "active probe: not replayable from saved readings"))
                 continue
             blocked = dict(unreachable)
-            ran = {c.name for c in checks}
+            ran = selected
             for missing in (dep for dep in chk.after if dep not in ran):
                 for n in nodes:
                     blocked.setdefault(n, f"prerequisite {missing} was not run")

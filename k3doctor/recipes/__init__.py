@@ -24,7 +24,6 @@ ANY = "*"  # must be set, any value
 DATA_IF = "<data-plane interface>"  # must name an interface that carries the node's data_ip (§18)
 FLAG = True  # an argument given without a value
 BUILTIN_DIR = Path(__file__).parent
-PLATFORMS = ("gfx1250", "mi355x")
 
 
 class RecipeError(YAMLInputError):
@@ -108,7 +107,9 @@ def _positive(v):
 
 
 def _platform(v):
-    return v in PLATFORMS, f"one of {', '.join(PLATFORMS)}"
+    from k3doctor import platforms
+
+    return v in platforms.names(), f"one of {', '.join(platforms.names())}"
 
 
 POINT_KEYS = {"concurrency": _conc, "env": ("map", _value), "args": ("map", _arg), "client_env": ("map", _value),

@@ -245,6 +245,26 @@ def draft_model(launch: Launch, recipe, point) -> list:
                     "download into an error) (§25, §30)")]
 
 
+def hsa_override(launch: Launch, recipe, point) -> list:
+    """§29, §30: HSA_OVERRIDE_GFX_VERSION, where set, is the device's own target (12.5.0 on gfx1250, 9.5.0 on
+    gfx950); a gfx1250 environment file reused on MI355X (or the reverse) faults on address (nil)."""
+    from k3doctor import platforms
+
+    value = launch.env.get("HSA_OVERRIDE_GFX_VERSION")
+    if value is None:
+        return []
+    want = platforms.get(recipe.platform)
+    if value == want.hsa_override_gfx_version:
+        return [Finding("hsa-override", "HSA_OVERRIDE_GFX_VERSION", PASS, f"HSA_OVERRIDE_GFX_VERSION={value}, the "
+                        f"{want.name} target ({want.gfx}) (§29)")]
+    other = next((p for p in map(platforms.get, platforms.names()) if p.hsa_override_gfx_version == value), None)
+    whose = f" ({other.name}'s {other.gfx})" if other else ""
+    return [Finding("hsa-override", "HSA_OVERRIDE_GFX_VERSION", BLOCK, f"HSA_OVERRIDE_GFX_VERSION={value}{whose} on "
+                    f"a {want.name} recipe, whose GPUs are {want.gfx} ({want.hsa_override_gfx_version}): kernels for "
+                    "the wrong target fault with `Memory access fault by GPU node-N on address (nil)`; unset it or "
+                    f"set {want.hsa_override_gfx_version} (§29, §30)")]
+
+
 def served_model_name(launch: Launch, recipe, point) -> list:
     """§22, §30: ATOM serves --served-model-name, else the --model string; the client must send exactly it."""
     served = launch.flags.get("--served-model-name") or launch.flags.get("--model")
@@ -267,7 +287,7 @@ def served_model_name(launch: Launch, recipe, point) -> list:
 
 # Every rule, in the order findings are shown (reference section in each docstring).
 RULES = (dram_per_rank, pinned_host_memory, offload_tiers_together, staging_chunks, aiter_log_level, spec_decode,
-         draft_model, served_model_name)
+         draft_model, hsa_override, served_model_name)
 
 
 def apply(launch: Launch, recipe, point) -> list:
