@@ -127,3 +127,16 @@ def test_the_argv_parser_keeps_negative_values_and_bare_flags():
     assert recipe_diff.parse_args(["--state-checkpoint-interval-tokens", "-1", "--enable_prefix_caching",
                                    "--block-size=128"]) == {
         "--state-checkpoint-interval-tokens": "-1", "--enable_prefix_caching": True, "--block-size": "128"}
+
+
+def test_the_benchmark_clients_environment_is_diffed_where_the_script_starts_it(tmp_path):
+    script = tmp_path / "run.sh"
+    script.write_text(FIXED.read_text().replace("export AIPERF_REQUIRED_SERVER_METRIC_PREFIX=atom:\n", ""))
+    point = json.loads(diff(script, "--recipe", RECIPE, "--concurrency", "4", "--format", "json",
+                            conc=4).stdout)["points"][0]
+    assert [(d["name"], d["kind"], d["where"]) for d in point["differences"]] == [
+        ("AIPERF_REQUIRED_SERVER_METRIC_PREFIX", "missing", "client")]
+    assert "no server metric starts `atom:`" in point["differences"][0]["why"]
+    script.write_text(FIXED.read_text().split("until curl")[0])  # the server only
+    run = diff(script, "--recipe", RECIPE, "--concurrency", "4", conc=4)
+    assert run.returncode == 0 and "note        the script starts no benchmark client (aiperf)" in run.stdout
