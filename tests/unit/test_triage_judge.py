@@ -154,3 +154,23 @@ def test_budget_total_against_the_declared_board():
     assert findings(triage_results(parsed, Layout(NODES, board_gib=432), now=None, problems={})) == set()
     warned = triage_results(parsed, Layout(NODES, board_gib=288), now=None, problems={})
     assert len([r for r in warned if r.status == Status.WARN and r.check == "triage-kv"]) == 16
+
+
+@pytest.mark.parametrize("line, step, status, code", [
+    ("LMCache WARNING: Failed to import backend lmcache.c_ops: libcudart.so.13: cannot open shared object file: "
+     "No such file or directory", "triage-config", Status.WARN, "TRIAGE-LMCACHE-CUDA-BUILD"),
+    ("RuntimeError: Timed out waiting for LMCache server on port 5555", "triage-startup", Status.FAIL,
+     "TRIAGE-LMCACHE-SERVER-HUNG"),
+    ("[aiter] Warning: Invalid AITER_LOG_LEVEL 'WARN', using 'INFO'. Valid values: DEBUG, INFO, WARNING, ERROR",
+     "triage-config", Status.WARN, "TRIAGE-AITER-LOG-LEVEL"),
+    ("ERROR: /results/server_metrics_export.json contains no metric with required prefix 'atom:'", "triage-fatal",
+     Status.FAIL, "TRIAGE-AIPERF-NO-ATOM-METRICS"),
+    ("ERROR: required AIPerf server metrics artifacts are missing or empty in /results", "triage-fatal", Status.FAIL,
+     "TRIAGE-AIPERF-NO-ATOM-METRICS"),
+    ("gpucore files exist. not good", "triage-fatal", Status.FAIL, "TRIAGE-GPUCORE"),
+])
+def test_agentx_log_signatures_of_the_reference(line, step, status, code):
+    """§25, §29, §30: each literal line is named once, on the rank that printed it."""
+    results = run(L.node_logs(extra={5: [line]}))
+    assert {(r.check, r.node, r.gpu, r.remediation) for r in results if r.status == status} == {
+        (step, "ct14", 1, code)}
