@@ -39,24 +39,26 @@ def list_cmd():
                    "a few text tools (awk, sed, grep, bc, mkdir, ...) run for real, every other command (the "
                    "model server, docker, srun, downloads, curl, aiperf) is recorded with its argv and "
                    "environment instead of run. Commands named by an absolute path are not intercepted.")
-@click.option("--nodes", "inventory", default=None, metavar="INVENTORY",
-              help="Compare the running server on the inventory's nodes (not available yet: use --script).")
+@click.option("--nodes", "inventory", default=None, metavar="INVENTORY|NODESET",
+              help="Compare the model server running on each node (its argv and environment, read from the "
+                   "process wherever it runs: Docker, Slurm/pyxis, bare; values of variables no rule names stay "
+                   "on the node). Exit 2 where a node could not be read or runs no server.")
 @click.option("--timeout", type=click.FloatRange(0.1, MAX_SECONDS), default=30, show_default=True, metavar="S",
-              help="The script is killed (its whole process group) after this long.")
+              help="The script is killed (its whole process group) after this long; with --nodes, each node's "
+                   "read ends by then.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 def diff_cmd(recipe_spec, concurrency, script, inventory, timeout, fmt):
     """Every server flag and environment variable of a launch against a recipe point: each difference
     once (missing, extra, other value) with the recipe's why, no-ops and declared deviations listed as
     such, the arithmetic rules (DRAM per rank, staging chunks, acceptance length, ...) with their numbers.
-    Exit 0 identical (no-ops and deviations aside), 1 a difference that matters, 3 bad input."""
+    Exit 0 identical (no-ops and deviations aside), 1 a difference that matters, 2 not read (--nodes),
+    3 bad input."""
     from k3doctor import recipe_diff, recipes
 
     if (script is None) == (inventory is None):
         raise click.UsageError("give one of --script FILE or --nodes INVENTORY")
-    if inventory is not None:
-        raise click.UsageError("--nodes is not available yet: resolve the launch script with --script")
     try:
-        code, text = recipe_diff.run(recipe_spec, concurrency, script, fmt, timeout)
+        code, text = recipe_diff.run(recipe_spec, concurrency, script, fmt, timeout, nodes=inventory)
     except recipes.RecipeError as exc:
         click.echo("\n".join(f"k3doctor: {p}" for p in exc.problems), err=True)
         sys.exit(EXIT_USAGE)

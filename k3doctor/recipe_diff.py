@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from k3doctor import recipes
 from k3doctor.recipes import rules
 
-EXIT_SAME, EXIT_DIFFERENT, EXIT_BAD_INPUT = 0, 1, 3
+EXIT_SAME, EXIT_DIFFERENT, EXIT_NOT_READ, EXIT_BAD_INPUT = 0, 1, 2, 3
 SERVER_ENTRY_POINTS = ("atom.entrypoints", "vllm.entrypoints", "sglang.launch_server")
 CLIENT_PROGRAMS = ("aiperf",)
 # Text tools a launch script computes with, and mkdir (its output redirections need the directory); they run
@@ -316,6 +316,8 @@ def _compare(names, want: dict, have: dict, recipe, point, arg: bool, where: str
         deviation = recipe.deviations.get(name)
         if deviation and deviation.get("points") and point.concurrency not in deviation["points"]:
             deviation = None
+        if not named and found is None:
+            continue
         if named and _same(expected, found):
             if deviation:
                 deviations.append(Entry(name, "deviation", f"upstream {deviation['upstream']}", _shown(found, arg),
@@ -324,8 +326,6 @@ def _compare(names, want: dict, have: dict, recipe, point, arg: bool, where: str
         if noop and found in noop.get("same", ()):
             noops.append(Entry(name, "no-op", _shown(expected, arg) if named else NOT_NAMED,
                                _shown(found, arg), noop.get("why", ""), where=where))
-            continue
-        if not named and found is None:
             continue
         kind = "extra" if (not named or expected is None) else "missing" if found is None else "other value"
         why = recipe.why.get(name, "")
@@ -352,7 +352,7 @@ def diff_point(recipe, point, resolved: Resolved) -> PointDiff:
                                   arg=False, where="client")
             differences, noops, deviations = differences + d3, noops + n3, deviations + v3
         else:
-            notes.append("the script starts no benchmark client (aiperf): its environment "
+            notes.append("no benchmark client (aiperf) was seen: its environment "
                          f"({', '.join(point.client_env)}) was not compared")
     shown = {e.name: e for e in differences}
     findings = []
@@ -434,10 +434,40 @@ def to_json(recipe, source: str, diffs: list) -> str:
                    for d in diffs]}, indent=2) + "\n"
 
 
+def run_nodes(recipe, concurrency: int | None, nodes: str, fmt: str, timeout_s: float) -> tuple:
+    """(exit code, report text) for the servers running on the inventory's nodes: 2 where a node could not
+    be read or runs no server (nothing compared there)."""
+    from k3doctor import recipe_nodes
+    from k3doctor.inventory import InventoryError, load_nodes
+
+    try:
+        inv = load_nodes(nodes)
+    except InventoryError as exc:
+        raise DiffInputError("; ".join(exc.problems)) from None
+    launches, missing = [], []
+    for node, pid, found in recipe_nodes.read(inv, recipe, timeout_s):
+        if isinstance(found, str):
+            missing.append({"node": node, "why": found})
+        else:
+            launches.append((f"node {node} server pid {pid}", node, pid, diff(recipe, found, concurrency)))
+    if fmt == "json":
+        text = json.dumps({"recipe": recipe.name, "launches": [
+            {"node": node, "pid": pid, **json.loads(to_json(recipe, source, diffs))}
+            for source, node, pid, diffs in launches], "not_compared": missing}, indent=2) + "\n"
+    else:
+        text = "".join(render_table(recipe, source, diffs) + "\n" for source, _, _, diffs in launches)
+        text += "".join(f"node {m['node']}: {m['why']}\n" for m in missing)
+    if any(best(diffs).matters for *_, diffs in launches):
+        return EXIT_DIFFERENT, text
+    return (EXIT_NOT_READ if missing else EXIT_SAME), text
+
+
 def run(recipe_spec: str, concurrency: int | None, script: str | None, fmt: str, timeout_s: float,
-        env: dict | None = None) -> tuple:
+        env: dict | None = None, nodes: str | None = None) -> tuple:
     """(exit code, report text). Raises DiffInputError / recipes.RecipeError on bad input."""
     recipe = recipes.load(recipe_spec)
+    if nodes is not None:
+        return run_nodes(recipe, concurrency, nodes, fmt, timeout_s)
     if script is None:
         raise DiffInputError("give --script FILE (the launch script to resolve)")
     started = time.monotonic()

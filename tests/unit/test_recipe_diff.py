@@ -139,4 +139,43 @@ def test_the_benchmark_clients_environment_is_diffed_where_the_script_starts_it(
     assert "no server metric starts `atom:`" in point["differences"][0]["why"]
     script.write_text(FIXED.read_text().split("until curl")[0])  # the server only
     run = diff(script, "--recipe", RECIPE, "--concurrency", "4", conc=4)
-    assert run.returncode == 0 and "note        the script starts no benchmark client (aiperf)" in run.stdout
+    assert run.returncode == 0 and "note        no benchmark client (aiperf) was seen" in run.stdout
+
+
+def test_nodes_mode_reads_the_running_server_and_keeps_unnamed_values_on_the_node(tmp_path):
+    """--nodes on the local transport: a fake ATOM entry point runs here with the corrected script's conc-1
+    server argv and environment; only the values of variables a rule names come back."""
+    package = tmp_path / "atom" / "entrypoints"
+    package.mkdir(parents=True)
+    for init in (tmp_path / "atom" / "__init__.py", package / "__init__.py"):
+        init.write_text("")
+    (package / "openai_server.py").write_text("import time\ntime.sleep(120)\n")
+    argv = ["-m", "atom.entrypoints.openai_server", "--model", "moonshotai/Kimi-K3", "--host", "0.0.0.0",
+            "--server-port", "8888", "--trust-remote-code", "--tensor-parallel-size", "8", "--kv_cache_dtype", "fp8",
+            "--block-size", "128", "--max-num-seqs", "32", "--max-num-batched-tokens", "8192",
+            "--gpu-memory-utilization", "0.88", "--enable_prefix_caching", "--state-checkpoint-interval-tokens", "-1",
+            "--online_quant_config", "{}", "--method", "dspark", "--draft-model", "Inferact/Kimi-K3-DSpark",
+            "--num-speculative-tokens", "6", "--spec-decode-acceptance-length", "3.75"]
+    env = {"PATH": os.environ["PATH"], "PYTHONNOUSERSITE": "1", "AITER_SITUV2_A4W4": "1",
+           "AITER_QUICK_REDUCE_QUANTIZATION": "INT4", "AITER_FLYDSL_STAGE2_FP8": "1",
+           "ATOM_MLA_MAX_SPLIT_PER_BATCH": "256", "ATOM_STATE_CHECKPOINT_DEMAND": "0", "ATOM_ENABLE_REPLAYSSM": "0",
+           "AITER_SITE_SECRET_TOKEN": "hunter2"}  # AITER_LOG_LEVEL missing
+    server = subprocess.Popen([sys.executable, *argv], cwd=tmp_path, env=env)
+    try:
+        inventory = tmp_path / "inv.yaml"
+        inventory.write_text("nodes:\n  - {name: here, transport: local}\n")
+        time.sleep(0.5)
+        run = subprocess.run([sys.executable, "-m", "k3doctor.cli", "recipe", "diff", "--recipe", RECIPE,
+                              "--concurrency", "1", "--nodes", str(inventory), "--format", "json"],
+                             capture_output=True, text=True, timeout=120)
+    finally:
+        server.kill()
+        server.wait()
+    report = json.loads(run.stdout)
+    [mine] = [launch for launch in report["launches"] if launch["pid"] == server.pid]
+    [point] = mine["points"]
+    assert [(d["name"], d["kind"], d["found"]) for d in point["differences"]] == [
+        ("AITER_LOG_LEVEL", "missing", "(unset)"),
+        ("AITER_SITE_SECRET_TOKEN", "extra", "(set; value not read: no rule names it)")]
+    assert "hunter2" not in run.stdout and run.returncode == 1
+    assert [n["name"] for n in point["noops"]] == ["--host"]
