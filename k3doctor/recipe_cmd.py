@@ -29,8 +29,9 @@ def list_cmd():
 
 
 @recipe_group.command("diff")
-@click.option("--recipe", "recipe_spec", required=True, metavar="NAME|PATH",
-              help="A shipped recipe (`k3doctor recipe list`) or a recipe file.")
+@click.option("--recipe", "recipe_spec", default=None, metavar="NAME|PATH",
+              help="A shipped recipe (`k3doctor recipe list`) or a recipe file (with --nodes, default: the "
+                   "inventory's cluster.recipe and cluster.concurrency).")
 @click.option("--concurrency", type=click.IntRange(1, 1_000_000), default=None, metavar="N",
               help="The recipe point to compare with (default: every point, and say which matches best).")
 @click.option("--script", type=click.Path(dir_okay=False), default=None, metavar="FILE",

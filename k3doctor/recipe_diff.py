@@ -434,9 +434,10 @@ def to_json(recipe, source: str, diffs: list) -> str:
                    for d in diffs]}, indent=2) + "\n"
 
 
-def run_nodes(recipe, concurrency: int | None, nodes: str, fmt: str, timeout_s: float) -> tuple:
+def run_nodes(recipe_spec: str | None, concurrency: int | None, nodes: str, fmt: str, timeout_s: float) -> tuple:
     """(exit code, report text) for the servers running on the inventory's nodes: 2 where a node could not
-    be read or runs no server (nothing compared there)."""
+    be read or runs no server (nothing compared there). Without --recipe / --concurrency, the inventory's
+    cluster.recipe / cluster.concurrency."""
     from k3doctor import recipe_nodes
     from k3doctor.inventory import InventoryError, load_nodes
 
@@ -444,6 +445,11 @@ def run_nodes(recipe, concurrency: int | None, nodes: str, fmt: str, timeout_s: 
         inv = load_nodes(nodes)
     except InventoryError as exc:
         raise DiffInputError("; ".join(exc.problems)) from None
+    if recipe_spec is None and inv.cluster.recipe is None:
+        raise DiffInputError(f"give --recipe NAME|PATH (the inventory {inv.path} names no cluster.recipe)")
+    recipe = recipes.load(recipe_spec) if recipe_spec else recipes.cached(inv.cluster.recipe)
+    if concurrency is None and not recipe_spec:
+        concurrency = inv.cluster.concurrency
     launches, missing = [], []
     for node, pid, found in recipe_nodes.read(inv, recipe, timeout_s):
         if isinstance(found, str):
@@ -465,11 +471,11 @@ def run_nodes(recipe, concurrency: int | None, nodes: str, fmt: str, timeout_s: 
 def run(recipe_spec: str, concurrency: int | None, script: str | None, fmt: str, timeout_s: float,
         env: dict | None = None, nodes: str | None = None) -> tuple:
     """(exit code, report text). Raises DiffInputError / recipes.RecipeError on bad input."""
-    recipe = recipes.load(recipe_spec)
     if nodes is not None:
-        return run_nodes(recipe, concurrency, nodes, fmt, timeout_s)
-    if script is None:
-        raise DiffInputError("give --script FILE (the launch script to resolve)")
+        return run_nodes(recipe_spec, concurrency, nodes, fmt, timeout_s)
+    if recipe_spec is None:
+        raise DiffInputError("give --recipe NAME|PATH (the recipe to compare with)")
+    recipe = recipes.load(recipe_spec)
     started = time.monotonic()
     resolved = resolved_from_script(resolve_script(script, dict(os.environ if env is None else env), timeout_s))
     diffs = diff(recipe, resolved, concurrency)

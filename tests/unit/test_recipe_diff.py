@@ -179,3 +179,20 @@ def test_nodes_mode_reads_the_running_server_and_keeps_unnamed_values_on_the_nod
         ("AITER_SITE_SECRET_TOKEN", "extra", "(set; value not read: no rule names it)")]
     assert "hunter2" not in run.stdout and run.returncode == 1
     assert [n["name"] for n in point["noops"]] == ["--host"]
+
+
+def test_nodes_mode_takes_the_recipe_and_point_from_the_inventory(tmp_path):
+    inventory = tmp_path / "inv.yaml"
+    inventory.write_text("cluster: {platform: mi355x, recipe: kimi-k3-mi355x-agentx, concurrency: 8}\n"
+                         "nodes:\n  - {name: here, transport: local}\n")
+    run = subprocess.run([sys.executable, "-m", "k3doctor.cli", "recipe", "diff", "--nodes", str(inventory),
+                          "--format", "json"], capture_output=True, text=True, timeout=120)
+    report = json.loads(run.stdout)
+    assert report["recipe"] == "kimi-k3-mi355x-agentx"
+    assert all([p["concurrency"] for p in launch["points"]] == [8] for launch in report["launches"])
+    if not report["launches"]:  # no model server runs here: nothing compared, inconclusive
+        assert run.returncode == 2 and report["not_compared"][0]["why"].startswith("no model server process")
+    inventory.write_text("nodes:\n  - {name: here, transport: local}\n")
+    run = subprocess.run([sys.executable, "-m", "k3doctor.cli", "recipe", "diff", "--nodes", str(inventory)],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 3 and "names no cluster.recipe" in run.stderr
