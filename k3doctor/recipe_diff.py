@@ -93,23 +93,28 @@ def resolve_script(path: str, env: dict, timeout_s: float) -> ScriptRun:
         with open(prelude, "w") as fh:
             fh.write(_PRELUDE.replace("__ENV__", shlex.quote(env_tool)))
         run_env = {**env, "PATH": tools, "BASH_ENV": prelude, "K3DOCTOR_RECORD": record}
-        proc = subprocess.Popen([bash, "--noprofile", "--norc", os.path.abspath(path)], cwd=work, env=run_env,
-                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        output = os.path.join(scratch, "output")
+        with open(output, "wb") as out:  # a file, not a pipe: a script that prints without end costs no memory
+            proc = subprocess.Popen([bash, "--noprofile", "--norc", os.path.abspath(path)], cwd=work, env=run_env,
+                                    stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
         deadline = time.monotonic() + timeout_s
         try:
-            out, _ = proc.communicate(timeout=timeout_s)
-            rc = proc.returncode
+            rc = proc.wait(timeout=timeout_s)
             _drain(proc.pid, deadline)
         except subprocess.TimeoutExpired:
             rc = None
         finally:
             _kill_group(proc)
-        if rc is None:
-            out = b""
         calls = _read_calls(record)
-    return ScriptRun(calls=calls, returncode=rc, base_env=dict(env),
-                     output_tail=out.decode("utf-8", "replace")[-OUTPUT_TAIL:])
+        tail = _tail(output)
+    return ScriptRun(calls=calls, returncode=rc, base_env=dict(env), output_tail=tail)
+
+
+def _tail(path: str) -> str:
+    with open(path, "rb") as fh:
+        fh.seek(max(0, os.path.getsize(path) - OUTPUT_TAIL))
+        return fh.read().decode("utf-8", "replace")
 
 
 def _drain(pgid: int, deadline: float) -> None:
@@ -140,7 +145,7 @@ def _kill_group(proc) -> None:
     except ProcessLookupError:
         pass
     try:
-        proc.communicate(timeout=5)
+        proc.wait(timeout=5)
     except subprocess.TimeoutExpired:
         pass
 
@@ -187,15 +192,13 @@ def _unwrap(call: Call, markers) -> tuple | None:
     words = list(call.argv)
     for i, word in enumerate(words):
         if any(m in word for m in markers):
-            if " " in word.strip():  # a command string (bash -c "...")
+            if " " in word.strip():  # a command string (bash -c "..."): the same, inside it
                 inner = shlex.split(word)
-                for j, w in enumerate(inner):
-                    if "=" in w and not w.startswith("-") and j == 0:
-                        continue
-                    if any(m in w for m in markers):
-                        env.update(_assignments(inner[:j]))
-                        return inner[j + 1:], env
-                return None
+                j = next((j for j, w in enumerate(inner) if any(m in w for m in markers)), None)
+                if j is None:
+                    return None
+                env.update(_assignments(inner[:j]))
+                return inner[j + 1:], env
             env.update(_assignments(words[:i]))
             env.update(_docker_env(words[:i]))
             return words[i + 1:], env
@@ -231,13 +234,13 @@ class Resolved:
 
 
 def resolved_from_script(run: ScriptRun) -> Resolved:
-    server = next(((words, env) for c in run.calls if (u := _unwrap(c, SERVER_ENTRY_POINTS)) for words, env in [u]),
-                  None)
+    server = next((u for c in run.calls if (u := _unwrap(c, SERVER_ENTRY_POINTS))), None)
     if server is None:
         programs = sorted({c.argv[0] for c in run.calls if c.argv})
         raise DiffInputError("the script starts no model server (no " + " / ".join(SERVER_ENTRY_POINTS) +
                              " command)" + (f"; it called {', '.join(programs[:12])}" if programs else "") +
-                             ("" if run.returncode is not None else "; it was still running at the deadline"))
+                             ("" if run.returncode is not None else "; it was still running at the deadline") +
+                             _last_line(run))
     words, env = server
     client = next((u for c in run.calls if (u := _unwrap(c, CLIENT_PROGRAMS))), None)
     own = {k for k, v in env.items() if run.base_env.get(k) != v} - SHELL_NAMES
@@ -245,11 +248,16 @@ def resolved_from_script(run: ScriptRun) -> Resolved:
     if run.returncode is None:
         notes.append("the script was still running at the deadline (killed); what it had started is compared")
     elif run.returncode != 0:
-        notes.append(f"the script exited {run.returncode} (with every command stubbed)")
+        notes.append(f"the script exited {run.returncode} (with every command stubbed){_last_line(run)}")
     launch = rules.Launch(flags=parse_args(words), env={k: v for k, v in env.items() if k not in SHELL_NAMES},
                           client_flags=parse_args(client[0]) if client else None,
                           client_env=client[1] if client else None)
     return Resolved(launch=launch, own_env=own, client_seen=client is not None, notes=notes)
+
+
+def _last_line(run: ScriptRun) -> str:
+    lines = [ln for ln in run.output_tail.splitlines() if ln.strip()]
+    return f"; its last output line: {lines[-1][:200]!r}" if lines else ""
 
 
 # ----------------------------------------------------------------------------- the diff

@@ -196,3 +196,16 @@ def test_nodes_mode_takes_the_recipe_and_point_from_the_inventory(tmp_path):
     run = subprocess.run([sys.executable, "-m", "k3doctor.cli", "recipe", "diff", "--nodes", str(inventory)],
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 3 and "names no cluster.recipe" in run.stderr
+
+
+def test_a_script_that_stops_early_says_so_with_its_last_line(tmp_path):
+    run = diff(FIXED, "--recipe", RECIPE, "--concurrency", "8", conc=16)  # the script's `case` has no 16
+    assert run.returncode == 3 and "starts no model server" in run.stderr
+    assert "its last output line: 'no profile for CONC=16'" in run.stderr
+    script = tmp_path / "run.sh"
+    script.write_text("bash -c 'PYTHONHASHSEED=0 python3 -m atom.entrypoints.openai_server --tensor-parallel-size 8'\n"
+                      "while :; do echo flood; done\n")
+    run = diff(script, "--recipe", RECIPE, "--concurrency", "1", "--format", "json", "--timeout", "2")
+    point = json.loads(run.stdout)["points"][0]
+    assert {d["name"]: d["found"] for d in point["differences"]}["PYTHONHASHSEED"] == "0"  # inside bash -c "..."
+    assert "the script was still running at the deadline (killed); what it had started is compared" in point["notes"]
