@@ -54,6 +54,8 @@ class RunReport:
     round_trips: dict = field(default_factory=dict)
     unreachable: dict = field(default_factory=dict)
     readings: dict = field(default_factory=dict)  # node -> {spec: reading}
+    platform: str | None = None
+    not_for_platform: tuple = ()  # checks selected but not run: they do not apply on this platform
     records: dict = field(default_factory=dict)  # node -> check -> baseline data (record mode)
 
 
@@ -79,7 +81,9 @@ def _to_results(chk, node: str | None, verdicts) -> list:
 def run_checks(inv: Inventory, checks: list, opts: RunOptions = None) -> RunReport:
     opts = opts or RunOptions()
     selected = {c.name for c in checks}  # a probe's prerequisite not for this platform blocks nothing
-    checks = platforms.applicable(checks, inv.cluster.platform)
+    applicable = platforms.applicable(checks, inv.cluster.platform)
+    not_for_platform = tuple(c.name for c in checks if c not in applicable)
+    checks = applicable
     say = opts.progress or (lambda msg: None)
     started = time.monotonic()
     passive = [c for c in checks if c.interaction == "passive"]
@@ -187,7 +191,8 @@ def run_checks(inv: Inventory, checks: list, opts: RunOptions = None) -> RunRepo
     return RunReport(results=results, nodes=[n.name for n in inv.nodes],
                      duration_s=round(time.monotonic() - started, 3),
                      round_trips={name: t.round_trips for name, t in transports.items()},
-                     unreachable=unreachable, readings=readings, records=records)
+                     unreachable=unreachable, readings=readings, records=records,
+                     platform=inv.cluster.platform, not_for_platform=not_for_platform)
 
 
 def judge_cluster(inv: Inventory, cluster: list, readings: dict, specs_by_node: dict, failed_by_node: dict,

@@ -97,3 +97,16 @@ def test_a_gfx1250_hsa_override_on_an_mi355x_recipe_blocks():
     assert status == rules.BLOCK and "HSA_OVERRIDE_GFX_VERSION=12.5.0 (gfx1250's gfx1250) on a mi355x recipe" in message
     assert found(agentx, "9.5.0")[0][0] == rules.PASS and found(config_a, "12.5.0")[0][0] == rules.PASS
     assert found(config_a, "9.5.0")[0][0] == rules.BLOCK
+
+
+def test_the_report_leaves_checks_not_for_the_platform_out_and_says_so_with_v(tmp_path):
+    from k3doctor.report import render_table
+
+    reg = Registry()
+    for name in ("ualink-state", "shm-clean"):
+        check(name, title=name, reads={"f": File(str(tmp_path))}, registry=reg)(lambda r, ctx: passed("ran"))
+    report = run_checks(inventory("platform: mi355x"), reg.ordered(), RunOptions())
+    assert report.not_for_platform == ("ualink-state",)
+    quiet, verbose = render_table(report, reg.ordered()), render_table(report, reg.ordered(), verbose=True)
+    assert "ualink-state" not in quiet and "shm-clean" in quiet
+    assert "not for this platform (mi355x, not run): ualink-state" in verbose
