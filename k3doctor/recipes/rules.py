@@ -15,7 +15,7 @@ from decimal import ROUND_DOWN, Decimal
 BLOCK, WARN, INFO, PASS = "BLOCK", "WARN", "INFO", "PASS"
 AITER_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")  # aiter/__init__.py (aiter #1795), §29
 MIN_STAGING_CHUNKS = 16  # one 54.78 MiB K3 state entry; the default 2 chunks are 8 MiB (§25)
-PINNED_SHARE_LIMIT = 0.80  # of MemTotal (§29)
+PINNED_SHARE_LIMIT = 0.80  # of MemTotal, "above ~80%" (§29); a recipe's host.pinned_share_limit overrides it
 GIB = 2 ** 30
 
 
@@ -129,15 +129,15 @@ def pinned_host_memory(launch: Launch, recipe, point) -> list:
     else:
         return []
     pinned = (per_rank + state) * ranks * GIB + launch.shm_bytes
-    share = pinned / total
+    share, limit = pinned / total, float(recipe.host.get("pinned_share_limit", PINNED_SHARE_LIMIT))
     text = (f"({per_rank} GiB LMCache + {state} GiB state tier) x {ranks} ranks"
             + (f" + --shm-size {launch.shm_bytes / GIB:.0f} GiB" if launch.shm_bytes else "")
             + f" = {pinned / GIB:,.0f} GiB pinned of {total / GIB:,.0f} GiB {where} ({share:.0%}; "
             "per-rank semantics, as ATOM allocates)")
     numbers = {"pinned_gib": round(pinned / GIB), "total_gib": round(total / GIB), "share": round(share, 3)}
-    if share > PINNED_SHARE_LIMIT:
+    if share > limit:
         return [Finding("pinned-host-memory", "LMCACHE_MAX_LOCAL_CPU_SIZE", BLOCK, f"{text}: above "
-                        f"{PINNED_SHARE_LIMIT:.0%}, the pinning stalls the host or is OOM-killed with no log line "
+                        f"{limit:.0%}, the pinning stalls the host or is OOM-killed with no log line "
                         "(§29)", numbers)]
     return [Finding("pinned-host-memory", "LMCACHE_MAX_LOCAL_CPU_SIZE", PASS, f"{text} (§29)", numbers)]
 

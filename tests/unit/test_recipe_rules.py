@@ -52,6 +52,7 @@ def test_pinned_host_memory_above_80_percent_of_memtotal_blocks():
     x = judged(mem_total_bytes=512 * 2 ** 30, shm_bytes=128 * 2 ** 30)["pinned-host-memory"]
     assert x.status == BLOCK and "+ --shm-size 128 GiB = 512 GiB pinned of 512 GiB MemTotal (100%" in x.message
     assert judged(mem_total_bytes=3 * 2 ** 40)["pinned-host-memory"].status == PASS
+    assert judged(mem_total_bytes=600 * 2 ** 30)["pinned-host-memory"].status == PASS  # 384 GiB: 64%
 
 
 def test_the_two_offload_tiers_go_together():
@@ -105,3 +106,11 @@ def test_the_served_name_is_what_the_client_sends():
     assert judged(flags={"--model": "/models/Kimi-K3"})["served-model-name"].status == WARN
     assert judged(flags={"--model": "/models/Kimi-K3", "--served-model-name": "moonshotai/Kimi-K3"},
                   client_flags={"--model": "moonshotai/Kimi-K3"})["served-model-name"].status == PASS
+
+
+def test_the_pinned_share_limit_is_the_recipes_own(tmp_path):
+    (tmp_path / "site.yaml").write_text("recipe: site\nextends: kimi-k3-mi355x-agentx\nhost: {pinned_share_limit: 0.5}\n")
+    site = recipes.read_file(str(tmp_path / "site.yaml"))
+    launch = Launch(flags=dict(GOOD_FLAGS), env=dict(GOOD_ENV), mem_total_bytes=600 * 2 ** 30)
+    [x] = [f for f in rules.apply(launch, site, site.point(8)) if f.rule == "pinned-host-memory"]
+    assert x.status == BLOCK and "above 50%" in x.message
