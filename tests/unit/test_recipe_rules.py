@@ -109,7 +109,8 @@ def test_the_served_name_is_what_the_client_sends():
 
 
 def test_the_pinned_share_limit_is_the_recipes_own(tmp_path):
-    (tmp_path / "site.yaml").write_text("recipe: site\nextends: kimi-k3-mi355x-agentx\nhost: {pinned_share_limit: 0.5}\n")
+    (tmp_path / "site.yaml").write_text("recipe: site\nextends: kimi-k3-mi355x-agentx\n"
+                                        "host: {pinned_share_limit: 0.5}\n")
     site = recipes.read_file(str(tmp_path / "site.yaml"))
     launch = Launch(flags=dict(GOOD_FLAGS), env=dict(GOOD_ENV), mem_total_bytes=600 * 2 ** 30)
     [x] = [f for f in rules.apply(launch, site, site.point(8)) if f.rule == "pinned-host-memory"]
