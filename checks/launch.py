@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from k3doctor import recipes
 from k3doctor.api import (
     Command,
     ContainerInspect,
@@ -41,55 +42,13 @@ from k3doctor.model.container import (
 )
 
 CHECK = "launch-config"
-ANY = "*"  # in a profile or override: must be set, any value
-DATA_IF = "<data-plane interface>"  # must name an interface that carries the node's data_ip (§18)
+DATA_IF = recipes.DATA_IF  # must name an interface that carries the node's data_ip (§18)
 UNSET = "(unset)"
 SOCKET_IFNAMES = ("MORI_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
-
-# §16: the validated set for the 20260918 image (Config A and B), each present with this value.
-VALIDATED_ENV = {
-    "PYTORCH_ROCM_ARCH": "gfx1250", "AITER_RUNTIME_GPU_ARCH": "gfx1250", "GPU_ARCHS": "gfx1250",
-    "GPU_ARCH_LIST": "gfx1250", "MORI_GPU_ARCHS": "gfx1250", "HSA_OVERRIDE_GFX_VERSION": "12.5.0", "ENABLE_CK": "0",
-    "ATOM_USE_TRITON_MLA": "1", "ATOM_USE_TRITON_MLA_SHUFFLE_KV": "0", "ATOM_UNFUSED_GATHER_KV_B_PROJ": "1",
-    "ATOM_USE_AITER_TRITON_ATTN": "1", "ATOM_USE_UNIFIED_ATTN": "1",
-    "ATOM_MOE_GU_ITLV": "1", "ATOM_USE_TRITON_MOE_DECODE": "0", "MEGA_DISPATCH": "mori", "MEGA_DISPATCH_WIRE": "fp4",
-    "ATOM_MORI_V2": "1", "ATOM_MORI_V2_FUSED": "1", "AITER_USE_GROUPED_GEMM": "1", "AITER_USE_OPUS_MOE_SORTING": "1",
-    "ATOM_USE_TRITON_GEMM": "1", "ATOM_WO_A_USE_FLYDSL": "1", "ATOM_FP8_BLOCKSCALE_USE_E8M0_SCALE": "1",
-    "AITER_ROPE_TRITON_BACKEND": "1", "AITER_USE_SYSTEM_TRITON": "1",
-    # NCCL_MNNVL_ENABLE / NCCL_CUMEM_ENABLE: not here since §29 (0.2) - unset is fine on RCCL with rocm-systems
-    # #8444, so their rule depends on the RCCL version: env-versions (k3doctor/model/env_rules.py) judges them.
-    "NCCL_IB_DISABLE": "1", "NCCL_P2P_DISABLE": "0", "NCCL_P2P_LEVEL": "SYS",
-    "ATOM_DP_LM_HEAD_MODE": "allgather", "ATOM_USE_CUSTOM_ALL_GATHER": "1",
-    "AITER_CUSTOM_AR_USE_SYMM_MEM": "1",
-    **{name: DATA_IF for name in SOCKET_IFNAMES},
-    "HSA_XNACK": "1", "HSA_USE_SVM": "1", "HSA_ENABLE_SDMA": "1", "ATOM_LOADER_USE_THREADPOOL": "1",
-    "ATOM_LOADER_NUM_THREADS": "4",
-}
-# What breaks when a validated variable is wrong (§16, §28), shown in the finding.
-WHY = {
-    "ENABLE_CK": "CK is not ported to gfx1250",
-    "ATOM_USE_TRITON_MLA": "unset, the first decode request SIGABRTs silently",
-    "ATOM_UNFUSED_GATHER_KV_B_PROJ": "the fused Triton gather_kv_b_proj aborts LLVM on chunked-prefill shapes (§14)",
-    "ATOM_MOE_GU_ITLV": "required, not tuning: missing gives `MoE GUGU layout error`",
-    "ATOM_USE_TRITON_MOE_DECODE": "K3's activation is situ, not SiLU: 1 asserts",
-    "ATOM_DP_LM_HEAD_MODE": "required for multi-node + hipGraph",
-    "ATOM_USE_TRITON_GEMM": "0 silently pairs MXFP4 weights with the wrong scale layout on this image",
-    "ATOM_LOADER_NUM_THREADS": "ATOM's default is 16",
-    "ATOM_DP_SESSION_AFFINITY": "Config B (AgentX) only (§17)",
-}
-TUNING = {"ATOM_LOADER_USE_THREADPOOL", "ATOM_LOADER_NUM_THREADS", "ATOM_DP_SESSION_AFFINITY"}  # WARN, not FAIL
-_CONFIG_B = {**VALIDATED_ENV, "ATOM_DP_SESSION_AFFINITY": "1"}
-# §17 Config A vs B; §26 / §0.4 the optimized stack's tiers (deltas against Config B). None: must be unset.
-PROFILES = {
-    "config-a": {**VALIDATED_ENV, "ATOM_DP_SESSION_AFFINITY": None},
-    "config-b": _CONFIG_B,
-    "optimized-tier-a": {**_CONFIG_B, "ATOM_UNFUSED_GATHER_KV_B_PROJ": "0", "ATOM_USE_FLYDSL_GATHER_KV_B_PROJ": "0",
-                         "ATOM_USE_TRITON_GEMM": "0", "AITER_CONFIG_GEMM_BF16": ANY},
-    "optimized-tier-b": {**_CONFIG_B, "ATOM_UNFUSED_GATHER_KV_B_PROJ": "0", "ATOM_USE_FLYDSL_GATHER_KV_B_PROJ": "1",
-                         "ATOM_USE_TRITON_GEMM": "0", "AITER_CONFIG_GEMM_BF16": ANY},
-}
+# The validated sets (§16, §17, §26) are recipe files (k3doctor/recipes/gfx1250-*.yaml); `profile` names one.
+PROFILE_NAMES = tuple(r.aliases[0] if r.aliases else r.name for r in recipes.platform_recipes("gfx1250"))
 PARAMS = {
-    "profile": "config-a",  # one of PROFILES
+    "profile": "config-a",  # a gfx1250 recipe (name or alias); the inventory's cluster.recipe wins
     "env": {},  # single-variable overrides of the profile: NAME: value | "*" (any value) | null (must be unset)
     "ignore": [],  # variables no rule judges here (site-specific)
     "launch_script": "",  # a launch script inside the container whose server command is judged (§17)
@@ -281,24 +240,38 @@ def trio_rules(prefix: str) -> tuple:
     )
 
 
-def expected_env(profile: str, overrides: dict, ignore) -> dict:
-    """The profile's variables with the inventory's single-variable overrides applied."""
-    if profile not in PROFILES:
-        raise ValueError(f"{CHECK}.profile must be one of {', '.join(PROFILES)}, not {profile!r}")
-    want = {**PROFILES[profile], **{k: (None if v is None else str(v)) for k, v in (overrides or {}).items()}}
+def selected(profile: str, settings=None):
+    """(label, recipe point) judged: the inventory's cluster.recipe (and cluster.concurrency) where given,
+    else the `profile` parameter, an alias of a gfx1250 recipe file (§16, §17, §26)."""
+    spec = getattr(settings, "recipe", None)
+    try:
+        recipe = recipes.cached(spec or profile)
+    except recipes.RecipeError:
+        if spec:
+            raise ValueError(f"cluster.recipe {spec}: cannot be read") from None
+        raise ValueError(f"{CHECK}.profile must be one of {', '.join(PROFILE_NAMES)}, not {profile!r}") from None
+    if not spec and recipe.platform != "gfx1250":
+        raise ValueError(f"{CHECK}.profile must be one of {', '.join(PROFILE_NAMES)}, not {profile!r}")
+    label = recipe.aliases[0] if recipe.aliases else recipe.name
+    return label, recipe, recipe.point(getattr(settings, "concurrency", None))
+
+
+def expected_env(recipe, point, overrides: dict, ignore) -> dict:
+    """The recipe point's variables with the inventory's single-variable overrides applied."""
+    want = {**point.env, **{k: (None if v is None else str(v)) for k, v in (overrides or {}).items()}}
     return {k: v for k, v in want.items() if k not in set(ignore or ())}
 
 
-def profile_rules(want: dict) -> tuple:
+def profile_rules(want: dict, recipe) -> tuple:
     """One rule per expected variable (§16): present with the value, present at all, or unset."""
     rules = []
     for name, value in want.items():
-        status = Status.WARN if name in TUNING else Status.FAIL
-        why = f" ({WHY[name]})" if name in WHY else ""
+        status = Status.WARN if name in recipe.tuning else Status.FAIL
+        why = f" ({recipe.why[name]})" if name in recipe.why else ""
         if value is None:
             rules.append(EnvRule(name, (name,), lambda e, n=name: n in e, Status.WARN,
                                  f"{name}={{{name}}} is set; this profile wants it unset{why}", ENV))
-        elif value in (ANY, DATA_IF):
+        elif value in (recipes.ANY, DATA_IF):
             rules.append(EnvRule(name, (name,), lambda e, n=name: n not in e, status,
                                  f"{name} is unset (required{why})" + (
                                      ": the library then picks an interface itself, maybe the management NIC (§18)"
@@ -309,25 +282,27 @@ def profile_rules(want: dict) -> tuple:
     return tuple(rules)
 
 
-def _all_rules(p) -> tuple:
+def _all_rules(p, settings=None) -> tuple:
     """Every env rule in precedence order: the first rule that names a variable is the one reported."""
-    want = expected_env(p("profile"), p("env"), p("ignore"))
-    return DEPRECATED + PAIRS + trio_rules(p("rjprefix")) + LOG_RULES + profile_rules(want)
+    _, recipe, point = selected(p("profile"), settings)
+    want = expected_env(recipe, point, p("env"), p("ignore"))
+    return DEPRECATED + PAIRS + trio_rules(p("rjprefix")) + LOG_RULES + profile_rules(want, recipe)
 
 
-def kept_names(p) -> set:
+def kept_names(p, settings=None) -> set:
     """Variables whose values the rules read: the only values that leave the node. An unknown profile
-    reads every profile's names here; the judge then reports the bad parameter for the node."""
+    reads every gfx1250 recipe's names here; the judge then reports the bad parameter for the node."""
     try:
-        rules = _all_rules(p)
+        rules = _all_rules(p, settings)
     except ValueError:
-        rules = _all_rules(lambda name: "config-a" if name == "profile" else p(name))
-        rules += tuple(rule for want in PROFILES.values() for rule in profile_rules(want))
+        rules = _all_rules(lambda name: PROFILE_NAMES[0] if name == "profile" else p(name))
+        rules += tuple(rule for recipe in recipes.platform_recipes("gfx1250")
+                       for rule in profile_rules(recipe.point().env, recipe))
     return {name for rule in rules for name in rule.reads}
 
 
 def _reads(settings) -> dict:
-    keep = kept_names(settings.param)
+    keep = kept_names(settings.param, settings)
     return {"container": ContainerInspect(settings.container, keep=tuple(keep),
                                           launch_script=settings.param("launch_script") or None),
             "ranks": rank_envs(settings.container, keep),
@@ -526,9 +501,10 @@ def judge_node(r, node, first: bool, p) -> tuple:
     ranks = parse_rank_envs(r["ranks"].output()) if c.running else None
     sources = env_sources(c, ranks)
     links, routes = network.parse_links(r["links"].output()), network.parse_local_routes(r["routes"].output())
-    rules = _all_rules(p)
+    rules = _all_rules(p, settings)
+    label = selected(p("profile"), settings)[0]
     for source in sources:
-        found = judge_env(source.env, rules, settings.stepping, p("profile"), set(p("ignore")))
+        found = judge_env(source.env, rules, settings.stepping, label, set(p("ignore")))
         found += judge_ifnames(source.env, links, routes, node.address, set(p("ignore")))
         for subject, v in found:
             named.add(subject)
@@ -737,5 +713,6 @@ def _summary(node, p, r) -> str:
     script = r["container"].script
     has_launch = r["container"].record.get("launch") or (script and script["launch"])
     launch = " and launch command as §17" if has_launch else ""
-    return (f"{where} as profile {p('profile')} (§16), socket interfaces carry {node.address} (§18), run options as "
+    label = selected(p("profile"), node.settings)[0]
+    return (f"{where} as profile {label} (§16), socket interfaces carry {node.address} (§18), run options as "
             f"§13{launch}, {ports}")

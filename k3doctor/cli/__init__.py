@@ -14,7 +14,7 @@ import sys
 import click
 
 from k3doctor import __version__
-from k3doctor.cli import info, oncall, runs
+from k3doctor.cli import info, oncall, recipe, runs
 from k3doctor.cli.options import EXIT_USAGE
 
 
@@ -28,7 +28,7 @@ def cli():
     """
 
 
-for _command in (*runs.COMMANDS, *oncall.COMMANDS, *info.COMMANDS):
+for _command in (*runs.COMMANDS, *oncall.COMMANDS, recipe.recipe_group, *info.COMMANDS):
     cli.add_command(_command)
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import click
 
+from k3doctor import platforms
 from k3doctor.cli.options import load_plugins
 from k3doctor.registry import REGISTRY, load_rule_tables
 
@@ -21,6 +22,8 @@ def list_cmd(verbose):
             why = " ".join(c.doc.split("\n\n")[0].split()) if c.doc else c.title
             click.echo(f"\n{c.name}: {why}")
             click.echo(f"  remediation codes: {', '.join(c.remediations) or '-'}")
+            if platforms.not_for(c.name):
+                click.echo(f"  not for this platform: {', '.join(platforms.not_for(c.name))} (not run there)")
             for param, default in c.params.items():
                 choices = c.param_specs[param].choices
                 one_of = f"  (one of {', '.join(choices)})" if choices else ""

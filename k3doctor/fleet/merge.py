@@ -24,6 +24,7 @@ import re
 import time
 from dataclasses import dataclass, field, replace
 
+from k3doctor import platforms
 from k3doctor.fleet.node_mode import SCHEMA, inventory_digest
 from k3doctor.gather import snapshot
 from k3doctor.inventory.load import Inventory, Node, Settings, SSHSettings
@@ -255,6 +256,7 @@ def merge(inv: Inventory, checks: list, by_node: dict, started: float | None = N
     """One report from the nodes' own results and the cluster judges over their readings; what the
     direct ``check`` of the same rack reports (node order, messages, per-rack cluster results)."""
     started = time.monotonic() if started is None else started
+    checks = platforms.applicable(checks, inv.cluster.platform)  # what `check` runs on this platform
     passive = [c for c in checks if c.interaction == "passive"]
     own = [c for c in passive if c.scope in ("node", "gpu")]
     results, readings, unreachable, specs_by_node, failed_by_node = [], {}, {}, {}, {}

@@ -56,6 +56,9 @@ class Settings:
     stepping: str | None = None
     hbm_gib_per_gpu: int | None = None
     gpus_per_node: int = 4
+    platform: str = "gfx1250"  # cluster.platform (reference §30: mi355x)
+    recipe: str | None = None  # cluster.recipe: a built-in recipe's name or a recipe file's absolute path
+    concurrency: int | None = None  # cluster.concurrency: the recipe point launched
     tools: dict = field(default_factory=lambda: dict(DEFAULT_TOOLS))
     checks: dict = field(default_factory=dict)  # check name -> {param: value}
     skip: tuple = ()  # checks a site cannot run here (inventory `skip:`, the cluster's and the node's own)
@@ -121,6 +124,7 @@ def _port(v):
 
 
 MAX_HBM_GIB = 4096  # per GPU: boards have 288 or 432 GiB (reference §12)
+MAX_CONCURRENCY = 4096  # a recipe point's concurrent requests (AgentX: 1 to 10, reference §30)
 
 
 def _bounded(high: int, unit: str):
@@ -173,7 +177,20 @@ def _transport(v):
 SETTINGS_KEYS = {"container": _container, "image": _str, "stepping": _stepping,
                  "hbm_gib_per_gpu": _bounded(MAX_HBM_GIB, "GiB"), "gpus_per_node": _bounded(MAX_GPUS_PER_NODE, "GPUs"),
                  "tools": "tools", "checks": "checks", "skip": "skip"}
-CLUSTER_KEYS = {"name": _str, **SETTINGS_KEYS}
+def _platform(v):
+    from k3doctor import platforms
+
+    return v in platforms.names(), f"one of {', '.join(platforms.names())} (k3doctor/platforms/*.yaml)"
+
+
+def _recipe_spec(v):
+    return (isinstance(v, str) and v.strip() == v and v != "" and "\n" not in v,
+            "a built-in recipe's name or a recipe file's path (see `k3doctor recipe list`)")
+
+
+CLUSTER_KEYS = {"name": _str, "platform": _platform, "recipe": _recipe_spec,
+                "concurrency": _bounded(MAX_CONCURRENCY, "concurrent requests"),
+                **SETTINGS_KEYS}
 SSH_KEYS = {"known_hosts": _str, "accept_unknown_hosts": _bool, "ssh_config": _str,
             "connect_timeout_s": _seconds, "command_timeout_s": _seconds, "node_deadline_s": _seconds,
             "docker_socket": _socket_path}
@@ -368,6 +385,55 @@ def _any(v):
     return True, ""
 
 
+def _platform_defaults(raw: dict) -> Settings:
+    """What the declared platform implies unless the inventory says otherwise: GPUs per node, HBM per GPU."""
+    if raw.get("platform") in (None, "gfx1250"):
+        return Settings()  # every gfx1250 inventory reads exactly as before
+    from k3doctor import platforms
+
+    p = platforms.get(raw["platform"])
+    return Settings(platform=p.name, gpus_per_node=p.gpus_per_node, hbm_gib_per_gpu=p.hbm_gib_per_gpu)
+
+
+def _cluster_line(root, key: str) -> int:
+    """The line of ``cluster.<key>`` (1 where it cannot be found)."""
+    for k, v in root.value if isinstance(root, yaml.MappingNode) else ():
+        if k.value == "cluster" and isinstance(v, yaml.MappingNode):
+            return next((ck.start_mark.line + 1 for ck, _ in v.value if ck.value == key), k.start_mark.line + 1)
+    return 1
+
+
+def _check_recipe(v: _Validator, root, cluster: Settings, path: str) -> str | None:
+    """cluster.recipe read and validated now (its own problems as its file:line), cluster.concurrency one of
+    its points (required when it has several), its platform the cluster's; the spec as the checks will load it
+    (a file's absolute path)."""
+    from k3doctor import recipes
+
+    if not cluster.recipe:
+        v.problems.append(f"{path}:{_cluster_line(root, 'concurrency')}: cluster.concurrency: needs cluster.recipe "
+                          "(the recipe whose point it chooses)")
+        return None
+    spec = cluster.recipe
+    try:
+        recipe = recipes.load(spec, relative_to=path)
+    except recipes.RecipeError as exc:
+        line = _cluster_line(root, "recipe")
+        v.problems += [f"{path}:{line}: cluster.recipe: {problem}" if problem.startswith("no recipe") else problem
+                       for problem in exc.problems]
+        return None
+    if recipe.platform != cluster.platform:
+        v.problems.append(f"{path}:{_cluster_line(root, 'recipe')}: cluster.recipe: {recipe.name} is for platform "
+                          f"{recipe.platform}, the cluster is {cluster.platform} (set cluster.platform)")
+    try:
+        recipe.point(cluster.concurrency)
+    except ValueError as exc:
+        key = "concurrency" if cluster.concurrency else "recipe"
+        v.problems.append(f"{path}:{_cluster_line(root, key)}: cluster.{key}: {exc}")
+    if recipes.looks_like_path(spec):
+        return os.path.abspath(os.path.join(os.path.dirname(path), os.path.expanduser(spec)))
+    return spec
+
+
 
 
 def _merge_settings(base: Settings, raw: dict, cluster_name=None) -> Settings:
@@ -375,8 +441,8 @@ def _merge_settings(base: Settings, raw: dict, cluster_name=None) -> Settings:
     checks = {name: dict(params) for name, params in base.checks.items()}
     for name, params in raw.get("checks", {}).items():
         checks.setdefault(name, {}).update(params)
-    fields = {k: raw[k] for k in ("container", "image", "stepping", "hbm_gib_per_gpu", "gpus_per_node")
-              if k in raw}
+    fields = {k: raw[k] for k in ("container", "image", "stepping", "hbm_gib_per_gpu", "gpus_per_node",
+                                  "platform", "recipe", "concurrency") if k in raw}
     skip = tuple(dict.fromkeys((*base.skip, *raw.get("skip", ()))))  # a node's own add to the cluster's
     return Settings(**{**base.__dict__, **fields, "tools": tools, "checks": checks, "skip": skip,
                        "cluster": cluster_name or base.cluster})
@@ -393,7 +459,10 @@ def parse_inventory(text: str, path: str = "<inventory>", registry=None) -> Inve
     top = v.mapping(root, "", TOP_KEYS)
     if "nodes" not in top and not v.problems:
         v.problem(root, "nodes", "missing; list the nodes to check (- name: ..., host: ...)")
-    cluster = _merge_settings(Settings(), top.get("cluster", {}), top.get("cluster", {}).get("name"))
+    cluster = _merge_settings(_platform_defaults(top.get("cluster", {})), top.get("cluster", {}),
+                              top.get("cluster", {}).get("name"))
+    if cluster.recipe or cluster.concurrency:
+        cluster.recipe = _check_recipe(v, root, cluster, path)
     defaults = top.get("defaults", {})
     nodes, seen = [], {}
     for entry in top.get("nodes", []):

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
-from k3doctor import progress
+from k3doctor import platforms, progress
 from k3doctor.api import Context, judge_safely
 from k3doctor.deadline import seconds
 from k3doctor.gather.node_script import gather
@@ -54,6 +54,8 @@ class RunReport:
     round_trips: dict = field(default_factory=dict)
     unreachable: dict = field(default_factory=dict)
     readings: dict = field(default_factory=dict)  # node -> {spec: reading}
+    platform: str | None = None
+    not_for_platform: tuple = ()  # checks selected but not run: they do not apply on this platform
     records: dict = field(default_factory=dict)  # node -> check -> baseline data (record mode)
 
 
@@ -76,8 +78,8 @@ SKIPPED_HERE = "not run on this node: switched off by the inventory (skip:)"
 class _Run:
     """One run's state across its phases: read (and judge) the nodes, judge across them, probe."""
 
-    def __init__(self, inv: Inventory, checks: list, opts: RunOptions):
-        self.inv, self.checks, self.opts = inv, checks, opts
+    def __init__(self, inv: Inventory, checks: list, opts: RunOptions, selected: set):
+        self.inv, self.checks, self.opts, self.selected = inv, checks, opts, selected
         self.say = opts.progress or (lambda msg: None)
         self.passive = [c for c in checks if c.interaction == "passive"]
         self.command_timeout = seconds(opts.command_timeout_s or inv.ssh.command_timeout_s, 30.0)
@@ -163,7 +165,7 @@ class _Run:
         """Phase 3 (deep tier): each active probe, on the nodes where its prerequisites passed."""
         out = []
         nodes = {n.name: n for n in self.inv.nodes}
-        ran = {c.name for c in self.checks}
+        ran = self.selected
         for chk in (c for c in self.checks if c.interaction != "passive"):
             if self.opts.replay:
                 out.append(Result(chk.name, None, Status.SKIP, "active probe: not replayable from saved readings"))
@@ -205,8 +207,11 @@ class _Run:
 def run_checks(inv: Inventory, checks: list, opts: RunOptions = None) -> RunReport:
     """Read, judge each node, judge across nodes, probe: the whole run, every phase bounded."""
     started = time.monotonic()
+    selected = {c.name for c in checks}  # a probe's prerequisite not for this platform blocks nothing
     checks = [c for c in checks if c.name not in inv.cluster.skip]  # switched off for the whole cluster
-    run = _Run(inv, checks, opts or RunOptions())
+    applicable = platforms.applicable(checks, inv.cluster.platform)
+    not_for_platform = tuple(c.name for c in checks if c not in applicable)
+    run = _Run(inv, applicable, opts or RunOptions(), selected)
     try:
         run.read_nodes()
         results = run.node_results()
@@ -219,7 +224,9 @@ def run_checks(inv: Inventory, checks: list, opts: RunOptions = None) -> RunRepo
     finally:  # also on Ctrl-C: no half-open SSH sessions left behind
         for transport in run.transports.values():
             transport.close()
-    return run.report(explained(results), started)
+    report = run.report(explained(results), started)
+    report.platform, report.not_for_platform = inv.cluster.platform, not_for_platform
+    return report
 
 
 def judge_cluster(inv: Inventory, cluster: list, readings: dict, specs_by_node: dict, failed_by_node: dict,

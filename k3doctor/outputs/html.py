@@ -305,7 +305,8 @@ def busbw_plot(report) -> str:
 def check_table(report, checks) -> str:
     columns = list(report.nodes) + ([CLUSTER_COLUMN] if any(r.node is None for r in report.results) else [])
     rows = []
-    for chk in checks:
+    not_run = set(report.not_for_platform)
+    for chk in (c for c in checks if c.name not in not_run):
         mine = [r for r in report.results if r.check == chk.name]
         cells = []
         for col in columns:

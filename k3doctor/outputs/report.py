@@ -32,7 +32,8 @@ def render_table(report, checks, verbose: bool = False) -> str:
     if any(r.node is None for r in report.results):
         columns.append(CLUSTER_COLUMN)
     rows = []
-    for chk in checks:
+    not_run = set(report.not_for_platform)
+    for chk in (c for c in checks if c.name not in not_run):
         mine = [r for r in report.results if r.check == chk.name]
         row = [chk.name]
         for col in columns:
@@ -55,6 +56,8 @@ def render_table(report, checks, verbose: bool = False) -> str:
     if verbose:
         passes = [r for r in report.results if r.status == Status.PASS]
         lines += [""] + [f"PASS  {r.check} {one_line(where(r))}: {one_line(r.message)}" for r in passes]
+        if not_run:
+            lines += ["", f"not for this platform ({report.platform}, not run): {', '.join(sorted(not_run))}"]
     verdict = overall(report.results)
     first = next((r.remediation for r in found if r.remediation), None)  # the most severe finding's
     lines.append("")

@@ -61,6 +61,13 @@ SIGNALS = tuple(Signal(kind, re.compile(pattern), section) for kind, pattern, se
     ("drafter_loading", r"Loading drafter model\.\.\.", "§25"),
     ("drafter_ready", r"Checkpoint prefetch finished", "§25"),
     ("serving", r"Application startup complete|Uvicorn running on", "§20"),
+    # AgentX (MI355X TP8, LMCache + state offload, aiperf): §25, §29, §30
+    ("lmcache_cuda_backend", r"Failed to import backend lmcache\.c_ops: libcudart\.so", "§29"),
+    ("lmcache_server_timeout", r"Timed out waiting for LMCache server on port (?P<port>\d{1,5})", "§29"),
+    ("aiter_log_level_invalid", r"Invalid AITER_LOG_LEVEL '(?P<value>[^']{0,40})', using 'INFO'", "§29"),
+    ("aiperf_no_atom_metrics", r"contains no metric with required prefix 'atom:'|required AIPerf server metrics "
+                               r"artifacts are missing or empty|ProfileMetricCoverageError", "§30"),
+    ("gpucore", r"gpucore files exist\. not good", "§30"),
 ))
 # Startup stages in order; a rank's stage is the furthest one its lines reached.
 STAGES = (("start", None), ("rccl-init", "rccl_load"), ("ep-transport", "ep_ready"),

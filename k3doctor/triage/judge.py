@@ -80,6 +80,39 @@ is a repo id and every rank downloads the 7 GB draft at ~0.7 MB/s (~3 h, referen
 local directory; HF_HUB_OFFLINE=1 turns the hang into an error.""")
 
 
+LMCACHE_CUDA = remediation("TRIAGE-LMCACHE-CUDA-BUILD", "LMCache's CUDA build runs on ROCm", """
+`Failed to import backend lmcache.c_ops: libcudart.so...` is only a warning, but the offload tier then has no
+native ops (PyPI lmcache on ROCm, reference §29). Install the ROCm build (v0.5.3rc2-rocm with cupy-rocm-7-0)
+and check `python -c 'import lmcache.c_ops'` in the container before an offload run.""")
+LMCACHE_SERVER = remediation("TRIAGE-LMCACHE-SERVER-HUNG", "the LMCache server did not come up", """
+`Timed out waiting for LMCache server`: its L1 pool is pinned whole and non-swappable; 2399 GiB hung it in D
+state (§29). Keep L1 under ~60% of free /dev/shm and the per-rank sizes x ranks under ~80% of MemTotal
+(`k3doctor recipe diff` shows the arithmetic); fixed MP ports 6555/8090 collide between cells.""")
+AITER_LEVEL = remediation("TRIAGE-AITER-LOG-LEVEL", "AITER_LOG_LEVEL is not a level aiter knows", """
+aiter accepts DEBUG, INFO, WARNING or ERROR (upper-cased; §29); anything else falls back to INFO and its kernel
+logs flood the server log for the whole replay. Set AITER_LOG_LEVEL=WARNING.""")
+AIPERF_METRICS = remediation("TRIAGE-AIPERF-NO-ATOM-METRICS", "aiperf found no `atom:` server metrics", """
+aiperf fails the run when the server's /metrics shows no metric starting `atom:` (AIPERF_REQUIRED_SERVER_METRIC_
+PREFIX=atom:, §30): check `curl :$PORT/metrics | grep ^atom:` before the benchmark, and that
+AIPERF_SERVER_METRICS_URLS names this server's port.""")
+GPUCORE = remediation("TRIAGE-GPUCORE", "GPU core dumps in the run's directory", """
+`gpucore files exist. not good`: a GPU fault left core files, which the launcher then deletes (§30). Collect
+them first, then match the kernel log (`k3doctor triage` reads dmesg) for the fault that wrote them.""")
+# AgentX log signatures (§25, §29, §30): (signal kind, step, finding, what it means, remediation); the first
+# matching line is shown.
+AGENTX_SIGNATURES = (
+    ("lmcache_cuda_backend", "triage-config", warn, "LMCache's CUDA build on ROCm: its native ops did not load",
+     LMCACHE_CUDA),
+    ("lmcache_server_timeout", "triage-startup", fail, "the LMCache server never came up (its pinned pool hung it)",
+     LMCACHE_SERVER),
+    ("aiter_log_level_invalid", "triage-config", warn, "AITER_LOG_LEVEL is not DEBUG/INFO/WARNING/ERROR: aiter logs "
+     "at INFO", AITER_LEVEL),
+    ("aiperf_no_atom_metrics", "triage-fatal", fail, "aiperf found no `atom:` server metrics: the run is rejected",
+     AIPERF_METRICS),
+    ("gpucore", "triage-fatal", fail, "GPU core files in the run's directory: a GPU fault", GPUCORE),
+)
+
+
 @dataclass(frozen=True)
 class Layout:
     """Where ranks live: node i of ``nodes`` holds ranks ``per_node * i`` … ``per_node * (i + 1) - 1``."""
@@ -234,6 +267,9 @@ def judge_rank(rank: int, lines: list, layout: Layout, now: float | None, servin
                              ("runner_died", RUNNER_DIED, "ModelRunner died")):
         for ln in _of(lines, kind)[:1]:
             add("triage-fatal", fail(f"{what}: {ln.text[:160]}", evidence={"line": ln.text[:300]}, remediation=code))
+    for kind, step, finding, what, code in AGENTX_SIGNATURES:
+        for ln in _of(lines, kind)[:1]:
+            add(step, finding(f"{what}: {ln.text[:160]}", evidence={"line": ln.text[:300]}, remediation=code))
     if _of(lines, "double_free"):
         add("triage-fatal", warn("`double free or corruption` in a ModelRunner (seen with long profiler traces, §10)",
                                  evidence={"line": _of(lines, "double_free")[0].text[:300]}, remediation=RUNNER_DIED))

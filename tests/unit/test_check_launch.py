@@ -81,13 +81,13 @@ def readings(a=None, script=None, ranks="", links=LINKS, routes=ROUTES, tcp=IDLE
         "tcp": FileReading("/proc/net/tcp", tcp), "tcp6": FileReading("/proc/net/tcp6", tcp6)})
 
 
-def judge(per_node=None, ips=IPS, stepping="B0", node_steppings=None, **params):
+def judge(per_node=None, ips=IPS, stepping="B0", node_steppings=None, recipe=None, **params):
     """Judge a rack of the given per-node readings (default: all healthy)."""
     per_node = per_node or {}
     nodes = {}
     for i, n in enumerate(ips):
         step = (node_steppings or {}).get(n, stepping)
-        settings = Settings(container="k3ep16", image=IMAGE, stepping=step, checks={CHK.name: params})
+        settings = Settings(container="k3ep16", image=IMAGE, stepping=step, checks={CHK.name: params}, recipe=recipe)
         nodes[n] = Node(n, ips[n], settings, data_ip=ips[n])
         per_node.setdefault(n, readings(place=i))
     cluster = Settings(container="k3ep16", image=IMAGE, stepping=stepping)
@@ -151,6 +151,20 @@ def test_profiles_and_overrides():
     assert err.status == Status.ERROR and "profile must be one of config-a" in err.message
     bad = Settings(container="k3ep16", checks={CHK.name: {"profile": "config-z"}})
     assert "ATOM_DP_SESSION_AFFINITY" in CHK.readings_for(bad)["container"].keep  # reads, then the judge says why
+
+
+def test_the_inventory_recipe_wins_over_the_profile_parameter(tmp_path):
+    """cluster.recipe names the validated set (a recipe file); launch-config.profile stays its alias."""
+    assert findings(judge(recipe="gfx1250-config-b")) == [(n, Status.WARN, "LAUNCH-ENV") for n in NAMES]
+    assert findings(judge(recipe="gfx1250-config-b", profile="config-a")) == \
+        [(n, Status.WARN, "LAUNCH-ENV") for n in NAMES]
+    site = tmp_path / "site.yaml"
+    site.write_text("recipe: site\nextends: config-a\nenv: {NCCL_P2P_LEVEL: NVL}\nwhy: {NCCL_P2P_LEVEL: our switch}\n")
+    v = judge(recipe=str(site))
+    assert findings(v) == [(n, Status.FAIL, "LAUNCH-ENV") for n in NAMES]
+    assert "NCCL_P2P_LEVEL is SYS, validated value NVL (our switch)" in v[0].message
+    assert v[0].evidence["profile"] == "site"
+    assert "NCCL_P2P_LEVEL" in lc.kept_names(lambda name: CHK.params[name], Settings(recipe=str(site)))
 
 
 # ----------------------------------------------------------------------------- pairs (§16)

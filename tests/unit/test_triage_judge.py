@@ -185,3 +185,23 @@ def test_one_far_future_stamp_is_that_sources_error_not_everyone_elses_stall():
     results = judge_all(texts, {}, Layout(NODES), now=None, problems={})
     assert [(r.node, r.status) for r in results if r.status != Status.PASS] == [("ct14", Status.ERROR)]
     assert "more than a day ahead" in results[0].message
+
+
+@pytest.mark.parametrize("line, step, status, code", [
+    ("LMCache WARNING: Failed to import backend lmcache.c_ops: libcudart.so.13: cannot open shared object file: "
+     "No such file or directory", "triage-config", Status.WARN, "TRIAGE-LMCACHE-CUDA-BUILD"),
+    ("RuntimeError: Timed out waiting for LMCache server on port 5555", "triage-startup", Status.FAIL,
+     "TRIAGE-LMCACHE-SERVER-HUNG"),
+    ("[aiter] Warning: Invalid AITER_LOG_LEVEL 'WARN', using 'INFO'. Valid values: DEBUG, INFO, WARNING, ERROR",
+     "triage-config", Status.WARN, "TRIAGE-AITER-LOG-LEVEL"),
+    ("ERROR: /results/server_metrics_export.json contains no metric with required prefix 'atom:'", "triage-fatal",
+     Status.FAIL, "TRIAGE-AIPERF-NO-ATOM-METRICS"),
+    ("ERROR: required AIPerf server metrics artifacts are missing or empty in /results", "triage-fatal", Status.FAIL,
+     "TRIAGE-AIPERF-NO-ATOM-METRICS"),
+    ("gpucore files exist. not good", "triage-fatal", Status.FAIL, "TRIAGE-GPUCORE"),
+])
+def test_agentx_log_signatures_of_the_reference(line, step, status, code):
+    """§25, §29, §30: each literal line is named once, on the rank that printed it."""
+    results = run(L.node_logs(extra={5: [line]}))
+    assert {(r.check, r.node, r.gpu, r.remediation) for r in results if r.status == status} == {
+        (step, "ct14", 1, code)}

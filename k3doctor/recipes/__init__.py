@@ -1,0 +1,349 @@
+"""Validated launch configurations as data: one YAML file per recipe (reference §16, §17, §26, §30).
+
+A recipe says which platform and image it is for and, per point (one per benchmark concurrency, or a
+single point), the environment every rank must have (a value; ``*`` any value; ``<data-plane
+interface>``; null: must be unset) and the server arguments (a value; ``*``; ``true``: a flag without a
+value; null: must be absent); the *why* of each value; differences that change nothing (``noops``) and
+deliberate deviations from the recipe's upstream (``deviations``); the host facts its DRAM arithmetic
+assumes (§25). The built-in recipes ship beside this file; a site's own is a file of the same shape
+(``cluster.recipe: ./site-recipe.yaml``). A bad file is one ``file:line: key: message`` per problem.
+"""
+from __future__ import annotations
+
+import difflib
+import functools
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from k3doctor.inventory.safeyaml import YAMLInputError, compose, decode, plain
+
+ANY = "*"  # must be set, any value
+DATA_IF = "<data-plane interface>"  # must name an interface that carries the node's data_ip (§18)
+FLAG = True  # an argument given without a value
+BUILTIN_DIR = Path(__file__).parent
+
+
+class RecipeError(YAMLInputError):
+    """Every problem of a recipe file (or of the name that should find one), one per line."""
+
+
+@dataclass(frozen=True)
+class Point:
+    """One launch configuration of a recipe: what runs at one benchmark concurrency."""
+
+    concurrency: int | None
+    env: dict
+    args: dict
+    client_env: dict = field(default_factory=dict)
+    dram_utilization: float | None = None
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    path: str
+    platform: str
+    image: str | None
+    source: str
+    aliases: tuple
+    points: tuple  # of Point, in file order
+    why: dict
+    tuning: frozenset
+    noops: dict  # name -> {"same": [values], "why": text}
+    deviations: dict  # name -> {"upstream": text, "why": text, "points": [conc] or None}
+    host: dict
+    golden_acceptance_length: dict  # draft tokens -> AL
+
+    @property
+    def concurrencies(self) -> list:
+        return [p.concurrency for p in self.points if p.concurrency is not None]
+
+    def point(self, concurrency: int | None = None) -> Point:
+        """The point launched at ``concurrency``; a single-point recipe needs none."""
+        if concurrency is None:
+            if len(self.points) != 1:
+                raise ValueError(f"recipe {self.name} has points for concurrency "
+                                 f"{', '.join(map(str, self.concurrencies))}: say which one is launched")
+            return self.points[0]
+        for p in self.points:
+            if p.concurrency == concurrency or (p.concurrency is None and len(self.points) == 1):
+                return p
+        raise ValueError(f"recipe {self.name} has no point for concurrency {concurrency} (it has "
+                         f"{', '.join(map(str, self.concurrencies))})")
+
+
+# ----------------------------------------------------------------------------- schema
+
+def _value(v):
+    return v is None or isinstance(v, str), "a string (\"*\": any value) or null (must be unset)"
+
+
+def _arg(v):
+    return v is None or v is True or isinstance(v, str), \
+        "a string (\"*\": any value), true (a flag without a value) or null (must be absent)"
+
+
+def _text(v):
+    return isinstance(v, str) and v.strip() != "", "a non-empty string"
+
+
+def _names(v):
+    return isinstance(v, list) and all(isinstance(x, str) for x in v), "a list of names"
+
+
+def _conc(v):
+    return isinstance(v, int) and not isinstance(v, bool) and v > 0, "a positive integer"
+
+
+def _fraction(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v <= 1, "a number in (0, 1]"
+
+
+def _positive(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0, "a positive number"
+
+
+def _platform(v):
+    from k3doctor import platforms
+
+    return v in platforms.names(), f"one of {', '.join(platforms.names())}"
+
+
+POINT_KEYS = {"concurrency": _conc, "env": ("map", _value), "args": ("map", _arg), "client_env": ("map", _value),
+              "dram_utilization": _fraction}
+TOP_KEYS = {"recipe": _text, "aliases": _names, "platform": _platform, "image": _text, "source": _text,
+            "extends": _text, "tuning": _names, "why": ("map", _text), "env": ("map", _value),
+            "args": ("map", _arg), "client_env": ("map", _value), "points": "points", "noops": "noops",
+            "deviations": "deviations", "host": ("map", _positive), "golden_acceptance_length": ("map", _positive),
+            "dram_utilization": _fraction}
+NOOP_KEYS = {"same": "list", "why": _text}
+DEVIATION_KEYS = {"upstream": _text, "why": _text, "points": "conc-list"}
+
+
+class _Reader:
+    def __init__(self, path: str):
+        self.path, self.problems = path, []
+
+    def say(self, node, where: str, message: str):
+        self.problems.append(f"{self.path}:{node.start_mark.line + 1}: {where}: {message}")
+
+    def mapping(self, node, where: str, schema: dict) -> dict:
+        if not isinstance(node, yaml.MappingNode):
+            self.say(node, where or "(top level)", "expected a mapping of key: value")
+            return {}
+        out = {}
+        for knode, vnode in node.value:
+            name = plain(knode)
+            here = f"{where}.{name}" if where else str(name)
+            if name == "<<":
+                continue  # a merge key: its entries are already in the mapping's value list
+            if name not in schema:
+                close = difflib.get_close_matches(str(name), list(schema), n=1)
+                self.say(knode, here, "unknown key" + (f" (did you mean '{close[0]}'?)" if close
+                                                        else f"; known keys: {', '.join(schema)}"))
+                continue
+            out[name] = self.value(vnode, here, schema[name])
+        return out
+
+    def value(self, vnode, here: str, rule):
+        if isinstance(rule, tuple):  # ("map", rule for each value): names are free
+            _, each = rule
+            if not isinstance(vnode, yaml.MappingNode):
+                self.say(vnode, here, "expected a mapping")
+                return {}
+            merged = {}
+            for k, v in _flatten(vnode):
+                value = plain(v)
+                ok, expected = each(value)
+                if not ok:
+                    self.say(v, f"{here}.{plain(k)}", f"expected {expected}, got {value!r}")
+                    continue
+                merged[plain(k)] = value
+            return merged
+        if rule == "points":
+            return self.points(vnode, here)
+        if rule in ("noops", "deviations"):
+            if not isinstance(vnode, yaml.MappingNode):
+                self.say(vnode, here, "expected a mapping of NAME: {...}")
+                return {}
+            keys = NOOP_KEYS if rule == "noops" else DEVIATION_KEYS
+            return {plain(k): self.mapping(v, f"{here}.{plain(k)}", keys) for k, v in vnode.value}
+        if rule == "list":
+            value = plain(vnode)
+            if not isinstance(value, list) or not all(_value(x)[0] for x in value):
+                self.say(vnode, here, "expected a list of values (strings or null)")
+                return []
+            return value
+        if rule == "conc-list":
+            value = plain(vnode)
+            if not isinstance(value, list) or not all(_conc(x)[0] for x in value):
+                self.say(vnode, here, "expected a list of concurrencies")
+                return []
+            return value
+        value = plain(vnode)
+        ok, expected = rule(value)
+        if not ok:
+            self.say(vnode, here, f"expected {expected}, got {value!r}")
+            return None
+        return value
+
+    def points(self, vnode, here: str) -> list:
+        if not isinstance(vnode, yaml.SequenceNode) or not vnode.value:
+            self.say(vnode, here, "expected a non-empty list of points (- concurrency: N ...)")
+            return []
+        out, seen = [], {}
+        for i, item in enumerate(vnode.value):
+            entry = self.mapping(item, f"{here}[{i}]", POINT_KEYS)
+            conc = entry.get("concurrency")
+            if conc is None:
+                self.say(item, f"{here}[{i}].concurrency", "missing: every point of a multi-point recipe names its "
+                         "concurrency")
+                continue
+            if conc in seen:
+                self.say(item, f"{here}[{i}].concurrency", f"{conc} is already the point at line {seen[conc]}")
+                continue
+            seen[conc] = item.start_mark.line + 1
+            out.append(entry)
+        return out
+
+
+def _flatten(node) -> list:
+    """(key, value) node pairs of a mapping, merge keys (``<<: *anchor``) expanded, later keys winning."""
+    pairs = {}
+    for k, v in node.value:
+        if k.value == "<<":
+            for source in (v.value if isinstance(v, yaml.SequenceNode) else [v]):
+                for mk, mv in _flatten(source):
+                    pairs.setdefault(mk.value, (mk, mv))
+        else:
+            pairs.pop(k.value, None)
+            pairs[k.value] = (k, v)
+    return list(pairs.values())
+
+
+def parse_recipe(text: str, path: str, resolve=None) -> Recipe:
+    """The validated recipe in ``text``; ``resolve(name)`` finds the recipe an ``extends:`` names."""
+    try:
+        root = compose(text, path)
+    except YAMLInputError as exc:
+        raise RecipeError(exc.problems) from None
+    r = _Reader(path)
+    if root is None:
+        raise RecipeError([f"{path}:1: the recipe file is empty; it needs at least `recipe:` and `env:`"])
+    top = r.mapping(root, "", TOP_KEYS)
+    base = None
+    if top.get("extends"):
+        try:
+            base = (resolve or builtin)(top["extends"])
+        except RecipeError as exc:
+            r.problems.append(f"{path}:{_line(root, 'extends')}: extends: {exc.problems[0]}")
+    for key in ("recipe",) + (() if base else ("platform",)):
+        if key not in top and not r.problems:
+            r.problems.append(f"{path}:1: {key}: missing")
+    if top.get("points") and base is not None and base.points and base.points[0].concurrency is not None:
+        r.problems.append(f"{path}:{_line(root, 'points')}: points: a recipe that extends a multi-point recipe "
+                          "cannot add points of its own")
+    if r.problems:
+        raise RecipeError(r.problems)
+    return _build(top, path, base)
+
+
+def _line(root, key: str) -> int:
+    return next((k.start_mark.line + 1 for k, _ in root.value if k.value == key), 1)
+
+
+def _build(top: dict, path: str, base: Recipe | None) -> Recipe:
+    common_env = {**_common(base, "env"), **top.get("env", {})}
+    common_args = {**_common(base, "args"), **top.get("args", {})}
+    common_client = {**_common(base, "client_env"), **top.get("client_env", {})}
+    raw_points = top.get("points") or [{}]
+    points = tuple(Point(concurrency=p.get("concurrency"), env={**common_env, **p.get("env", {})},
+                         args={**common_args, **p.get("args", {})},
+                         client_env={**common_client, **p.get("client_env", {})},
+                         dram_utilization=p.get("dram_utilization", top.get("dram_utilization")))
+                   for p in raw_points)
+    inherit = base.__dict__ if base else {}
+    return Recipe(
+        name=top["recipe"], path=path, platform=top.get("platform") or inherit.get("platform"),
+        image=top.get("image") or inherit.get("image"), source=top.get("source") or inherit.get("source", ""),
+        aliases=tuple(top.get("aliases", ())), points=points,
+        why={**inherit.get("why", {}), **top.get("why", {})},
+        tuning=frozenset(inherit.get("tuning", ())) | frozenset(top.get("tuning", ())),
+        noops={**inherit.get("noops", {}), **top.get("noops", {})},
+        deviations={**inherit.get("deviations", {}), **top.get("deviations", {})},
+        host={**inherit.get("host", {}), **top.get("host", {})},
+        golden_acceptance_length={int(k): float(v) for k, v in {
+            **inherit.get("golden_acceptance_length", {}), **top.get("golden_acceptance_length", {})}.items()})
+
+
+def _common(base: Recipe | None, key: str) -> dict:
+    return dict(getattr(base.points[0], key)) if base else {}
+
+
+# ----------------------------------------------------------------------------- finding a recipe
+
+def builtin_names() -> dict:
+    """{name or alias: file} of the recipes shipped with k3doctor."""
+    out = {}
+    for f in sorted(BUILTIN_DIR.glob("*.yaml")):
+        out[f.stem] = f
+    for f in list(out.values()):
+        out.update({alias: f for alias in _aliases(f)})
+    return out
+
+
+def _aliases(f: Path) -> list:
+    try:
+        return list(yaml.safe_load(f.read_text()).get("aliases", ()))
+    except (OSError, yaml.YAMLError, AttributeError):
+        return []
+
+
+def builtin(name: str) -> Recipe:
+    """A shipped recipe by its name or alias."""
+    names = builtin_names()
+    if name not in names:
+        close = difflib.get_close_matches(name, list(names), n=1)
+        raise RecipeError([f"no recipe {name!r}" + (f" (did you mean '{close[0]}'?)" if close else
+                                                     f"; built-in recipes: {', '.join(sorted(names))}")])
+    return read_file(str(names[name]))
+
+
+def read_file(path: str) -> Recipe:
+    try:
+        with open(os.path.expanduser(path), "rb") as fh:
+            text = decode(fh.read(), path)
+    except OSError as exc:
+        raise RecipeError([f"{path}: cannot read recipe: {exc.strerror}"]) from None
+    except YAMLInputError as exc:
+        raise RecipeError(exc.problems) from None
+    return parse_recipe(text, path)
+
+
+def looks_like_path(spec: str) -> bool:
+    return "/" in spec or spec.endswith((".yaml", ".yml"))
+
+
+def load(spec: str, relative_to: str | None = None) -> Recipe:
+    """``spec`` is a built-in recipe's name (or alias) or a recipe file's path (relative paths from
+    ``relative_to``'s directory, the inventory's, when given)."""
+    if looks_like_path(spec):
+        path = spec
+        if relative_to and not os.path.isabs(os.path.expanduser(spec)):
+            path = os.path.normpath(os.path.join(os.path.dirname(relative_to), spec))
+        return read_file(path)
+    return builtin(spec)
+
+
+def platform_recipes(platform: str) -> list:
+    """The shipped recipes for one platform, each once (aliases aside)."""
+    return [r for r in (read_file(str(f)) for f in sorted(BUILTIN_DIR.glob("*.yaml"))) if r.platform == platform]
+
+
+@functools.lru_cache(maxsize=64)
+def cached(spec: str) -> Recipe:
+    """:func:`load` once per run (the checks ask per node); ``spec`` is a name or an absolute path."""
+    return load(spec)
