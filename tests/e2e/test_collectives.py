@@ -59,7 +59,9 @@ def test_rank_hung_in_the_all_to_all_is_named_with_its_stage_and_node(rig, torch
     mine = [r for r in results if r["check"] == PROBE]
     cluster = next(r for r in mine if r["node"] is None)
     ev = cluster["evidence"]
-    assert cluster["status"] == "FAIL" and cluster["remediation"] == "ALLREDUCE-NODE-FAULT"
+    # the node finding is the fault; the cluster row says it follows from it (issue 22 §4)
+    assert cluster["status"] == "SKIP" and ev["own_finding"] == "FAIL ALLREDUCE-NODE-FAULT"
+    assert cluster["message"].startswith(f"follows from {PROBE} on {hung}: ")
     assert ev["failed_stage"] == "alltoall" and ev["missing_ranks"] == [2] and ev["missing_nodes"] == [hung]
     assert "stopped in stage `alltoall`" in cluster["message"] and f"rank 2 ({hung}) never completed it" in \
         cluster["message"]
