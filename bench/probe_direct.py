@@ -16,7 +16,7 @@ import yaml
 from k3doctor.inventory.load import parse_inventory
 from k3doctor.judging.runner import Context
 from k3doctor.registry import REGISTRY, load_checks
-from k3doctor.transport.ssh import LocalTransport
+from k3doctor.transport.local import LocalTransport
 
 CHECK = "allreduce-probe"
 

@@ -110,7 +110,7 @@ def judge_safely(fn, *args) -> list:
     except Exception as exc:  # a bug in one check must not hide the others' results
         # imported here, not above: a check that imports this module does not load paramiko (a probe that
         # raised TransportError has it loaded already)
-        from k3doctor.transport.ssh import TransportError
+        from k3doctor.transport.base import TransportError
 
         if isinstance(exc, TransportError):
             return [error(str(exc))]

@@ -25,7 +25,7 @@ from k3doctor.readings import (
     EngineFactCommand,
     Unavailable,
 )
-from k3doctor.transport.ssh import TransportError
+from k3doctor.transport.base import TransportError
 
 
 def _engine_read(transport, deadline: Deadline | None, what: str, read) -> object:

@@ -31,7 +31,7 @@ from k3doctor.readings import (
     Unavailable,
 )
 from k3doctor.shell import join, quote
-from k3doctor.transport.ssh import TransportError
+from k3doctor.transport.base import TransportError
 
 MISSING, DIRECTORY = "M", "D"
 FSIZE_BLOCK = 512  # `ulimit -f` unit in POSIX sh (bash outside POSIX mode counts 1024: a looser cap, still cut)

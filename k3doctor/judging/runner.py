@@ -29,7 +29,10 @@ from k3doctor.parsers import ParseError
 from k3doctor.readings import Readings, ReadingUnavailable, Unavailable
 from k3doctor.registry import prerequisites_first
 from k3doctor.results import Result, Status, error
-from k3doctor.transport.ssh import LocalTransport, SSHTransport, Transport, TransportError, resolve_ssh_target
+from k3doctor.transport.base import Transport, TransportError
+from k3doctor.transport.local import LocalTransport
+from k3doctor.transport.ssh import SSHTransport
+from k3doctor.transport.targets import resolve_ssh_target
 
 
 @dataclass

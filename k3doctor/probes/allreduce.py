@@ -25,7 +25,7 @@ from k3doctor.probes.allreduce_runs import Member, NodeRun, Outcome, Plan, analy
 from k3doctor.probes.kit import Finding, carriers, pair_rounds
 from k3doctor.remote.allreduce_worker import AGENT_KILL_GRACE_S, TOKEN_PREFIX
 from k3doctor.shell import join
-from k3doctor.transport.ssh import TransportError
+from k3doctor.transport.base import TransportError
 
 WORKER_SOURCE = (Path(__file__).parents[1] / "remote" / "allreduce_worker.py").read_bytes()
 CLEANUP_TIMEOUT_S = 20.0

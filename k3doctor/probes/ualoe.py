@@ -43,7 +43,7 @@ from k3doctor.remote.ualoe_remote import (
 )
 from k3doctor.results import Status, error, fail, skip, warn
 from k3doctor.shell import quote
-from k3doctor.transport.ssh import TransportError
+from k3doctor.transport.base import TransportError
 
 NOT_RUNNABLE = {126: "is not executable", 127: "was not found"}  # the shell's rc when exec fails
 

@@ -10,14 +10,10 @@ Both hand out a Docker SDK client that talks to the node's own engine.
 from __future__ import annotations
 
 import logging
-import os
 import select
-import signal
 import socket
-import subprocess
 import threading
 import time
-from dataclasses import dataclass
 
 # isort: off
 from k3doctor.transport import lazy_imports  # noqa: F401  (first: paramiko itself is imported at the first handshake, see there)
@@ -26,11 +22,10 @@ import paramiko
 
 from k3doctor import localfiles
 from k3doctor.deadline import Deadline, seconds
-from k3doctor.readings import CommandReading
 from k3doctor.shell import quote, with_timeout
-from k3doctor.transport import ssh_config as sshconfig
-from k3doctor.transport.procs import drain_killed
+from k3doctor.transport.base import Capped, Transport, TransportError
 from k3doctor.transport.streamlocal import open_streamlocal
+from k3doctor.transport.targets import SSHTarget, files_said
 
 log = logging.getLogger("k3doctor")
 KILL_GRACE_S = 2.0  # node-side SIGKILL follows SIGTERM after this
@@ -46,267 +41,6 @@ DEFAULT_DOCKER_SOCKET = "/var/run/docker.sock"  # the engine's API socket unless
 # (this allows two SYN retransmits, at 1 s and 3 s); a dead or filtered one costs this, not the connect timeout.
 PROBE_TIMEOUT_S = 3.0
 
-
-class TransportError(Exception):
-    """The node could not be reached or refused us; the message says what to do."""
-
-
-@dataclass
-class SSHTarget:
-    """Where and how to log in, after merging the inventory with the ssh config (see sshconfig.py)."""
-
-    node: str
-    host: str
-    port: int = 22
-    user: str | None = None
-    identity_file: str | None = None
-    password: str | None = None  # from an environment variable named in the inventory
-    proxy_jump: str | None = None  # as written (ProxyJump), for messages; ``jumps`` is what is used
-    ssh_config_path: str | None = None
-    known_hosts: str | None = None  # the inventory's file: then the only one, for every hop
-    accept_unknown_hosts: bool = False
-    connect_timeout_s: float = 10.0
-    jumps: tuple = ()  # SSHTarget per jump host, first hop first
-    known_hosts_files: tuple = ()  # files the host key is verified against (missing ones are skipped)
-    host_key_alias: str | None = None  # known_hosts name instead of [host]:port (HostKeyAlias)
-    use_agent: bool = True  # ssh-agent keys (SSH_AUTH_SOCK) may be tried
-    look_for_keys: bool = True  # ~/.ssh/id_* may be tried
-
-    def __repr__(self):  # never show the password
-        return f"SSHTarget({self.user}@{self.host}:{self.port})"
-
-    @property
-    def first_hop(self) -> tuple:
-        """(host, port) this machine opens a TCP connection to: the first jump host, else the node."""
-        return (self.jumps[0].host, self.jumps[0].port) if self.jumps else (self.host, self.port)
-
-
-def resolve_ssh_target(node: str, host: str, *, port=None, user=None, identity_file=None,
-                       password=None, known_hosts=None, accept_unknown_hosts=False,
-                       connect_timeout_s=10.0, ssh_config_path="~/.ssh/config") -> SSHTarget:
-    """Inventory values win; the ssh config fills what the inventory leaves open (HostName, Port, User,
-    IdentityFile, ProxyJump chains, known_hosts files, HostKeyAlias), as OpenSSH would read it."""
-    path = os.path.expanduser(ssh_config_path) if ssh_config_path else None
-    try:
-        config = sshconfig.load(path)
-        return _resolve(node, host, port, user, identity_file, config, path, jumps=None,
-                        common=dict(password=password, known_hosts=os.path.expanduser(known_hosts) if known_hosts
-                                    else None, accept_unknown_hosts=accept_unknown_hosts,
-                                    connect_timeout_s=connect_timeout_s), seen=())
-    except sshconfig.SSHConfigError as exc:
-        raise TransportError(f"cannot use ssh config {path} for {host}: {exc}") from None
-
-
-def _resolve(node, host, port, user, identity_file, config, path, *, jumps, common, seen) -> SSHTarget:
-    """One login; ``jumps`` given: the chain that reaches it (a hop of an explicit list does not follow its
-    own ProxyJump, as in OpenSSH), else the host's own ProxyJump from the config."""
-    cfg = sshconfig.lookup(config, host)
-    if jumps is None and cfg.proxy_command and not cfg.proxy_jump:
-        raise sshconfig.SSHConfigError(f"ProxyCommand is not supported for {host}; use ProxyJump")
-    hostname, port = cfg.hostname or host, int(port or cfg.port or 22)
-    if (hostname, port) in seen or len(seen) >= sshconfig.MAX_JUMPS:
-        raise sshconfig.SSHConfigError(f"ProxyJump loop (or more than {sshconfig.MAX_JUMPS} hops): "
-                                       + " -> ".join(f"{h}:{p}" for h, p in (*seen, (hostname, port))))
-    seen = (*seen, (hostname, port))
-    if jumps is None:  # the host's own ProxyJump: the first hop follows its own, each next is reached through it
-        jumps = ()
-        for hop_user, hop_host, hop_port in cfg.proxy_jump:
-            hop = _resolve(f"{node} (jump host {hop_host})", hop_host, hop_port, hop_user, None, config, path,
-                           jumps=jumps or None, common={**common, "password": None},
-                           seen=(*seen, *((j.host, j.port) for j in jumps)))
-            jumps = (*jumps, hop) if jumps else (*hop.jumps, hop)
-    identity = os.path.expanduser(identity_file) if identity_file else (
-        cfg.identity_files[0] if cfg.identity_files else None)
-    known = (common["known_hosts"],) if common["known_hosts"] else cfg.user_known_hosts + cfg.global_known_hosts
-    return SSHTarget(
-        node=node, host=hostname, port=port, user=user or cfg.user or "root", identity_file=identity,
-        proxy_jump=",".join(h for _, h, _ in cfg.proxy_jump) or None, ssh_config_path=path, jumps=tuple(jumps),
-        known_hosts_files=known, host_key_alias=cfg.host_key_alias,
-        use_agent=cfg.use_agent and not (identity and cfg.identities_only),
-        look_for_keys=identity is None, **common)
-
-
-def _files_said(t: SSHTarget) -> str:
-    """The known_hosts files of a message, and the alias the key was looked up under."""
-    files = " ".join(t.known_hosts_files) or "no known_hosts file"
-    return files + (f", as {t.host_key_alias}" if t.host_key_alias else "")
-
-
-class Transport:
-    """Common surface: ``run`` a shell command with a deadline, get a Docker client, ``cancel``, close."""
-
-    node: str
-
-    def __init__(self, node: str, *, sudo: bool = False, max_output_bytes: int = 16 << 20):
-        self.node = node
-        self.sudo = sudo
-        self.max_output_bytes = max_output_bytes
-        self.round_trips = 0
-        self._lock = threading.Lock()
-        self._cancelled = threading.Event()
-        self._live: dict = {}  # id -> [handle, remote process group or None]: what cancel() must stop
-
-    def connect(self) -> None:
-        """Open the connection now, so failures surface once, before any check runs."""
-
-    def run(self, command: str, *, timeout_s: float, stdin: bytes | None = None) -> CommandReading:
-        """Run a shell command on the node; it is killed there (with its children) at timeout_s."""
-        result = self.run_bytes(command, timeout_s=timeout_s, stdin=stdin)
-        result.stdout = result.stdout.decode("utf-8", "replace")
-        result.stderr = result.stderr.decode("utf-8", "replace")
-        return result
-
-    def run_bytes(self, command: str, *, timeout_s: float, stdin: bytes | None = None) -> CommandReading:
-        """``run`` with stdout/stderr left as bytes (the gatherer's frames are byte-counted)."""
-        timeout_s = seconds(timeout_s, 30.0)
-        wrapped = with_timeout(command, timeout_s, KILL_GRACE_S)
-        self._refuse_if_cancelled()
-        with self._lock:
-            self.round_trips += 1
-        started = time.monotonic()
-        rc, out, err, truncated, client_timeout = self._execute(
-            wrapped, stdin, timeout_s + KILL_GRACE_S + CLIENT_GRACE_S)
-        if self.sudo and rc == 1 and b"password is required" in err:
-            raise self._sudo_wants_password()
-        return CommandReading(
-            command=command, rc=rc, stdout=out, stderr=err,
-            timed_out=client_timeout or rc in (124, 137),
-            truncated=truncated, duration_s=round(time.monotonic() - started, 3))
-
-    def _as_user(self, command: str) -> str:
-        return "sudo -n " + command if self.sudo else command
-
-    def _sudo_wants_password(self) -> TransportError:
-        return TransportError(f"sudo on {self.node} wants a password; allow k3doctor's commands with NOPASSWD "
-                              "or set `sudo: false` for this node")
-
-    def _refuse_if_cancelled(self):
-        if self._cancelled.is_set():
-            raise TransportError(f"{self.node}: interrupted (Ctrl-C); what ran there was stopped")
-
-    def _track(self, handle, group=None) -> None:
-        with self._lock:
-            self._live[id(handle)] = [handle, group]
-
-    def _untrack(self, handle) -> None:
-        with self._lock:
-            self._live.pop(id(handle), None)
-
-    def cancel(self) -> None:
-        """Ctrl-C: stop every command in flight on the node now, with whatever it started there, and
-        refuse new ones. Blocked reads return at once; bounded by a few seconds per node."""
-        self._cancelled.set()
-        with self._lock:
-            live = [tuple(entry) for entry in self._live.values()]
-        self._stop(live)
-
-    def _stop(self, live: list) -> None:
-        raise NotImplementedError
-
-    def _execute(self, command, stdin, deadline_s):
-        raise NotImplementedError
-
-    def docker(self, deadline: Deadline):
-        raise NotImplementedError
-
-    def close(self) -> None:
-        pass
-
-
-class _Capped:
-    """Byte sink that keeps at most ``limit`` bytes and remembers whether it dropped any."""
-
-    def __init__(self, limit: int):
-        self.limit, self.parts, self.size, self.truncated = limit, [], 0, False
-
-    def add(self, data: bytes):
-        room = self.limit - self.size
-        if len(data) > room:
-            self.truncated = True
-            data = data[:max(room, 0)]
-        self.parts.append(data)
-        self.size += len(data)
-
-    def value(self) -> bytes:
-        return b"".join(self.parts)
-
-
-class LocalTransport(Transport):
-    """This machine, through ``sh -c``: useful for ``k3doctor check`` on the node you are on."""
-
-    def _execute(self, command, stdin, deadline_s):
-        proc = subprocess.Popen(["sh", "-c", self._as_user(command)], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-        self._track(proc, proc.pid)
-        try:
-            if self._cancelled.is_set():
-                self._stop([(proc, proc.pid)])
-            out, err = proc.communicate(stdin, timeout=deadline_s)
-            timed_out = False
-        except subprocess.TimeoutExpired:
-            _killpg(proc.pid, 9)
-            out, err = drain_killed(proc, KILL_GRACE_S)
-            timed_out = True
-        finally:
-            self._untrack(proc)
-        self._refuse_if_cancelled()
-        cap = self.max_output_bytes
-        return proc.returncode, out[:cap], err[:cap], len(out) > cap or len(err) > cap, timed_out
-
-    def _stop(self, live):
-        """TERM every process group of the commands' sessions (each command runs in a session of its
-        own, and `timeout` leads a group of its own in it), then KILL what is left after the grace."""
-        for handle, group in live:
-            if group is None:  # a Docker engine socket
-                handle.close()
-        sessions = {group for _, group in live if group}
-        for group in _groups_in(sessions):
-            _killpg(group, signal.SIGTERM)
-        end = time.monotonic() + STOP_GRACE_S  # gather's trap needs a moment to stop its reading and clean up
-        while time.monotonic() < end and _groups_in(sessions):
-            time.sleep(0.1)
-        for group in _groups_in(sessions):
-            _killpg(group, signal.SIGKILL)
-
-    def docker(self, deadline: Deadline):
-        """The local engine, bounded by ``deadline`` the same way as over SSH (see dockerssh)."""
-        from k3doctor.transport.docker_api import LocalEngineChannel, docker_over_ssh, local_engine_socket
-
-        op_timeout_s = max(0.1, min(DOCKER_OP_TIMEOUT_S, deadline.remaining()))
-        path = local_engine_socket()
-        if path is None:  # a TCP engine: the SDK's own client, bounded per call only
-            import docker
-
-            return docker.from_env(timeout=op_timeout_s)
-        def open_channel():
-            chan = LocalEngineChannel(path)
-            self._track(chan)
-            return chan
-
-        return docker_over_ssh(open_channel, lambda chan, deadline_hit: self._untrack(chan), deadline,
-                               op_timeout_s=op_timeout_s)
-
-
-def _groups_in(sessions: set) -> set:
-    """Process groups of the live (not zombie) processes in these sessions, from Linux /proc."""
-    groups = set()
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat", "rb") as fh:
-                    state, _ppid, group, session = fh.read().rsplit(b")", 1)[1].split()[:4]
-            except (OSError, ValueError):
-                continue
-            if int(session) in sessions and state != b"Z":
-                groups.add(int(group))
-    return groups
-
-
-def _killpg(group: int, sig: int) -> None:
-    try:
-        os.killpg(group, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def probe_tcp(host: str, port: int, timeout_s: float) -> socket.socket:
@@ -404,7 +138,7 @@ class SSHTransport(Transport):
         except paramiko.BadHostKeyException:
             client.close()
             raise TransportError(
-                f"host key of {t.host}:{t.port} does NOT match known_hosts ({_files_said(t)})"
+                f"host key of {t.host}:{t.port} does NOT match known_hosts ({files_said(t)})"
                 " - refusing to connect; if the node was reinstalled, verify its key and replace the entry "
                 f"(ssh-keygen -R '[{t.host}]:{t.port}')") from None
         except hostkeys.RevokedHostKey as exc:
@@ -422,7 +156,7 @@ class SSHTransport(Transport):
             client.close()
             if "not found in known_hosts" in str(exc):
                 raise TransportError(
-                    f"host key of {t.host}:{t.port} is unknown (not in {_files_said(t)});"
+                    f"host key of {t.host}:{t.port} is unknown (not in {files_said(t)});"
                     " add it (ssh-keyscan -p PORT HOST >> known_hosts) after verifying it, or pass"
                     " --accept-unknown-hosts") from None
             if not handshake:
@@ -464,7 +198,7 @@ class SSHTransport(Transport):
 
     def _execute(self, command, stdin, deadline_s):
         chan = self._channel()
-        out, err = _Capped(self.max_output_bytes), _Capped(self.max_output_bytes)
+        out, err = Capped(self.max_output_bytes), Capped(self.max_output_bytes)
         head = _PidLine(err)
         timed_out = cancelled = False
         self._track(chan)

@@ -11,7 +11,7 @@ from k3doctor.gather.node_script import _in_container_readings, gather
 from k3doctor.inventory.load import load_inventory
 from k3doctor.judging.runner import RunOptions, make_transport
 from k3doctor.readings import Command, in_container
-from k3doctor.transport.ssh import LocalTransport
+from k3doctor.transport.local import LocalTransport
 from tests.conftest import private_rack
 from tests.e2e.faults import docker_cli_recorded
 

@@ -18,7 +18,7 @@ import pytest
 
 from k3doctor.probes.allreduce import WORKER_SOURCE, Member, Plan, _cleanup, diagnose, launch
 from k3doctor.remote import allreduce_worker as worker
-from k3doctor.transport.ssh import LocalTransport
+from k3doctor.transport.local import LocalTransport
 
 if importlib.util.find_spec("torch") is None:
     pytest.skip("torch is not installed (pip install torch==2.13.0)", allow_module_level=True)

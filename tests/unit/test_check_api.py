@@ -167,7 +167,7 @@ def test_overrides_are_checked_against_the_declaration(ifoe):
 
 
 def test_a_transport_failure_in_a_probe_is_its_message_not_an_internal_error():
-    from k3doctor.transport.ssh import TransportError
+    from k3doctor.transport.base import TransportError
 
     def probe():
         raise TransportError("ct13: connection refused")

@@ -10,7 +10,7 @@ from k3doctor.model.gpu import KFD_PROC_GLOB
 from k3doctor.readings import CommandReading, Readings
 from k3doctor.registry import REGISTRY
 from k3doctor.results import Status, fail
-from k3doctor.transport.ssh import LocalTransport
+from k3doctor.transport.local import LocalTransport
 
 CHECK = REGISTRY.checks["shm-clean"]
 

@@ -30,7 +30,9 @@ def test_a_nodes_tcp_probe_comes_before_paramiko_and_its_handshake_after():
         port = server.getsockname()[1]
         code = textwrap.dedent(f"""
             import sys
-            from k3doctor.transport.ssh import SSHTransport, TransportError, probe_tcp, resolve_ssh_target
+            from k3doctor.transport.ssh import SSHTransport, probe_tcp
+            from k3doctor.transport.base import TransportError
+            from k3doctor.transport.targets import resolve_ssh_target
             sock = probe_tcp("127.0.0.1", {port}, 3)
             before = "paramiko.transport" in sys.modules
             t = SSHTransport(resolve_ssh_target("n1", "127.0.0.1", port={port}, known_hosts="/dev/null",

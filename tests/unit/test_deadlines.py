@@ -13,7 +13,8 @@ from k3doctor.deadline import MAX_SECONDS, Deadline, seconds
 from k3doctor.gather.node_script import build_script, gather
 from k3doctor.readings import OUTPUT_CAP_BYTES, Command, File, ReadingUnavailable, Unavailable
 from k3doctor.shell import with_timeout
-from k3doctor.transport.ssh import LocalTransport, TransportError
+from k3doctor.transport.base import TransportError
+from k3doctor.transport.local import LocalTransport
 
 
 def token(base: int) -> str:

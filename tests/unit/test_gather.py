@@ -7,7 +7,7 @@ import pytest
 
 from k3doctor.gather.node_script import build_script, gather, parse_frames
 from k3doctor.readings import Command, Exists, File, FileReading, Glob, ReadingUnavailable, Unavailable
-from k3doctor.transport.ssh import LocalTransport
+from k3doctor.transport.local import LocalTransport
 
 
 def run(specs, **kw):

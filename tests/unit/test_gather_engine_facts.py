@@ -32,7 +32,7 @@ from k3doctor.readings import (
     Unavailable,
     sh_with_fact,
 )
-from k3doctor.transport.ssh import LocalTransport
+from k3doctor.transport.local import LocalTransport
 
 NOW = "2026-12-02T03:00:00Z"
 DOCKER_CLI = """#!/bin/sh

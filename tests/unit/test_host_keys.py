@@ -7,7 +7,9 @@ import threading
 import paramiko
 import pytest
 
-from k3doctor.transport.ssh import SSHTransport, TransportError, resolve_ssh_target
+from k3doctor.transport.base import TransportError
+from k3doctor.transport.ssh import SSHTransport
+from k3doctor.transport.targets import resolve_ssh_target
 
 
 class AcceptAnyKey(paramiko.ServerInterface):

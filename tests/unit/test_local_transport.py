@@ -3,7 +3,7 @@ import os
 import signal
 import time
 
-from k3doctor.transport.ssh import LocalTransport
+from k3doctor.transport.local import LocalTransport
 
 
 def test_a_process_that_left_the_group_does_not_hold_the_run_past_its_deadline(tmp_path):

@@ -8,7 +8,7 @@ import psutil
 import pytest
 
 from k3doctor.gather.node_script import build_script, parse_frames
-from k3doctor.transport.ssh import LocalTransport
+from k3doctor.transport.local import LocalTransport
 
 
 def frames(specs, python, **kw):

@@ -10,8 +10,9 @@ import paramiko
 import pytest
 
 from k3doctor.transport import ssh_config as sshconfig
+from k3doctor.transport.base import TransportError
 from k3doctor.transport.hostkeys import trust_known_hosts
-from k3doctor.transport.ssh import TransportError, resolve_ssh_target
+from k3doctor.transport.targets import resolve_ssh_target
 
 
 def write(path, text):

@@ -48,7 +48,8 @@ def test_with_a_docker_socket_every_node_command_asks_that_engine_too(tmp_path):
     engine the API channel reads, not the CLI's default; the path stays one shell word."""
     import subprocess
 
-    from k3doctor.transport.ssh import SSHTransport, resolve_ssh_target
+    from k3doctor.transport.ssh import SSHTransport
+    from k3doctor.transport.targets import resolve_ssh_target
 
     target = resolve_ssh_target("n1", "127.0.0.1", known_hosts="/dev/null")
     odd = "/run/it's a dir/docker.sock"

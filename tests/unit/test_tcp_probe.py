@@ -3,7 +3,9 @@ import socket
 
 import pytest
 
-from k3doctor.transport.ssh import SSHTarget, SSHTransport, TransportError, probe_tcp
+from k3doctor.transport.base import TransportError
+from k3doctor.transport.ssh import SSHTransport, probe_tcp
+from k3doctor.transport.targets import SSHTarget
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from k3doctor.probes import ualoe
 from k3doctor.readings import CommandReading
 from k3doctor.registry import REGISTRY, load_checks
 from k3doctor.results import Status
-from k3doctor.transport.ssh import TransportError
+from k3doctor.transport.base import TransportError
 
 load_checks()
 UBENCH = "/opt/ubench/build"
