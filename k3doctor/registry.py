@@ -360,3 +360,14 @@ def load_rule_tables() -> None:
     """Register the remediation codes of every built-in rule table (see RULE_TABLES)."""
     for name in RULE_TABLES:
         importlib.import_module(name)
+
+
+def rule_rows(code: str) -> list:
+    """``table:row`` for every row of a built-in rule table (a module's ``RULES`` of rows with ``name`` and
+    ``remediation``) that gives remediation ``code``: what `explain` lists besides the checks."""
+    found = []
+    for name in RULE_TABLES:
+        rows = getattr(importlib.import_module(name), "RULES", ())
+        found += [f"{name.rsplit('.', 2)[-2]} rule {row.name}" for row in rows
+                  if getattr(row, "remediation", None) == code]
+    return found

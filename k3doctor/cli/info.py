@@ -5,7 +5,7 @@ import click
 
 from k3doctor import platforms
 from k3doctor.cli.options import load_plugins
-from k3doctor.registry import REGISTRY, load_rule_tables
+from k3doctor.registry import REGISTRY, load_rule_tables, rule_rows
 
 
 @click.command("list")
@@ -40,7 +40,7 @@ def explain_cmd(code):
     if rem is None:
         known = ", ".join(sorted(REGISTRY.remediations))
         raise click.UsageError(f"no remediation code {code!r}; known codes: {known}")
-    users = [c.name for c in REGISTRY.checks.values() if rem.code in c.remediations]
+    users = [c.name for c in REGISTRY.checks.values() if rem.code in c.remediations] + rule_rows(rem.code)
     click.echo(f"{rem.code}: {rem.title}\n")
     click.echo(rem.text)
     if users:

@@ -6,6 +6,7 @@ orchestration (reading the logs) lives in ``k3doctor.triage``.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from k3doctor.parsers.atom_log import stage_of
@@ -98,21 +99,6 @@ AIPERF_SERVER_METRICS_URLS names this server's port.""")
 GPUCORE = remediation("TRIAGE-GPUCORE", "GPU core dumps in the run's directory", """
 `gpucore files exist. not good`: a GPU fault left core files, which the launcher then deletes (§30). Collect
 them first, then match the kernel log (`k3doctor triage` reads dmesg) for the fault that wrote them.""")
-# AgentX log signatures (§25, §29, §30): (signal kind, step, finding, what it means, remediation); the first
-# matching line is shown.
-AGENTX_SIGNATURES = (
-    ("lmcache_cuda_backend", "triage-config", warn, "LMCache's CUDA build on ROCm: its native ops did not load",
-     LMCACHE_CUDA),
-    ("lmcache_server_timeout", "triage-startup", fail, "the LMCache server never came up (its pinned pool hung it)",
-     LMCACHE_SERVER),
-    ("aiter_log_level_invalid", "triage-config", warn, "AITER_LOG_LEVEL is not DEBUG/INFO/WARNING/ERROR: aiter logs "
-     "at INFO", AITER_LEVEL),
-    ("aiperf_no_atom_metrics", "triage-fatal", fail, "aiperf found no `atom:` server metrics: the run is rejected",
-     AIPERF_METRICS),
-    ("gpucore", "triage-fatal", fail, "GPU core files in the run's directory: a GPU fault", GPUCORE),
-)
-
-
 @dataclass(frozen=True)
 class Layout:
     """Where ranks live: node i of ``nodes`` holds ranks ``per_node * i`` … ``per_node * (i + 1) - 1``."""
@@ -206,83 +192,197 @@ def judge_collectives(ranks: dict, layout: Layout) -> list:
     return out
 
 
-def judge_rank(rank: int, lines: list, layout: Layout, now: float | None, serving: bool = False) -> list:
-    """Everything one rank's own lines say (§2, §10, §17, §19, §20, §23, §25). ``serving``: the server is up
-    (then a quiet rank is idle, not stalled)."""
-    out = []
+@dataclass(frozen=True)
+class RankView:
+    """What a log rule may read about one rank: its lines, the layout, how long its log has been quiet (seconds,
+    None when unknown) and whether the server is up (then a quiet rank is idle, not stalled)."""
 
-    def add(step, verdict):
-        out.append((step, _at(layout, rank, verdict)))
+    lines: list
+    layout: Layout
+    age: float | None
+    serving: bool
 
-    for ln in _of(lines, "memory_budget")[-1:]:
-        total = ln.signals["memory_budget"].get("total_gpu")
-        if layout.board_gib and total and abs(total - layout.board_gib) > 0.05 * layout.board_gib:
-            add("triage-kv", warn(f"Memory budget total_gpu={total:g} GB on a declared {layout.board_gib} GiB board: "
-                                  "budgets derived for the other board size do not carry over",
-                                  evidence={"line": ln.text[:300]}, remediation=KV_NEGATIVE))
+
+@dataclass(frozen=True)
+class LogRule:
+    """One triage log rule (a row of ``RULES``): what a rank's lines must show and the finding that gives.
+
+    ``test`` reads the rank (``RankView``) and returns None, or the fields for ``message`` and the evidence;
+    by default it is ``first_line``: the rank printed a line of ``signal``. A rank gives each rule's finding
+    at most once."""
+
+    name: str
+    step: str
+    finding: Callable  # results.warn | results.fail
+    remediation: str
+    signal: str | None  # the parser signal kind the rule reads (k3doctor.parsers.atom_log); None: only time
+    message: str  # str.format template over the test's fields
+    test: Callable | None = None
+
+    def judge(self, rank: RankView):
+        """The rule's Verdict for this rank, or None."""
+        found = (self.test or first_line)(self, rank)
+        if found is None:
+            return None
+        fields, evidence = found
+        return self.finding(self.message.format(**fields), evidence=evidence, remediation=self.remediation)
+
+
+def first_line(rule: LogRule, rank: RankView):
+    """The rank printed a line of the rule's signal: the first one, quoted (shortened) in the message."""
+    for ln in _of(rank.lines, rule.signal)[:1]:
+        return {"line": ln.text[:160]}, {"line": ln.text[:300]}
+    return None
+
+
+def _budget_board_size(rule, rank):
+    for ln in _of(rank.lines, "memory_budget")[-1:]:
+        total, board = ln.signals["memory_budget"].get("total_gpu"), rank.layout.board_gib
+        if board and total and abs(total - board) > 0.05 * board:
+            return {"total": total, "board": board}, {"line": ln.text[:300]}
+    return None
+
+
+def _budget_kv_not_positive(rule, rank):
+    for ln in _of(rank.lines, "memory_budget")[-1:]:
         kv = ln.signals["memory_budget"].get("available_for_kv")
         if kv is not None and kv <= 0:
-            add("triage-kv", fail(f"available_for_kv={kv:g} GB: the KV cache has no room", evidence={
-                "line": ln.text[:300]}, remediation=KV_NEGATIVE))
-    errors = _of(lines, "kv_error")
-    if errors or _of(lines, "kv_assert"):
-        line = (errors or _of(lines, "kv_assert"))[-1].text[:300]
-        if _of(lines, "kv_collision"):
-            free = _of(lines, "kv_collision")[-1].signals["kv_collision"]["free"]
-            add("triage-kv", fail(f"KV budget failure: only {free} GB physically free - another job holds the GPU",
-                                  evidence={"line": line}, remediation=KV_COLLISION))
-        elif _of(lines, "kv_raise_util"):
-            util = _of(lines, "kv_raise_util")[-1].signals["kv_raise_util"]["util"]
-            add("triage-kv", fail(f"KV budget failure: needs --gpu-memory-utilization >= {util}",
-                                  evidence={"line": line}, remediation=KV_UTIL))
-        else:
-            add("triage-kv", fail("KV cache cannot fit even at utilization 1.0", evidence={"line": line},
-                                  remediation=KV_NOFIT))
-    local = sorted({n for ln in _of(lines, "experts") if not ln.signals["experts"]["global"]
+            return {"kv": kv}, {"line": ln.text[:300]}
+    return None
+
+
+def _kv_failure(cause: str | None):
+    """A KV budget failure (``kv_error``/``kv_assert``) whose cause line is ``cause`` (the first cause line
+    kind of ``_KV_CAUSES`` the rank printed); None: no cause line at all."""
+    def test(rule, rank):
+        failures = _of(rank.lines, "kv_error") or _of(rank.lines, "kv_assert")
+        printed = next((kind for kind in _KV_CAUSES if _of(rank.lines, kind)), None)
+        if not failures or printed != cause:
+            return None
+        fields = dict(_of(rank.lines, cause)[-1].signals[cause]) if cause else {}
+        return fields, {"line": failures[-1].text[:300]}
+    return test
+
+
+_KV_CAUSES = ("kv_collision", "kv_raise_util")  # the first one printed names the cause (§19)
+
+
+def _expert_count(rule, rank):
+    local = sorted({n for ln in _of(rank.lines, "experts") if not ln.signals["experts"]["global"]
                     for n in ln.signals["experts"]["counts"]})
-    if local and local != [layout.experts_local]:
-        add("triage-config", fail(f"experts={local} on this rank (EP16 needs {layout.experts_local} local; "
-                                  f"{layout.experts_global} only as the global MegaMoE count)",
-                                  evidence={"experts": local}, remediation=EXPERTS))
-    for ln in _of(lines, "max_model_len")[:1]:
-        value = ln.signals["max_model_len"]["value"]
-        if value != "None":
-            add("triage-config", fail(f"'max_model_len': {value} - --max-model-len is set",
-                                      evidence={"line": ln.text[:300]}, remediation=MAX_LEN))
-    prof = _of(lines, "profiler_dir")[:1]
-    if prof and prof[0].signals["profiler_dir"]["value"] == "None" and _of(lines, "profiling_asked"):
-        add("triage-config", fail("profiling was asked but 'torch_profiler_dir': None - the trace dir stays empty",
-                                  evidence={"line": prof[0].text[:300]}, remediation=PROFILER))
-    if _of(lines, "translation_failed"):
-        add("triage-config", fail("code-object translation failed", evidence={
-            "line": _of(lines, "translation_failed")[0].text[:300]}, remediation=TRANSLATION_FAILED))
-    translated = _count(lines, "translated")
-    if layout.stepping == "A0" and stage_of(lines) in ("kv-budget", "serving") and translated == 0:
-        add("triage-config", fail("A0 rank past model load with 0 `outcome=translated` lines: every token will be '!'",
-                                  evidence={"translated": 0}, remediation=NOT_TRANSLATING))
-    if layout.stepping == "B0" and translated:
-        add("triage-config", warn(f"{translated} translations on B0 silicon (untested configuration)",
-                                  evidence={"translated": translated}, remediation=B0_TRANSLATING))
-    for kind, code, what in (("triton_code_object", TRITON, "Triton code object invalid (HIP code 200)"),
-                             ("runner_died", RUNNER_DIED, "ModelRunner died")):
-        for ln in _of(lines, kind)[:1]:
-            add("triage-fatal", fail(f"{what}: {ln.text[:160]}", evidence={"line": ln.text[:300]}, remediation=code))
-    for kind, step, finding, what, code in AGENTX_SIGNATURES:
-        for ln in _of(lines, kind)[:1]:
-            add(step, finding(f"{what}: {ln.text[:160]}", evidence={"line": ln.text[:300]}, remediation=code))
-    if _of(lines, "double_free"):
-        add("triage-fatal", warn("`double free or corruption` in a ModelRunner (seen with long profiler traces, §10)",
-                                 evidence={"line": _of(lines, "double_free")[0].text[:300]}, remediation=RUNNER_DIED))
+    if local and local != [rank.layout.experts_local]:
+        return ({"local": local, "need": rank.layout.experts_local, "all": rank.layout.experts_global},
+                {"experts": local})
+    return None
+
+
+def _max_model_len_set(rule, rank):
+    for ln in _of(rank.lines, "max_model_len")[:1]:
+        if ln.signals["max_model_len"]["value"] != "None":
+            return {"value": ln.signals["max_model_len"]["value"]}, {"line": ln.text[:300]}
+    return None
+
+
+def _profiler_dir_unset(rule, rank):
+    prof = _of(rank.lines, "profiler_dir")[:1]
+    if prof and prof[0].signals["profiler_dir"]["value"] == "None" and _of(rank.lines, "profiling_asked"):
+        return {}, {"line": prof[0].text[:300]}
+    return None
+
+
+def _a0_not_translating(rule, rank):
+    if rank.layout.stepping == "A0" and stage_of(rank.lines) in ("kv-budget", "serving") and \
+            _count(rank.lines, "translated") == 0:
+        return {}, {"translated": 0}
+    return None
+
+
+def _b0_translating(rule, rank):
+    translated = _count(rank.lines, "translated")
+    if rank.layout.stepping == "B0" and translated:
+        return {"translated": translated}, {"translated": translated}
+    return None
+
+
+def _drafter_stalled(rank) -> bool:
+    lines, age = rank.lines, rank.age
+    return bool(lines) and lines[-1].has("drafter_loading") and not _of(lines, "drafter_ready") and \
+        (age is None or age >= rank.layout.drafter_stall_s)
+
+
+def _drafter_downloading(rule, rank):
+    if _drafter_stalled(rank):
+        return ({"minutes": f" ({rank.age / 60:.0f} min)" if rank.age else ""},
+                {"last_line": _last(rank.lines), "age_s": rank.age})
+    return None
+
+
+def _log_stalled(rule, rank):
+    """§20: quiet past ``stall_s`` before the server came up; a drafter download and the RCCL init hang are
+    named by their own rules."""
+    lines, age = rank.lines, rank.age
+    if age is not None and age >= rank.layout.stall_s and not rank.serving and not lines[-1].has("rccl_load") \
+            and not _drafter_stalled(rank):
+        return {"minutes": f"{age / 60:.0f}", "stage": stage_of(lines)}, {"last_line": _last(lines),
+                                                                          "age_s": round(age)}
+    return None
+
+
+# Everything one rank's own lines say (§2, §10, §17, §19, §20, §23, §25, §29, §30), in the order a rank's
+# findings are listed.
+RULES = tuple(LogRule(*row) for row in (
+    ("budget-board-size", "triage-kv", warn, KV_NEGATIVE, "memory_budget",
+     "Memory budget total_gpu={total:g} GB on a declared {board} GiB board: budgets derived for the other board "
+     "size do not carry over", _budget_board_size),
+    ("budget-kv-not-positive", "triage-kv", fail, KV_NEGATIVE, "memory_budget",
+     "available_for_kv={kv:g} GB: the KV cache has no room", _budget_kv_not_positive),
+    ("kv-collision", "triage-kv", fail, KV_COLLISION, "kv_collision",
+     "KV budget failure: only {free} GB physically free - another job holds the GPU", _kv_failure("kv_collision")),
+    ("kv-raise-util", "triage-kv", fail, KV_UTIL, "kv_raise_util",
+     "KV budget failure: needs --gpu-memory-utilization >= {util}", _kv_failure("kv_raise_util")),
+    ("kv-cannot-fit", "triage-kv", fail, KV_NOFIT, "kv_error", "KV cache cannot fit even at utilization 1.0",
+     _kv_failure(None)),
+    ("expert-count", "triage-config", fail, EXPERTS, "experts",
+     "experts={local} on this rank (EP16 needs {need} local; {all} only as the global MegaMoE count)",
+     _expert_count),
+    ("max-model-len-set", "triage-config", fail, MAX_LEN, "max_model_len",
+     "'max_model_len': {value} - --max-model-len is set", _max_model_len_set),
+    ("profiler-dir-unset", "triage-config", fail, PROFILER, "profiler_dir",
+     "profiling was asked but 'torch_profiler_dir': None - the trace dir stays empty", _profiler_dir_unset),
+    ("translation-failed", "triage-config", fail, TRANSLATION_FAILED, "translation_failed",
+     "code-object translation failed"),
+    ("a0-not-translating", "triage-config", fail, NOT_TRANSLATING, "translated",
+     "A0 rank past model load with 0 `outcome=translated` lines: every token will be '!'", _a0_not_translating),
+    ("b0-translating", "triage-config", warn, B0_TRANSLATING, "translated",
+     "{translated} translations on B0 silicon (untested configuration)", _b0_translating),
+    ("triton-code-object", "triage-fatal", fail, TRITON, "triton_code_object",
+     "Triton code object invalid (HIP code 200): {line}"),
+    ("runner-died", "triage-fatal", fail, RUNNER_DIED, "runner_died", "ModelRunner died: {line}"),
+    ("lmcache-cuda-build", "triage-config", warn, LMCACHE_CUDA, "lmcache_cuda_backend",
+     "LMCache's CUDA build on ROCm: its native ops did not load: {line}"),
+    ("lmcache-server-hung", "triage-startup", fail, LMCACHE_SERVER, "lmcache_server_timeout",
+     "the LMCache server never came up (its pinned pool hung it): {line}"),
+    ("aiter-log-level", "triage-config", warn, AITER_LEVEL, "aiter_log_level_invalid",
+     "AITER_LOG_LEVEL is not DEBUG/INFO/WARNING/ERROR: aiter logs at INFO: {line}"),
+    ("aiperf-no-atom-metrics", "triage-fatal", fail, AIPERF_METRICS, "aiperf_no_atom_metrics",
+     "aiperf found no `atom:` server metrics: the run is rejected: {line}"),
+    ("gpucore", "triage-fatal", fail, GPUCORE, "gpucore", "GPU core files in the run's directory: a GPU fault: {line}"),
+    ("double-free", "triage-fatal", warn, RUNNER_DIED, "double_free",
+     "`double free or corruption` in a ModelRunner (seen with long profiler traces, §10)"),
+    ("drafter-downloading", "triage-startup", fail, DRAFTER, "drafter_loading",
+     "log stopped at `Loading drafter model...`: the draft is downloading silently{minutes}", _drafter_downloading),
+    ("log-stalled", "triage-startup", fail, STALLED, None,
+     "log has not moved for {minutes} min at stage {stage}", _log_stalled),
+))
+
+
+def judge_rank(rank: int, lines: list, layout: Layout, now: float | None, serving: bool = False,
+               rules: tuple = RULES) -> list:
+    """(step, Verdict) for every rule of ``rules`` this rank's own lines fire. ``serving``: the server is up
+    (then a quiet rank is idle, not stalled)."""
     age = (now - lines[-1].ts) if (now is not None and lines and lines[-1].ts is not None) else None
-    if lines and lines[-1].has("drafter_loading") and not _of(lines, "drafter_ready") and \
-            (age is None or age >= layout.drafter_stall_s):
-        add("triage-startup", fail("log stopped at `Loading drafter model...`: the draft is downloading silently"
-                                   + (f" ({age / 60:.0f} min)" if age else ""),
-                                   evidence={"last_line": _last(lines), "age_s": age}, remediation=DRAFTER))
-    elif age is not None and age >= layout.stall_s and not serving and not lines[-1].has("rccl_load"):
-        add("triage-startup", fail(f"log has not moved for {age / 60:.0f} min at stage {stage_of(lines)}",
-                                   evidence={"last_line": _last(lines), "age_s": round(age)}, remediation=STALLED))
-    return out
+    view = RankView(lines, layout, age, serving)
+    return [(rule.step, _at(layout, rank, verdict)) for rule in rules if (verdict := rule.judge(view)) is not None]
 
 
 def judge(ranks: dict, layout: Layout, now: float | dict | None = None, serving: bool | None = None) -> list:
