@@ -99,25 +99,63 @@ the GPU driver. They hold GPU memory and ports 29801+. Check them with
 tray reset (§11) before the launch.
 """)
 
+class ParamError(ValueError):
+    """What the parameters and the nodes' settings ask together cannot be run (a range whose min is above its
+    max, more ranks than a node has); each parameter on its own was checked when the inventory was read."""
+
+
+def floors_of(raw, name: str = "busbw_floor_gbs", unit: str = "GB/s") -> dict:
+    if not isinstance(raw, dict):
+        raise ParamError(f"allreduce-probe.{name} must map message bytes to {unit}, got {raw!r}")
+    try:
+        return {int(k): float(v) for k, v in raw.items()}
+    except (TypeError, ValueError):
+        raise ParamError(f"allreduce-probe.{name} must map message bytes to {unit}, got {raw!r}") from None
+
+
+def _whole(default: int, least: int = 0) -> Param:
+    """A count, a port or a byte size: a whole number from ``least`` (2.5 iterations is a typo, not a request);
+    the upper bound is the one its name gives (registry.NAME_BOUNDS)."""
+    return Param(default, validate=lambda v, nodes: None if float(v).is_integer() and v >= least
+                 else f"a whole number >= {least}")
+
+
+def _float32_bytes(value, nodes) -> str | None:
+    """min_bytes: the sweep starts at a whole number of float32 elements (0: the default start)."""
+    return None if float(value).is_integer() and value % 4 == 0 else "a whole multiple of 4 (float32 elements)"
+
+
+def _limits_problem(value, nodes) -> str | None:
+    """A floor or ceiling table: message bytes (a whole number, as YAML keys may be strings) -> a number >= 0."""
+    try:
+        floors_of(value)
+    except ParamError:
+        return "a mapping of message bytes to a number"
+    if any(isinstance(v, bool) or not 0 <= float(v) < float("inf") for v in value.values()):
+        return "a mapping of message bytes to a number >= 0"
+    return None
+
+
 PARAMS = {
     # container: `docker exec -i <container>` (§13); host: the host's python
     "where": Param("container", choices=("container", "host")),
     # auto: nccl (RCCL on ROCm) when torch sees a GPU, else gloo
     "backend": Param("auto", choices=("auto", "nccl", "gloo")),
-    "ranks_per_node": 0,  # 0: gpus_per_node
-    "port": 29801,  # first rendezvous port; each run of the hierarchy takes the next one (§17)
-    "min_bytes": 0,  # 0: 1 MiB on GPUs, 4 KiB on gloo
-    "max_bytes": 0,  # 0: 4 GiB on GPUs, 1 MiB on gloo
-    "step_factor": 2,
-    "iters": 20,
-    "warmup_iters": 5,
-    "start_s": 45,  # process start incl. `import torch` and GPU context
-    "rendezvous_s": 20,  # an arrived rank waits this long for the others: healthy 0.7-4.1 s on the loaded
-    # 2-core rig (the spread of the ranks' `import torch`), 5x margin (bench/hang_verdict.py)
-    "init_s": 45,  # communicator init + first tiny all_reduce (§20's probe uses 45 s)
-    "warmup_s": 30,
-    "sweep_s": 90,
-    "alltoall_s": 90,  # the all-to-all sweep (its own stage: a hang there is named `alltoall`)
+    "ranks_per_node": _whole(0),  # 0: gpus_per_node
+    "port": _whole(29801, 1),  # first rendezvous port; each run of the hierarchy takes the next one (§17)
+    "min_bytes": Param(0, minimum=0, validate=_float32_bytes),  # 0: 1 MiB on GPUs, 4 KiB on gloo
+    "max_bytes": _whole(0),  # 0: 4 GiB on GPUs, 1 MiB on gloo
+    "step_factor": _whole(2, 2),
+    "iters": _whole(20, 1),
+    "warmup_iters": _whole(5),
+    # the stage deadlines (STAGES), each at least a second:
+    "start_s": Param(45, minimum=1),  # process start incl. `import torch` and GPU context
+    "rendezvous_s": Param(20, minimum=1),  # an arrived rank waits this long for the others: healthy 0.7-4.1 s
+    # on the loaded 2-core rig (the spread of the ranks' `import torch`), 5x margin (bench/hang_verdict.py)
+    "init_s": Param(45, minimum=1),  # communicator init + first tiny all_reduce (§20's probe uses 45 s)
+    "warmup_s": Param(30, minimum=1),
+    "sweep_s": Param(90, minimum=1),
+    "alltoall_s": Param(90, minimum=1),  # the all-to-all sweep (its own stage: a hang there is named `alltoall`)
     # auto/graph: GPU events around a captured graph of the N calls (nccl/RCCL), host clock on gloo;
     # events: GPU events around N eager calls (the fallback where capture fails); host: the host clock
     "timer": Param("auto", choices=("auto", "graph", "events", "host")),
@@ -126,22 +164,24 @@ PARAMS = {
     "alltoall_sizes": Param("ep", choices=("ep", "bytes")),
     # §19: 14,336 / 7,168+256 / 3,584+256 bytes per token
     "alltoall_wires": Param(["bf16", "fp8", "fp4"], validate=lambda v, nodes: _wires_problem(v)),
-    "alltoall_min_tokens": 0,  # per-rank tokens, 0: 16 on GPUs, 1 on gloo
-    "alltoall_max_tokens": 0,  # 0: 8192 on GPUs, 16 on gloo
-    "alltoall_min_bytes": 0,  # alltoall_sizes=bytes; 0: 64 KiB on GPUs, 4 KiB on gloo
-    "alltoall_max_bytes": 0,  # 0: 4 GiB on GPUs, 1 MiB on gloo
+    "alltoall_min_tokens": _whole(0),  # per-rank tokens, 0: 16 on GPUs, 1 on gloo
+    "alltoall_max_tokens": _whole(0),  # 0: 8192 on GPUs, 16 on gloo
+    "alltoall_min_bytes": _whole(0),  # alltoall_sizes=bytes; 0: 64 KiB on GPUs, 4 KiB on gloo
+    "alltoall_max_bytes": _whole(0),  # 0: 4 GiB on GPUs, 1 MiB on gloo
     # uneven: each rank sends a different share to each peer (routed tokens)
     "alltoall_splits": Param("even", choices=("even", "uneven")),
-    "deadline_s": DEADLINE_S,  # the whole probe, hierarchy included
-    "busbw_floor_gbs": {},  # all_reduce {bytes: GB/s}; none configured (and no baseline): reported, not judged
-    "latency_max_us": {},  # all_reduce {bytes: us per call}: a latency ceiling for small messages
-    "alltoall_busbw_floor_gbs": {},  # all-to-all {bytes: GB/s}
-    "alltoall_latency_max_us": {},  # all-to-all {bytes: us}
-    "baseline_drop": 0.2,  # with `k3doctor baseline record --tier deep`: floor = recorded busbw x (1 - drop)
-    "baseline_min_bytes": 1 << 20,  # from here up a baseline sets busbw floors, below it latency ceilings
-    "baseline_latency_rise": 0.5,  # latency ceiling = recorded latency x (1 + rise): small messages are noisier
-    "warn_band": 0.1,
-    "repeats": 2,  # attempts while a figure is below its floor (noisy results)
+    "deadline_s": Param(DEADLINE_S, minimum=MIN_DEADLINE_S),  # the whole probe, hierarchy included (>= 1 run)
+    "busbw_floor_gbs": Param({}, validate=_limits_problem),  # all_reduce {bytes: GB/s}; none: reported, not judged
+    "latency_max_us": Param({}, validate=_limits_problem),  # all_reduce {bytes: us per call}, for small messages
+    "alltoall_busbw_floor_gbs": Param({}, validate=_limits_problem),  # all-to-all {bytes: GB/s}
+    "alltoall_latency_max_us": Param({}, validate=_limits_problem),  # all-to-all {bytes: us}
+    # with `k3doctor baseline record --tier deep`: floor = recorded busbw x (1 - drop)
+    "baseline_drop": Param(0.2, minimum=0),
+    "baseline_min_bytes": _whole(1 << 20),  # from here up a baseline sets busbw floors, below it latency ceilings
+    # latency ceiling = recorded latency x (1 + rise): small messages are noisier
+    "baseline_latency_rise": Param(0.5, minimum=0),
+    "warn_band": Param(0.1, minimum=0),
+    "repeats": _whole(2, 1),  # attempts while a figure is below its floor (noisy results)
     "hierarchy": True,  # on failure, re-run per node and per node pair
 }
 
@@ -151,19 +191,6 @@ _DEFAULT_A2A_TOKENS = {"gpu": (16, 8192), "cpu": (1, 16)}
 _OPS = {ALL_REDUCE: ("busbw_floor_gbs", "latency_max_us"), ALL_TO_ALL: ("alltoall_busbw_floor_gbs",
                                                                        "alltoall_latency_max_us")}
 _NAMES = {ALL_REDUCE: "all_reduce", ALL_TO_ALL: "all-to-all"}
-
-
-class ParamError(ValueError):
-    pass
-
-
-def _number(ctx, name, minimum, integer=False):
-    value = ctx.param(name)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < minimum or \
-            (integer and int(value) != value):
-        kind = "an integer" if integer else "a number"
-        raise ParamError(f"allreduce-probe.{name} must be {kind} >= {minimum:g}, got {value!r}")
-    return int(value) if integer else float(value)
 
 
 # Tests only (not a parameter): NODE[:LOCAL_RANK]@STAGE[@once] in the environment of the k3doctor process makes
@@ -184,15 +211,6 @@ def parse_inject(text: str, nodes: list) -> tuple:
         raise ParamError(f"{TEST_HANG_ENV} {text!r}: expected NODE[:LOCAL_RANK]@STAGE[@once] with a "
                          f"probed node ({', '.join(nodes)}) and a stage of {', '.join(STAGES)}")
     return {node: (int(local or 0), stage)}, once
-
-
-def floors_of(raw, name: str = "busbw_floor_gbs", unit: str = "GB/s") -> dict:
-    if not isinstance(raw, dict):
-        raise ParamError(f"allreduce-probe.{name} must map message bytes to {unit}, got {raw!r}")
-    try:
-        return {int(k): float(v) for k, v in raw.items()}
-    except (TypeError, ValueError):
-        raise ParamError(f"allreduce-probe.{name} must map message bytes to {unit}, got {raw!r}") from None
 
 
 @dataclass(frozen=True)
@@ -229,14 +247,14 @@ def _a2a_sizes(ctx, kind: str, factor: int) -> tuple:
         return ()
     mode = ctx.param("alltoall_sizes")
     if mode == "bytes":
-        lo = _number(ctx, "alltoall_min_bytes", 0, integer=True) or _DEFAULT_A2A_BYTES[kind][0]
-        hi = _number(ctx, "alltoall_max_bytes", 0, integer=True) or _DEFAULT_A2A_BYTES[kind][1]
+        lo = int(ctx.param("alltoall_min_bytes")) or _DEFAULT_A2A_BYTES[kind][0]
+        hi = int(ctx.param("alltoall_max_bytes")) or _DEFAULT_A2A_BYTES[kind][1]
         if hi < lo:
             raise ParamError(f"allreduce-probe alltoall sizes {lo}..{hi}: min above max")
         return byte_sizes(lo, hi, factor)
     wires = ctx.param("alltoall_wires")
-    lo = _number(ctx, "alltoall_min_tokens", 0, integer=True) or _DEFAULT_A2A_TOKENS[kind][0]
-    hi = _number(ctx, "alltoall_max_tokens", 0, integer=True) or _DEFAULT_A2A_TOKENS[kind][1]
+    lo = int(ctx.param("alltoall_min_tokens")) or _DEFAULT_A2A_TOKENS[kind][0]
+    hi = int(ctx.param("alltoall_max_tokens")) or _DEFAULT_A2A_TOKENS[kind][1]
     if hi < lo:
         raise ParamError(f"allreduce-probe alltoall tokens {lo}..{hi}: min above max")
     return ep_dispatch_sizes(lo, hi, factor, wires)
@@ -244,14 +262,13 @@ def _a2a_sizes(ctx, kind: str, factor: int) -> tuple:
 
 def build_plan(ctx, participants: list) -> tuple:
     """The full-scale plan from the params and each node's settings; (plan, once)."""
-    deadlines = {s: _number(ctx, f"{s}_s", 1) for s in STAGES}
-    factor = _number(ctx, "step_factor", 2, integer=True)
-    lo, hi = _number(ctx, "min_bytes", 0, integer=True), _number(ctx, "max_bytes", 0, integer=True)
+    deadlines = {s: float(ctx.param(f"{s}_s")) for s in STAGES}
+    factor = int(ctx.param("step_factor"))
+    lo, hi = int(ctx.param("min_bytes")), int(ctx.param("max_bytes"))
     ranges = {k: (lo or d[0], hi or d[1]) for k, d in _DEFAULT_SIZES.items()}
     for a, b in ranges.values():
-        if a % 4 or b < a:
-            raise ParamError(f"allreduce-probe sizes {a}..{b}: min_bytes must be a multiple of 4 (float32) "
-                             "and not above max_bytes")
+        if b < a:
+            raise ParamError(f"allreduce-probe sizes {a}..{b}: min_bytes above max_bytes")
     backend, timer, splits = ctx.param("backend"), ctx.param("timer"), ctx.param("alltoall_splits")
     members = []
     for name in participants:
@@ -259,21 +276,19 @@ def build_plan(ctx, participants: list) -> tuple:
         where = settings.param("where")
         launcher = (("docker", "exec", "-i", settings.container, settings.tools["container_python"])
                     if where == "container" else (settings.tools["python"],))
-        ranks = settings.param("ranks_per_node") or settings.gpus_per_node
-        if not isinstance(ranks, int) or isinstance(ranks, bool) or ranks < 1:
-            raise ParamError(f"allreduce-probe.ranks_per_node must be a positive integer, got {ranks!r} ({name})")
+        ranks = int(settings.param("ranks_per_node") or settings.gpus_per_node)
         members.append(Member(name, node.address, ranks, launcher))
     inject, once = parse_inject(os.environ.get(TEST_HANG_ENV, ""), participants)
     for m in members:
         if m.node in inject and inject[m.node][0] >= m.ranks:
             raise ParamError(f"{TEST_HANG_ENV}: {m.node} runs {m.ranks} rank(s), "
                              f"there is no local rank {inject[m.node][0]}")
-    plan = Plan(label="full", members=tuple(members), port=_number(ctx, "port", 1, integer=True),
+    plan = Plan(label="full", members=tuple(members), port=int(ctx.param("port")),
                 backend=backend, sizes_gpu=geometric(*ranges["gpu"], factor),
                 sizes_cpu=geometric(*ranges["cpu"], factor), a2a_gpu=_a2a_sizes(ctx, "gpu", factor),
                 a2a_cpu=_a2a_sizes(ctx, "cpu", factor), a2a_splits=splits, timer=timer,
-                iters=_number(ctx, "iters", 1, integer=True),
-                warmup_iters=_number(ctx, "warmup_iters", 0, integer=True),
+                iters=int(ctx.param("iters")),
+                warmup_iters=int(ctx.param("warmup_iters")),
                 deadlines=deadlines, inject=inject)
     return plan, once
 
@@ -337,8 +352,8 @@ def merged_ceilings(ceilings: dict, baseline, world: int, rise: float, below_byt
 
 def limits_of(ctx, world: int) -> Limits:
     """Every busbw floor and latency ceiling the inventory and the baseline set, per collective."""
-    drop, rise = _number(ctx, "baseline_drop", 0), _number(ctx, "baseline_latency_rise", 0)
-    split = _number(ctx, "baseline_min_bytes", 0, integer=True)
+    drop, rise = float(ctx.param("baseline_drop")), float(ctx.param("baseline_latency_rise"))
+    split = int(ctx.param("baseline_min_bytes"))
     busbw, latency = {}, {}
     for op, (floor_name, ceiling_name) in _OPS.items():
         busbw[op] = merged_floors(floors_of(ctx.param(floor_name), floor_name), ctx.baseline, world, drop, split, op)
@@ -397,9 +412,9 @@ def allreduce_probe(ctx):
     try:
         plan, once = build_plan(ctx, participants)
         floors = limits_of(ctx, plan.world)
-        band = _number(ctx, "warn_band", 0)
-        repeats = _number(ctx, "repeats", 1, integer=True)
-        deadline = _number(ctx, "deadline_s", MIN_DEADLINE_S)  # one full run plus its cleanup reserve
+        band = float(ctx.param("warn_band"))
+        repeats = int(ctx.param("repeats"))
+        deadline = float(ctx.param("deadline_s"))
     except ParamError as exc:
         return verdicts + [error(str(exc))]
 

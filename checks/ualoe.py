@@ -1,10 +1,10 @@
 """UALoE fabric data path between node pairs: ubench 07_ualoe p2p + bandwidth (reference §8)."""
 from __future__ import annotations
 
-from k3doctor.api import Param, check, error, remediation
+from k3doctor.api import Param, check, remediation
 from k3doctor.parsers.ubench import METRICS
 from k3doctor.probes import ualoe
-from k3doctor.probes.ualoe_verdicts import Judging, PlanError, known_good, plan_problem, recorded_reference
+from k3doctor.probes.ualoe_verdicts import Judging, known_good, plan_problem, recorded_reference
 
 P2P = remediation("UALOE-P2P", "fabric p2p between two nodes failed or produced no result", """
 ubench 07 could not share memory across the fabric between the pair named in the report (§8).
@@ -68,7 +68,8 @@ matches your own shell.
            "min_write_gbps": 1500.0,
            "min_bidir_gbps": 3000.0,
            "tcp_fallback_max_gbps": 50.0,  # every figure at or below: TCP fallback (~4.5 GB/s, §8)
-           "reference_gbps": {},  # known-good pair {read, write, bidir}; empty: baseline, else the run's best
+           # known-good pair {read, write, bidir}; empty: baseline, else the run's best
+           "reference_gbps": Param({}, validate=lambda ref, nodes: _reference_problem(ref)),
            "warn_pct": 5.0,  # WARN when a figure is this far below the reference (V6 spread < 0.5%)
        })
 def ualoe_fabric(ctx):
@@ -77,11 +78,7 @@ def ualoe_fabric(ctx):
     A bad link hangs rather than errors, so every stage has a deadline, the kernel log is read
     on failure, and every process this probe started is killed by PID before it returns.
     """
-    try:
-        judging = judging_of(ctx)
-    except PlanError as exc:
-        return [error(str(exc))]
-    return ualoe.run(ctx, build_config(ctx), judging)
+    return ualoe.run(ctx, build_config(ctx), judging_of(ctx))
 
 
 _CODES = {"p2p": P2P, "stale": STALE, "tcp": TCP, "floor": SLOW, "reference": SLOW}
@@ -98,13 +95,18 @@ def build_config(ctx) -> ualoe.Config:
                         codes=_CODES)
 
 
+def _reference_problem(ref) -> str | None:
+    """reference_gbps: figures of a known-good pair, by metric, as ubench prints them (GB/s)."""
+    if any(k not in METRICS or isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < float("inf")
+           for k, v in ref.items()):
+        return f"a mapping of {', '.join(METRICS)} to GB/s numbers"
+    return None
+
+
 def judging_of(ctx) -> Judging:
     """Floors, warn band and the known-good reference: the inventory's reference_gbps, else the baseline's."""
-    ref = ctx.param("reference_gbps") or {}
-    if isinstance(ref, dict) and ref:
-        bad = [k for k, v in ref.items() if k not in METRICS or isinstance(v, bool) or not isinstance(v, (int, float))]
-        if bad:
-            raise PlanError(f"reference_gbps: keys must be {', '.join(METRICS)} with GB/s numbers; got {ref!r}")
+    ref = ctx.param("reference_gbps")
+    if ref:
         reference, ref_from = {k: float(v) for k, v in ref.items()}, "reference_gbps from the inventory"
     else:
         reference, ref_from = recorded_reference(ctx.baseline)

@@ -78,6 +78,9 @@ def test_one_nodes_bad_override_stops_the_run_before_any_node_is_touched(tmp_pat
     (("--set", "rack-free.window_min=100000"), "window_min takes a number in [0, 1440]"),
     (("--set", "allreduce-probe.sweep_s=1.0e+400"), "is not a valid value"),
     (("--set", "patch-integrity.files={'-n': 7499}"), "files takes a mapping of absolute paths"),
+    (("--set", "allreduce-probe.iters=2.5"), "iters takes a whole number >= 1"),
+    (("--set", "allreduce-probe.deadline_s=20"), "deadline_s takes a number in [25, 86400]"),
+    (("--set", "ualoe-fabric.reference_gbps={read: fast}"), "reference_gbps takes a mapping of read, write, bidir"),
 ])
 def test_parameters_and_time_settings_are_validated_before_the_run(tmp_path, args, needle):
     path = tmp_path / "inv.yaml"

@@ -34,7 +34,6 @@ load_checks()
 from k3doctor.checks.allreduce import (  # noqa: E402
     TEST_HANG_ENV,
     ParamError,
-    allreduce_probe,
     build_plan,
     conclude,
     floors_of,
@@ -360,13 +359,29 @@ def test_bad_choices_are_refused_when_the_inventory_is_read(params, message):
 
 
 @pytest.mark.parametrize("params, message", [
-    ({"min_bytes": 6}, "multiple of 4"),
-    ({"init_s": 0}, "init_s must be a number >= 1"),
+    ({"min_bytes": 6}, "allreduce-probe.min_bytes: expected a whole multiple of 4 (float32 elements), got 6"),
+    ({"init_s": 0}, "allreduce-probe.init_s: expected a number in [1, 86400], got 0"),
+    ({"iters": 2.5}, "allreduce-probe.iters: expected a whole number >= 1, got 2.5"),
+    ({"warmup_iters": -1}, "allreduce-probe.warmup_iters: expected a whole number >= 0, got -1"),
+    ({"port": 0}, "allreduce-probe.port: expected a number in [1, 65535], got 0"),
+    ({"busbw_floor_gbs": {"1G": 3}}, "busbw_floor_gbs: expected a mapping of message bytes to a number"),
+    ({"latency_max_us": {4096: -1}}, "latency_max_us: expected a mapping of message bytes to a number >= 0"),
+    ({"warn_band": -0.1}, "allreduce-probe.warn_band: expected a number in [0, 1000000], got -0.1"),
 ])
-def test_bad_params_are_clear_errors(params, message):
+def test_bad_params_are_refused_when_the_inventory_is_read(params, message):
+    """Each parameter on its own is checked at load (exit 3 before anything connects), not when the probe runs."""
+    text = INVENTORY.replace("  container: k3ep16\n", "  container: k3ep16\n  checks: {allreduce-probe: "
+                             + json.dumps(params) + "}\n")
+    with pytest.raises(InventoryError, match=re.escape(message)):
+        parse_inventory(text, registry=REGISTRY)
+
+
+@pytest.mark.parametrize("params, message", [
+    ({"min_bytes": 8192, "max_bytes": 4096}, "sizes 8192..4096: min_bytes above max_bytes"),
+])
+def test_params_that_contradict_each_other_are_clear_errors(params, message):
     with pytest.raises(ParamError, match=re.escape(message)):
-        ctx = ctx_for(**params)
-        build_plan(ctx, ["n1", "n2"])
+        build_plan(ctx_for(**params), ["n1", "n2"])
 
 
 @pytest.mark.parametrize("hang, message", [
@@ -477,10 +492,10 @@ def test_conclude_never_warns_on_a_run_with_wrong_sums():
 
 
 def test_deadline_too_short_for_one_run_is_a_param_error():
-    ctx = ctx_for(deadline_s=20)
-    ctx.transports = {"n1": object(), "n2": object()}
-    [v] = allreduce_probe(ctx)
-    assert v.status == Status.ERROR and f"deadline_s must be a number >= {MIN_DEADLINE_S:g}, got 20" in v.message
+    text = INVENTORY.replace("  container: k3ep16\n", "  container: k3ep16\n  checks: {allreduce-probe: "
+                             "{deadline_s: 20}}\n")
+    with pytest.raises(InventoryError, match=re.escape(f"deadline_s: expected a number in [{MIN_DEADLINE_S:g}, ")):
+        parse_inventory(text, registry=REGISTRY)
     runs = FakeRuns()  # the minimum itself runs the full probe, however far the clock moved since the start
     diagnose(plan(), {}, MIN_DEADLINE_S, run=runs, clock=iter(range(0, 100, 1)).__next__)
     assert [c[0][0] for c in runs.calls] == ["full"]

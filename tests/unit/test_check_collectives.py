@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from k3doctor.inventory.load import parse_inventory
+from k3doctor.inventory.load import InventoryError, parse_inventory
 from k3doctor.judging.runner import Context
 from k3doctor.probes.allreduce import Member, NodeRun, Outcome, Plan, analyse
 from k3doctor.probes.collective_figures import ep_dispatch_sizes
@@ -173,11 +173,21 @@ def test_default_plan_sweeps_ep_dispatch_sizes_at_every_wire_format():
 
 @pytest.mark.parametrize("params, message", [
     ({"alltoall_min_tokens": 64, "alltoall_max_tokens": 32}, "tokens 64..32: min above max"),
-    ({"alltoall_s": 0}, "alltoall_s must be a number >= 1"),
 ])
 def test_bad_collective_params_are_clear_errors(params, message):
     with pytest.raises(ParamError, match=re.escape(message)):
         build_plan(ctx_for(**params), ["n1", "n2"])
+
+
+@pytest.mark.parametrize("params, message", [
+    ({"alltoall_s": 0}, "allreduce-probe.alltoall_s: expected a number in [1, 86400], got 0"),
+    ({"alltoall_max_tokens": 8.5}, "allreduce-probe.alltoall_max_tokens: expected a whole number >= 0, got 8.5"),
+    ({"alltoall_busbw_floor_gbs": {"4096": True}}, "expected a mapping of message bytes to a number >= 0"),
+])
+def test_bad_collective_params_are_refused_when_the_inventory_is_read(params, message):
+    with pytest.raises(InventoryError, match=re.escape(message)):
+        parse_inventory(INVENTORY.replace("  gpus_per_node: 2\n", "  gpus_per_node: 2\n  checks: {allreduce-probe: "
+                                          + json.dumps(params) + "}\n"), registry=REGISTRY)
 
 
 def test_a_test_hang_names_the_stages_it_may_stop_at(monkeypatch):

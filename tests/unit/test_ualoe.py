@@ -270,3 +270,20 @@ def test_pid_files_live_in_the_nodes_own_temp_directory(tmp_path):
     assert (tmp_path / name).read_text() == "4242\n" and not Path("/tmp", name).exists()
     subprocess.run(["sh", "-c", ualoe_remote.kill_recorded([name])], check=True, env=env, timeout=30)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("reference", [{"read": "fast"}, {"bidi": 10960.0}, {"read": True}, {"write": -1}])
+def test_a_bad_reference_is_refused_when_the_inventory_is_read(reference):
+    """reference_gbps is checked with the other parameters at load (exit 3), not when the probe starts."""
+    import json
+
+    from k3doctor.inventory.load import InventoryError, parse_inventory
+    from k3doctor.registry import REGISTRY, load_checks
+
+    load_checks()
+    text = ("cluster: {checks: {ualoe-fabric: {reference_gbps: " + json.dumps(reference) + "}}}\n"
+            "nodes:\n  - {name: a, host: 10.0.0.1}\n")
+    with pytest.raises(InventoryError, match="reference_gbps: expected a mapping of read, write, bidir to GB/s"):
+        parse_inventory(text, registry=REGISTRY)
+    assert parse_inventory(text.replace(json.dumps(reference), '{"read": 5780, "bidir": 10960.5}'),
+                           registry=REGISTRY).cluster.checks["ualoe-fabric"]["reference_gbps"]["read"] == 5780
