@@ -6,13 +6,12 @@ nodes printed; the check module (checks/ualoe.py) owns the parameters and remedi
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from itertools import combinations
 
 from k3doctor.model.gpu import locate_accid
 from k3doctor.parsers.dmesg import find_signatures, parse_log
 from k3doctor.parsers.ubench import METRICS, Bandwidth, parse_procs
 from k3doctor.probes.collective_figures import finite
-from k3doctor.probes.kit import blame
+from k3doctor.probes.kit import blame, every_pair
 from k3doctor.results import PairRate, Status, Verdict, passed, skip
 
 TOOLS = ("ualoe_p2p.exe", "ualoe_bw.exe")
@@ -30,7 +29,8 @@ def plan_pairs(plan: str, nodes: list) -> list:
     """(exporter, importer) pairs for ``quick`` / ``all`` / ``a,b;c,d`` over ``nodes`` (in order).
 
     ``quick`` is a ring: with three or more nodes every node is in exactly two pairs, so a bad
-    node fails both of its pairs and a bad peer only one (§8 coverage strategy).
+    node fails both of its pairs and a bad peer only one (§8 coverage strategy). ``all`` is every
+    pair once, in the order the kit packs into the fewest rounds (``kit.every_pair``).
     """
     plan = (plan or "").strip()
     if plan == "quick":
@@ -39,8 +39,8 @@ def plan_pairs(plan: str, nodes: list) -> list:
         if len(nodes) == 2:
             return [(nodes[0], nodes[1])]
         return [(nodes[i], nodes[(i + 1) % len(nodes)]) for i in range(len(nodes))]
-    if plan == "all":
-        return list(combinations(nodes, 2))
+    if plan == "all":  # the kit's circle order: its rounds() runs them in n-1 rounds (n even), as allreduce does
+        return every_pair(nodes)
     pairs = []
     for item in (p.strip() for p in plan.split(";")):
         names = [n.strip() for n in item.split(",")]

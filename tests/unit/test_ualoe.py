@@ -31,6 +31,16 @@ def test_all_and_explicit_plans():
     assert ualoe_verdicts.plan_pairs(" ct13,ct16 ; ct14, ct17", NODES) == [("ct13", "ct16"), ("ct14", "ct17")]
 
 
+@pytest.mark.parametrize("n, fewest", [(2, 1), (3, 3), (4, 3), (5, 5), (6, 5), (7, 7), (8, 7)])
+def test_all_runs_every_pair_once_in_the_fewest_rounds(n, fewest):
+    """--pairs all: n-1 rounds of disjoint pairs for even n, n for odd (6 nodes: 5, where planning its own
+    order took 7), each pair once with the earlier inventory node as the exporter."""
+    nodes = [f"n{i}" for i in range(n)]
+    pairs = ualoe_verdicts.plan_pairs("all", nodes)
+    assert sorted(pairs) == sorted((a, b) for i, a in enumerate(nodes) for b in nodes[i + 1:])
+    assert len(kit.rounds(pairs)) == fewest
+
+
 @pytest.mark.parametrize("plan, words", [("ct13,ct99", "unknown node(s) ct99"), ("ct13", "not two different"),
                                          ("ct13,ct13", "not two different"), ("everything", "not two different")])
 def test_bad_plans_say_what_is_wrong(plan, words):
