@@ -46,7 +46,7 @@ from k3doctor.model.kernel_log import (
     error_lines,
     message_shape,
 )
-from k3doctor.parsers.dmesg import BLOCK, SIGNATURE_NAMES, WARN, Finding, scan
+from k3doctor.parsers.dmesg import BLOCK, SIGNATURE_NAMES, WARN, SignatureHit, scan
 
 SEVERITIES = {"fail": fail, "warn": warn}
 SINCE = ("amdgpu-load", "boot")  # where a rule's window starts (window parameter "amdgpu-load")
@@ -389,8 +389,8 @@ def unknown_error_lines(log: KernelLog, errors_reading, findings: list, silenced
         if shape in shapes:
             shapes[shape].details["count"] += 1
             continue
-        shapes[shape] = Finding(UNKNOWN_SIGNATURE, WARN, line.raw, line.timestamp, _bdf_of(line.text), None,
-                                {"shape": shape, "count": 1}, index, line.seconds, [line.raw])
+        shapes[shape] = SignatureHit(UNKNOWN_SIGNATURE, WARN, line.raw, line.timestamp, _bdf_of(line.text), None,
+                                     {"shape": shape, "count": 1}, index, line.seconds, [line.raw])
     return list(shapes.values())
 
 

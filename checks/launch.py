@@ -356,7 +356,7 @@ def judge_env(env: dict, rules, stepping, profile: str, ignore=()) -> list:
 
 def judge_ifnames(env: dict, links: set, routes: list, data_ip: str, ignore=()) -> list:
     """§18: each *_SOCKET_IFNAME names an interface that exists and carries the node's data_ip."""
-    carriers = network.carriers(routes, data_ip)
+    routing = network.routing_interfaces(routes, data_ip)
     out = []
     for var in SOCKET_IFNAMES:
         value = env.get(var)
@@ -364,24 +364,24 @@ def judge_ifnames(env: dict, links: set, routes: list, data_ip: str, ignore=()) 
             continue  # unset: the profile rule names it
         grammar = network.IFNAME_GRAMMARS[var]  # §29 (0.2): three grammars, not one
         matching = network.selected_interfaces(grammar, value, links)
-        evidence = {var: value, "data_ip": data_ip, "interfaces carrying it": sorted(carriers), "grammar": grammar,
+        evidence = {var: value, "data_ip": data_ip, "interfaces carrying it": sorted(routing), "grammar": grammar,
                     "selects": sorted(matching)}
         if grammar == "literal" and not matching and any(c in value for c in ",^="):
             out.append((var, fail(f"{var}={value}: {var.split('_')[0]} takes one literal interface name, not NCCL's "
                                   f"prefix/exclude syntax (§29; the data-plane NIC carrying {data_ip} is "
-                                  f"{', '.join(sorted(carriers)) or 'none'})", remediation=IFNAME, evidence=evidence)))
+                                  f"{', '.join(sorted(routing)) or 'none'})", remediation=IFNAME, evidence=evidence)))
         elif not matching:
             out.append((var, fail(f"{var}={value}: no such interface on this node (it has {', '.join(sorted(links))}); "
-                                  f"the data-plane NIC carrying {data_ip} is {', '.join(sorted(carriers)) or 'none'} "
+                                  f"the data-plane NIC carrying {data_ip} is {', '.join(sorted(routing)) or 'none'} "
                                   "(§18)", remediation=IFNAME, evidence=evidence)))
-        elif not matching & carriers:
+        elif not matching & routing:
             out.append((var, fail(f"{var}={value} does not carry the node's data_ip {data_ip} (carried by "
-                                  f"{', '.join(sorted(carriers)) or 'no interface'}): the rendezvous goes over another "
+                                  f"{', '.join(sorted(routing)) or 'no interface'}): the rendezvous goes over another "
                                   "network or hangs (§18)", remediation=IFNAME, evidence=evidence)))
         elif len(matching) > 1:
             out.append((var, warn(f"{var}={value} is a prefix that selects {len(matching)} interfaces "
                                   f"({', '.join(sorted(matching))}): RCCL may use any of them; name the data-plane NIC "
-                                  f"exactly with ={', '.join(sorted(matching & carriers))} (§29)", remediation=IFNAME,
+                                  f"exactly with ={', '.join(sorted(matching & routing))} (§29)", remediation=IFNAME,
                                   evidence=evidence)))
     return out
 

@@ -74,8 +74,9 @@ def selected_interfaces(grammar: str, value: str, links: set) -> set:
     return links - hits - {"lo"} if exclude else hits
 
 
-def carriers(routes: list, address: str) -> set:
-    """Interfaces whose local routes contain ``address``."""
+def routing_interfaces(routes: list, address: str) -> set:
+    """Interfaces whose local routes contain ``address`` (the NICs that carry its traffic; not the probes'
+    ``kit.carriers``, the nodes that carry a fault)."""
     ip = ipaddress.ip_address(address)
     return {r.dev for r in routes if ip in r.network}
 

@@ -38,8 +38,8 @@ _ACCID = "(?P<accid>[0-9]{1,10})"
 
 BLOCK, WARN, INFO = "BLOCK", "WARN", "INFO"  # severity hints, as in the reference's §0.3 table
 
-# (name, severity hint, pattern).  First match wins; named groups land in Finding.details
-# (``accid`` goes to Finding.accid).
+# (name, severity hint, pattern).  First match wins; named groups land in SignatureHit.details
+# (``accid`` goes to SignatureHit.accid).
 _SIGNATURES = tuple((name, severity, re.compile(pattern, flags)) for name, severity, pattern, flags in (
     # §10 wedged GPU / post-fault residue (Helios-R runbook: any `MES.*remove.?queue` is a stop).  MES
     # wordings (mes_v11_0.c / mes_v12_0.c / amdgpu_mes.c, kernels 6.1-6.15): "MES failed to response
@@ -173,8 +173,9 @@ class LogLine:
 
 
 @dataclass
-class Finding:
-    """A signature hit: ``severity`` is a hint (BLOCK/WARN/INFO); ``line`` is the raw first line.
+class SignatureHit:
+    """A kernel-log signature hit (not a verdict: a rule table decides what it means). ``severity`` is a
+    hint (BLOCK/WARN/INFO); ``line`` is the raw first line.
 
     ``index`` is the position of that line in the parsed log (windows are cut by position, so
     they work for every flavour); ``lines`` holds every raw line of a multi-line record.
@@ -239,12 +240,12 @@ def parse_log(text: str) -> list:
 
 
 def find_signatures(text: str, extra=()) -> list:
-    """``list[Finding]`` for the §6/§8/§10/§28 signatures in a kernel log text, in log order."""
+    """``list[SignatureHit]`` for the §6/§8/§10/§28 signatures in a kernel log text, in log order."""
     return scan(parse_log(text), extra)
 
 
 def scan(lines: list, extra=()) -> list:
-    """``list[Finding]`` for the signatures in parsed lines (``extra``: more ``(name, severity, regex)``).
+    """``list[SignatureHit]`` for the signatures in parsed lines (``extra``: more ``(name, severity, regex)``).
 
     Host noise from §10 (``mce`` warm-reboot records, ``mana … -71``) matches no signature.
     Page-fault and ring-timeout findings collect details (process, pid, IH client, faulty
@@ -257,7 +258,7 @@ def scan(lines: list, extra=()) -> list:
     """
     signatures = (*_SIGNATURES, *extra)
     findings: list = []
-    detail_open: Finding | None = None
+    detail_open: SignatureHit | None = None
     record: _Record | None = None
     for index, entry in enumerate(lines):
         hw = _HW.match(entry.text)
@@ -274,9 +275,9 @@ def scan(lines: list, extra=()) -> list:
             if match:
                 details = {k: v for k, v in match.groupdict().items() if v is not None}
                 accid = details.pop("accid", None)
-                finding = Finding(name, severity, entry.raw, entry.timestamp, _bdf(entry.text),
-                                  None if accid is None else int(accid), details, index, entry.seconds,
-                                  [entry.raw])
+                finding = SignatureHit(name, severity, entry.raw, entry.timestamp, _bdf(entry.text),
+                                       None if accid is None else int(accid), details, index, entry.seconds,
+                                       [entry.raw])
                 findings.append(finding)
                 detail_open = (finding, source) if name in _WITH_DETAILS and source is not None else None
                 break
@@ -304,7 +305,7 @@ def _source(text: str) -> str | None:
     return tag.group("tag") if tag else None
 
 
-def _add_details(finding: Finding, entry: LogLine) -> bool:
+def _add_details(finding: SignatureHit, entry: LogLine) -> bool:
     found = False
     for pattern in _DETAIL_LINES:
         match = pattern.search(entry.text)
@@ -331,7 +332,7 @@ class _Record:
     dumps: int = 1  # "events logged" headers merged into this record
     lines: list = field(default_factory=list)
 
-    def finish(self) -> Finding:
+    def finish(self) -> SignatureHit:
         bdf = _bdf(self.tag)
         if self.kind == "aca":
             name, severity = self._aca()
@@ -341,8 +342,8 @@ class _Record:
                               }.get(level, ("hw_error_record", INFO))
             bdf = bdf or (self.details.get("devices") or [None])[0]
         details = {k: v for k, v in self.details.items() if k != "devices"}
-        return Finding(name, severity, self.first.raw, self.first.timestamp, bdf, None, details, self.index,
-                       self.first.seconds, self.lines)
+        return SignatureHit(name, severity, self.first.raw, self.first.timestamp, bdf, None, details, self.index,
+                            self.first.seconds, self.lines)
 
     def _aca(self) -> tuple:
         """Worst bank: valid with UC, PCC, deferred or poison set is uncorrectable; valid otherwise correctable."""

@@ -3,6 +3,13 @@
 A pair test proves a path between two nodes; a node in two or more pairs that is bad in every
 one of them carries the fault itself, a bad pair whose nodes each did better with another peer
 points at the path between them (reference §8 coverage strategy, §20 hierarchy). Pure: no I/O.
+
+The probes' blame words, one meaning each: a *carrier* is a node that carries a fault (bad with
+every peer, :func:`carriers`); a :class:`Blame` says where one bad pair's fault lies; a
+:class:`Finding` is a probe's conclusion about where a fault is, before it becomes verdicts; an
+*outcome* is one probe run judged (allreduce-probe's ``Outcome``: one run of a set of ranks;
+ualoe-fabric's ``PairOutcome``: one pair). A kernel-log ``SignatureHit`` and a recipe rule's
+``Ruling`` are other things and carry other names.
 """
 from __future__ import annotations
 

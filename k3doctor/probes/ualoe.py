@@ -22,7 +22,7 @@ from k3doctor.parsers import ParseError
 from k3doctor.parsers.ubench import listening, parse_bw, parse_p2p
 from k3doctor.probes.kit import rounds, tail
 from k3doctor.probes.ualoe_verdicts import (
-    Outcome,
+    PairOutcome,
     PlanError,
     attribute,
     fabric_findings,
@@ -106,7 +106,7 @@ class PairRun:
         got = self.t[node].run("dmesg 2>/dev/null | tail -n 1", timeout_s=SHORT_S)
         return got.stdout.strip() or None
 
-    def run(self) -> Outcome:
+    def run(self) -> PairOutcome:
         cfg, gpu = self.cfg, ([f"-gpu={self.cfg.gpu}"] if self.cfg.gpu >= 0 else [])
         markers = {n: self.kernel_marker(n) for n in (self.exporter, self.importer)}
         dirs = {cfg.ubench_dir[n] for n in (self.exporter, self.importer)}
@@ -135,7 +135,7 @@ class PairRun:
             self.launches.kill(self.exporter)
             self.launches.kill(self.importer)
 
-    def p2p_failure(self, imp, results, ev, markers) -> Outcome:
+    def p2p_failure(self, imp, results, ev, markers) -> PairOutcome:
         said = {side: (r.line if r else "no RESULT line") for side, r in results.items()}
         what = "timed out with no RESULT line" if imp.timed_out and not results["importer"] else \
             f"importer: {said['importer']}; exporter: {said['exporter']}"
@@ -145,7 +145,7 @@ class PairRun:
         self.read_kernel_logs(out, markers)
         return out
 
-    def read_kernel_logs(self, out: Outcome, markers: dict) -> None:
+    def read_kernel_logs(self, out: PairOutcome, markers: dict) -> None:
         """§8: fabric faults land in the importer's dmesg; an empty exporter log means no packets crossed."""
         found = {}
         for node in (self.importer, self.exporter):
@@ -158,7 +158,7 @@ class PairRun:
                 out.evidence[f"{node}_kernel_log"] = f"unreadable: {exc}"
         name_fabric_faults(out, found, self.accel_ids, self.cfg.gpus_per_node)
 
-    def bandwidth(self, ev: dict) -> Outcome:
+    def bandwidth(self, ev: dict) -> PairOutcome:
         cfg = self.cfg
         serve = self.tool(self.exporter, "ualoe_bw.exe", "listen", f"-port={cfg.bw_port}")
         bg, pidfile, why = self.serve(serve, cfg.bw_port, cfg.listen_timeout_s + cfg.bw_timeout_s + 10)
@@ -183,7 +183,7 @@ class PairRun:
         o.bw = bw
         return o
 
-    def unrunnable(self, node: str, name: str, reading, evidence) -> Outcome | None:
+    def unrunnable(self, node: str, name: str, reading, evidence) -> PairOutcome | None:
         """ERROR when the shell could not start the tool (rc 126/127): a missing build says nothing about the fabric."""
         rc = getattr(reading, "rc", None)
         if rc not in NOT_RUNNABLE:
@@ -193,9 +193,9 @@ class PairRun:
                             f"{posixpath.join(self.cfg.ubench_dir[node], name)} {NOT_RUNNABLE[rc]} (rc {rc}: {said}); "
                             "set tools.ubench_dir to the ubench build directory", evidence, None)
 
-    def outcome(self, status, message, evidence, remediation) -> Outcome:
-        return Outcome(self.exporter, self.importer, status, message, dict(evidence), remediation,
-                       gpu=self.cfg.gpu if self.cfg.gpu >= 0 else None)
+    def outcome(self, status, message, evidence, remediation) -> PairOutcome:
+        return PairOutcome(self.exporter, self.importer, status, message, dict(evidence), remediation,
+                           gpu=self.cfg.gpu if self.cfg.gpu >= 0 else None)
 
 
 def _accel_reader(ctx):
@@ -316,4 +316,4 @@ def _capture(pair_run: PairRun, results: dict, pair) -> None:
     try:
         results[pair] = pair_run.run()
     except Exception as exc:  # noqa: BLE001 - one pair's transport failure must not hide the others
-        results[pair] = Outcome(pair[0], pair[1], Status.ERROR, f"could not run: {type(exc).__name__}: {exc}")
+        results[pair] = PairOutcome(pair[0], pair[1], Status.ERROR, f"could not run: {type(exc).__name__}: {exc}")

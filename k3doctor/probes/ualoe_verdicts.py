@@ -91,8 +91,9 @@ def fabric_findings(log: str, marker: str | None) -> list:
 
 
 @dataclass
-class Outcome:
-    """What one pair did, before attribution to a node."""
+class PairOutcome:
+    """What one pair's ubench run did, before attribution to a node (``kit.blame``); allreduce-probe's
+    ``Outcome`` is one run of a whole set of ranks."""
 
     exporter: str
     importer: str
@@ -101,7 +102,7 @@ class Outcome:
     evidence: dict = field(default_factory=dict)
     remediation: str | None = None
     gpu: int | None = None
-    blame: dict = field(default_factory=dict)  # node -> card that the kernel log names
+    cards: dict = field(default_factory=dict)  # node -> the card its kernel log names (an AccId, mapped)
     bw: Bandwidth | None = None
 
     @property
@@ -138,7 +139,7 @@ def same_day_reference(measured: dict) -> tuple:
     return bw.as_dict(), f"same-day best pair {pair}"
 
 
-def name_fabric_faults(out: Outcome, found: dict, accel_ids, gpus_per_node: int) -> None:
+def name_fabric_faults(out: PairOutcome, found: dict, accel_ids, gpus_per_node: int) -> None:
     """Add what the kernel logs say to a failed pair (§8): the importer's fabric signatures, each AccId
     mapped to node and card (``accel_ids()`` reads every node's ids, only when needed), and an exporter
     log with no fabric line (HELLO never arrived).  ``found``: node -> signatures, absent when unreadable."""
@@ -154,7 +155,7 @@ def name_fabric_faults(out: Outcome, found: dict, accel_ids, gpus_per_node: int)
         if f.accid is not None:
             node, card, how = locate_accid(f.accid, accel, gpus_per_node)
             if node is not None:
-                out.blame.setdefault(node, card)
+                out.cards.setdefault(node, card)
                 where = f" = {node} GPU card{card} ({how})"
             else:
                 where = f" ({how})"
@@ -229,7 +230,7 @@ def attribute(outcomes: list, skipped: dict) -> list:
                 "pair": " - only this pair was tested, so the fault cannot be pinned to one node" if b.untested
                 else ""}[b.on]
         for node in b.nodes:
-            verdicts.append(Verdict(o.status, f"{o.pair}: {o.message}{note}", gpu=o.blame.get(node, o.gpu), node=node,
+            verdicts.append(Verdict(o.status, f"{o.pair}: {o.message}{note}", gpu=o.cards.get(node, o.gpu), node=node,
                                     evidence=ev, remediation=o.remediation, figures=list(rate)))
     return verdicts
 

@@ -33,7 +33,10 @@ class Launch:
 
 
 @dataclass
-class Finding:
+class Ruling:
+    """What one recipe rule says about one subject of a launch (a status and a message, for `recipe diff`); not
+    a probe's ``kit.Finding`` (where a fault lies) nor a kernel-log ``dmesg.SignatureHit``."""
+
     rule: str
     subject: str  # the variable or flag to fix
     status: str
@@ -91,14 +94,14 @@ def dram_per_rank(launch: Launch, recipe, point) -> list:
     given = _int(value)
     name = "LMCACHE_MAX_LOCAL_CPU_SIZE"
     if given is None:
-        return [Finding("dram-per-rank", name, BLOCK, f"{name}={value} is not a whole number of GiB "
-                        f"({arithmetic}) (§25)", numbers)]
+        return [Ruling("dram-per-rank", name, BLOCK, f"{name}={value} is not a whole number of GiB "
+                       f"({arithmetic}) (§25)", numbers)]
     if given == per_rank:
-        return [Finding("dram-per-rank", name, PASS, f"{name}={given} per rank: {arithmetic} (§25)", numbers)]
+        return [Ruling("dram-per-rank", name, PASS, f"{name}={given} per rank: {arithmetic} (§25)", numbers)]
     if tp > 1 and given >= budget:
-        return [Finding("dram-per-rank", name, BLOCK, f"{name}={given} is the whole DRAM budget handed to each of "
-                        f"the {tp} ranks ({given * tp} GB pinned): every rank pins its own pool and the launch "
-                        f"hangs partway while pinning; set {per_rank} ({arithmetic}) (§25)", numbers)]
+        return [Ruling("dram-per-rank", name, BLOCK, f"{name}={given} is the whole DRAM budget handed to each of "
+                       f"the {tp} ranks ({given * tp} GB pinned): every rank pins its own pool and the launch "
+                       f"hangs partway while pinning; set {per_rank} ({arithmetic}) (§25)", numbers)]
     explained = [u / 1000 for u in range(1, 1001)
                  if dram_budget_gb(avail, cap, u / 1000, tp, gpus) // tp == given]
     why = ""
@@ -107,8 +110,8 @@ def dram_per_rank(launch: Launch, recipe, point) -> list:
         other = dram_budget_gb(avail, cap, nearest, tp, gpus)
         why = f"; {given} is what dram-utilization {nearest} gives ({other} // {tp} = {given})"
         numbers["explained_by_dram_utilization"] = nearest
-    return [Finding("dram-per-rank", name, WARN, f"{name}={given} GB per rank, the recipe's arithmetic gives "
-                    f"{per_rank}: {arithmetic}{why} (§25, §30)", numbers)]
+    return [Ruling("dram-per-rank", name, WARN, f"{name}={given} GB per rank, the recipe's arithmetic gives "
+                   f"{per_rank}: {arithmetic}{why} (§25, §30)", numbers)]
 
 
 def pinned_host_memory(launch: Launch, recipe, point) -> list:
@@ -136,10 +139,10 @@ def pinned_host_memory(launch: Launch, recipe, point) -> list:
             "per-rank semantics, as ATOM allocates)")
     numbers = {"pinned_gib": round(pinned / GIB), "total_gib": round(total / GIB), "share": round(share, 3)}
     if share > limit:
-        return [Finding("pinned-host-memory", "LMCACHE_MAX_LOCAL_CPU_SIZE", BLOCK, f"{text}: above "
-                        f"{limit:.0%}, the pinning stalls the host or is OOM-killed with no log line "
-                        "(§29)", numbers)]
-    return [Finding("pinned-host-memory", "LMCACHE_MAX_LOCAL_CPU_SIZE", PASS, f"{text} (§29)", numbers)]
+        return [Ruling("pinned-host-memory", "LMCACHE_MAX_LOCAL_CPU_SIZE", BLOCK, f"{text}: above "
+                       f"{limit:.0%}, the pinning stalls the host or is OOM-killed with no log line "
+                       "(§29)", numbers)]
+    return [Ruling("pinned-host-memory", "LMCACHE_MAX_LOCAL_CPU_SIZE", PASS, f"{text} (§29)", numbers)]
 
 
 def _lmcache_connector(launch: Launch) -> bool:
@@ -153,12 +156,12 @@ def offload_tiers_together(launch: Launch, recipe, point) -> list:
     if lmcache == state:
         return []
     if lmcache:
-        return [Finding("offload-tiers-together", "OFFLOAD_STATE", WARN, "--kv-transfer-config lmcache_offload "
-                        f"without OFFLOAD_STATE=1 (it is {launch.env.get('OFFLOAD_STATE', '(unset)')}): the paged "
-                        "KV comes back but the KDA recurrent state does not, so resumed requests recompute (§30)")]
-    return [Finding("offload-tiers-together", "--kv-transfer-config", WARN, "OFFLOAD_STATE=1 without "
-                    "--kv-transfer-config lmcache_offload: the state tier alone cannot restore a resumed request's "
-                    "paged KV (§30)")]
+        return [Ruling("offload-tiers-together", "OFFLOAD_STATE", WARN, "--kv-transfer-config lmcache_offload "
+                       f"without OFFLOAD_STATE=1 (it is {launch.env.get('OFFLOAD_STATE', '(unset)')}): the paged "
+                       "KV comes back but the KDA recurrent state does not, so resumed requests recompute (§30)")]
+    return [Ruling("offload-tiers-together", "--kv-transfer-config", WARN, "OFFLOAD_STATE=1 without "
+                   "--kv-transfer-config lmcache_offload: the state tier alone cannot restore a resumed request's "
+                   "paged KV (§30)")]
 
 
 def staging_chunks(launch: Launch, recipe, point) -> list:
@@ -168,13 +171,13 @@ def staging_chunks(launch: Launch, recipe, point) -> list:
     value = launch.env.get("OFFLOAD_GPU_STAGING_CHUNKS")
     chunks = 2 if value is None else _int(value)
     if chunks is not None and chunks >= MIN_STAGING_CHUNKS:
-        return [Finding("staging-chunks", "OFFLOAD_GPU_STAGING_CHUNKS", PASS,
-                        f"OFFLOAD_GPU_STAGING_CHUNKS={chunks} >= {MIN_STAGING_CHUNKS} (§25)", {"chunks": chunks})]
+        return [Ruling("staging-chunks", "OFFLOAD_GPU_STAGING_CHUNKS", PASS,
+                       f"OFFLOAD_GPU_STAGING_CHUNKS={chunks} >= {MIN_STAGING_CHUNKS} (§25)", {"chunks": chunks})]
     shown = "unset (default 2 chunks = 8 MiB)" if value is None else value
-    return [Finding("staging-chunks", "OFFLOAD_GPU_STAGING_CHUNKS", BLOCK, f"OFFLOAD_GPU_STAGING_CHUNKS is {shown} "
-                    f"with OFFLOAD_STATE=1: below {MIN_STAGING_CHUNKS} a staging buffer cannot hold one 54.78 MiB K3 "
-                    "state entry, the state tier declines to build after one log line and looks on but idle (§25)",
-                    {"chunks": chunks})]
+    return [Ruling("staging-chunks", "OFFLOAD_GPU_STAGING_CHUNKS", BLOCK, f"OFFLOAD_GPU_STAGING_CHUNKS is {shown} "
+                   f"with OFFLOAD_STATE=1: below {MIN_STAGING_CHUNKS} a staging buffer cannot hold one 54.78 MiB K3 "
+                   "state entry, the state tier declines to build after one log line and looks on but idle (§25)",
+                   {"chunks": chunks})]
 
 
 def aiter_log_level(launch: Launch, recipe, point) -> list:
@@ -185,8 +188,8 @@ def aiter_log_level(launch: Launch, recipe, point) -> list:
         return []
     what = "unset" if value is None else \
         f"{value!r}, not one of {'/'.join(AITER_LOG_LEVELS)} (aiter falls back to INFO)"
-    return [Finding("aiter-log-level", "AITER_LOG_LEVEL", WARN, f"AITER_LOG_LEVEL is {what}: aiter's kernel logs "
-                    "flood the server log for the whole replay; set WARNING (§25, §29)")]
+    return [Ruling("aiter-log-level", "AITER_LOG_LEVEL", WARN, f"AITER_LOG_LEVEL is {what}: aiter's kernel logs "
+                   "flood the server log for the whole replay; set WARNING (§25, §29)")]
 
 
 def spec_decode(launch: Launch, recipe, point) -> list:
@@ -198,11 +201,11 @@ def spec_decode(launch: Launch, recipe, point) -> list:
         return []
     subject = "--spec-decode-acceptance-length" if length is not None else "--spec-decode-acceptance-rate"
     if length is not None and rate is not None:
-        return [Finding("spec-decode", "--spec-decode-acceptance-rate", BLOCK, "--spec-decode-acceptance-length "
-                        f"{length} and --spec-decode-acceptance-rate {rate} together: mutually exclusive (§25)")]
+        return [Ruling("spec-decode", "--spec-decode-acceptance-rate", BLOCK, "--spec-decode-acceptance-length "
+                       f"{length} and --spec-decode-acceptance-rate {rate} together: mutually exclusive (§25)")]
     if str(launch.env.get("EVAL_ONLY", "")).lower() == "true":
-        return [Finding("spec-decode", subject, BLOCK, f"{subject} is set on an EVAL_ONLY run: a forced acceptance "
-                        "is for performance only, evaluations use the real one (§25, §30)")]
+        return [Ruling("spec-decode", subject, BLOCK, f"{subject} is set on an EVAL_ONLY run: a forced acceptance "
+                       "is for performance only, evaluations use the real one (§25, §30)")]
     k = _int(launch.flags.get("--num-speculative-tokens"))
     golden = recipe.golden_acceptance_length.get(k) if k else None
     if golden is None:
@@ -215,10 +218,10 @@ def spec_decode(launch: Launch, recipe, point) -> list:
         how = f"AL = 1 + rate {rate} x k {k} = {al:.2f}" if al is not None else f"rate {rate}"
     numbers = {"k": k, "golden_al": golden, "al": al}
     if al is not None and abs(al - golden) <= 0.005:
-        return [Finding("spec-decode", subject, PASS, f"{how}, golden {golden} for k={k} (§25)", numbers)]
-    return [Finding("spec-decode", subject, WARN, f"{how} for k={k} draft tokens, golden AL {golden} (rate "
-                    f"{(golden - 1) / k:.3f}); a forced acceptance off the golden curve misstates throughput (§25, "
-                    "§30)", numbers)]
+        return [Ruling("spec-decode", subject, PASS, f"{how}, golden {golden} for k={k} (§25)", numbers)]
+    return [Ruling("spec-decode", subject, WARN, f"{how} for k={k} draft tokens, golden AL {golden} (rate "
+                   f"{(golden - 1) / k:.3f}); a forced acceptance off the golden curve misstates throughput (§25, "
+                   "§30)", numbers)]
 
 
 def draft_model(launch: Launch, recipe, point) -> list:
@@ -228,21 +231,21 @@ def draft_model(launch: Launch, recipe, point) -> list:
     if not isinstance(model, str):
         return []
     if model.startswith(("/", "./", "~")):
-        return [Finding("draft-model", "--draft-model", PASS, f"--draft-model {model} is a local directory (§25)")]
+        return [Ruling("draft-model", "--draft-model", PASS, f"--draft-model {model} is a local directory (§25)")]
     cache_dir = f"models--{model.replace('/', '--')}"
     if launch.hf_cache is not None:
         if model in launch.hf_cache:
-            return [Finding("draft-model", "--draft-model", PASS, f"--draft-model {model}: {cache_dir} is complete in "
-                            "the mounted HF cache (§30)")]
-        return [Finding("draft-model", "--draft-model", BLOCK, f"--draft-model {model} is a repo id and {cache_dir} is "
-                        "not complete in the mounted HF cache: every rank downloads ~7 GB silently and the launch "
-                        "stalls after `Loading drafter model...` (§25, §30)")]
+            return [Ruling("draft-model", "--draft-model", PASS, f"--draft-model {model}: {cache_dir} is complete in "
+                           "the mounted HF cache (§30)")]
+        return [Ruling("draft-model", "--draft-model", BLOCK, f"--draft-model {model} is a repo id and {cache_dir} is "
+                       "not complete in the mounted HF cache: every rank downloads ~7 GB silently and the launch "
+                       "stalls after `Loading drafter model...` (§25, §30)")]
     if launch.env.get("HF_HUB_OFFLINE") == "1":
-        return [Finding("draft-model", "--draft-model", PASS, f"--draft-model {model} with HF_HUB_OFFLINE=1: a missing "
-                        "cache entry is an error, not a silent download (§25)")]
-    return [Finding("draft-model", "--draft-model", INFO, f"--draft-model {model} is a repo id: it relies on "
-                    f"{cache_dir} complete in $HF_HUB_CACHE on the node (not read here; HF_HUB_OFFLINE=1 turns a "
-                    "download into an error) (§25, §30)")]
+        return [Ruling("draft-model", "--draft-model", PASS, f"--draft-model {model} with HF_HUB_OFFLINE=1: a missing "
+                       "cache entry is an error, not a silent download (§25)")]
+    return [Ruling("draft-model", "--draft-model", INFO, f"--draft-model {model} is a repo id: it relies on "
+                   f"{cache_dir} complete in $HF_HUB_CACHE on the node (not read here; HF_HUB_OFFLINE=1 turns a "
+                   "download into an error) (§25, §30)")]
 
 
 def hsa_override(launch: Launch, recipe, point) -> list:
@@ -255,14 +258,14 @@ def hsa_override(launch: Launch, recipe, point) -> list:
         return []
     want = platforms.get(recipe.platform)
     if value == want.hsa_override_gfx_version:
-        return [Finding("hsa-override", "HSA_OVERRIDE_GFX_VERSION", PASS, f"HSA_OVERRIDE_GFX_VERSION={value}, the "
-                        f"{want.name} target ({want.gfx}) (§29)")]
+        return [Ruling("hsa-override", "HSA_OVERRIDE_GFX_VERSION", PASS, f"HSA_OVERRIDE_GFX_VERSION={value}, the "
+                       f"{want.name} target ({want.gfx}) (§29)")]
     other = next((p for p in map(platforms.get, platforms.names()) if p.hsa_override_gfx_version == value), None)
     whose = f" ({other.name}'s {other.gfx})" if other else ""
-    return [Finding("hsa-override", "HSA_OVERRIDE_GFX_VERSION", BLOCK, f"HSA_OVERRIDE_GFX_VERSION={value}{whose} on "
-                    f"a {want.name} recipe, whose GPUs are {want.gfx} ({want.hsa_override_gfx_version}): kernels for "
-                    "the wrong target fault with `Memory access fault by GPU node-N on address (nil)`; unset it or "
-                    f"set {want.hsa_override_gfx_version} (§29, §30)")]
+    return [Ruling("hsa-override", "HSA_OVERRIDE_GFX_VERSION", BLOCK, f"HSA_OVERRIDE_GFX_VERSION={value}{whose} on "
+                   f"a {want.name} recipe, whose GPUs are {want.gfx} ({want.hsa_override_gfx_version}): kernels for "
+                   "the wrong target fault with `Memory access fault by GPU node-N on address (nil)`; unset it or "
+                   f"set {want.hsa_override_gfx_version} (§29, §30)")]
 
 
 def served_model_name(launch: Launch, recipe, point) -> list:
@@ -274,14 +277,14 @@ def served_model_name(launch: Launch, recipe, point) -> list:
     client = (launch.client_flags or {}).get("--model")
     if isinstance(client, str):
         if client == served:
-            return [Finding("served-model-name", "--served-model-name", PASS, f"served as {served} ({how}), the "
-                            "client sends the same (§22)")]
-        return [Finding("served-model-name", "--served-model-name", BLOCK, f"the server answers to {served} ({how}) "
-                        f"and the client sends --model {client}: every request gets a 4xx and the benchmark "
-                        "\"succeeds\" with all-zero metrics; pass --served-model-name (§22, §30)")]
+            return [Ruling("served-model-name", "--served-model-name", PASS, f"served as {served} ({how}), the "
+                           "client sends the same (§22)")]
+        return [Ruling("served-model-name", "--served-model-name", BLOCK, f"the server answers to {served} ({how}) "
+                       f"and the client sends --model {client}: every request gets a 4xx and the benchmark "
+                       "\"succeeds\" with all-zero metrics; pass --served-model-name (§22, §30)")]
     if how.startswith("--model") and served.startswith(("/", "./")):
-        return [Finding("served-model-name", "--served-model-name", WARN, f"no --served-model-name: ATOM serves under "
-                        f"the path {served}, and clients sending the repo id get a 4xx on every request (§22, §30)")]
+        return [Ruling("served-model-name", "--served-model-name", WARN, f"no --served-model-name: ATOM serves under "
+                       f"the path {served}, and clients sending the repo id get a 4xx on every request (§22, §30)")]
     return []
 
 

@@ -25,7 +25,7 @@ def test_any_log_like_text_parses_or_raises_parse_error(lines):
         findings = dmesg.find_signatures(text)
     except ParseError:
         return
-    assert all(isinstance(f, dmesg.Finding) and f.lines for f in findings)
+    assert all(isinstance(f, dmesg.SignatureHit) and f.lines for f in findings)
     assert [f.index for f in findings] == sorted(f.index for f in findings)
 
 

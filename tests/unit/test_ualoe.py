@@ -8,7 +8,7 @@ from k3doctor.model.gpu import locate_accid, parse_accel_ids
 from k3doctor.parsers import ParseError, ubench
 from k3doctor.parsers.ubench import Bandwidth
 from k3doctor.probes import kit, ualoe_verdicts
-from k3doctor.probes.ualoe_verdicts import Outcome, PlanError
+from k3doctor.probes.ualoe_verdicts import PairOutcome, PlanError
 from k3doctor.remote import ualoe_remote
 from k3doctor.results import Status
 
@@ -207,7 +207,7 @@ def test_same_day_reference_is_the_best_pair_and_needs_two():
 
 
 def outcome(a, b, ok=True, **kw):
-    return Outcome(a, b, Status.PASS if ok else Status.FAIL, "ok" if ok else "broken", gpu=0, **kw)
+    return PairOutcome(a, b, Status.PASS if ok else Status.FAIL, "ok" if ok else "broken", gpu=0, **kw)
 
 
 def test_a_node_failing_with_every_peer_carries_the_fault():
@@ -229,7 +229,7 @@ def test_one_failed_pair_between_good_nodes_points_at_the_path():
 
 
 def test_single_pair_cannot_be_pinned_and_kernel_log_names_the_gpu():
-    o = outcome("a", "b", False, blame={"a": 3})
+    o = outcome("a", "b", False, cards={"a": 3})
     bad = ualoe_verdicts.attribute([o], {"c": "not tested: ualink-state is FAIL"})
     assert [(v.status, v.node, v.gpu) for v in bad] == [
         (Status.SKIP, "c", None), (Status.FAIL, "a", 3), (Status.FAIL, "b", 0)]
@@ -244,7 +244,7 @@ def test_kill_scripts_quote_pidfiles_and_check_argv0():
 
 
 def slow(a, b):
-    return Outcome(a, b, Status.WARN, "read 10% below the reference", gpu=0, remediation="UALOE-SLOW")
+    return PairOutcome(a, b, Status.WARN, "read 10% below the reference", gpu=0, remediation="UALOE-SLOW")
 
 
 def test_a_node_slow_with_every_peer_carries_the_slowness_not_a_fault():
