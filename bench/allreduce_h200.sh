@@ -33,9 +33,14 @@ probe() {  # name, extra --set options...
   ps -eo pid,stat,etime,args | grep -F 'k3probe:' | grep -v grep >>"$out/ps.txt" || echo "(none)" >>"$out/ps.txt"
 }
 
+drill() {  # NAME NODE[:LOCAL]@STAGE[@once]: an inventory whose node runs the rig's hang drill (k3rig.hang)
+  python3 -m k3rig.hang "$out/inventory.yaml" "$2" "$out/drill-$1"
+}
+
 probe healthy
-K3DOCTOR_TEST_HANG=gpuhost:1@rendezvous probe hang-rendezvous
-K3DOCTOR_TEST_HANG=gpuhost:1@init@once probe hang-init-once --set allreduce-probe.init_s=20
+inv=$(drill rendezvous gpuhost:1@rendezvous) && probe hang-rendezvous
+inv=$(drill init-once gpuhost:1@init@once) && probe hang-init-once --set allreduce-probe.init_s=20
+inv="$out/inventory.yaml"
 cat "$out/ps.txt"
 
 python3 - "$out" <<'PY'

@@ -57,7 +57,9 @@ printf 'cluster:\n  name: bench\n  gpus_per_node: 4\nnodes:\n  - {name: cpuhost,
 python3 "$here/probe_direct.py" "$out/gloo.yaml" "$out/probe-gloo.json" where=host backend=gloo
 echo "== probe (gloo x4): exit $?"
 # a rank that stops inside the all-to-all: the probe must name the stage and rank, and leave nothing behind
-K3DOCTOR_TEST_HANG=gpuhost:0@alltoall probe "$out/probe-hang-alltoall.json" where=host backend=nccl \
+# (the rig's hang drill, k3rig.hang: the node's python is a wrapper that stops that rank)
+hung=$(python3 -m k3rig.hang "$inv" gpuhost:0@alltoall "$out/drill-alltoall") &&
+  python3 "$here/probe_direct.py" "$hung" "$out/probe-hang-alltoall.json" where=host backend=nccl \
   min_bytes=1048576 max_bytes=1048576 alltoall_s=10
 echo "== probe (rank 0 hung in the all-to-all): exit $?"
 ps -eo pid,stat,etime,args | grep -F 'k3probe:' | grep -v grep || echo "(no k3probe process left)"

@@ -19,18 +19,19 @@ import tempfile
 import time
 from pathlib import Path
 
-from k3doctor.checks.allreduce import TEST_HANG_ENV
 from k3rig import Rig
 
 AR, UA = "allreduce-probe", "ualoe-fabric"
 SHAPE = ["--set", f"{AR}.where=host", "--set", f"{AR}.ranks_per_node=1", "--set", f"{AR}.start_s=150"]
 
 
-def cli(rig, only, *args, env=None):
+def cli(rig, only, *args, hang=None):
+    """``hang``: NODE[:LOCAL_RANK]@STAGE[@once], the rig's hang drill (k3rig.hang)."""
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "k3doctor.cli", "check", "--nodes", str(rig.inventory_path),
+    inventory = rig.hang_inventory(hang) if hang else rig.inventory_path
+    proc = subprocess.run([sys.executable, "-m", "k3doctor.cli", "check", "--nodes", str(inventory),
                            "--only", only, "--format", "json", *args], capture_output=True, text=True,
-                          timeout=900, env={**os.environ, **(env or {})})
+                          timeout=900, env=dict(os.environ))
     wall = time.monotonic() - t0
     doc = json.loads(proc.stdout) if proc.stdout.strip() else {"results": []}
     return wall, [r for r in doc["results"] if r["check"] == only], proc.stderr[-400:]
@@ -56,7 +57,7 @@ def main(argv) -> int:
             wall, res, err = cli(rig, UA)
             print(f"[{i}] {UA} healthy: wall {wall:.1f}s -> {summary(res)} {err if not res else ''}", flush=True)
             rig.apply("healthy")
-            wall, res, err = cli(rig, AR, *SHAPE, env={TEST_HANG_ENV: f"{hung}@rendezvous"})
+            wall, res, err = cli(rig, AR, *SHAPE, hang=f"{hung}@rendezvous")
             ev = next((r for r in res if r["node"] is None), {"evidence": {}})["evidence"]
             runs = [(h["run"], h.get("wall_s")) for h in ev.get("hierarchy", [])]
             print(f"[{i}] {AR} rank hung at rendezvous on {hung}: wall {wall:.1f}s elapsed {ev.get('elapsed_s')}s "

@@ -14,7 +14,6 @@ When it fails it re-runs per node and per node pair to say which of the three it
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 
 from k3doctor.api import Param, Status, check, error, fail, human_bytes, passed, remediation, skip, warn
@@ -193,26 +192,6 @@ _OPS = {ALL_REDUCE: ("busbw_floor_gbs", "latency_max_us"), ALL_TO_ALL: ("alltoal
 _NAMES = {ALL_REDUCE: "all_reduce", ALL_TO_ALL: "all-to-all"}
 
 
-# Tests only (not a parameter): NODE[:LOCAL_RANK]@STAGE[@once] in the environment of the k3doctor process makes
-# that rank stop at STAGE like a rank stuck in the driver - how the rig's hang tests stand in for a hung RCCL.
-TEST_HANG_ENV = "K3DOCTOR_TEST_HANG"
-
-
-def parse_inject(text: str, nodes: list) -> tuple:
-    """``NODE[:LOCAL]@STAGE[@once]`` -> ({node: (local, stage)}, once)."""
-    if not text:
-        return {}, False
-    parts = text.split("@")
-    target, stage = parts[0], parts[1] if len(parts) > 1 else ""
-    once = parts[2:] == ["once"]
-    node, _, local = target.partition(":")
-    if len(parts) not in (2, 3) or (len(parts) == 3 and not once) or stage not in STAGES \
-            or node not in nodes or not (local or "0").isdigit():
-        raise ParamError(f"{TEST_HANG_ENV} {text!r}: expected NODE[:LOCAL_RANK]@STAGE[@once] with a "
-                         f"probed node ({', '.join(nodes)}) and a stage of {', '.join(STAGES)}")
-    return {node: (int(local or 0), stage)}, once
-
-
 @dataclass(frozen=True)
 class Limits:
     """What a passing sweep is held to, per collective and message size."""
@@ -261,7 +240,7 @@ def _a2a_sizes(ctx, kind: str, factor: int) -> tuple:
 
 
 def build_plan(ctx, participants: list) -> tuple:
-    """The full-scale plan from the params and each node's settings; (plan, once)."""
+    """The full-scale plan from the params and each node's settings."""
     deadlines = {s: float(ctx.param(f"{s}_s")) for s in STAGES}
     factor = int(ctx.param("step_factor"))
     lo, hi = int(ctx.param("min_bytes")), int(ctx.param("max_bytes"))
@@ -278,19 +257,14 @@ def build_plan(ctx, participants: list) -> tuple:
                     if where == "container" else (settings.tools["python"],))
         ranks = int(settings.param("ranks_per_node") or settings.gpus_per_node)
         members.append(Member(name, node.address, ranks, launcher))
-    inject, once = parse_inject(os.environ.get(TEST_HANG_ENV, ""), participants)
-    for m in members:
-        if m.node in inject and inject[m.node][0] >= m.ranks:
-            raise ParamError(f"{TEST_HANG_ENV}: {m.node} runs {m.ranks} rank(s), "
-                             f"there is no local rank {inject[m.node][0]}")
     plan = Plan(label="full", members=tuple(members), port=int(ctx.param("port")),
                 backend=backend, sizes_gpu=geometric(*ranges["gpu"], factor),
                 sizes_cpu=geometric(*ranges["cpu"], factor), a2a_gpu=_a2a_sizes(ctx, "gpu", factor),
                 a2a_cpu=_a2a_sizes(ctx, "cpu", factor), a2a_splits=splits, timer=timer,
                 iters=int(ctx.param("iters")),
                 warmup_iters=int(ctx.param("warmup_iters")),
-                deadlines=deadlines, inject=inject)
-    return plan, once
+                deadlines=deadlines)
+    return plan
 
 
 _ROWS = {ALL_REDUCE: "sizes", ALL_TO_ALL: "alltoall"}  # where an Outcome and its evidence keep each sweep
@@ -410,7 +384,7 @@ def allreduce_probe(ctx):
     if not participants:
         return verdicts + [skip("no node may take part in the all_reduce probe")]
     try:
-        plan, once = build_plan(ctx, participants)
+        plan = build_plan(ctx, participants)
         floors = limits_of(ctx, plan.world)
         band = float(ctx.param("warn_band"))
         repeats = int(ctx.param("repeats"))
@@ -422,7 +396,7 @@ def allreduce_probe(ctx):
         return not judge_figures(outcome, floors, band)
 
     diag = diagnose(plan, ctx.transports, deadline, repeats=repeats, good_enough=good_enough,
-                    hierarchy=bool(ctx.param("hierarchy")), inject_once=once)
+                    hierarchy=bool(ctx.param("hierarchy")))
     return with_sweep_figures(verdicts + conclude(diag, floors, band))
 
 

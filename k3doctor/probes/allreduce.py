@@ -194,7 +194,7 @@ def diagnose(plan: Plan, transports: dict, deadline_s: float, **kw) -> Diagnosis
 
 
 def _diagnose(plan, transports, deadline_s, *, t0, repeats=1, good_enough=None, hierarchy=True, run=launch,
-              clock=time.monotonic, inject_once=False) -> Diagnosis:
+              clock=time.monotonic) -> Diagnosis:
     ports = iter(range(plan.port, plan.port + 1000))
 
     def left() -> float:
@@ -211,8 +211,6 @@ def _diagnose(plan, transports, deadline_s, *, t0, repeats=1, good_enough=None, 
         raise ValueError(f"deadline of {deadline_s:g}s is under the {MIN_DEADLINE_S:g}s one run needs")
     # the first run is owed its round even when the clock has moved on since t0 (deadline_s == MIN_DEADLINE_S)
     diag = Diagnosis(attempts=go([replace(plan, port=next(ports))], first=True))
-    if inject_once:  # the injected fault hits the first run only: an intermittent one
-        plan = replace(plan, inject={})
     while diag.final.ok and len(diag.attempts) < repeats and not (good_enough and good_enough(diag.final)):
         again = go([replace(plan, port=next(ports))])
         if again is None:

@@ -38,7 +38,6 @@ class Plan:
     iters: int
     warmup_iters: int
     deadlines: dict  # stage -> seconds
-    inject: dict = field(default_factory=dict)  # node -> (local rank, stage): fault injection
     a2a_gpu: tuple = ()  # all-to-all sweep, ((bytes per rank, split unit bytes, label), ...); empty: none
     a2a_cpu: tuple = ()
     a2a_splits: str = "even"  # or "uneven": every rank sends a different share to each peer
@@ -64,18 +63,16 @@ class Plan:
         members = tuple(m for m in self.members if m.node in nodes)
         sizes = {} if not smoke else {"sizes_gpu": self.sizes_gpu[:1], "sizes_cpu": self.sizes_cpu[:1],
                                       "a2a_gpu": self.a2a_gpu[:1], "a2a_cpu": self.a2a_cpu[:1]}
-        return replace(self, label=label, members=members, port=port,
-                       inject={n: v for n, v in self.inject.items() if n in nodes}, **sizes)
+        return replace(self, label=label, members=members, port=port, **sizes)
 
     def spec(self, member: Member, limit_s: float) -> dict:
-        local, stage = self.inject.get(member.node, (None, None))
         return {"node": member.node, "rank_base": self.ranks_of()[member.node][0], "ranks_here": member.ranks,
                 "world": self.world, "master": self.members[0].address, "port": self.port,
                 "backend": self.backend, "sizes_gpu": list(self.sizes_gpu), "sizes_cpu": list(self.sizes_cpu),
                 "a2a_gpu": [list(s) for s in self.a2a_gpu], "a2a_cpu": [list(s) for s in self.a2a_cpu],
                 "a2a_splits": self.a2a_splits, "timer": self.timer,
                 "iters": self.iters, "warmup_iters": self.warmup_iters, "deadlines": dict(self.deadlines),
-                "limit_s": max(limit_s - AGENT_MARGIN_S, 1.0), "inject": stage, "inject_local": local}
+                "limit_s": max(limit_s - AGENT_MARGIN_S, 1.0)}
 
     def sweeps(self, backend: str | None) -> tuple:
         """(all_reduce sizes, all-to-all sizes) a run on ``backend`` sweeps."""

@@ -75,11 +75,6 @@ class Stages:
                 self.fail(f"stage deadline of {limit:g}s exceeded (rank watchdog)", code=4, by="watchdog")
 
 
-def _hang():
-    """Fault injection: stop like a rank stuck where even its watchdog cannot run."""
-    os.kill(os.getpid(), signal.SIGSTOP)
-
-
 def rank_main(spec, local, t0):
     st = Stages(spec["rank_base"] + local, spec["deadlines"], t0)
     try:
@@ -90,9 +85,6 @@ def rank_main(spec, local, t0):
 
 def _rank(st, spec, local):
     rank, world = st.rank, spec["world"]
-    inject = spec.get("inject") if spec.get("inject_local") == local else None
-    if inject == "start":
-        _hang()
     from datetime import timedelta
 
     import torch
@@ -123,8 +115,6 @@ def _rank(st, spec, local):
     st.end(**info)
 
     st.begin("rendezvous")
-    if inject == "rendezvous":
-        _hang()
     wait_s = max(spec["deadlines"]["rendezvous"] - 1.0, 0.5)
     try:
         store = dist.TCPStore(spec["master"], spec["port"], is_master=rank == 0,
@@ -150,8 +140,6 @@ def _rank(st, spec, local):
     st.end()
 
     st.begin("init")
-    if inject == "init":
-        _hang()
     kwargs = {"backend": backend, "store": dist.PrefixStore("k3probe", store), "rank": rank,
               "world_size": world, "timeout": timedelta(seconds=spec["deadlines"]["init"])}
     if backend == "nccl":
@@ -166,8 +154,6 @@ def _rank(st, spec, local):
     st.end()
 
     st.begin("warmup")
-    if inject == "warmup":
-        _hang()
     sizes = spec["sizes_gpu"] if backend == "nccl" else spec["sizes_cpu"]
     buf = torch.zeros(max(sizes) // 4, dtype=torch.float32, device=device)
     for _ in range(spec["warmup_iters"]):
@@ -176,8 +162,6 @@ def _rank(st, spec, local):
     st.end(bytes=max(sizes))
 
     st.begin("sweep")
-    if inject == "sweep":
-        _hang()
     clock = Clock(torch, device, spec.get("timer", "auto"), lambda flag: _any_rank(dist, torch, device, flag))
     for size in sizes:
         view = buf[: size // 4]
@@ -195,8 +179,6 @@ def _rank(st, spec, local):
     a2a = spec.get("a2a_gpu" if backend == "nccl" else "a2a_cpu") or []
     if a2a:
         st.begin("alltoall")
-        if inject == "alltoall":
-            _hang()
         _alltoall(st, spec, dist, torch, device, clock, a2a)
         st.end(timer=clock.name)
     dist.destroy_process_group()

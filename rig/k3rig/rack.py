@@ -249,6 +249,25 @@ class Rig(Started):
 
     # ---------------------------------------------------------------------------------------------- helpers
 
+    def hang_inventory(self, text: str) -> Path:
+        """A copy of the inventory in which one all_reduce rank stops at a stage (``NODE[:LOCAL]@STAGE[@once]``,
+        k3rig.hang): that node's python, on the host and in its container, is the drill's wrapper. Each call
+        is a fresh drill (a once-only hang fires again)."""
+        from . import hang  # its command line (python3 -m k3rig.hang) must not find it imported already
+
+        token = os.urandom(4).hex()
+        drill, inventory = hang.host_inventory(yaml.safe_load(self.inventory_path.read_text()), text,
+                                               self.workdir / f"hang-{token}")
+        inside = f"/k3rig-hang-{token}"  # the container's own filesystem (its /tmp is a tmpfs docker cp misses)
+        container = self._clients[drill.node].containers.get(CONTAINER)
+        if not container.put_archive("/", hang.tar(drill, inside)):
+            raise RuntimeError(f"{drill.node}: docker refused the hang drill's files")
+        entry = next(e for e in inventory["nodes"] if e["name"] == drill.node)
+        entry["tools"]["container_python"] = f"{inside}/python"
+        path = self.workdir / f"inventory-hang-{token}.yaml"
+        path.write_text(yaml.safe_dump(inventory, sort_keys=False))
+        return path
+
     def pids_matching(self, text: str) -> list[int]:
         """PIDs of this rig's processes whose command line contains ``text``.
 

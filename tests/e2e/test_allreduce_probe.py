@@ -10,7 +10,6 @@ python is /usr/bin/python3 (the rig hides /root): torch must be installed for it
 import psutil
 import pytest
 import yaml
-from k3doctor.checks.allreduce import TEST_HANG_ENV
 
 from tests.e2e.cli import k3json
 
@@ -26,9 +25,10 @@ RENDEZVOUS_S = 20
 
 
 def k3(rig, *args, only=PROBE, timeout=600, hang=None):
-    """``hang``: NODE[:LOCAL_RANK]@STAGE[@once], that rank stops at STAGE like a rank stuck in the driver."""
-    rc, doc = k3json("check", "--nodes", rig.inventory_path, "--only", only, *START, *args, timeout=timeout,
-                     env={TEST_HANG_ENV: hang} if hang else None)
+    """``hang``: NODE[:LOCAL_RANK]@STAGE[@once], that rank stops at STAGE like a rank stuck in the driver (the
+    rig's drill around the worker, k3rig.hang)."""
+    inventory = rig.hang_inventory(hang) if hang else rig.inventory_path
+    rc, doc = k3json("check", "--nodes", inventory, "--only", only, *START, *args, timeout=timeout)
     return rc, [r for r in doc["results"] if r["check"] == PROBE]
 
 

@@ -7,7 +7,6 @@ nccl/RCCL with the timer swapped. Each all-to-all rank verifies the bytes it rec
 """
 
 import pytest
-from k3doctor.checks.allreduce import TEST_HANG_ENV
 
 from tests.e2e.cli import k3json
 
@@ -18,8 +17,8 @@ HOST = ["--set", f"{PROBE}.where=host", "--set", f"{PROBE}.ranks_per_node=1"]
 
 
 def probe(rig, *args, hang=None):
-    rc, doc = k3json("check", "--nodes", rig.inventory_path, "--only", PROBE, *HOST, *args, timeout=300,
-                     env={TEST_HANG_ENV: hang} if hang else None)
+    inventory = rig.hang_inventory(hang) if hang else rig.inventory_path  # k3rig.hang: the rig's drill
+    rc, doc = k3json("check", "--nodes", inventory, "--only", PROBE, *HOST, *args, timeout=300)
     return rc, doc["results"]
 
 

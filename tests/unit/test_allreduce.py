@@ -32,13 +32,11 @@ from k3doctor.results import Status
 
 load_checks()
 from k3doctor.checks.allreduce import (  # noqa: E402
-    TEST_HANG_ENV,
     ParamError,
     build_plan,
     conclude,
     floors_of,
     merged_floors,
-    parse_inject,
     record_busbw,
 )
 
@@ -331,8 +329,8 @@ def ctx_for(text=INVENTORY, **params):
 
 
 def test_build_plan_uses_each_nodes_settings_and_data_plane_address():
-    p, once = build_plan(ctx_for(), ["n1", "n2"])
-    assert not once and p.world == 6
+    p = build_plan(ctx_for(), ["n1", "n2"])
+    assert p.world == 6
     assert p.members[0] == Member("n1", "10.0.0.1", 4, ("docker", "exec", "-i", "k3ep16", "python3"))
     assert p.members[1] == Member("n2", "10.1.0.2", 2, ("python3",))
     assert p.sizes_gpu[0] == 1 << 20 and p.sizes_gpu[-1] == 4 << 30 and len(p.sizes_gpu) == 13
@@ -384,20 +382,7 @@ def test_params_that_contradict_each_other_are_clear_errors(params, message):
         build_plan(ctx_for(**params), ["n1", "n2"])
 
 
-@pytest.mark.parametrize("hang, message", [
-    ("n9@init", "expected NODE[:LOCAL_RANK]@STAGE[@once]"),
-    ("n1@boot", "expected NODE[:LOCAL_RANK]@STAGE[@once]"),
-    ("n2:2@init", "n2 runs 2 rank(s), there is no local rank 2"),
-])
-def test_bad_test_hangs_are_clear_errors(hang, message, monkeypatch):
-    monkeypatch.setenv(TEST_HANG_ENV, hang)
-    with pytest.raises(ParamError, match=re.escape(message)):
-        build_plan(ctx_for(), ["n1", "n2"])
-
-
-def test_inject_and_floor_params_parse():
-    assert parse_inject("n2:1@rendezvous", ["n1", "n2"]) == ({"n2": (1, "rendezvous")}, False)
-    assert parse_inject("n1@init@once", ["n1"]) == ({"n1": (0, "init")}, True)
+def test_floor_params_parse():
     assert floors_of({"1073741824": 40, 4096: 0.5}) == {1 << 30: 40.0, 4096: 0.5}
     with pytest.raises(ParamError):
         floors_of({"1G": 3})

@@ -15,6 +15,7 @@ import sys
 import time
 
 import pytest
+from k3rig import hang
 
 from k3doctor.probes.allreduce import WORKER_SOURCE, Member, Plan, _cleanup, diagnose, launch
 from k3doctor.remote import allreduce_worker as worker
@@ -30,10 +31,16 @@ DEADLINES = {"start": 90, "rendezvous": 10, "init": 20, "warmup": 20, "sweep": 3
 AGENT_KILLED = "hung; killed by its node's agent (stage deadline)"
 
 
-def plan(port, inject=None) -> Plan:
-    members = tuple(Member(n, "127.0.0.1", 1, (sys.executable,)) for n in ("a", "b"))
+def plan(port, hung: dict | None = None) -> Plan:
+    """``hung``: node -> the python that stands in for its own (the rig's hang drill, k3rig.hang)."""
+    members = tuple(Member(n, "127.0.0.1", 1, ((hung or {}).get(n, sys.executable),)) for n in ("a", "b"))
     return Plan(label="full", members=members, port=port, backend="gloo", sizes_gpu=(4096,),
-                sizes_cpu=(4096, 65536), iters=3, warmup_iters=1, deadlines=dict(DEADLINES), inject=inject or {})
+                sizes_cpu=(4096, 65536), iters=3, warmup_iters=1, deadlines=dict(DEADLINES))
+
+
+def drill(tmp_path, text: str) -> str:
+    """The wrapper python of a hang drill (``NODE[:LOCAL]@STAGE``) around this interpreter."""
+    return str(hang.install(hang.parse(text, ["a", "b"]), tmp_path / "hang", python=sys.executable))
 
 
 @pytest.fixture
@@ -52,8 +59,8 @@ def test_healthy_run_verifies_the_sum_and_reports_figures(transports):
     assert worker.ours(o.run_id) == []
 
 
-def test_rank_hung_at_rendezvous_is_named_killed_and_attributed_to_its_node(transports):
-    diag = diagnose(plan(29881, inject={"b": (0, "rendezvous")}), transports, 300)
+def test_rank_hung_at_rendezvous_is_named_killed_and_attributed_to_its_node(transports, tmp_path):
+    diag = diagnose(plan(29881, hung={"b": drill(tmp_path, "b@rendezvous")}), transports, 300)
     full = diag.final
     assert not full.ok and full.stage == "rendezvous"
     assert full.missing == [1] and full.missing_nodes == ["b"]
@@ -68,10 +75,10 @@ def test_rank_hung_at_rendezvous_is_named_killed_and_attributed_to_its_node(tran
         assert worker.ours(o.run_id) == [], o.label
 
 
-def test_cleanup_kills_a_run_whose_agent_outlived_its_launcher():
+def test_cleanup_kills_a_run_whose_agent_outlived_its_launcher(tmp_path):
     run_id = "t" + os.urandom(6).hex()
-    spec = plan(29891, inject={"a": (0, "start")}).spec(plan(29891).members[0], 300)
-    proc = subprocess.Popen([sys.executable, "-", worker.TOKEN_PREFIX + run_id, json.dumps(spec)],
+    spec = plan(29891).spec(plan(29891).members[0], 300)
+    proc = subprocess.Popen([drill(tmp_path, "a@start"), "-", worker.TOKEN_PREFIX + run_id, json.dumps(spec)],
                             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     proc.stdin.write(WORKER_SOURCE)
     proc.stdin.close()

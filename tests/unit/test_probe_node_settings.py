@@ -42,6 +42,6 @@ def test_ualoe_runs_each_nodes_own_ubench_build():
 
 
 def test_allreduce_starts_each_nodes_own_python_with_its_gpu_count():
-    plan, _ = build_plan(ctx_for("allreduce-probe", where="host"), ["n1", "n2"])
+    plan = build_plan(ctx_for("allreduce-probe", where="host"), ["n1", "n2"])
     assert [(m.node, m.ranks, m.launcher) for m in plan.members] == [
         ("n1", 4, ("/usr/bin/python3",)), ("n2", 2, ("/opt/py/bin/python3",))]
