@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from k3doctor.api import Param, Status, check, error, fail, human_bytes, passed, remediation, skip, warn
+from k3doctor.api import Param, Status, check, error, fail, human_bytes, passed, remediation, skip, warn, whole_number
 from k3doctor.probes.allreduce import MIN_DEADLINE_S, diagnose
 from k3doctor.probes.allreduce_runs import STAGES, Member, Plan
 from k3doctor.probes.collective_figures import (
@@ -113,10 +113,8 @@ def floors_of(raw, name: str = "busbw_floor_gbs", unit: str = "GB/s") -> dict:
 
 
 def _whole(default: int, least: int = 0) -> Param:
-    """A count, a port or a byte size: a whole number from ``least`` (2.5 iterations is a typo, not a request);
-    the upper bound is the one its name gives (registry.NAME_BOUNDS)."""
-    return Param(default, validate=lambda v, nodes: None if float(v).is_integer() and v >= least
-                 else f"a whole number >= {least}")
+    """A count, a port or a byte size: a whole number from ``least``, up to what its name allows."""
+    return Param(default, validate=whole_number(least))
 
 
 def _float32_bytes(value, nodes) -> str | None:

@@ -1,7 +1,7 @@
 """UALoE fabric data path between node pairs: ubench 07_ualoe p2p + bandwidth (reference §8)."""
 from __future__ import annotations
 
-from k3doctor.api import Param, check, remediation
+from k3doctor.api import Param, check, remediation, whole_number
 from k3doctor.parsers.ubench import METRICS
 from k3doctor.probes import ualoe
 from k3doctor.probes.ualoe_verdicts import Judging, known_good, plan_problem, recorded_reference
@@ -57,9 +57,10 @@ matches your own shell.
        params={
            "pairs": Param("quick", validate=plan_problem),  # quick (ring: every node in two pairs), all,
            # or a,b;c,d
-           "gpu": 0,  # GPU index used on both sides; -1: all GPUs, aggregate mode (§8 pitfall 1)
-           "p2p_port": 55559,
-           "bw_port": 55560,
+           # GPU index used on both sides; -1: all GPUs, aggregate mode (§8 pitfall 1)
+           "gpu": Param(0, minimum=-1, validate=whole_number()),
+           "p2p_port": Param(55559, validate=whole_number()),
+           "bw_port": Param(55560, validate=whole_number()),
            "listen_timeout_s": 15.0,  # exporter/listener must listen within this
            "p2p_timeout_s": 25.0,  # no RESULT line by then: FAIL (a bad link hangs, §8); healthy p2p takes
            # seconds (§8 "Correctness (seconds)"; < 1 s per pair on the rig), so a hung pair is named in ~1/2 min

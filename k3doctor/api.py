@@ -32,7 +32,7 @@ from k3doctor.readings import (
     sh,
     sh_with_fact,
 )
-from k3doctor.registry import CheckSettings, Param, check, remediation
+from k3doctor.registry import CheckSettings, Param, check, remediation, whole_number
 from k3doctor.results import (
     CardId,
     PairRate,
@@ -53,6 +53,7 @@ __all__ = [
     "Exists", "File", "Glob", "InContainer", "NotEvaluated", "PairRate", "Param", "ParseError", "ReadingUnavailable",
     "Readings", "Status", "SweepPoint", "Verdict", "check", "error", "fail", "human_bytes", "in_container", "join",
     "judge_safely", "passed", "quote", "remediation", "remediation_text", "sh", "sh_with_fact", "skip", "warn",
+    "whole_number",
 ]
 
 

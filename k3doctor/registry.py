@@ -62,6 +62,17 @@ class Param:
         return self.validate(value, nodes) if self.validate else None
 
 
+def whole_number(least: int | None = None) -> Callable:
+    """A ``Param(validate=...)`` for counts, ports, indices and byte sizes: a whole number (2.5 iterations is
+    a typo, not a request), from ``least`` where given; the upper bound stays the one the name gives
+    (NAME_BOUNDS)."""
+    def problem(value, nodes=None) -> str | None:
+        if not float(value).is_integer():
+            return "a whole number" + ("" if least is None else f" >= {least}")
+        return None if least is None or value >= least else f"a whole number >= {least}"
+    return problem
+
+
 def _shown(bound) -> str:
     """A bound as a user types it: whole numbers in full (1125899906842624, not 1.1259e+15)."""
     return str(int(bound)) if float(bound).is_integer() else f"{bound:g}"

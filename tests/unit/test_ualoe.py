@@ -297,3 +297,15 @@ def test_a_bad_reference_is_refused_when_the_inventory_is_read(reference):
         parse_inventory(text, registry=REGISTRY)
     assert parse_inventory(text.replace(json.dumps(reference), '{"read": 5780, "bidir": 10960.5}'),
                            registry=REGISTRY).cluster.checks["ualoe-fabric"]["reference_gbps"]["read"] == 5780
+
+
+def test_gpu_minus_one_selects_aggregate_mode_and_indices_are_whole_numbers():
+    """§8 pitfall 1: ``gpu: -1`` (every GPU, aggregate mode) is a documented value, so the inventory takes it;
+    a GPU index or port of 2.5 is refused when the inventory is read, not truncated by the run."""
+    from k3doctor.registry import REGISTRY, load_checks
+
+    load_checks()
+    chk = REGISTRY.checks["ualoe-fabric"]
+    assert chk.param_problem("gpu", -1) is None and chk.param_problem("gpu", 3) is None
+    assert chk.param_problem("gpu", -2) == "a number in [-1, 64]"
+    assert chk.param_problem("gpu", 2.5) == chk.param_problem("bw_port", 55560.5) == "a whole number"
