@@ -373,12 +373,17 @@ def load_rule_tables() -> None:
         importlib.import_module(name)
 
 
-def rule_rows(code: str) -> list:
-    """``table:row`` for every row of a built-in rule table (a module's ``RULES`` of rows with ``name`` and
-    ``remediation``) that gives remediation ``code``: what `explain` lists besides the checks."""
+def rule_table_rows() -> list:
+    """(``<family> rule <row>``, remediation code) for every row of a built-in rule table that is rows (a
+    module's ``RULES`` of rows with ``name`` and ``remediation``), in table order: what `list -v` shows."""
     found = []
     for name in RULE_TABLES:
         rows = getattr(importlib.import_module(name), "RULES", ())
-        found += [f"{name.rsplit('.', 2)[-2]} rule {row.name}" for row in rows
-                  if getattr(row, "remediation", None) == code]
+        found += [(f"{name.rsplit('.', 2)[-2]} rule {row.name}", row.remediation) for row in rows
+                  if hasattr(row, "name") and hasattr(row, "remediation")]
     return found
+
+
+def rule_rows(code: str) -> list:
+    """The rule rows that give remediation ``code``: what `explain` lists besides the checks."""
+    return [row for row, given in rule_table_rows() if given == code]

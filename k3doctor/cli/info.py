@@ -5,7 +5,7 @@ import click
 
 from k3doctor import platforms
 from k3doctor.cli.options import load_plugins
-from k3doctor.registry import REGISTRY, load_rule_tables, rule_rows
+from k3doctor.registry import REGISTRY, load_rule_tables, rule_rows, rule_table_rows
 
 
 @click.command("list")
@@ -28,6 +28,9 @@ def list_cmd(verbose):
                 choices = c.param_specs[param].choices
                 one_of = f"  (one of {', '.join(choices)})" if choices else ""
                 click.echo(f"  {c.name}.{param} = {default!r}{one_of}")
+        click.echo("\nrule rows besides the checks (`k3doctor explain CODE`):")
+        for row, code in rule_table_rows():
+            click.echo(f"  {row}: {code or '-'}")
 
 
 @click.command("explain")

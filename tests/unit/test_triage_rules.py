@@ -70,3 +70,14 @@ def test_explain_names_the_rows_that_give_a_code():
     out = CliRunner().invoke(explain_cmd, ["TRIAGE-RUNNER-DIED"])
     assert out.exit_code == 0, out.output
     assert out.output.rstrip().endswith("Raised by: triage rule runner-died, triage rule double-free")
+
+
+def test_list_verbose_shows_every_row():
+    from click.testing import CliRunner
+
+    from k3doctor.cli.info import list_cmd
+    out = CliRunner().invoke(list_cmd, ["-v"])
+    assert out.exit_code == 0, out.output
+    shown = out.output.split("rule rows besides the checks", 1)[1]
+    assert all(f"triage rule {rule.name}: {rule.remediation}\n" in shown for rule in RULES)
+    assert "triage rule idle-as-completed: -" in shown  # a stack rule that names no fault
