@@ -30,7 +30,7 @@ from k3doctor.api import (
     remediation,
     warn,
 )
-from k3doctor.model import network
+from k3doctor.model import ifnames, network
 from k3doctor.model.container import (
     ROCJITSU_HOOK,
     ROCJITSU_PREFIX,
@@ -44,7 +44,7 @@ from k3doctor.model.container import (
 CHECK = "launch-config"
 DATA_IF = recipes.DATA_IF  # must name an interface that carries the node's data_ip (§18)
 UNSET = "(unset)"
-SOCKET_IFNAMES = ("MORI_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
+SOCKET_IFNAMES = ifnames.SOCKET_IFNAMES
 # The validated sets (§16, §17, §26) are recipe files (k3doctor/recipes/gfx1250-*.yaml); `profile` names one.
 PROFILE_NAMES = tuple(r.aliases[0] if r.aliases else r.name for r in recipes.platform_recipes("gfx1250"))
 PARAMS = {
@@ -354,38 +354,6 @@ def judge_env(env: dict, rules, stepping, profile: str, ignore=()) -> list:
     return out
 
 
-def judge_ifnames(env: dict, links: set, routes: list, data_ip: str, ignore=()) -> list:
-    """§18: each *_SOCKET_IFNAME names an interface that exists and carries the node's data_ip."""
-    carriers = network.carriers(routes, data_ip)
-    out = []
-    for var in SOCKET_IFNAMES:
-        value = env.get(var)
-        if not value or var in ignore:
-            continue  # unset: the profile rule names it
-        grammar = network.IFNAME_GRAMMARS[var]  # §29 (0.2): three grammars, not one
-        matching = network.selected_interfaces(grammar, value, links)
-        evidence = {var: value, "data_ip": data_ip, "interfaces carrying it": sorted(carriers), "grammar": grammar,
-                    "selects": sorted(matching)}
-        if grammar == "literal" and not matching and any(c in value for c in ",^="):
-            out.append((var, fail(f"{var}={value}: {var.split('_')[0]} takes one literal interface name, not NCCL's "
-                                  f"prefix/exclude syntax (§29; the data-plane NIC carrying {data_ip} is "
-                                  f"{', '.join(sorted(carriers)) or 'none'})", remediation=IFNAME, evidence=evidence)))
-        elif not matching:
-            out.append((var, fail(f"{var}={value}: no such interface on this node (it has {', '.join(sorted(links))}); "
-                                  f"the data-plane NIC carrying {data_ip} is {', '.join(sorted(carriers)) or 'none'} "
-                                  "(§18)", remediation=IFNAME, evidence=evidence)))
-        elif not matching & carriers:
-            out.append((var, fail(f"{var}={value} does not carry the node's data_ip {data_ip} (carried by "
-                                  f"{', '.join(sorted(carriers)) or 'no interface'}): the rendezvous goes over another "
-                                  "network or hangs (§18)", remediation=IFNAME, evidence=evidence)))
-        elif len(matching) > 1:
-            out.append((var, warn(f"{var}={value} is a prefix that selects {len(matching)} interfaces "
-                                  f"({', '.join(sorted(matching))}): RCCL may use any of them; name the data-plane NIC "
-                                  f"exactly with ={', '.join(sorted(matching & carriers))} (§29)", remediation=IFNAME,
-                                  evidence=evidence)))
-    return out
-
-
 def _caps(values) -> set:
     return {str(v).upper().removeprefix("CAP_") for v in values or ()}
 
@@ -479,6 +447,7 @@ class NodeFacts:
     launch: list | None
     named: set  # variables / flags already named on this node
     stepping: str | None = None
+    nccl_selects: frozenset | None = None  # interfaces NCCL_SOCKET_IFNAME selects here (§29)
 
 
 def judge_node(r, node, first: bool, p) -> tuple:
@@ -505,7 +474,7 @@ def judge_node(r, node, first: bool, p) -> tuple:
     label = selected(p("profile"), settings)[0]
     for source in sources:
         found = judge_env(source.env, rules, settings.stepping, label, set(p("ignore")))
-        found += judge_ifnames(source.env, links, routes, node.address, set(p("ignore")))
+        found += ifnames.judge_ifnames(source.env, links, routes, node.address, IFNAME, set(p("ignore")))
         for subject, v in found:
             named.add(subject)
             v.message = f"{source.label}: {v.message}"
@@ -528,7 +497,8 @@ def judge_node(r, node, first: bool, p) -> tuple:
         verdicts += judge_ports(listeners, own, launch, first, p)
     named |= set(p("ignore"))
     return verdicts, NodeFacts(env=sources[0].env, image_id=c.image_id, launch=launch, named=named,
-                               stepping=settings.stepping)
+                               stepping=settings.stepping,
+                               nccl_selects=ifnames.prefix_selection(sources[0].env, links, p("ignore")))
 
 
 def _launch(c: ContainerView, script):
@@ -699,7 +669,9 @@ def launch_config(per_node, ctx):
     gpus = ctx.settings.gpus_per_node
     addresses = {n.name: n.address for n in nodes if n.name in facts}
     drift = judge_placement(facts, addresses, gpus)  # first: it names the flags the command drift then skips
-    drift += judge_env_drift(facts) + judge_image_drift(facts) + judge_launch_drift(facts)
+    drift += judge_env_drift(facts) + judge_image_drift(facts) + judge_launch_drift(facts) + \
+        ifnames.fold_into_node_findings(verdicts, ifnames.judge_selection_counts(
+            {n: f.nccl_selects for n, f in facts.items() if f.nccl_selects is not None}, IFNAME))
     if drift:  # a node that passed alone but is odd across nodes: its PASS goes
         odd = {v.node for v in drift}
         verdicts = [v for v in verdicts if not (v.status == Status.PASS and (v.node in odd or None in odd))]

@@ -39,13 +39,15 @@ def memuse(*percents):
 IDLE = memuse(0, 0, 0, 0)
 
 
-def readings(containers=(), events=(), kfd=(), pids=NO_PIDS, pids_rc=0, mem=IDLE, mem_rc=0, uid="0"):
+def readings(containers=(), events=(), kfd=(), pids=NO_PIDS, pids_rc=0, mem=IDLE, mem_rc=0, uid="0",
+             pidns="pid:[4026531836]"):
     return Readings({
         "docker": DockerReading(containers=list(containers), events=list(events), now=NOW),
         "kfd": {f"/sys/class/kfd/kfd/proc/{p}": None for p in kfd},
         "pids": CommandReading("rocm-smi --showpids", pids_rc, pids, "" if pids_rc == 0 else "boom"),
         "memuse": CommandReading("rocm-smi --showmemuse", mem_rc, mem, "" if mem_rc == 0 else "boom"),
         "uid": CommandReading("id -u", 0, f"{uid}\n", ""),
+        "pidns": CommandReading("readlink /proc/self/ns/pid", 0, f"{pidns}\n", ""),
     })
 
 
@@ -135,7 +137,8 @@ def test_unreadable_source_errors_but_does_not_hide_other_findings():
     assert sorted(v.status.value for v in verdicts) == ["ERROR", "FAIL"]
     assert any("rocm-smi --showpids not readable" in v.message for v in verdicts)
     r = Readings({"docker": Unavailable("engine down"), "kfd": {}, "pids": CommandReading("x", 0, NO_PIDS, ""),
-                  "memuse": CommandReading("y", 0, IDLE, ""), "uid": CommandReading("id -u", 0, "0\n", "")})
+                  "memuse": CommandReading("y", 0, IDLE, ""), "uid": CommandReading("id -u", 0, "0\n", ""),
+                  "pidns": CommandReading("readlink /proc/self/ns/pid", 0, "pid:[4026531836]\n", "")})
     [v] = judge(r)
     assert v.status == Status.ERROR and "docker engine not readable" in v.message
 
@@ -205,3 +208,14 @@ def test_an_empty_process_list_read_as_non_root_is_an_error_not_free():
     assert [v.status for v in verdicts] == [Status.ERROR]
     assert "read as uid 1000, not root" in verdicts[0].message
     assert [v.status for v in judge(readings([container("k3ep16")], uid="0"))] == [Status.PASS]
+
+
+def test_an_empty_process_list_read_in_a_pid_namespace_is_an_error_not_free():
+    """§29 (rocm-systems PR #3752): `amd-smi process` in a PID namespace says "No running processes detected" even
+    as root; only the host's own PID namespace (inode 0xEFFFFFFC) sees every process."""
+    verdicts = judge(readings([container("k3ep16")], pidns="pid:[4026532711]"))
+    assert [v.status for v in verdicts] == [Status.ERROR]
+    assert "read in PID namespace pid:[4026532711], not the host's pid:[4026531836]" in verdicts[0].message
+    # a process the namespace does see is a finding of its own: the namespace only spoils an empty list
+    assert bad(judge(readings([container("k3ep16")], kfd=[4242], pids=NO_PIDS, pidns="pid:[4026532711]"))) == [
+        (Status.FAIL, "RACK-BUSY")]
