@@ -41,7 +41,7 @@ BIND_PATHS = BIND_DIRS + BIND_FILES
 FAKE_TOOLS = {"opt/rocm/bin/amd-smi": "amd-smi", "opt/rocm/bin/rocm-smi": "rocm-smi", "usr/bin/dmesg": "dmesg"}
 TOOL_MODES = ("ok", "hang", "garbage", "truncated", "stubborn", "huge")
 RUNTIME_MODES = ("hang", "stubborn", "huge")  # decided by the fake when it runs (its @mode file)
-CARD_FIELDS = ("accel_state", "accel_id", "lane_bitmap", "ppod_id", "vpod_id", "link_type")
+CARD_FIELDS = ("accel_state", "accel_id", "lane_bitmap", "ppod_id", "vpod_id", "link_type", "sclk_max_mhz")
 FAKE_SCRIPT = Path(__file__).with_name("bin") / "k3rig-fake"
 AMD_SMI_GROUPS_WARNING = "WARNING: User is missing the following required groups: render, video\n"
 # Files `docker cp`-ed into our container (reference §2, §14) live under this root; the rig empties it on sync.
@@ -93,7 +93,7 @@ class NodeState:
     boot_id: str = ""
     amd_smi_json_root: str = "gpu_data"  # "gpu_data": {"gpu_data": [...]} (newer amd-smi); "list": bare list
     amd_smi_stderr_noise: bool = False
-    cards: dict[int, dict[str, Any]] = dataclasses.field(default_factory=dict)  # card index -> CARD_FIELDS
+    cards: dict[int, dict[str, Any]] = dataclasses.field(default_factory=dict)  # card index -> CARD_FIELDS overrides
     gpu_processes: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # pid, name, card, vram_bytes
     # appended after the boot lines; "<3>text" is logged at that printk level (3 = err), plain text at info
     dmesg_extra: list[str] = dataclasses.field(default_factory=list)
@@ -129,7 +129,7 @@ class NodeState:
         return node_name(self.tray)
 
     def card(self, c: int) -> dict[str, Any]:
-        """Resolved UALink values of card ``c`` (node defaults + per-card overrides)."""
+        """Resolved UALink values and top gfx clock of card ``c`` (node defaults + per-card overrides)."""
         values = {
             "accel_state": "active",
             "accel_id": accel_base(self.tray) + GPUS_PER_NODE - 1 - c,  # card0 = highest id: "3 2 1 0"
@@ -137,6 +137,7 @@ class NodeState:
             "ppod_id": self.ppod_id,
             "vpod_id": self.vpod_id,
             "link_type": "UALoE",
+            "sclk_max_mhz": 2400,  # the top pp_dpm_sclk level (reference §12: max gfx clock 2.4 GHz)
         }
         values.update(self.cards.get(c, {}))
         return values
@@ -238,6 +239,9 @@ def _write_sysfs(tree: Path, s: NodeState) -> None:
         write_file(tree, f"{dev}/vendor", "0x1002\n")
         write_file(tree, f"{dev}/mem_info_vram_total", f"{vram_total}\n")
         write_file(tree, f"{dev}/mem_info_vram_used", f"{_vram_used(s, c)}\n")
+        # amdgpu's "%d: %uMhz %s\n" with `*` on the current level, SMU 13's deep-sleep line first
+        write_file(tree, f"{dev}/pp_dpm_sclk", f"S: 19Mhz *\n0: 500Mhz \n1: 1600Mhz \n2: {card['sclk_max_mhz']}Mhz \n")
+        write_file(tree, f"{dev}/pp_dpm_mclk", "0: 900Mhz \n1: 1900Mhz *\n")
         ualink = {
             "accel_state": card["accel_state"],
             "accel_id": card["accel_id"],
