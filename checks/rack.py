@@ -15,6 +15,7 @@ from k3doctor.api import (
     passed,
     remediation,
     skip,
+    tool,
 )
 from k3doctor.model.gpu import KFD_PROC_GLOB, kfd_pids
 from k3doctor.parsers.docker_events import container_from_api, event_from_dict
@@ -57,8 +58,8 @@ def _reads(settings) -> dict:
     window_s = int(settings.param("window_min") * 60)
     return {"docker": Docker(events_since_s=window_s),
             "kfd": Glob(KFD_PROC_GLOB),
-            "pids": Command((settings.tools["rocm_smi"], "--showpids")),
-            "memuse": Command((settings.tools["rocm_smi"], "--showmemuse")),
+            "pids": tool(settings.tools["rocm_smi"], "--showpids"),
+            "memuse": tool(settings.tools["rocm_smi"], "--showmemuse"),
             "uid": Command(("id", "-u")),
             "pidns": Command(("readlink", "/proc/self/ns/pid"))}
 
@@ -185,13 +186,13 @@ def rack_free(r, ctx):
         return verdicts + [skip(f"GPU processes and VRAM {withheld}")] + ([] if verdicts else [passed(
             f"only {own} (or nothing) on this node, no foreign create/start {span}")])
     pids = attempt(KFD_PROC_GLOB, lambda: kfd_pids(r["kfd"]), set())
-    rows = attempt("rocm-smi --showpids", lambda: parse_showpids(r["pids"].output()), None)
+    rows = attempt("rocm-smi --showpids", lambda: parse_showpids(r["pids"].output("`rocm-smi --showpids`")), None)
     if rows == [] and not pids:
         verdicts += unprivileged(r.get("uid")) or namespaced(r.get("pidns"))
     processes, notes = judge_gpu_processes(pids, rows or [], set(ctx.param("monitoring_agents")))
     verdicts += processes
-    vram = attempt("rocm-smi --showmemuse", lambda: judge_vram(
-        parse_showmemuse(r["memuse"].output(), ctx.settings.gpus_per_node), ctx.param("max_vram_pct")), [])
+    vram = attempt("rocm-smi --showmemuse", lambda: judge_vram(parse_showmemuse(
+        r["memuse"].output("`rocm-smi --showmemuse`"), ctx.settings.gpus_per_node), ctx.param("max_vram_pct")), [])
     verdicts += [] if processes else vram
     if not verdicts:
         verdicts.append(passed(f"only {own} (or nothing) on this node, no foreign create/start {span}, "

@@ -88,6 +88,18 @@ def sh(script: str, timeout_s: float | None = None) -> Command:
     return Command(("sh", "-c", script), timeout_s)
 
 
+# A ROCm tool where the inventory says, else by its name on the node's PATH (reference §29: ROCm from a pip wheel
+# has no /opt/rocm, its tools live in the venv's bin). Takes the configured path as $1 and shifts it off, leaving
+# the tool in $t; exits 127 saying where it looked.
+FIND_TOOL = ('p=$1; shift; t=$p; [ -x "$t" ] || t=$(command -v "${p##*/}") || { echo "k3doctor: ${p##*/} is neither '
+             'at $p nor on this node\'s PATH ($PATH)" >&2; exit 127; }; ')
+
+
+def tool(path: str, *args, timeout_s: float | None = None) -> Command:
+    """Run the ROCm tool configured at ``path`` (inventory ``tools``) with ``args``, found as FIND_TOOL says."""
+    return Command(("sh", "-c", FIND_TOOL + 'exec "$t" "$@"', "k3doctor-tool", path, *args), timeout_s)
+
+
 DOCKER_ROOT_DIR = "DockerRootDir"  # the engine's data root (``info()``)
 CONTAINER_PID = "State.Pid"  # a container's main process on the host, 0 when it is not running (its inspect)
 ENGINE_FACTS = (DOCKER_ROOT_DIR, CONTAINER_PID)

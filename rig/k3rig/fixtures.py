@@ -406,6 +406,10 @@ def _amd_smi_outputs(s: NodeState) -> dict[str, str]:
     vram = {"type": "HBM", "vendor": "N/A", "size": {"value": mb, "unit": "MB"}}
     static = [{"gpu": c, "bus": {"bdf": bdf(c)}, "vram": vram} for c in range(GPUS_PER_NODE)]
     static_vram = [{"gpu": c, "vram": vram} for c in range(GPUS_PER_NODE)]
+    # amd-smi 27.1 (ROCm 10.1, reference §29): PHYSICAL_ACC_ID in the ASIC section, the card's accel_id
+    asic = [{"gpu": c, "asic": {"market_name": "AMD Instinct MI455X", "oam_id": c,
+                                "physical_acc_id": s.card(c)["accel_id"]}, "bus": {"bdf": bdf(c)}}
+            for c in range(GPUS_PER_NODE)]
     vram_text = "".join(
         f"GPU: {c}\n    VRAM:\n        TYPE: HBM\n        VENDOR: N/A\n        SIZE: {mb} MB\n\n"
         for c in range(GPUS_PER_NODE)
@@ -415,6 +419,7 @@ def _amd_smi_outputs(s: NodeState) -> dict[str, str]:
         "fabric": "".join(_fabric_text(entry) for entry in fabric),
         "static --json": _amd_smi_json(s, static),
         "static --vram --json": _amd_smi_json(s, static_vram),
+        "static --asic --bus --json": _amd_smi_json(s, asic),
         "static --vram": vram_text,
     }
 

@@ -36,6 +36,9 @@ def test_healthy_variants_pass_both_checks_on_every_gpu(rig, scenario):
     gpus = {(r["node"], r["gpu"]) for r in doc["results"] if r["check"] == "ualink-state"}
     assert gpus == {(n, g) for n in NODES for g in range(4)}
     assert passing_nodes(doc, "fabric-domain") == set(NODES)
+    # §29: amd-smi 27.1's PHYSICAL_ACC_ID (bare list or gpu_data root) names the card sysfs accel_id names
+    assert all("PHYSICAL_ACC_ID agrees with sysfs accel_id on 4 GPU(s)" in r["message"] for r in doc["results"]
+               if r["check"] == "fabric-domain")
     assert {n["name"]: n["round_trips"] for n in doc["nodes"]} == {n: 1 for n in NODES}
 
 

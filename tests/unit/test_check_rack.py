@@ -153,8 +153,9 @@ def test_reads_follow_window_and_settings():
     specs = rack_free.readings_for(Settings(container="mine", checks={"rack-free": {"window_min": 10}}))
     assert specs["docker"] == Docker(events_since_s=600)
     assert rack_free.readings_for(Settings())["docker"].events_since_s == 30 * 60  # §3: the last 30 min
-    assert specs["pids"].argv == ("/opt/rocm/bin/rocm-smi", "--showpids")
-    assert specs["memuse"].argv == ("/opt/rocm/bin/rocm-smi", "--showmemuse")
+    # §29: at the configured path, else on the node's PATH (tests/unit/test_tool_paths.py runs the lookup)
+    assert specs["pids"].argv[4:] == ("/opt/rocm/bin/rocm-smi", "--showpids")
+    assert specs["memuse"].argv[4:] == ("/opt/rocm/bin/rocm-smi", "--showmemuse")
 
 
 def test_idle_vram_passes_and_says_low_vram_proves_nothing():
