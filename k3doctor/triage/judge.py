@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from k3doctor.parsers.atom_log import stage_of
 from k3doctor.registry import remediation
 from k3doctor.results import Verdict, fail, passed, warn
+from k3doctor.triage.signatures import FIELD_SIGNATURES
 
 STEPS = ("triage-collective", "triage-stacks", "triage-startup", "triage-kv", "triage-config", "triage-fatal")
 
@@ -267,7 +268,7 @@ def judge_rank(rank: int, lines: list, layout: Layout, now: float | None, servin
                              ("runner_died", RUNNER_DIED, "ModelRunner died")):
         for ln in _of(lines, kind)[:1]:
             add("triage-fatal", fail(f"{what}: {ln.text[:160]}", evidence={"line": ln.text[:300]}, remediation=code))
-    for kind, step, finding, what, code in AGENTX_SIGNATURES:
+    for kind, step, finding, what, code in AGENTX_SIGNATURES + FIELD_SIGNATURES:
         for ln in _of(lines, kind)[:1]:
             add(step, finding(f"{what}: {ln.text[:160]}", evidence={"line": ln.text[:300]}, remediation=code))
     if _of(lines, "double_free"):
