@@ -49,6 +49,16 @@ ranks`); MORI_CCO_FABRIC_CROSSNODE_LSA=1 and MORI_CCO_FABRIC_LENIENT=1 (skips cr
 failures) have no place in a wide-EP environment. Remove them unless a bring-up step says otherwise.
 """)
 
+HIP_ALLOC = remediation("ENV-HIP-ALLOC", "a PyTorch allocator setting known to hang on this ROCm", """
+Drop `expandable_segments:True` from PYTORCH_HIP_ALLOC_CONF on ROCm 7.14: it hangs `Tensor.to('cuda')` in
+hsaKmtMemoryVaMap (pytorch/pytorch #192259, §29). A site with a fixed ROCm tells k3doctor in `version_edges`.
+""")
+TUNING = remediation("ENV-RCCL-TUNING", "RCCL tuning variables differ from gfx1250's defaults", """
+Information: on gfx1250 RCCL picks CE AllReduce (RCCL_CE_ALLREDUCE=-1), DDA LL128 and saturated P2P channels
+from its architecture table; RCCL_DDA_*, RCCL_CE_*, NCCL_MIN/MAX_CTAS override it and RCCL_IGNORE_ARCH_TABLE=1
+reverts it (§29). Keep them only with a measurement that says they help.
+""")
+
 
 for _rule in RULES:  # `k3doctor explain ENV-...` for every row, with the version range it holds for
     remediation(_rule.id, f"{', '.join(_rule.variables)}: {_rule.test} ({_rule.section})",
@@ -79,7 +89,7 @@ def _environments(r) -> list:
 
 
 @check(CHECK, title="environment rules for the RCCL, aiter, ATOM and ROCm versions installed (§29)", scope="node",
-       reads=_reads, remediation=(FABRIC, INERT, LOG_VALUE, TMPDIR, MORI),
+       reads=_reads, remediation=(FABRIC, INERT, LOG_VALUE, TMPDIR, MORI, HIP_ALLOC, TUNING),
        params={"version_edges": Param({}, validate=edges_problem)})
 def env_versions(r, ctx):
     """§29: one finding per variable, naming the version range the rule held for and how the node's version
@@ -91,10 +101,13 @@ def env_versions(r, ctx):
     found = parse_probe(r["versions"].output("the version probe"), kernel)
     edges = edges_from(ctx.param("version_edges"))
     versions = {name: version_text(f.version) for name, f in found.items()}
-    verdicts = []
+    verdicts, notes = [], []
     for label, env in environments:
         for rule, name, value, why in judge(env, found, edges):
             text = rule.message.format(name=name, value=value if value is not None else "(set)")
+            if rule.status == "info":  # said in the PASS line, never a finding
+                notes.append(f"INFO: {label}: {text} [{rule.id}]")
+                continue
             verdicts.append(SEVERITY[rule.status](
                 f"{label}: {text} [{rule.id}; {rule.applies}: {why}; {rule.section}]", remediation=rule.remediation,
                 evidence={"rule": rule.id, "variable": name, "applies": rule.applies, "version_range": why,
@@ -111,4 +124,4 @@ def env_versions(r, ctx):
     said = ([f"read: {', '.join(known)}"] if known else []) + (
         [f"not read: {', '.join(unknown)}, so their rules applied strictly"] if unknown else [])
     return passed(f"{len(RULES)} version rules hold for {', '.join(label for label, _ in environments)} "
-                  f"({'; '.join(said)})", evidence={"versions": versions})
+                  f"({'; '.join(said)})" + "".join(f"; {note}" for note in notes), evidence={"versions": versions})

@@ -171,3 +171,26 @@ def test_mori_vpod_id_on_some_ranks_only_is_a_fault():
     verdicts = testing.judge(CHECK, readings(HEALTHY, ranks=ranks), **EDGE_SET)
     assert sorted((v.status.value, v.remediation) for v in verdicts) == [("FAIL", "ENV-MORI"), ("WARN", "ENV-MORI")]
     assert any("MORI_VPOD_ID is set on rank pid 1004 but not on the other ranks" in v.message for v in verdicts)
+
+
+@pytest.mark.parametrize("probe, expected", [
+    ("rocm=7.13.1\n", []),  # before ROCm 7.14 the allocator setting is harmless
+    ("rocm=7.14.0\n", [("WARN", "ENV-HIP-EXPANDABLE-SEGMENTS", "PYTORCH_HIP_ALLOC_CONF")]),
+    ("", [("WARN", "ENV-HIP-EXPANDABLE-SEGMENTS", "PYTORCH_HIP_ALLOC_CONF")]),  # ROCm unknown: strict
+])
+def test_expandable_segments_hang_on_rocm_7_14(probe, expected):
+    """§29 (pytorch/pytorch #192259): `Tensor.to('cuda')` hangs in hsaKmtMemoryVaMap on ROCm 7.14."""
+    env = {**HEALTHY, "PYTORCH_HIP_ALLOC_CONF": "garbage_collection_threshold:0.8, expandable_segments:True"}
+    assert rules_of(run(env, probe + "rccl=librccl.so.1.0.71400\n", **EDGE_SET)) == expected
+    off = {**HEALTHY, "PYTORCH_HIP_ALLOC_CONF": "expandable_segments:False"}
+    assert rules_of(run(off, probe + "rccl=librccl.so.1.0.71400\n", **EDGE_SET)) == []
+
+
+def test_non_default_rccl_tuning_is_information_in_the_pass():
+    """§29: RCCL_DDA_*, RCCL_CE_*, RCCL_IGNORE_ARCH_TABLE, NCCL_MIN/MAX_CTAS are "non-default tuning" [INFO]."""
+    [v] = run({**HEALTHY, "RCCL_IGNORE_ARCH_TABLE": "1", "RCCL_CE_ALLREDUCE": "0"}, **EDGE_SET)
+    assert v.status == Status.PASS
+    assert "INFO: container k3ep16: RCCL_CE_ALLREDUCE is set: non-default RCCL tuning" in v.message
+    assert "RCCL_IGNORE_ARCH_TABLE is set: non-default RCCL tuning" in v.message
+    [v] = run(HEALTHY, **EDGE_SET)
+    assert "non-default RCCL tuning" not in v.message
