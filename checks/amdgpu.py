@@ -187,7 +187,8 @@ def gpu_count(r) -> tuple:
 
 
 def _inventory_reads(settings) -> dict:
-    return {**INVENTORY_READS, "smi": tool(settings.tools["amd_smi"], "static", "--vram", "--json")}
+    return {**INVENTORY_READS, "smi": tool(settings.tools["amd_smi"], "static", "--vram", "--json",
+                                                       container=settings.container)}
 
 
 def amdsmi_cross_check(r, cards: list, sizes: dict, tolerance_gib: float, evidence: dict) -> tuple:

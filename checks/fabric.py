@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 
 from k3doctor.api import (
     FIND_TOOL,
-    Command,
     Glob,
     ParseError,
     ReadingUnavailable,
@@ -22,6 +21,7 @@ from k3doctor.api import (
     passed,
     remediation,
     tool,
+    tool_script,
     warn,
 )
 from k3doctor.model.gpu import UEVENT_GLOB, card_buses, pci_bus
@@ -230,8 +230,9 @@ def _judge_id(gpus: list, name: str, value_of, raw_of, expected) -> dict:
 
 def _reads(settings) -> dict:
     return {**UALINK_READS, "uevent": UEVENT,
-            "fabric": Command(("sh", "-c", FABRIC_SCRIPT, "k3doctor-fabric", settings.tools["amd_smi"])),
-            "asic": tool(settings.tools["amd_smi"], "static", "--asic", "--bus", "--json")}
+            "fabric": tool_script(settings.tools["amd_smi"], FABRIC_SCRIPT, container=settings.container),
+            "asic": tool(settings.tools["amd_smi"], "static", "--asic", "--bus", "--json",
+                         container=settings.container)}
 
 
 @check("fabric-domain", title="all GPUs of all nodes share one PPOD_ID and one VPOD_ID", scope="cluster",

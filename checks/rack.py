@@ -58,8 +58,8 @@ def _reads(settings) -> dict:
     window_s = int(settings.param("window_min") * 60)
     return {"docker": Docker(events_since_s=window_s),
             "kfd": Glob(KFD_PROC_GLOB),
-            "pids": tool(settings.tools["rocm_smi"], "--showpids"),
-            "memuse": tool(settings.tools["rocm_smi"], "--showmemuse"),
+            "pids": tool(settings.tools["rocm_smi"], "--showpids", container=settings.container),
+            "memuse": tool(settings.tools["rocm_smi"], "--showmemuse", container=settings.container),
             "uid": Command(("id", "-u")),
             "pidns": Command(("readlink", "/proc/self/ns/pid"))}
 

@@ -33,6 +33,7 @@ from k3doctor.readings import (
     sh,
     sh_with_fact,
     tool,
+    tool_script,
 )
 from k3doctor.registry import CheckSettings, Param, check, remediation
 from k3doctor.results import (
@@ -52,10 +53,10 @@ from k3doctor.shell import join, quote
 
 __all__ = [
     "FIND_TOOL", "MAX_SECONDS", "CardId", "CheckSettings", "Command", "ContainerInspect", "Context", "Docker",
-    "EngineFactCommand",
-    "Exists", "File", "Glob", "InContainer", "NotEvaluated", "PairRate", "Param", "ParseError", "ReadingUnavailable",
-    "Readings", "Status", "SweepPoint", "Verdict", "check", "error", "fail", "human_bytes", "in_container", "join",
-    "judge_safely", "passed", "quote", "remediation", "remediation_text", "sh", "sh_with_fact", "skip", "tool", "warn",
+    "EngineFactCommand", "Exists", "File", "Glob", "InContainer", "NotEvaluated", "PairRate", "Param", "ParseError",
+    "ReadingUnavailable", "Readings", "Status", "SweepPoint", "Verdict", "check", "error", "fail", "human_bytes",
+    "in_container", "join", "judge_safely", "passed", "quote", "remediation", "remediation_text", "sh", "sh_with_fact",
+    "skip", "tool", "tool_script", "warn",
 ]
 
 

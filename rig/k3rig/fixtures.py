@@ -566,7 +566,8 @@ def container_tar(files: dict[str, Any]) -> bytes:
     """A tar (for ``put_archive`` at ``/``) of a node's ``container_files``.
 
     ``{size: N, text: T}`` is T padded with ``#`` to exactly N bytes (N = 0: the empty file an
-    interrupted ``docker cp`` leaves, §14); ``{entries: N}`` is a directory of N files (a store).
+    interrupted ``docker cp`` leaves, §14); ``{entries: N}`` is a directory of N files (a store). A file
+    starting with ``#!`` is executable (a tool the image ships).
     """
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
@@ -604,7 +605,7 @@ def _tar_add(tar: tarfile.TarFile, name: str, data: bytes | None) -> None:
         info.type, info.mode = tarfile.DIRTYPE, 0o755
         tar.addfile(info)
     else:
-        info.size, info.mode = len(data), 0o644
+        info.size, info.mode = len(data), 0o755 if data.startswith(b"#!") else 0o644  # a script runs
         tar.addfile(info, io.BytesIO(data))
 
 

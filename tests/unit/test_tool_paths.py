@@ -3,9 +3,11 @@
 import os
 import subprocess
 
+import pytest
+
 from k3doctor.checks import fabric
 from k3doctor.inventory.load import Settings
-from k3doctor.readings import tool
+from k3doctor.readings import InContainer, tool
 from k3doctor.registry import REGISTRY
 
 FAKE = "#!/bin/sh\necho \"$0 $*\"\n"
@@ -33,7 +35,7 @@ def test_a_tool_missing_at_its_path_is_found_on_the_node_path(tmp_path):
     venv = fake(tmp_path / "venv/bin")  # ROCm from a pip wheel: no /opt/rocm
     done = run(tool("/opt/rocm-nowhere/bin/amd-smi", "fabric", "--json").argv, f"{venv.parent}:/usr/bin:/bin")
     assert (done.returncode, done.stdout) == (0, f"{venv} fabric --json\n")
-    done = run(["sh", "-c", fabric.FABRIC_SCRIPT, "k3doctor-fabric", "/opt/rocm-nowhere/bin/amd-smi"],
+    done = run(["sh", "-c", fabric.FABRIC_SCRIPT, "k3doctor-tool", "/opt/rocm-nowhere/bin/amd-smi"],
                f"{venv.parent}:/usr/bin:/bin")
     assert (done.returncode, done.stdout) == (0, f"{venv} fabric --json\n")
 
@@ -41,7 +43,7 @@ def test_a_tool_missing_at_its_path_is_found_on_the_node_path(tmp_path):
 def test_a_tool_nowhere_exits_127_saying_where_it_looked(tmp_path):
     done = run(tool("/opt/rocm-nowhere/bin/rocm-smi", "--showpids").argv, "/usr/bin:/bin")
     assert done.returncode == 127 and done.stdout == ""
-    assert done.stderr == ("k3doctor: rocm-smi is neither at /opt/rocm-nowhere/bin/rocm-smi nor on this node's PATH "
+    assert done.stderr == ("k3doctor: rocm-smi is neither at /opt/rocm-nowhere/bin/rocm-smi nor on PATH "
                            "(/usr/bin:/bin)\n")
 
 
@@ -53,3 +55,15 @@ def test_every_rocm_tool_reading_goes_through_the_lookup():
     assert [r.argv[4:] for r in reads] == [("/opt/rocm/bin/rocm-smi", "--showpids"),
                                            ("/opt/rocm/bin/rocm-smi", "--showmemuse"),
                                            ("/opt/rocm/bin/amd-smi", "static", "--vram", "--json")]
+
+
+def test_a_tool_the_inventory_puts_in_the_container_runs_there():
+    """`tools: {amd_smi: "container:amd-smi"}`: the image's own PATH finds it (a pip-wheel ROCm in the image)."""
+    reading = tool("container:amd-smi", "static", "--vram", "--json", container="k3ep16")
+    assert isinstance(reading, InContainer) and reading.container == "k3ep16"
+    assert reading.inner[:2] == ("sh", "-c") and reading.inner[3:] == ("k3doctor-tool", "amd-smi", "static", "--vram",
+                                                                         "--json")
+    specs = REGISTRY.checks["fabric-domain"].readings_for(Settings(tools={"amd_smi": "container:amd-smi"}))
+    assert isinstance(specs["fabric"], InContainer) and specs["fabric"].inner[2] == fabric.FABRIC_SCRIPT
+    with pytest.raises(ValueError, match="no container is configured"):
+        tool("container:amd-smi", "fabric")
