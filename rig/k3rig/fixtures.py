@@ -41,7 +41,8 @@ BIND_PATHS = BIND_DIRS + BIND_FILES
 FAKE_TOOLS = {"opt/rocm/bin/amd-smi": "amd-smi", "opt/rocm/bin/rocm-smi": "rocm-smi", "usr/bin/dmesg": "dmesg"}
 TOOL_MODES = ("ok", "hang", "garbage", "truncated", "stubborn", "huge")
 RUNTIME_MODES = ("hang", "stubborn", "huge")  # decided by the fake when it runs (its @mode file)
-CARD_FIELDS = ("accel_state", "accel_id", "lane_bitmap", "ppod_id", "vpod_id", "link_type", "sclk_max_mhz")
+CARD_FIELDS = ("accel_state", "accel_id", "lane_bitmap", "ppod_id", "vpod_id", "link_type", "sclk_max_mhz",
+               "ifoe_driver")
 FAKE_SCRIPT = Path(__file__).with_name("bin") / "k3rig-fake"
 AMD_SMI_GROUPS_WARNING = "WARNING: User is missing the following required groups: render, video\n"
 # Files `docker cp`-ed into our container (reference §2, §14) live under this root; the rig empties it on sync.
@@ -138,6 +139,7 @@ class NodeState:
             "vpod_id": self.vpod_id,
             "link_type": "UALoE",
             "sclk_max_mhz": 2400,  # the top pp_dpm_sclk level (reference §12: max gfx clock 2.4 GHz)
+            "ifoe_driver": "ifoe",  # the driver of the GPU's .1 function: a name, "-" (none) or "absent" (§29)
         }
         values.update(self.cards.get(c, {}))
         return values
@@ -239,6 +241,13 @@ def _write_sysfs(tree: Path, s: NodeState) -> None:
         write_file(tree, f"{dev}/vendor", "0x1002\n")
         write_file(tree, f"{dev}/mem_info_vram_total", f"{vram_total}\n")
         write_file(tree, f"{dev}/mem_info_vram_used", f"{_vram_used(s, c)}\n")
+        # The GPU's .1 (IFoE) function beside it, as device/.. shows it on a real node (§29, §28)
+        function = f"sys/class/drm/card{c}/{bdf(c, 1)}"
+        if card["ifoe_driver"] != "absent":
+            (tree / function).mkdir(parents=True, exist_ok=True)
+            write_file(tree, f"{function}/uevent", f"PCI_SLOT_NAME={bdf(c, 1)}\n")
+        if card["ifoe_driver"] not in ("absent", "-"):
+            os.symlink(f"../../../../bus/pci/drivers/{card['ifoe_driver']}", tree / function / "driver")
         # amdgpu's "%d: %uMhz %s\n" with `*` on the current level, SMU 13's deep-sleep line first
         write_file(tree, f"{dev}/pp_dpm_sclk", f"S: 19Mhz *\n0: 500Mhz \n1: 1600Mhz \n2: {card['sclk_max_mhz']}Mhz \n")
         write_file(tree, f"{dev}/pp_dpm_mclk", "0: 900Mhz \n1: 1900Mhz *\n")
