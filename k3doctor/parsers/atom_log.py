@@ -81,6 +81,9 @@ SIGNALS = tuple(Signal(kind, re.compile(pattern), section) for kind, pattern, se
     ("rendezvous_timeout", r"\[c10d\] The client socket has timed out after \d{1,12}ms while trying to connect to|"
                            r"DistStoreError: Timed out after \d{1,12} seconds waiting for workers", "§29"),
     ("no_code_objects", r"No compatible code objects found for: (?P<arch>gfx\w{1,40})", "§29"),
+    ("rccl_diag_p2p_failed", r"NCCL DIAG \[INFO\] p2p: \S{1,40} srcRank=(?P<src>\d{1,5}) dstRank=(?P<dst>\d{1,5})",
+     "§29"),
+    ("rccl_diag_multi_gpu", r"peer-memory import failed.{0,200}handle=DIRECT", "§29"),
 ))
 # Startup stages in order; a rank's stage is the furthest one its lines reached.
 STAGES = (("start", None), ("rccl-init", "rccl_load"), ("ep-transport", "ep_ready"),

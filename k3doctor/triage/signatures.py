@@ -43,6 +43,15 @@ CODE_OBJECTS = remediation("TRIAGE-NO-CODE-OBJECTS", "a GPU library has no code 
 `No compatible code objects found for: <gfx>`: the aiter (or other) wheel in the image was built without this
 architecture (ROCm/ATOM #69, §29). Use an image built for the rack's gfx (gfx1250 wide EP, gfx950 MI355X) - a
 wrong HSA_OVERRIDE_GFX_VERSION gives the same line.""")
+DIAG_P2P = remediation("TRIAGE-RCCL-DIAG-P2P", "RCCL's diagnostics found a GPU pair whose P2P path fails", """
+`NCCL_RUN_DIAGNOSTICS=1` checks every directed GPU pair of a node (N*(N-1) edges: 12 for 4 GPUs) and prints
+`NCCL DIAG [INFO] p2p: <kind> srcRank=<a> dstRank=<b> path=...` for a failing one (§29): the intra-node path
+between those GPUs is broken - check both GPUs' state (kernel-health, ualink-state) before any collective. The
+line goes to stdout only (run with `stdbuf -oL`); one process per GPU.""")
+DIAG_MULTI = remediation("TRIAGE-RCCL-DIAG-ONE-PROCESS", "RCCL diagnostics run with several GPUs in one process",
+                         """
+`peer-memory import failed ... handle=DIRECT` on gfx1250 is what one process driving several GPUs gets from
+RCCL's P2P diagnostics (§29): run them one process per GPU before reading anything into the result.""")
 
 FIELD_SIGNATURES = (
     ("mori_fabric_partial", "triage-config", fail, "MORI left the UALink fabric: the whole job runs on host LSA + "
@@ -56,4 +65,6 @@ FIELD_SIGNATURES = (
     ("gloo_interface", "triage-config", fail, "Gloo could not use the data-plane interface", GLOO),
     ("rendezvous_timeout", "triage-startup", fail, "rendezvous unreachable", RENDEZVOUS),
     ("no_code_objects", "triage-fatal", fail, "no code objects for this GPU", CODE_OBJECTS),
+    ("rccl_diag_p2p_failed", "triage-fatal", fail, "RCCL diagnostics: a GPU pair's P2P path fails", DIAG_P2P),
+    ("rccl_diag_multi_gpu", "triage-config", warn, "RCCL diagnostics ran several GPUs in one process", DIAG_MULTI),
 )

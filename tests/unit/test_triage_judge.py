@@ -230,6 +230,10 @@ def test_agentx_log_signatures_of_the_reference(line, step, status, code):
      "triage-startup", Status.FAIL, "TRIAGE-RENDEZVOUS-UNREACHABLE"),
     ("No compatible code objects found for: gfx942:sramecc+:xnack-", "triage-fatal", Status.FAIL,
      "TRIAGE-NO-CODE-OBJECTS"),
+    ("ct14:4321 NCCL DIAG [INFO] p2p: read srcRank=1 dstRank=3 path=XGMI status=mismatch", "triage-fatal",
+     Status.FAIL, "TRIAGE-RCCL-DIAG-P2P"),
+    ("NCCL WARN peer-memory import failed for rank 2 (handle=DIRECT)", "triage-config", Status.WARN,
+     "TRIAGE-RCCL-DIAG-ONE-PROCESS"),
 ])
 def test_field_log_signatures_of_reference_29(line, step, status, code):
     """§29: each literal line of the field sources is named once, on the rank that printed it."""
@@ -243,6 +247,7 @@ def test_field_log_signatures_of_reference_29(line, step, status, code):
     "amdsmi_wrap.cc:214 NCCL WARN RCCL_USE_AMD_SMI_LIB not set, but HIP_FABRIC_API is defined. Rerun with "
     "RCCL_USE_AMD_SMI_LIB=1",
     "AMD SMI fabric: unable to verify the loaded library's fabric ABI; falling back to sysfs",
+    "ct14:4321 NCCL DIAG [OK] p2p: all 12 directed GPU P2P edges verified",
 ])
 def test_known_benign_field_lines_raise_nothing(line):
     """§29: every 4-node run inside the 18-tray vPOD prints the LSA size line; RCCL's advice to set
