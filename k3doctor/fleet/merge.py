@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from k3doctor import platforms
 from k3doctor.fleet.node_mode import SCHEMA, inventory_digest
 from k3doctor.gather import snapshot
-from k3doctor.inventory.load import Inventory, Node, Settings, SSHSettings
+from k3doctor.inventory.types import Inventory, Node, Settings, SSHSettings
 from k3doctor.judging.causes import explained
 from k3doctor.judging.prerequisites import blocking_findings
 from k3doctor.judging.runner import RunReport, judge_cluster, specs_of

@@ -12,7 +12,8 @@ import math
 from k3doctor import readings as rd
 from k3doctor import redaction
 from k3doctor.deadline import plausible_clock
-from k3doctor.inventory.load import InventoryError, localhost_inventory, parse_inventory
+from k3doctor.inventory.load import localhost_inventory, parse_inventory
+from k3doctor.inventory.types import InventoryError
 from k3doctor.registry import REGISTRY
 
 SCHEMA = "k3doctor.readings/1"

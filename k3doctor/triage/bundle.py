@@ -103,7 +103,8 @@ def layout_of(manifest: dict, path: str) -> tuple:
     """(Layout keyword arguments, node clock or None, {source: why unreadable}) of a manifest, each field checked
     like an inventory's (exact types, node names by the inventory's rule, a finite clock); BundleError names
     the first damaged one - never a judge that crashes or misjudges on it later."""
-    from k3doctor.inventory.load import STEPPINGS, node_name_problem
+    from k3doctor.inventory.schema import node_name_problem
+    from k3doctor.inventory.types import STEPPINGS
 
     def bad(field: str, expected: str):
         raise BundleError(f"{path}: damaged manifest: {field} must be {expected}")

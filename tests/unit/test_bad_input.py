@@ -4,7 +4,8 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from k3doctor.inventory import safeyaml
-from k3doctor.inventory.load import InventoryError, load_inventory, parse_inventory, unset_password_variables
+from k3doctor.inventory.load import load_inventory, parse_inventory, unset_password_variables
+from k3doctor.inventory.types import InventoryError
 from k3doctor.judging.runner import RunOptions, RunReport, run_checks
 from k3doctor.outputs.report import render_junit, render_table
 from k3doctor.readings import File

@@ -1,7 +1,8 @@
 """Inventory validation: every error names file, line and key; good files load with defaults."""
 import pytest
 
-from k3doctor.inventory.load import InventoryError, load_inventory, parse_inventory
+from k3doctor.inventory.load import load_inventory, parse_inventory
+from k3doctor.inventory.types import InventoryError
 from k3doctor.registry import Registry, check
 
 GOOD = """\
