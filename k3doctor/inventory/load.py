@@ -12,7 +12,7 @@ import os
 import yaml
 
 from k3doctor.inventory import ansible, nodesets
-from k3doctor.inventory.safeyaml import YAMLInputError, by_line, compose, decode, load, plain
+from k3doctor.inventory.safeyaml import SchemaReader, YAMLInputError, by_line, compose, decode, load, pairs, plain
 from k3doctor.inventory.schema import (
     LOGIN_KEYS,
     NODE_KEYS,
@@ -33,53 +33,26 @@ from k3doctor.inventory.types import (
 )
 
 
-class _Validator:
+class _Validator(SchemaReader):
+    """The inventory against TOP_KEYS: its nodes and node sets, racks, tools, per-check settings and skips."""
+
     def __init__(self, path: str, registry=None):
-        self.path, self.registry, self.problems = path, registry, []
+        super().__init__(path)
+        self.registry = registry
         self.pending = []  # (YAML node, key, check, {param: value}) checked by check_params
 
-    def problem(self, node, key: str, message: str):
-        line = node.start_mark.line + 1 if node is not None else 1
-        self.problems.append(f"{self.path}:{line}: {key}: {message}")
-
-    def mapping(self, node, key: str, schema: dict) -> dict:
-        """Validated plain dict of a YAML mapping; bad entries are reported and dropped."""
-        if not isinstance(node, yaml.MappingNode):
-            self.problem(node, key or "(top level)", "expected a mapping of key: value")
-            return {}
-        out = {}
-        for knode, vnode in node.value:
-            if not isinstance(knode, yaml.ScalarNode):
-                self.problem(knode, key or "(top level)", "keys must be plain names")
-                continue
-            name = knode.value
-            where = f"{key}.{name}" if key else name
-            if name not in schema:
-                close = difflib.get_close_matches(name, list(schema), n=1)
-                hint = f" (did you mean '{close[0]}'?)" if close else f"; known keys: {', '.join(schema)}"
-                self.problem(knode, where, f"unknown key{hint}")
-                continue
-            rule = schema[name]
-            if isinstance(rule, dict):
-                out[name] = self.mapping(vnode, where, rule)
-            elif rule == "nodes":
-                out[name] = self.nodes(vnode, where)
-            elif rule == "racks":
-                out[name] = self.racks(vnode, where)
-            elif rule == "tools":
-                out[name] = self.mapping(vnode, where, {k: tool_rule for k in DEFAULT_TOOLS})
-            elif rule == "checks":
-                out[name] = self.checks(vnode, where)
-            elif rule == "skip":
-                out[name] = self.skip(vnode, where)
-            else:
-                value = plain(vnode)
-                ok, expected = rule(value)
-                if not ok:
-                    self.problem(vnode, where, f"expected {expected}, got {value!r}")
-                    continue
-                out[name] = value
-        return out
+    def named(self, vnode, where: str, rule: str):
+        if rule == "nodes":
+            return self.nodes(vnode, where)
+        if rule == "racks":
+            return self.racks(vnode, where)
+        if rule == "tools":
+            return self.mapping(vnode, where, {k: tool_rule for k in DEFAULT_TOOLS})
+        if rule == "checks":
+            return self.checks(vnode, where)
+        if rule == "skip":
+            return self.skip(vnode, where)
+        return super().named(vnode, where, rule)
 
     def nodes(self, node, key: str) -> list:
         if not isinstance(node, yaml.SequenceNode) or not node.value:
@@ -88,13 +61,13 @@ class _Validator:
         out = []
         for i, item in enumerate(node.value):
             where = f"{key}[{i}]"
-            if isinstance(item, yaml.MappingNode) and any(k.value == "hosts" for k, _ in item.value):
+            if isinstance(item, yaml.MappingNode) and any(k.value == "hosts" for k, _ in pairs(item)):
                 out += self.node_set(item, where)
                 continue
             entry = self.mapping(item, where, NODE_KEYS)
             entry["_line"] = item.start_mark.line + 1
             entry["_node"] = item
-            entry["_given"] = {k.value for k, _ in item.value} if isinstance(item, yaml.MappingNode) else set()
+            entry["_given"] = {k.value for k, _ in pairs(item)} if isinstance(item, yaml.MappingNode) else set()
             if "name" not in entry["_given"]:
                 self.problem(item, f"{where}.name", "missing; every node needs a unique name")
             out.append(entry)
@@ -111,7 +84,7 @@ class _Validator:
         except nodesets.NodeSetError as exc:
             self.problem(item, f"{where}.hosts", str(exc))
             return []
-        given = {k.value for k, _ in item.value} - {"hosts"} | {"name", "host"}
+        given = {k.value for k, _ in pairs(item)} - {"hosts"} | {"name", "host"}
         out = []
         for name in names:
             for rule in (node_name_rule, host_rule):
@@ -129,7 +102,7 @@ class _Validator:
             self.problem(node, key, "expected a mapping of rack-name: [node names]")
             return {}
         out = {}
-        for knode, vnode in node.value:
+        for knode, vnode in pairs(node):
             where = f"{key}.{knode.value}"
             ok, expected = node_name_rule(plain(knode))
             if not ok:
@@ -170,7 +143,7 @@ class _Validator:
             self.problem(node, key, "expected a mapping of check-name: {param: value}")
             return {}
         raw = {}
-        for knode, vnode in node.value:
+        for knode, vnode in pairs(node):
             name = knode.value
             if name not in known:
                 close = difflib.get_close_matches(name, list(known), n=1)
