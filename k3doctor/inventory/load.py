@@ -11,6 +11,7 @@ import os
 
 import yaml
 
+from k3doctor import localfiles
 from k3doctor.inventory import ansible, nodesets
 from k3doctor.inventory.safeyaml import SchemaReader, YAMLInputError, by_line, compose, decode, load, pairs, plain
 from k3doctor.inventory.schema import (
@@ -292,8 +293,7 @@ def parse_inventory(text: str, path: str = "<inventory>", registry=None) -> Inve
 
 def load_inventory(path: str, registry=None) -> Inventory:
     try:
-        with open(os.path.expanduser(path), "rb") as fh:
-            text = decode(fh.read(), path)
+        text = decode(localfiles.read_bytes(os.path.expanduser(path)), path)
     except OSError as exc:
         raise InventoryError([f"{path}: cannot read inventory: {exc.strerror}"]) from None
     except YAMLInputError as exc:
@@ -358,8 +358,7 @@ def is_ansible_inventory(path: str) -> bool:
     if os.path.isdir(path):
         return True
     try:
-        with open(path, "rb") as fh:
-            doc = load(decode(fh.read(), path), path)
+        doc = load(decode(localfiles.read_bytes(path), path), path)
     except (OSError, YAMLInputError):
         return not path.endswith((".yaml", ".yml", ".json"))
     if isinstance(doc, dict) and set(doc) & set(TOP_KEYS):

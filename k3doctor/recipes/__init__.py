@@ -18,6 +18,7 @@ from pathlib import Path
 
 import yaml
 
+from k3doctor import localfiles
 from k3doctor.inventory.safeyaml import SchemaReader, YAMLInputError, compose, decode, pairs, plain
 
 ANY = "*"  # must be set, any value
@@ -273,8 +274,7 @@ def builtin(name: str) -> Recipe:
 
 def read_file(path: str) -> Recipe:
     try:
-        with open(os.path.expanduser(path), "rb") as fh:
-            text = decode(fh.read(), path)
+        text = decode(localfiles.read_bytes(os.path.expanduser(path)), path)
     except OSError as exc:
         raise RecipeError([f"{path}: cannot read recipe: {exc.strerror}"]) from None
     except YAMLInputError as exc:

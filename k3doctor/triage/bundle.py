@@ -14,6 +14,7 @@ import re
 import tarfile
 import time
 
+from k3doctor import localfiles
 from k3doctor.deadline import plausible_clock
 from k3doctor.outputs.files import write_file
 from k3doctor.triage import MAX_LOG_BYTES, MAX_SOURCES, MAX_TOTAL_LOG_BYTES
@@ -62,6 +63,9 @@ def _safe(name: str) -> str:
 def read(path: str) -> tuple:
     """(manifest, {name: log text}, {node: stack text}, saved readings text or None); BundleError otherwise."""
     try:
+        why = localfiles.not_regular(path)  # a FIFO would block the read below for ever
+        if why:
+            raise BundleError(f"{path}: not a triage bundle (it {why})")
         tar = tarfile.open(path, mode="r:gz")
     except (OSError, tarfile.TarError, EOFError) as exc:
         raise BundleError(f"{path}: not a triage bundle ({exc})") from None
