@@ -47,19 +47,28 @@ def _quiet_logging() -> None:
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM (a CI job's timeout, `kill`, a scheduler ending the job): handled as Ctrl-C is, so every
-    read in flight is stopped on the nodes and nothing k3doctor started stays behind, then exit 143."""
+    """SIGTERM (a CI job's timeout, `kill`, a scheduler ending the job) or SIGHUP (the on-call's SSH
+    session dropped): handled as Ctrl-C is, so every read in flight is stopped on the nodes and nothing
+    k3doctor started stays behind; then exit 128 + the signal's number."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
 
 
-def _on_sigterm(signum, frame):
-    raise Terminated()
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+def _on_stop_signal(signum, frame):
+    raise Terminated(signum)
 
 
 def main(argv=None):
     """Entry point: click's usage errors exit 3 (not click's 2, which means inconclusive here)."""
     _quiet_logging()
     if threading.current_thread() is threading.main_thread():  # signal handlers live in the main thread only
-        signal.signal(signal.SIGTERM, _on_sigterm)
+        for stop in STOP_SIGNALS:
+            signal.signal(stop, _on_stop_signal)
     try:
         cli.main(args=argv, prog_name="k3doctor", standalone_mode=False)
     except click.UsageError as exc:
@@ -71,8 +80,9 @@ def main(argv=None):
         sys.exit(EXIT_USAGE)
     except click.Abort as exc:  # click turns Ctrl-C (and our SIGTERM) into Abort once the nodes are let go
         if isinstance(exc.__cause__, Terminated):
-            click.echo("k3doctor: terminated", err=True)
-            sys.exit(143)
+            signum = exc.__cause__.signum
+            click.echo(f"k3doctor: terminated ({signal.Signals(signum).name})", err=True)
+            sys.exit(128 + signum)
         click.echo("k3doctor: aborted", err=True)
         sys.exit(130)
     except Exception as exc:  # a bug must still end in one line and an honest "inconclusive"

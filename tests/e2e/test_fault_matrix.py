@@ -227,10 +227,13 @@ def test_binary_output(rack, tmp_path):
     assert_contained(rack, "binary output", rc, doc, took, "ct14", "unparseable output|malformed or truncated")
 
 
-@pytest.mark.parametrize("stop, code, said", [(signal.SIGINT, 130, "aborted"), (signal.SIGTERM, 143, "terminated")],
-                         ids=["ctrl-c", "sigterm"])
+@pytest.mark.parametrize("stop, code, said", [(signal.SIGINT, 130, "aborted"),
+                                              (signal.SIGTERM, 143, "terminated (SIGTERM)"),
+                                              (signal.SIGHUP, 129, "terminated (SIGHUP)")],
+                         ids=["ctrl-c", "sigterm", "sighup"])
 def test_ctrl_c_with_reads_in_flight_returns_at_once_and_cleans_up(rack, tmp_path, stop, code, said):
-    """Ctrl-C, and SIGTERM as a CI job's timeout sends it, stop the reads in flight on every node at once."""
+    """Ctrl-C, SIGTERM (a CI job's timeout) and SIGHUP (a dropped SSH session) stop the reads in flight on
+    every node at once."""
     rack.apply("amd-smi-hang")  # ct16: a hung read in the shell gather
     with engine_replaced(rack.nodes[1], "silent") as engine:  # ct14: a Docker API read that never returns
 
