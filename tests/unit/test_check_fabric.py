@@ -5,7 +5,7 @@ import pytest
 from k3doctor.checks import fabric
 
 from k3doctor import testing
-from k3doctor.inventory.load import Settings
+from k3doctor.inventory.types import Settings
 from k3doctor.model.gpu import card_buses
 from k3doctor.readings import FIND_TOOL, CommandReading, FileReading, Readings, Unavailable
 from k3doctor.registry import REGISTRY

@@ -12,7 +12,7 @@ from k3doctor.checks import launch as lc
 from k3rig.fixtures import NodeState, launch_script
 
 from k3doctor import testing
-from k3doctor.inventory.load import Node, Settings
+from k3doctor.inventory.types import Node, Settings
 from k3doctor.model import ifnames, network
 from k3doctor.model.container import (
     REDACTED,

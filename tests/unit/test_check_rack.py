@@ -4,7 +4,7 @@ import json
 from k3doctor.checks import rack  # noqa: F401  (registers rack-free)
 
 from k3doctor import testing
-from k3doctor.inventory.load import Settings
+from k3doctor.inventory.types import Settings
 from k3doctor.readings import CommandReading, Docker, DockerReading, Readings, Unavailable
 from k3doctor.registry import REGISTRY
 from k3doctor.results import Status

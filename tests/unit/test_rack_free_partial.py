@@ -4,7 +4,7 @@ event it cannot read (which must not hide the containers it can)."""
 from k3doctor.checks import rack  # noqa: F401  (registers rack-free)
 
 from k3doctor import testing
-from k3doctor.inventory.load import Settings
+from k3doctor.inventory.types import Settings
 from k3doctor.readings import CommandReading, DockerReading, Readings
 from k3doctor.registry import REGISTRY
 from k3doctor.results import Status
