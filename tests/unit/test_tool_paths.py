@@ -4,8 +4,8 @@ import os
 import subprocess
 
 import pytest
-
 from k3doctor.checks import fabric
+
 from k3doctor.inventory.types import Settings
 from k3doctor.readings import InContainer, tool
 from k3doctor.registry import REGISTRY
