@@ -6,7 +6,6 @@ from collections import Counter
 
 from k3doctor.api import (
     CardId,
-    Command,
     Exists,
     File,
     Glob,
@@ -18,6 +17,7 @@ from k3doctor.api import (
     passed,
     remediation,
     skip,
+    tool,
     warn,
 )
 from k3doctor.model.gpu import KFD_NODES_GLOB, VENDOR_GLOB, VRAM_GLOB, amd_cards, hbm_gib, kfd_gpus
@@ -187,7 +187,8 @@ def gpu_count(r) -> tuple:
 
 
 def _inventory_reads(settings) -> dict:
-    return {**INVENTORY_READS, "smi": Command((settings.tools["amd_smi"], "static", "--vram", "--json"))}
+    return {**INVENTORY_READS, "smi": tool(settings.tools["amd_smi"], "static", "--vram", "--json",
+                                                       container=settings.container)}
 
 
 def amdsmi_cross_check(r, cards: list, sizes: dict, tolerance_gib: float, evidence: dict) -> tuple:
@@ -195,7 +196,7 @@ def amdsmi_cross_check(r, cards: list, sizes: dict, tolerance_gib: float, eviden
     amd-smi numbers GPUs in PCI order, as the driver numbers the AMD cards, so they pair by rank.
     amd-smi may be missing on a node: unreadable is a note, never a finding."""
     try:
-        smi = parse_static_vram(r["smi"].output())
+        smi = parse_static_vram(r["smi"].output("`amd-smi static --vram --json`"))
     except (ReadingUnavailable, ParseError) as exc:
         return [], f"; not cross-checked with amd-smi static --vram (amd-smi may be missing here): {exc}"
     evidence["amd-smi VRAM MiB"] = {f"GPU {g}": mib for g, mib in sorted(smi.items())}

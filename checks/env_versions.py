@@ -9,10 +9,28 @@ the container's; only the values of the variables a row names leave the node.
 """
 from __future__ import annotations
 
-from k3doctor.api import ContainerInspect, Param, check, fail, passed, remediation, warn
+from k3doctor.api import (
+    ContainerInspect,
+    Param,
+    ParseError,
+    ReadingUnavailable,
+    check,
+    error,
+    fail,
+    passed,
+    remediation,
+    warn,
+)
 from k3doctor.model.container import ContainerView, parse_rank_envs, rank_envs
 from k3doctor.model.env_rules import RULES, edges_from, edges_problem, judge, names_read
-from k3doctor.model.versions import KERNEL_RELEASE, parse_probe, probe, version_text
+from k3doctor.model.versions import (
+    KERNEL_RELEASE,
+    amdsmi_libs,
+    parse_amdsmi_libs,
+    parse_probe,
+    probe,
+    version_text,
+)
 
 CHECK = "env-versions"
 SEVERITY = {"fail": fail, "warn": warn}
@@ -49,6 +67,23 @@ ranks`); MORI_CCO_FABRIC_CROSSNODE_LSA=1 and MORI_CCO_FABRIC_LENIENT=1 (skips cr
 failures) have no place in a wide-EP environment. Remove them unless a bring-up step says otherwise.
 """)
 
+HIP_ALLOC = remediation("ENV-HIP-ALLOC", "a PyTorch allocator setting known to hang on this ROCm", """
+Drop `expandable_segments:True` from PYTORCH_HIP_ALLOC_CONF on ROCm 7.14: it hangs `Tensor.to('cuda')` in
+hsaKmtMemoryVaMap (pytorch/pytorch #192259, §29). A site with a fixed ROCm tells k3doctor in `version_edges`.
+""")
+TUNING = remediation("ENV-RCCL-TUNING", "RCCL tuning variables differ from gfx1250's defaults", """
+Information: on gfx1250 RCCL picks CE AllReduce (RCCL_CE_ALLREDUCE=-1), DDA LL128 and saturated P2P channels
+from its architecture table; RCCL_DDA_*, RCCL_CE_*, NCCL_MIN/MAX_CTAS override it and RCCL_IGNORE_ARCH_TABLE=1
+reverts it (§29). Keep them only with a measurement that says they help.
+""")
+
+SONAME_MIX = remediation("ENV-AMD-SMI-SONAME-MIX", "two amd-smi library generations on one library path", """
+amd-smi 27.0 (ROCm 10.0) renamed its library libamd_smi.so.26 -> libamd_smi.so.27 (§29). With both on the
+container's library path (the image's ROCm and a host ROCm mounted in through LD_LIBRARY_PATH), RCCL and the
+tools can load a library of the other generation. Keep one ROCm: drop the host directory from LD_LIBRARY_PATH
+(or mount the host's ROCm matching the image).
+""")
+
 
 for _rule in RULES:  # `k3doctor explain ENV-...` for every row, with the version range it holds for
     remediation(_rule.id, f"{', '.join(_rule.variables)}: {_rule.test} ({_rule.section})",
@@ -60,7 +95,8 @@ for _rule in RULES:  # `k3doctor explain ENV-...` for every row, with the versio
 def _reads(settings) -> dict:
     keep = names_read()
     return {"container": ContainerInspect(settings.container, keep=keep), "ranks": rank_envs(settings.container, keep),
-            "versions": probe(settings.container), "kernel": KERNEL_RELEASE}
+            "versions": probe(settings.container), "kernel": KERNEL_RELEASE,
+            "amdsmi_libs": amdsmi_libs(settings.container)}
 
 
 def _environments(r) -> list:
@@ -79,7 +115,7 @@ def _environments(r) -> list:
 
 
 @check(CHECK, title="environment rules for the RCCL, aiter, ATOM and ROCm versions installed (§29)", scope="node",
-       reads=_reads, remediation=(FABRIC, INERT, LOG_VALUE, TMPDIR, MORI),
+       reads=_reads, remediation=(FABRIC, INERT, LOG_VALUE, TMPDIR, MORI, HIP_ALLOC, TUNING, SONAME_MIX),
        params={"version_edges": Param({}, validate=edges_problem)})
 def env_versions(r, ctx):
     """§29: one finding per variable, naming the version range the rule held for and how the node's version
@@ -91,14 +127,18 @@ def env_versions(r, ctx):
     found = parse_probe(r["versions"].output("the version probe"), kernel)
     edges = edges_from(ctx.param("version_edges"))
     versions = {name: version_text(f.version) for name, f in found.items()}
-    verdicts = []
+    verdicts, notes = [], []
     for label, env in environments:
         for rule, name, value, why in judge(env, found, edges):
             text = rule.message.format(name=name, value=value if value is not None else "(set)")
+            if rule.status == "info":  # said in the PASS line, never a finding
+                notes.append(f"INFO: {label}: {text} [{rule.id}]")
+                continue
             verdicts.append(SEVERITY[rule.status](
                 f"{label}: {text} [{rule.id}; {rule.applies}: {why}; {rule.section}]", remediation=rule.remediation,
                 evidence={"rule": rule.id, "variable": name, "applies": rule.applies, "version_range": why,
                           "versions": versions, "source": label}))
+    verdicts += soname_mix(r.get("amdsmi_libs"))
     holders = [label for label, env in environments if "MORI_VPOD_ID" in env]
     if holders and len(holders) < len(environments):  # §29: `MORI_VPOD_ID set on N/M ranks` - all or none
         verdicts.append(fail(f"MORI_VPOD_ID is set on {', '.join(holders)} but not on the other ranks of this node: "
@@ -111,4 +151,21 @@ def env_versions(r, ctx):
     said = ([f"read: {', '.join(known)}"] if known else []) + (
         [f"not read: {', '.join(unknown)}, so their rules applied strictly"] if unknown else [])
     return passed(f"{len(RULES)} version rules hold for {', '.join(label for label, _ in environments)} "
-                  f"({'; '.join(said)})", evidence={"versions": versions})
+                  f"({'; '.join(said)})" + "".join(f"; {note}" for note in notes), evidence={"versions": versions})
+
+
+def soname_mix(reading) -> list:
+    """§29: libamd_smi.so.26 and .27 on one library path is a WARN naming where each lies; an unreadable
+    listing is an ERROR (a mix that was not looked for is no PASS)."""
+    if reading is None:
+        return []
+    try:
+        majors = parse_amdsmi_libs(reading.output("the libamd_smi listing"))
+    except (ReadingUnavailable, ParseError) as exc:
+        return [error(f"the container's libamd_smi libraries were not listed: {exc}")]
+    if len(majors) < 2:
+        return []
+    where = "; ".join(f"libamd_smi.so.{m} in {', '.join(dirs)}" for m, dirs in sorted(majors.items()))
+    return [warn(f"two amd-smi library generations on the container's library path ({where}): the SONAME changed "
+                 "with amd-smi 27.0, so RCCL and the tools can load the other ROCm's library (§29)",
+                 remediation=SONAME_MIX, evidence={f"libamd_smi.so.{m}": dirs for m, dirs in majors.items()})]

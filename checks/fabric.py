@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from k3doctor.api import (
-    Command,
+    FIND_TOOL,
     Glob,
     ParseError,
     ReadingUnavailable,
@@ -20,18 +20,20 @@ from k3doctor.api import (
     fail,
     passed,
     remediation,
+    tool,
+    tool_script,
     warn,
 )
 from k3doctor.model.gpu import UEVENT_GLOB, card_buses, pci_bus
 from k3doctor.model.peers import majority
 from k3doctor.model.ualink import UALINK_READS, ualink_cards
-from k3doctor.parsers.amdsmi import parse_fabric
+from k3doctor.parsers.amdsmi import parse_fabric, parse_physical_acc_ids
 from k3doctor.parsers.common import UINT32_MAX, ppod_or_none, to_u32
 
 UEVENT = Glob(UEVENT_GLOB)
 # `--json` first; an amd-smi without it (or failing with it) falls back to the text form, saying so on stderr.
-FABRIC_SCRIPT = ('"$1" fabric --json || { rc=$?; echo "k3doctor: amd-smi fabric --json exited $rc, '
-                 'reading the text form" >&2; "$1" fabric; }')
+FABRIC_SCRIPT = FIND_TOOL + ('"$t" fabric --json || { rc=$?; echo "k3doctor: amd-smi fabric --json exited $rc, '
+                             'reading the text form" >&2; "$t" fabric; }')
 
 MISMATCH = remediation("FABRIC-DOMAIN-MISMATCH", "GPUs are in different PPOD/VPOD fabric domains", """
 Wide EP needs all 16 GPUs in one fabric domain: identical PPOD_ID and VPOD_ID (§7). A mismatch
@@ -169,6 +171,32 @@ def node_gpus(node: str, r) -> tuple:
     return gpus, verdicts
 
 
+def physical_ids(node: str, r) -> tuple:
+    """(WARNs, note for the PASS line): amd-smi 27.1's PHYSICAL_ACC_ID against each card's sysfs accel_id, paired
+    by PCI bus (§29, §6). Older amd-smi prints none and a GPU without a UALoE session reads it unset: nothing to
+    compare. An unusable reading is said in the PASS line, never silently passed."""
+    reading = r.get("asic")
+    try:
+        ids = parse_physical_acc_ids(reading.output("`amd-smi static --asic --bus --json`")) if reading else {}
+        cards, buses = ualink_cards(r), card_buses(r.get("uevent") or {})
+        pairs = [(gpu, bdf, acc, buses.get(pci_bus(bdf or ""))) for gpu, (bdf, acc) in sorted(ids.items())]
+        pairs = [(gpu, bdf, acc, card, cards[card].accel_id()) for gpu, bdf, acc, card in pairs
+                 if acc is not None and card in cards]
+    except (ReadingUnavailable, ParseError) as exc:
+        return [], f"; PHYSICAL_ACC_ID not cross-checked ({exc})"
+    verdicts, compared = [], 0
+    for gpu, bdf, acc, card, own in pairs:
+        if own is None:
+            continue
+        compared += 1
+        if own != acc:
+            verdicts.append(warn(f"amd-smi GPU {gpu} (bdf {bdf}) reports PHYSICAL_ACC_ID {acc} but sysfs card{card} "
+                                 f"reads accel_id {own} (§6, §29: the tools and the driver disagree on which "
+                                 "accelerator this is)", node=node, gpu=card, remediation=DISAGREE,
+                                 evidence={"PHYSICAL_ACC_ID": acc, f"card{card}/ualink/accel_id": own, "bdf": bdf}))
+    return verdicts, f"; PHYSICAL_ACC_ID agrees with sysfs accel_id on {compared} GPU(s)" if compared else ""
+
+
 def _who(gpus) -> str:
     """``ct13 GPUs 0,1,2,3; ct16 GPU 2`` for a set of GPUs."""
     by_node: dict = {}
@@ -202,7 +230,9 @@ def _judge_id(gpus: list, name: str, value_of, raw_of, expected) -> dict:
 
 def _reads(settings) -> dict:
     return {**UALINK_READS, "uevent": UEVENT,
-            "fabric": Command(("sh", "-c", FABRIC_SCRIPT, "k3doctor-fabric", settings.tools["amd_smi"]))}
+            "fabric": tool_script(settings.tools["amd_smi"], FABRIC_SCRIPT, container=settings.container),
+            "asic": tool(settings.tools["amd_smi"], "static", "--asic", "--bus", "--json",
+                         container=settings.container)}
 
 
 @check("fabric-domain", title="all GPUs of all nodes share one PPOD_ID and one VPOD_ID", scope="cluster",
@@ -210,11 +240,13 @@ def _reads(settings) -> dict:
        params={"expected_ppod_id": None, "expected_vpod_id": None})
 def fabric_domain(per_node, ctx):
     """§7: a domain mismatch hangs the rendezvous instead of erroring, so name the odd GPUs up front."""
-    gpus, verdicts = [], []
+    gpus, verdicts, ids_said = [], [], {}
     for node, r in per_node.items():
         mine, notes = node_gpus(node, r)
         gpus += mine
         verdicts += notes
+        disagree, ids_said[node] = physical_ids(node, r)
+        verdicts += disagree
     expected_ppod = ctx.param("expected_ppod_id")
     expected_vpod = ctx.param("expected_vpod_id")
     problems: dict = {}
@@ -238,6 +270,7 @@ def fabric_domain(per_node, ctx):
                                   "from amd-smi)", node=node, remediation=AMDSMI))
         elif mine and node not in flagged:
             verdicts.append(passed(f"{len(mine)} GPU(s) in PPOD_ID {mine[0].ppod} VPOD_ID {mine[0].vpod}, "
-                                   f"same as the rest of the rack ({len(gpus)} GPUs compared)", node=node,
+                                   f"same as the rest of the rack ({len(gpus)} GPUs compared){ids_said[node]}",
+                                   node=node,
                                    evidence={k: v for g in mine for k, v in g.evidence.items()}))
     return verdicts

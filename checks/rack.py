@@ -15,6 +15,7 @@ from k3doctor.api import (
     passed,
     remediation,
     skip,
+    tool,
 )
 from k3doctor.model.gpu import KFD_PROC_GLOB, kfd_pids
 from k3doctor.parsers.docker_events import container_from_api, event_from_dict
@@ -57,9 +58,10 @@ def _reads(settings) -> dict:
     window_s = int(settings.param("window_min") * 60)
     return {"docker": Docker(events_since_s=window_s),
             "kfd": Glob(KFD_PROC_GLOB),
-            "pids": Command((settings.tools["rocm_smi"], "--showpids")),
-            "memuse": Command((settings.tools["rocm_smi"], "--showmemuse")),
-            "uid": Command(("id", "-u"))}
+            "pids": tool(settings.tools["rocm_smi"], "--showpids", container=settings.container),
+            "memuse": tool(settings.tools["rocm_smi"], "--showmemuse", container=settings.container),
+            "uid": Command(("id", "-u")),
+            "pidns": Command(("readlink", "/proc/self/ns/pid"))}
 
 
 def _age(now: float, then) -> str:
@@ -184,13 +186,13 @@ def rack_free(r, ctx):
         return verdicts + [skip(f"GPU processes and VRAM {withheld}")] + ([] if verdicts else [passed(
             f"only {own} (or nothing) on this node, no foreign create/start {span}")])
     pids = attempt(KFD_PROC_GLOB, lambda: kfd_pids(r["kfd"]), set())
-    rows = attempt("rocm-smi --showpids", lambda: parse_showpids(r["pids"].output()), None)
+    rows = attempt("rocm-smi --showpids", lambda: parse_showpids(r["pids"].output("`rocm-smi --showpids`")), None)
     if rows == [] and not pids:
-        verdicts += unprivileged(r.get("uid"))
+        verdicts += unprivileged(r.get("uid")) or namespaced(r.get("pidns"))
     processes, notes = judge_gpu_processes(pids, rows or [], set(ctx.param("monitoring_agents")))
     verdicts += processes
-    vram = attempt("rocm-smi --showmemuse", lambda: judge_vram(
-        parse_showmemuse(r["memuse"].output(), ctx.settings.gpus_per_node), ctx.param("max_vram_pct")), [])
+    vram = attempt("rocm-smi --showmemuse", lambda: judge_vram(parse_showmemuse(
+        r["memuse"].output("`rocm-smi --showmemuse`"), ctx.settings.gpus_per_node), ctx.param("max_vram_pct")), [])
     verdicts += [] if processes else vram
     if not verdicts:
         verdicts.append(passed(f"only {own} (or nothing) on this node, no foreign create/start {span}, "
@@ -212,3 +214,20 @@ def unprivileged(uid_reading) -> list:
         return []
     return [error(f"the GPU process list is empty but was read as uid {uid or 'unknown'}, not root: processes of other "
                   "users are not listed to it (§29); run as root (`sudo: true` in the inventory)")]
+
+
+INIT_PID_NS = "pid:[4026531836]"  # PROC_PID_INIT_INO (0xEFFFFFFC, include/linux/proc_ns.h): the host's namespace
+
+
+def namespaced(pidns_reading) -> list:
+    """§29: "no processes" read inside a PID namespace (a container, rocm-systems PR #3752) sees only that
+    namespace's processes: an ERROR unless the list was taken in the host's own PID namespace."""
+    try:
+        ns = (pidns_reading.output() if pidns_reading is not None else "").strip()
+    except ReadingUnavailable as exc:
+        return [error(f"the GPU process list is empty but the PID namespace it was read in is unknown ({exc}): not "
+                      "proof the GPUs are free (§29)")]
+    if ns == INIT_PID_NS:
+        return []
+    return [error(f"the GPU process list is empty but was read in PID namespace {ns or 'unknown'}, not the host's "
+                  f"{INIT_PID_NS}: processes outside it are not listed (§29); read it on the host, not in a container")]

@@ -17,6 +17,7 @@ from k3doctor import registry as _registry
 from k3doctor.deadline import MAX_SECONDS
 from k3doctor.parsers import ParseError
 from k3doctor.readings import (
+    FIND_TOOL,
     Command,
     ContainerInspect,
     Docker,
@@ -31,6 +32,8 @@ from k3doctor.readings import (
     in_container,
     sh,
     sh_with_fact,
+    tool,
+    tool_script,
 )
 from k3doctor.registry import CheckSettings, Param, check, remediation, whole_number
 from k3doctor.results import (
@@ -49,11 +52,11 @@ from k3doctor.results import (
 from k3doctor.shell import join, quote
 
 __all__ = [
-    "MAX_SECONDS", "CardId", "CheckSettings", "Command", "ContainerInspect", "Context", "Docker", "EngineFactCommand",
-    "Exists", "File", "Glob", "InContainer", "NotEvaluated", "PairRate", "Param", "ParseError", "ReadingUnavailable",
-    "Readings", "Status", "SweepPoint", "Verdict", "check", "error", "fail", "human_bytes", "in_container", "join",
-    "judge_safely", "passed", "quote", "remediation", "remediation_text", "sh", "sh_with_fact", "skip", "warn",
-    "whole_number",
+    "FIND_TOOL", "MAX_SECONDS", "CardId", "CheckSettings", "Command", "ContainerInspect", "Context", "Docker",
+    "EngineFactCommand", "Exists", "File", "Glob", "InContainer", "NotEvaluated", "PairRate", "Param", "ParseError",
+    "ReadingUnavailable", "Readings", "Status", "SweepPoint", "Verdict", "check", "error", "fail", "human_bytes",
+    "in_container", "join", "judge_safely", "passed", "quote", "remediation", "remediation_text", "sh", "sh_with_fact",
+    "skip", "tool", "tool_script", "warn", "whole_number",
 ]
 
 

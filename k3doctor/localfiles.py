@@ -37,3 +37,9 @@ def read_bytes(path: str) -> bytes:
             return fh.read()
     finally:
         os.close(fd)
+
+
+def read_text(path: str, errors: str = "strict") -> str:
+    """The UTF-8 text of the regular file ``path`` (:func:`read_bytes`); UnicodeDecodeError on other bytes
+    unless ``errors`` says how to take them."""
+    return read_bytes(path).decode("utf-8", errors)

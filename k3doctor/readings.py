@@ -88,6 +88,29 @@ def sh(script: str, timeout_s: float | None = None) -> Command:
     return Command(("sh", "-c", script), timeout_s)
 
 
+# A ROCm tool where the inventory says, else by its name on PATH (reference §29: ROCm from a pip wheel has no
+# /opt/rocm, its tools live in a venv's bin). Takes the configured path as $1 and shifts it off, leaving the tool
+# in $t; exits 127 saying where it looked.
+FIND_TOOL = ('p=$1; shift; t=$p; [ -x "$t" ] || t=$(command -v "${p##*/}") || { echo "k3doctor: ${p##*/} is neither '
+             'at $p nor on PATH ($PATH)" >&2; exit 127; }; ')
+IN_CONTAINER = "container:"  # inventory `tools: {amd_smi: "container:amd-smi"}`: only the engine's image has it
+
+
+def tool_script(path: str, script: str, *args, container: str | None = None) -> Command:
+    """``script`` (starting with FIND_TOOL) for the tool configured as ``path``: on the node, or - for a path
+    ``container:<name>`` - inside ``container``, found on that container's own PATH."""
+    if path.startswith(IN_CONTAINER):
+        if not container:
+            raise ValueError(f"tool {path!r} runs in the engine's container, but no container is configured")
+        return in_container(container, "sh", "-c", script, "k3doctor-tool", path[len(IN_CONTAINER):], *args)
+    return Command(("sh", "-c", script, "k3doctor-tool", path, *args))
+
+
+def tool(path: str, *args, container: str | None = None) -> Command:
+    """Run the ROCm tool configured as ``path`` (inventory ``tools``) with ``args``, found as FIND_TOOL says."""
+    return tool_script(path, FIND_TOOL + 'exec "$t" "$@"', *args, container=container)
+
+
 DOCKER_ROOT_DIR = "DockerRootDir"  # the engine's data root (``info()``)
 CONTAINER_PID = "State.Pid"  # a container's main process on the host, 0 when it is not running (its inspect)
 ENGINE_FACTS = (DOCKER_ROOT_DIR, CONTAINER_PID)

@@ -23,7 +23,7 @@ from dataclasses import replace
 
 from k3doctor import registry as _registry
 from k3doctor.api import Context
-from k3doctor.inventory.load import Node, Settings
+from k3doctor.inventory.types import Node, Settings
 from k3doctor.judging.judge import NodeJudge, as_reported, judge_across
 from k3doctor.readings import Command, CommandReading, Exists, File, FileReading, Glob, Readings, Unavailable
 from k3doctor.registry import prerequisites_first

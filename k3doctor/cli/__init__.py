@@ -9,7 +9,9 @@ unparseable output), 3 usage or inventory error.
 from __future__ import annotations
 
 import logging
+import signal
 import sys
+import threading
 
 import click
 
@@ -44,9 +46,29 @@ def _quiet_logging() -> None:
     own.propagate = quiet.propagate = False
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a CI job's timeout, `kill`, a scheduler ending the job) or SIGHUP (the on-call's SSH
+    session dropped): handled as Ctrl-C is, so every read in flight is stopped on the nodes and nothing
+    k3doctor started stays behind; then exit 128 + the signal's number."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+def _on_stop_signal(signum, frame):
+    raise Terminated(signum)
+
+
 def main(argv=None):
     """Entry point: click's usage errors exit 3 (not click's 2, which means inconclusive here)."""
     _quiet_logging()
+    if threading.current_thread() is threading.main_thread():  # signal handlers live in the main thread only
+        for stop in STOP_SIGNALS:
+            signal.signal(stop, _on_stop_signal)
     try:
         cli.main(args=argv, prog_name="k3doctor", standalone_mode=False)
     except click.UsageError as exc:
@@ -56,7 +78,11 @@ def main(argv=None):
     except click.ClickException as exc:
         click.echo(f"k3doctor: {exc.format_message()}", err=True)
         sys.exit(EXIT_USAGE)
-    except click.Abort:
+    except click.Abort as exc:  # click turns Ctrl-C (and our SIGTERM) into Abort once the nodes are let go
+        if isinstance(exc.__cause__, Terminated):
+            signum = exc.__cause__.signum
+            click.echo(f"k3doctor: terminated ({signal.Signals(signum).name})", err=True)
+            sys.exit(128 + signum)
         click.echo("k3doctor: aborted", err=True)
         sys.exit(130)
     except Exception as exc:  # a bug must still end in one line and an honest "inconclusive"

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import yaml
 
+from k3doctor import localfiles
 from k3doctor.inventory import safeyaml
 from k3doctor.judging.runner import RunOptions, RunReport, run_checks, select_checks
 from k3doctor.registry import REGISTRY
@@ -22,8 +23,7 @@ class BaselineError(ValueError):
 def read(path: str) -> dict:
     """node -> check -> recorded data, from a baseline file."""
     try:
-        with open(path, "rb") as fh:
-            data = safeyaml.load(safeyaml.decode(fh.read(), path), path)
+        data = safeyaml.load(safeyaml.decode(localfiles.read_bytes(path), path), path)
     except OSError as exc:
         raise BaselineError(f"cannot read baseline {path}: {exc.strerror}") from None
     except safeyaml.YAMLInputError as exc:

@@ -24,10 +24,10 @@ import re
 import time
 from dataclasses import dataclass, field, replace
 
-from k3doctor import platforms
+from k3doctor import localfiles, platforms
 from k3doctor.fleet.node_mode import SCHEMA, inventory_digest
 from k3doctor.gather import snapshot
-from k3doctor.inventory.load import Inventory, Node, Settings, SSHSettings
+from k3doctor.inventory.types import Inventory, Node, Settings, SSHSettings
 from k3doctor.judging.causes import explained
 from k3doctor.judging.prerequisites import blocking_findings
 from k3doctor.judging.runner import RunReport, judge_cluster, specs_of
@@ -199,8 +199,7 @@ def read_sources(sources, stdin) -> list:
             if source == "-":
                 out.append(("<stdin>", stdin.read()))
             else:
-                with open(source, encoding="utf-8") as fh:
-                    out.append((source, fh.read()))
+                out.append((source, localfiles.read_text(source)))
         except (OSError, UnicodeDecodeError) as exc:
             raise MergeError(f"cannot read {source}: {getattr(exc, 'strerror', None) or exc}") from None
     return out

@@ -17,7 +17,9 @@ from dataclasses import replace
 
 from k3doctor import __version__
 from k3doctor.gather import snapshot
-from k3doctor.inventory.load import Inventory, localhost_inventory, node_name_problem
+from k3doctor.inventory.load import localhost_inventory
+from k3doctor.inventory.schema import node_name_problem
+from k3doctor.inventory.types import Inventory
 from k3doctor.judging.runner import RunOptions, RunReport, run_checks, specs_of
 from k3doctor.outputs.text import json_text
 

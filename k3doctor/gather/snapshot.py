@@ -9,10 +9,11 @@ import dataclasses
 import json
 import math
 
+from k3doctor import localfiles, redaction
 from k3doctor import readings as rd
-from k3doctor import redaction
 from k3doctor.deadline import plausible_clock
-from k3doctor.inventory.load import InventoryError, localhost_inventory, parse_inventory
+from k3doctor.inventory.load import localhost_inventory, parse_inventory
+from k3doctor.inventory.types import InventoryError
 from k3doctor.registry import REGISTRY
 
 SCHEMA = "k3doctor.readings/1"
@@ -174,8 +175,9 @@ def load_file(path: str) -> tuple:
     """(inventory, its --set values, {node: {spec: reading}}, {node: why unread}) of a --save-readings file;
     SnapshotError (also for an unreadable file or a bad saved inventory) says why not."""
     try:
-        with open(path, encoding="utf-8") as fh:
-            inv_text, overrides, saved, unreachable = load(fh.read())
+        inv_text, overrides, saved, unreachable = load(localfiles.read_text(path))
         return saved_inventory(inv_text, saved, path), overrides, saved, unreachable
-    except (InventoryError, OSError, UnicodeDecodeError) as exc:
+    except OSError as exc:  # its own words ("No such file or directory"), not Python's "[Errno 2] ... 'path'"
+        raise SnapshotError(exc.strerror or str(exc)) from None
+    except (InventoryError, UnicodeDecodeError) as exc:
         raise SnapshotError(str(exc)) from None

@@ -8,247 +8,52 @@ from __future__ import annotations
 import difflib
 import json
 import os
-import re
-from dataclasses import dataclass, field
 
 import yaml
 
-from k3doctor.deadline import MAX_GPUS_PER_NODE, MAX_SECONDS
+from k3doctor import localfiles
 from k3doctor.inventory import ansible, nodesets
-from k3doctor.inventory.safeyaml import YAMLInputError, by_line, compose, decode, load, plain
-
-STEPPINGS = ("A0", "B0")
-DEFAULT_TOOLS = {
-    "amd_smi": "/opt/rocm/bin/amd-smi",
-    "rocm_smi": "/opt/rocm/bin/rocm-smi",
-    "ubench_dir": "/root/ubench/build",
-    "container_python": "python3",
-    "python": "python3",  # the host's python, for probes run outside the container (where: host)
-}
-
-
-class InventoryError(YAMLInputError):
-    """Every problem found, one per line, as ``file:line: key: message``."""
-
-
-class NodeSourceError(InventoryError):
-    """What ``--nodes`` / ``--ansible-inventory`` name cannot be read (node set syntax, Ansible); one line."""
-
-
-@dataclass
-class SSHSettings:
-    known_hosts: str | None = None  # None: ~/.ssh/known_hosts and /etc/ssh/ssh_known_hosts
-    accept_unknown_hosts: bool = False
-    ssh_config: str = "~/.ssh/config"
-    connect_timeout_s: float = 10.0
-    command_timeout_s: float = 30.0
-    node_deadline_s: float = 120.0
-    docker_socket: str | None = None  # the nodes' engine socket; None: /var/run/docker.sock (docker's default)
+from k3doctor.inventory.safeyaml import SchemaReader, YAMLInputError, by_line, compose, decode, load, pairs, plain
+from k3doctor.inventory.schema import (
+    LOGIN_KEYS,
+    NODE_KEYS,
+    NODE_SET_KEYS,
+    TOP_KEYS,
+    host_rule,
+    node_name_rule,
+    tool_rule,
+)
+from k3doctor.inventory.types import (
+    DEFAULT_TOOLS,
+    Inventory,
+    InventoryError,
+    Node,
+    NodeSourceError,
+    Settings,
+    SSHSettings,
+)
 
 
-@dataclass
-class Settings:
-    """What the rack should look like, as seen from one node (cluster values + node overrides)."""
+class _Validator(SchemaReader):
+    """The inventory against TOP_KEYS: its nodes and node sets, racks, tools, per-check settings and skips."""
 
-    cluster: str = "k3"
-    container: str = "k3ep16"
-    image: str | None = None
-    stepping: str | None = None
-    hbm_gib_per_gpu: int | None = None
-    gpus_per_node: int = 4
-    platform: str = "gfx1250"  # cluster.platform (reference §30: mi355x)
-    recipe: str | None = None  # cluster.recipe: a built-in recipe's name or a recipe file's absolute path
-    concurrency: int | None = None  # cluster.concurrency: the recipe point launched
-    tools: dict = field(default_factory=lambda: dict(DEFAULT_TOOLS))
-    checks: dict = field(default_factory=dict)  # check name -> {param: value}
-    skip: tuple = ()  # checks a site cannot run here (inventory `skip:`, the cluster's and the node's own)
-
-    def param(self, chk, name: str):
-        """A check's tunable: the inventory's value, else the check's documented default."""
-        return self.checks.get(chk.name, {}).get(name, chk.params[name])
-
-
-@dataclass
-class Node:
-    name: str
-    host: str | None
-    settings: Settings
-    port: int | None = None
-    user: str | None = None
-    identity_file: str | None = None
-    password_env: str | None = None
-    data_ip: str | None = None
-    sudo: bool = False
-    transport: str = "ssh"
-    line: int = 0
-
-    @property
-    def address(self) -> str:
-        """Data-plane address that peers (ubench, RCCL) must use (§4: it is also the SSH address)."""
-        return self.data_ip or self.host or "127.0.0.1"
-
-
-@dataclass
-class Inventory:
-    path: str
-    nodes: list
-    ssh: SSHSettings
-    cluster: Settings
-    text: str = ""  # as loaded: saved with the readings, so `k3doctor judge` re-judges what was checked
-    racks: dict = field(default_factory=dict)  # rack name -> node names; {}: the nodes are one rack
-
-    def rack_groups(self) -> list:
-        """(rack name, its nodes) for each rack, or (None, every node) without ``racks:``: the cluster checks'
-        domain. One rack is one PPOD (§4: 18 trays, 72 GPUs, one PPOD_ID; §7), whose accel ids, fabric
-        domain, boards and checkpoint copy are compared among themselves, never with another rack's."""
-        if not self.racks:
-            return [(None, list(self.nodes))]
-        by_name = {n.name: n for n in self.nodes}  # a node's own run (`k3doctor node`) has only its own rack
-        groups = [(rack, [by_name[name] for name in names if name in by_name]) for rack, names in self.racks.items()]
-        return [(rack, nodes) for rack, nodes in groups if nodes]
-
-
-# --- schema -----------------------------------------------------------------------------
-
-def _str(v):
-    return isinstance(v, str) and v.strip() != "" and not any(c in v for c in "\n\t"), \
-        "a non-empty one-line string"
-
-
-def _bool(v):
-    return isinstance(v, bool), "true or false"
-
-
-def _port(v):
-    return isinstance(v, int) and not isinstance(v, bool) and 0 < v < 65536, "an integer between 1 and 65535"
-
-
-MAX_HBM_GIB = 4096  # per GPU: boards have 288 or 432 GiB (reference §12)
-MAX_CONCURRENCY = 4096  # a recipe point's concurrent requests (AgentX: 1 to 10, reference §30)
-
-
-def _bounded(high: int, unit: str):
-    """Rule for a size the hardware bounds: a positive integer up to ``high`` (a typo of 10**7 GPUs would
-    otherwise cost gigabytes in the judges that enumerate them)."""
-    return lambda v: (isinstance(v, int) and not isinstance(v, bool) and 0 < v <= high,
-                      f"a positive integer up to {high} {unit}")
-
-
-def _seconds(v):
-    return (isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v <= MAX_SECONDS,
-            f"a positive number of seconds, at most {MAX_SECONDS:g}")
-
-
-def _word(pattern: str, what: str):
-    """Rule for a name that reaches a command line or a report: never an option, no odd characters."""
-    regex = re.compile(pattern)
-    return lambda v: (isinstance(v, str) and regex.fullmatch(v) is not None, what)
-
-
-# Docker's own rule for container names; a name starting with `-` would reach docker as an option.
-_container = _word(r"[A-Za-z0-9][A-Za-z0-9_.-]*", "a Docker container name ([A-Za-z0-9][A-Za-z0-9_.-]*)")
-_node_name = _word(r"[A-Za-z0-9][A-Za-z0-9_.:@+-]*", "a node name (letters, digits, . _ : @ + -; not starting with -)")
-_host = _word(r"[A-Za-z0-9_:\[][A-Za-z0-9_.:%\[\]-]*", "a host name or IP address")
-_user = _word(r"[A-Za-z0-9_][A-Za-z0-9_.@$-]*", "a user name (not starting with -)")
-_tool = _word(r"[^-\s][^\s]*", "a tool path or command name (no spaces, not starting with -)")
-_env_name = _word(r"[A-Za-z_][A-Za-z0-9_]*", "an environment variable name")
-
-
-def node_name_problem(name) -> str | None:
-    """What is wrong with ``name`` as a node name (``--name``, a bundle's layout), or None: the inventory's rule."""
-    ok, expected = _node_name(name)
-    return None if ok else f"{name!r} is not {expected}"
-
-
-def _socket_path(v):
-    return (isinstance(v, str) and v.startswith("/") and len(v.encode()) < 108
-            and not any(c in v for c in "\n\t\0") and v.strip() == v,
-            "an absolute path of a unix socket on the nodes (one line, under 108 bytes)")
-
-
-def _stepping(v):
-    return v in STEPPINGS, "A0 or B0 (the silicon stepping; it cannot be read from the board, §1)"
-
-
-def _transport(v):
-    return v in ("ssh", "local"), "ssh or local"
-
-
-SETTINGS_KEYS = {"container": _container, "image": _str, "stepping": _stepping,
-                 "hbm_gib_per_gpu": _bounded(MAX_HBM_GIB, "GiB"), "gpus_per_node": _bounded(MAX_GPUS_PER_NODE, "GPUs"),
-                 "tools": "tools", "checks": "checks", "skip": "skip"}
-def _platform(v):
-    from k3doctor import platforms
-
-    return v in platforms.names(), f"one of {', '.join(platforms.names())} (k3doctor/platforms/*.yaml)"
-
-
-def _recipe_spec(v):
-    return (isinstance(v, str) and v.strip() == v and v != "" and "\n" not in v,
-            "a built-in recipe's name or a recipe file's path (see `k3doctor recipe list`)")
-
-
-CLUSTER_KEYS = {"name": _str, "platform": _platform, "recipe": _recipe_spec,
-                "concurrency": _bounded(MAX_CONCURRENCY, "concurrent requests"),
-                **SETTINGS_KEYS}
-SSH_KEYS = {"known_hosts": _str, "accept_unknown_hosts": _bool, "ssh_config": _str,
-            "connect_timeout_s": _seconds, "command_timeout_s": _seconds, "node_deadline_s": _seconds,
-            "docker_socket": _socket_path}
-LOGIN_KEYS = {"port": _port, "user": _user, "identity_file": _str, "password_env": _env_name, "sudo": _bool,
-              "transport": _transport}
-NODE_KEYS = {"name": _node_name, "host": _host, "data_ip": _host, **LOGIN_KEYS, **SETTINGS_KEYS}
-# `- hosts: ct[13-17]`: one node per name of the node set (name and SSH host), the entry's other keys for each
-NODE_SET_KEYS = {"hosts": _str, **LOGIN_KEYS, **SETTINGS_KEYS}
-TOP_KEYS = {"cluster": CLUSTER_KEYS, "ssh": SSH_KEYS, "defaults": LOGIN_KEYS, "nodes": "nodes", "racks": "racks"}
-
-
-class _Validator:
     def __init__(self, path: str, registry=None):
-        self.path, self.registry, self.problems = path, registry, []
+        super().__init__(path)
+        self.registry = registry
         self.pending = []  # (YAML node, key, check, {param: value}) checked by check_params
 
-    def problem(self, node, key: str, message: str):
-        line = node.start_mark.line + 1 if node is not None else 1
-        self.problems.append(f"{self.path}:{line}: {key}: {message}")
-
-    def mapping(self, node, key: str, schema: dict) -> dict:
-        """Validated plain dict of a YAML mapping; bad entries are reported and dropped."""
-        if not isinstance(node, yaml.MappingNode):
-            self.problem(node, key or "(top level)", "expected a mapping of key: value")
-            return {}
-        out = {}
-        for knode, vnode in node.value:
-            if not isinstance(knode, yaml.ScalarNode):
-                self.problem(knode, key or "(top level)", "keys must be plain names")
-                continue
-            name = knode.value
-            where = f"{key}.{name}" if key else name
-            if name not in schema:
-                close = difflib.get_close_matches(name, list(schema), n=1)
-                hint = f" (did you mean '{close[0]}'?)" if close else f"; known keys: {', '.join(schema)}"
-                self.problem(knode, where, f"unknown key{hint}")
-                continue
-            rule = schema[name]
-            if isinstance(rule, dict):
-                out[name] = self.mapping(vnode, where, rule)
-            elif rule == "nodes":
-                out[name] = self.nodes(vnode, where)
-            elif rule == "racks":
-                out[name] = self.racks(vnode, where)
-            elif rule == "tools":
-                out[name] = self.mapping(vnode, where, {k: _tool for k in DEFAULT_TOOLS})
-            elif rule == "checks":
-                out[name] = self.checks(vnode, where)
-            elif rule == "skip":
-                out[name] = self.skip(vnode, where)
-            else:
-                value = plain(vnode)
-                ok, expected = rule(value)
-                if not ok:
-                    self.problem(vnode, where, f"expected {expected}, got {value!r}")
-                    continue
-                out[name] = value
-        return out
+    def named(self, vnode, where: str, rule: str):
+        if rule == "nodes":
+            return self.nodes(vnode, where)
+        if rule == "racks":
+            return self.racks(vnode, where)
+        if rule == "tools":
+            return self.mapping(vnode, where, {k: tool_rule for k in DEFAULT_TOOLS})
+        if rule == "checks":
+            return self.checks(vnode, where)
+        if rule == "skip":
+            return self.skip(vnode, where)
+        return super().named(vnode, where, rule)
 
     def nodes(self, node, key: str) -> list:
         if not isinstance(node, yaml.SequenceNode) or not node.value:
@@ -257,13 +62,13 @@ class _Validator:
         out = []
         for i, item in enumerate(node.value):
             where = f"{key}[{i}]"
-            if isinstance(item, yaml.MappingNode) and any(k.value == "hosts" for k, _ in item.value):
+            if isinstance(item, yaml.MappingNode) and any(k.value == "hosts" for k, _ in pairs(item)):
                 out += self.node_set(item, where)
                 continue
             entry = self.mapping(item, where, NODE_KEYS)
             entry["_line"] = item.start_mark.line + 1
             entry["_node"] = item
-            entry["_given"] = {k.value for k, _ in item.value} if isinstance(item, yaml.MappingNode) else set()
+            entry["_given"] = {k.value for k, _ in pairs(item)} if isinstance(item, yaml.MappingNode) else set()
             if "name" not in entry["_given"]:
                 self.problem(item, f"{where}.name", "missing; every node needs a unique name")
             out.append(entry)
@@ -280,10 +85,10 @@ class _Validator:
         except nodesets.NodeSetError as exc:
             self.problem(item, f"{where}.hosts", str(exc))
             return []
-        given = {k.value for k, _ in item.value} - {"hosts"} | {"name", "host"}
+        given = {k.value for k, _ in pairs(item)} - {"hosts"} | {"name", "host"}
         out = []
         for name in names:
-            for rule in (_node_name, _host):
+            for rule in (node_name_rule, host_rule):
                 ok, expected = rule(name)
                 if not ok:
                     self.problem(item, f"{where}.hosts", f"{name!r} is not {expected}")
@@ -298,9 +103,9 @@ class _Validator:
             self.problem(node, key, "expected a mapping of rack-name: [node names]")
             return {}
         out = {}
-        for knode, vnode in node.value:
+        for knode, vnode in pairs(node):
             where = f"{key}.{knode.value}"
-            ok, expected = _node_name(plain(knode))
+            ok, expected = node_name_rule(plain(knode))
             if not ok:
                 self.problem(knode, where, f"expected {expected} as the rack name")
                 continue
@@ -339,7 +144,7 @@ class _Validator:
             self.problem(node, key, "expected a mapping of check-name: {param: value}")
             return {}
         raw = {}
-        for knode, vnode in node.value:
+        for knode, vnode in pairs(node):
             name = knode.value
             if name not in known:
                 close = difflib.get_close_matches(name, list(known), n=1)
@@ -488,8 +293,7 @@ def parse_inventory(text: str, path: str = "<inventory>", registry=None) -> Inve
 
 def load_inventory(path: str, registry=None) -> Inventory:
     try:
-        with open(os.path.expanduser(path), "rb") as fh:
-            text = decode(fh.read(), path)
+        text = decode(localfiles.read_bytes(os.path.expanduser(path)), path)
     except OSError as exc:
         raise InventoryError([f"{path}: cannot read inventory: {exc.strerror}"]) from None
     except YAMLInputError as exc:
@@ -554,8 +358,7 @@ def is_ansible_inventory(path: str) -> bool:
     if os.path.isdir(path):
         return True
     try:
-        with open(path, "rb") as fh:
-            doc = load(decode(fh.read(), path), path)
+        doc = load(decode(localfiles.read_bytes(path), path), path)
     except (OSError, YAMLInputError):
         return not path.endswith((".yaml", ".yml", ".json"))
     if isinstance(doc, dict) and set(doc) & set(TOP_KEYS):

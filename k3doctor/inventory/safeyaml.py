@@ -10,6 +10,7 @@ into Python values.
 from __future__ import annotations
 
 import codecs
+import difflib
 import math
 
 import yaml
@@ -171,6 +172,73 @@ def _is_control(ch: str) -> bool:
 def plain(node):
     """Python value of a node tree that :func:`compose` has checked."""
     return SafeConstructor().construct_document(node) if node is not None else None
+
+
+def pairs(node) -> list:
+    """(key, value) node pairs of a mapping, merge keys (``<<: *anchor``) expanded, later keys winning."""
+    found = {}
+    for k, v in node.value:
+        if k.value == "<<":
+            for source in (v.value if isinstance(v, yaml.SequenceNode) else [v]):
+                for mk, mv in pairs(source):
+                    found.setdefault(mk.value, (mk, mv))
+        else:
+            found.pop(k.value, None)
+            found[k.value] = (k, v)
+    return list(found.values())
+
+
+class SchemaReader:
+    """Reads a checked node tree against a schema table and collects every problem as ``file:line: key:
+    message``, so that a user fixes a file in one pass (the inventory, the recipe files).
+
+    A schema maps each key to its rule: a nested schema (a dict), a function ``value -> (ok, expected)``,
+    or a name that the reader's own :meth:`named` reads (a list of nodes, a recipe's points). A key the
+    schema does not know is a problem with the closest known key suggested; a bad value is left out."""
+
+    INVALID = object()  # what value() returns for a value it reported
+
+    def __init__(self, path: str):
+        self.path, self.problems = path, []
+
+    def problem(self, node, where: str, message: str) -> None:
+        line = node.start_mark.line + 1 if node is not None else 1
+        self.problems.append(f"{self.path}:{line}: {where}: {message}")
+
+    def mapping(self, node, where: str, schema: dict) -> dict:
+        """Validated plain dict of a YAML mapping; bad entries are reported and dropped."""
+        if not isinstance(node, yaml.MappingNode):
+            self.problem(node, where or "(top level)", "expected a mapping of key: value")
+            return {}
+        out = {}
+        for knode, vnode in pairs(node):
+            name = knode.value
+            here = f"{where}.{name}" if where else name
+            if name not in schema:
+                close = difflib.get_close_matches(name, list(schema), n=1)
+                self.problem(knode, here, "unknown key" + (f" (did you mean '{close[0]}'?)" if close
+                                                           else f"; known keys: {', '.join(schema)}"))
+                continue
+            value = self.value(vnode, here, schema[name])
+            if value is not self.INVALID:
+                out[name] = value
+        return out
+
+    def value(self, vnode, where: str, rule):
+        if isinstance(rule, dict):
+            return self.mapping(vnode, where, rule)
+        if callable(rule):
+            value = plain(vnode)
+            ok, expected = rule(value)
+            if not ok:
+                self.problem(vnode, where, f"expected {expected}, got {value!r}")
+                return self.INVALID
+            return value
+        return self.named(vnode, where, rule)
+
+    def named(self, vnode, where: str, rule: str):
+        """A value whose rule is a name this reader knows (a subclass's own structures)."""
+        raise NotImplementedError(f"schema rule {rule!r} at {where}")
 
 
 def load(text: str, path: str):

@@ -21,7 +21,7 @@ from k3doctor import platforms, progress
 from k3doctor.api import Context, judge_safely
 from k3doctor.deadline import seconds
 from k3doctor.gather.node_script import gather
-from k3doctor.inventory.load import Inventory, Node
+from k3doctor.inventory.types import Inventory, Node
 from k3doctor.judging.causes import explained
 from k3doctor.judging.judge import NodeJudge, judge_across, to_results
 from k3doctor.judging.prerequisites import busy_rack

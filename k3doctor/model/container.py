@@ -234,20 +234,23 @@ def parse_rank_envs(text: str) -> list | None:
 
 # ----------------------------------------------------------------------------- launch command
 
-def parse_flags(argv) -> dict:
-    """``--flag value`` / ``--flag=value`` / bare ``--flag`` -> {flag: value or None}; last one wins."""
+def parse_flags(argv, prefix: str = "-", bare=None) -> dict:
+    """``--flag value`` / ``--flag=value`` / bare ``--flag`` -> {flag: value or ``bare``}; last one wins.
+
+    A word is a flag when it starts with ``prefix``: "-" for a command line read as it is (``-m``
+    included), "--" where a value may start with one dash (``--x -1``, the recipe diff)."""
     flags, words = {}, list(argv)
     i = 0
     while i < len(words):
         word = words[i]
-        if word.startswith("-") and len(word) > 1:
+        if word.startswith(prefix) and len(word) > 1:
             name, eq, value = word.partition("=")
             if eq:
                 flags[name] = value
-            elif i + 1 < len(words) and not words[i + 1].startswith("-"):
+            elif i + 1 < len(words) and not words[i + 1].startswith(prefix):
                 flags[name] = words[i + 1]
                 i += 1
             else:
-                flags[name] = None
+                flags[name] = bare
         i += 1
     return flags

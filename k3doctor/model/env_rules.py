@@ -21,11 +21,14 @@ EDGES = {
     "rocm-7.13": Edge("rocm", (7, 13), "ROCm 7.13 (MSCCL/MSCCL++ removed by PR #4340, NPKit by PR #7046)"),
     "atom-dspark-config": Edge("atom", None, "ATOM ecb8e6dae (2026-07-15: DSpark variables moved to --dspark-config)"),
     "aiter-4153": Edge("aiter", None, "aiter #4153 (2026-07-09: stale JIT locks broken by aiter itself)"),
+    "rocm-7.14": Edge("rocm", (7, 14), "ROCm 7.14 (expandable_segments hangs Tensor.to('cuda') in hsaKmtMemoryVaMap, "
+                                      "pytorch/pytorch #192259)"),
 }
 AITER_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")  # aiter/__init__.py, aiter #1795
 MSCCL_NPKIT = ("RCCL_MSCCL_*", "RCCL_MSCCLPP_*", "MSCCLPP_ENABLE_CLIP", "NPKIT_DUMP_DIR")
 DSPARK_MOVED = ("ATOM_DSPARK_CONFIDENCE_SCHEDULE", "ATOM_DSPARK_DEBUG_SCHEDULE", "ATOM_DSPARK_DISABLE_SPS_CALIB",
                 "ATOM_DSPARK_Q_BUCKETS", "ATOM_DSPARK_RAGGED", "ATOM_DSPARK_RAGGED_GRAPH_SIZES")
+RCCL_TUNING = ("RCCL_DDA_*", "RCCL_CE_*", "RCCL_IGNORE_ARCH_TABLE", "NCCL_MIN_CTAS", "NCCL_MAX_CTAS")
 MORI_WIDE_EP_WARN = ("MORI_VPOD_ID", "MORI_CCO_FABRIC_CROSSNODE_LSA", "MORI_CCO_FABRIC_LENIENT")
 
 # The tests a variable can fail: name -> fails(present, value); value None when unset or not read.
@@ -36,6 +39,7 @@ TESTS = {
     "1": lambda present, v: present and (v or "").strip() == "1",
     "not an aiter log level": lambda present, v: bool(v) and v.strip().upper() not in AITER_LOG_LEVELS,
     "under /dev/shm": lambda present, v: bool(v) and (v.rstrip("/") == "/dev/shm" or v.startswith("/dev/shm/")),
+    "expandable segments on": lambda present, v: bool(v) and "expandable_segments:true" in v.replace(" ", "").lower(),
 }
 
 
@@ -97,6 +101,12 @@ RULES = tuple(EnvVersionRule(*row) for row in (
     ("ENV-TMPDIR-SHM", ("TMPDIR",), "under /dev/shm", "always", "warn", "§29, §15",
      "{name}={value} is under /dev/shm: it broke HIP children on MI355X (hipErrorInvalidValue / SIGSEGV in "
      "libamdhip64.so) and spends the shm budget", "ENV-TMPDIR"),
+    ("ENV-HIP-EXPANDABLE-SEGMENTS", ("PYTORCH_HIP_ALLOC_CONF",), "expandable segments on", "since rocm-7.14", "warn",
+     "§29", "{name}={value}: on ROCm 7.14 expandable segments hang `Tensor.to('cuda')` in hsaKmtMemoryVaMap "
+     "(pytorch/pytorch #192259)", "ENV-HIP-ALLOC"),
+    ("ENV-RCCL-TUNING", RCCL_TUNING, "set", "always", "info", "§29",
+     "{name} is set: non-default RCCL tuning (gfx1250's own defaults are CE AllReduce, DDA LL128 and saturated P2P "
+     "channels; RCCL_IGNORE_ARCH_TABLE=1 reverts them)", "ENV-RCCL-TUNING"),
     ("ENV-MORI-FABRIC-DISABLE", ("MORI_CCO_FABRIC_DISABLE",), "1", "always", "fail", "§29",
      "{name}=1: MORI's cco runs host-only (LSA + RDMA), the whole job leaves the UALink fabric", "ENV-MORI"),
     ("ENV-MORI-MANUAL", MORI_WIDE_EP_WARN[:1], "set", "always", "warn", "§29",

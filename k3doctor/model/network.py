@@ -13,24 +13,31 @@ from dataclasses import dataclass
 
 from k3doctor.parsers import ParseError
 
-_LINK = re.compile(r"^\d+:\s+([^:@\s]+)(?:@\S+)?:\s+<")
+_LINK = re.compile(r"^\d+:\s+([^:@\s]+)(?:@\S+)?:\s+<([^>]*)>")
 _TCP_LISTEN = "0A"
 WILDCARDS = (ipaddress.ip_address("0.0.0.0"), ipaddress.ip_address("::"))
 
 
-def parse_links(text: str) -> set:
-    """``ip -o link show`` -> interface names (``veth1@if5`` -> ``veth1``)."""
-    names = set()
+def parse_links(text: str) -> dict:
+    """``ip -o link show`` -> {interface name: its flags} (``veth1@if5`` -> ``veth1``; flags as iproute2 prints
+    them between ``<>``, e.g. ``{"BROADCAST", "MULTICAST", "UP", "LOWER_UP"}``)."""
+    links = {}
     for line in text.splitlines():
         if not line.strip():
             continue
         match = _LINK.match(line)
         if not match:
             raise ParseError(f"ip -o link show: unexpected line {line!r:.120}")
-        names.add(match.group(1))
-    if not names:
+        links[match.group(1)] = frozenset(f for f in match.group(2).split(",") if f)
+    if not links:
         raise ParseError("ip -o link show: no interfaces at all (not even lo)")
-    return names
+    return links
+
+
+def is_running(flags) -> bool:
+    """UP and RUNNING, as MORI requires of ``MORI_SOCKET_IFNAME`` (reference §29, ``socket_bootstrap.cpp``).
+    iproute2 never prints RUNNING itself: it prints ``NO-CARRIER`` for an interface that is UP but not RUNNING."""
+    return "UP" in flags and "NO-CARRIER" not in flags
 
 
 @dataclass(frozen=True)
@@ -63,8 +70,9 @@ def parse_local_routes(text: str) -> list:
 IFNAME_GRAMMARS = {"NCCL_SOCKET_IFNAME": "nccl", "GLOO_SOCKET_IFNAME": "literal", "MORI_SOCKET_IFNAME": "literal"}
 
 
-def selected_interfaces(grammar: str, value: str, links: set) -> set:
-    """The interfaces a library picks from ``links`` for ``value`` under its ``grammar`` (see IFNAME_GRAMMARS)."""
+def selected_interfaces(grammar: str, value: str, links) -> set:
+    """The interfaces a library picks from ``links`` (names) for ``value`` under its ``grammar`` (IFNAME_GRAMMARS)."""
+    links = set(links)
     if grammar == "literal":
         return {value} & links
     exclude = value.startswith("^")

@@ -52,6 +52,38 @@ _RCCL_SONAME = re.compile(r"^librccl\.so\.\d{1,3}\.\d{1,3}\.(\d{3,6})$")
 _AMDSMI_TOOL = re.compile(r"AMDSMI Tool:\s{0,4}(\d{1,4}\.\d{1,4}(?:\.\d{1,6})?)")
 
 
+# Every libamd_smi.so.<major> on the container's library path ($LD_LIBRARY_PATH, then $ROCM_PATH/lib): amd-smi 27.0
+# (ROCm 10.0) renamed its SONAME libamd_smi.so.26 -> .27, so an image and a host ROCm mixed through
+# LD_LIBRARY_PATH can load one's library under the other's tools (§29). One path a line; always exits 0.
+_AMDSMI_LIBS = r"""r=${ROCM_PATH:-/opt/rocm}
+IFS=:
+for d in $LD_LIBRARY_PATH "$r/lib"; do
+  [ -n "$d" ] || continue
+  for f in "$d"/libamd_smi.so.[0-9]*; do [ -e "$f" ] && printf '%s
+' "$f"; done
+done
+exit 0"""
+_AMDSMI_LIB = re.compile(r"^(.{1,4096})/libamd_smi\.so\.(\d{1,4})(?:\.\d{1,6}){0,3}$")
+
+
+def amdsmi_libs(container: str):
+    """The reading: the libamd_smi files on ``container``'s library path."""
+    return in_container(container, "sh", "-c", _AMDSMI_LIBS)
+
+
+def parse_amdsmi_libs(text: str) -> dict:
+    """``{SONAME major: [directories]}`` from the listing; a line it cannot have printed is a ParseError."""
+    majors: dict = {}
+    for line in text.splitlines():
+        match = _AMDSMI_LIB.match(line)
+        if not match:
+            raise ParseError(f"libamd_smi listing: unexpected line {line[:80]!r}")
+        dirs = majors.setdefault(int(match.group(2)), [])
+        if match.group(1) not in dirs:
+            dirs.append(match.group(1))
+    return majors
+
+
 def probe(container: str):
     """The reading: the version probe run in ``container``."""
     return in_container(container, "sh", "-c", _PROBE)

@@ -1,4 +1,4 @@
-"""``amd-smi fabric`` and ``amd-smi static`` (VRAM size), human and ``--json`` forms.
+"""``amd-smi fabric`` and ``amd-smi static`` (VRAM size, PHYSICAL_ACC_ID), human and ``--json`` forms.
 
 Wide EP needs one PPOD/VPOD across all 16 GPUs and a fabric that is ACTIVE (reference §6, §7);
 the KV budget depends on the HBM size per GPU (§12).  The JSON root is either a bare list
@@ -244,4 +244,29 @@ def parse_static_vram(text: str) -> dict:
         vram = entry.get("vram")
         size = vram.get("size") if isinstance(vram, dict) else None
         result[gpu] = _mib(size, f"amd-smi static: GPU {gpu} VRAM size")
+    return result
+
+
+_NOT_SUPPORTED = ("NOT_SUPPORTED", "NOT SUPPORTED")
+
+
+def parse_physical_acc_ids(text: str) -> dict:
+    """``amd-smi static --asic --bus`` (human or ``--json``) -> ``{gpu: (bdf or None, PHYSICAL_ACC_ID or None)}``.
+
+    ``PHYSICAL_ACC_ID`` exists from amd-smi 27.1 (ROCm 10.1, reference §29); an amd-smi before it prints no such
+    key and the GPU is left out (nothing to cross-check). UINT32_MAX, ``N/A`` or ``NOT_SUPPORTED`` (no UALoE
+    session yet) is None. A GPU without an ASIC section is not static --asic output: ParseError.
+    """
+    result = {}
+    for entry in _gpu_entries(text, "amd-smi static --asic"):
+        gpu = to_int(entry["gpu"], "amd-smi static --asic: gpu")
+        asic, bus = entry.get("asic"), entry.get("bus")
+        if not isinstance(asic, dict):
+            raise ParseError(f"amd-smi static --asic: GPU {gpu} has no ASIC section: not static --asic output")
+        if "physical_acc_id" not in asic:
+            continue
+        raw = asic["physical_acc_id"]
+        unset = isinstance(raw, str) and raw.strip().upper() in _NOT_SUPPORTED
+        bdf = _text(bus.get("bdf")) if isinstance(bus, dict) else None
+        result[gpu] = (bdf, None if unset else to_u32(raw, f"amd-smi static --asic: GPU {gpu} PHYSICAL_ACC_ID"))
     return result

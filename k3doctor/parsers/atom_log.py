@@ -68,6 +68,22 @@ SIGNALS = tuple(Signal(kind, re.compile(pattern), section) for kind, pattern, se
     ("aiperf_no_atom_metrics", r"contains no metric with required prefix 'atom:'|required AIPerf server metrics "
                                r"artifacts are missing or empty|ProfileMetricCoverageError", "§30"),
     ("gpucore", r"gpucore files exist\. not good", "§30"),
+    # Field signatures (RCCL, MORI cco, Gloo, c10d, aiter): §29
+    ("mori_fabric_partial", r"ccoCommCreate: UALink fabric ready on only (?P<ready>\d{1,5})/(?P<ranks>\d{1,5}) ranks",
+     "§29"),
+    ("mori_lsa_refused", r"LSA team spans hosts|non-contiguous lsa membership|heterogeneous lsa sizes detected", "§29"),
+    ("mori_vpod_partial", r"MORI_VPOD_ID set on \d{1,5}/\d{1,5} ranks", "§29"),
+    ("mori_heap", r"Out of heap memory!", "§29"),
+    ("rccl_fabric_version", r"unexpected fabric info version 4294967295", "§29, §20"),
+    ("rccl_no_symmetric", r"Symmetric memory is not supported", "§29"),
+    ("gloo_interface", r"Unable to find address for: \^|Using the loopback address as fallback|Gloo connectFullMesh "
+                       r"failed", "§29"),
+    ("rendezvous_timeout", r"\[c10d\] The client socket has timed out after \d{1,12}ms while trying to connect to|"
+                           r"DistStoreError: Timed out after \d{1,12} seconds waiting for workers", "§29"),
+    ("no_code_objects", r"No compatible code objects found for: (?P<arch>gfx\w{1,40})", "§29"),
+    ("rccl_diag_p2p_failed", r"NCCL DIAG \[INFO\] p2p: \S{1,40} srcRank=(?P<src>\d{1,5}) dstRank=(?P<dst>\d{1,5})",
+     "§29"),
+    ("rccl_diag_multi_gpu", r"peer-memory import failed.{0,200}handle=DIRECT", "§29"),
 ))
 # Startup stages in order; a rank's stage is the furthest one its lines reached.
 STAGES = (("start", None), ("rccl-init", "rccl_load"), ("ep-transport", "ep_ready"),

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import yaml
 
-from k3doctor.inventory.safeyaml import YAMLInputError, compose, decode, plain
+from k3doctor import localfiles
+from k3doctor.inventory.safeyaml import SchemaReader, YAMLInputError, compose, decode, pairs, plain
 
 ANY = "*"  # must be set, any value
 DATA_IF = "<data-plane interface>"  # must name an interface that carries the node's data_ip (§18)
@@ -123,43 +124,21 @@ NOOP_KEYS = {"same": "list", "why": _text}
 DEVIATION_KEYS = {"upstream": _text, "why": _text, "points": "conc-list"}
 
 
-class _Reader:
-    def __init__(self, path: str):
-        self.path, self.problems = path, []
+class _Reader(SchemaReader):
+    """A recipe file against TOP_KEYS: its maps of free names, its points, no-ops and deviations."""
 
-    def say(self, node, where: str, message: str):
-        self.problems.append(f"{self.path}:{node.start_mark.line + 1}: {where}: {message}")
-
-    def mapping(self, node, where: str, schema: dict) -> dict:
-        if not isinstance(node, yaml.MappingNode):
-            self.say(node, where or "(top level)", "expected a mapping of key: value")
-            return {}
-        out = {}
-        for knode, vnode in node.value:
-            name = plain(knode)
-            here = f"{where}.{name}" if where else str(name)
-            if name == "<<":
-                continue  # a merge key: its entries are already in the mapping's value list
-            if name not in schema:
-                close = difflib.get_close_matches(str(name), list(schema), n=1)
-                self.say(knode, here, "unknown key" + (f" (did you mean '{close[0]}'?)" if close
-                                                        else f"; known keys: {', '.join(schema)}"))
-                continue
-            out[name] = self.value(vnode, here, schema[name])
-        return out
-
-    def value(self, vnode, here: str, rule):
+    def named(self, vnode, here: str, rule):
         if isinstance(rule, tuple):  # ("map", rule for each value): names are free
             _, each = rule
             if not isinstance(vnode, yaml.MappingNode):
-                self.say(vnode, here, "expected a mapping")
+                self.problem(vnode, here, "expected a mapping")
                 return {}
             merged = {}
-            for k, v in _flatten(vnode):
+            for k, v in pairs(vnode):
                 value = plain(v)
                 ok, expected = each(value)
                 if not ok:
-                    self.say(v, f"{here}.{plain(k)}", f"expected {expected}, got {value!r}")
+                    self.problem(v, f"{here}.{plain(k)}", f"expected {expected}, got {value!r}")
                     continue
                 merged[plain(k)] = value
             return merged
@@ -167,61 +146,42 @@ class _Reader:
             return self.points(vnode, here)
         if rule in ("noops", "deviations"):
             if not isinstance(vnode, yaml.MappingNode):
-                self.say(vnode, here, "expected a mapping of NAME: {...}")
+                self.problem(vnode, here, "expected a mapping of NAME: {...}")
                 return {}
             keys = NOOP_KEYS if rule == "noops" else DEVIATION_KEYS
             return {plain(k): self.mapping(v, f"{here}.{plain(k)}", keys) for k, v in vnode.value}
         if rule == "list":
             value = plain(vnode)
             if not isinstance(value, list) or not all(_value(x)[0] for x in value):
-                self.say(vnode, here, "expected a list of values (strings or null)")
+                self.problem(vnode, here, "expected a list of values (strings or null)")
                 return []
             return value
         if rule == "conc-list":
             value = plain(vnode)
             if not isinstance(value, list) or not all(_conc(x)[0] for x in value):
-                self.say(vnode, here, "expected a list of concurrencies")
+                self.problem(vnode, here, "expected a list of concurrencies")
                 return []
             return value
-        value = plain(vnode)
-        ok, expected = rule(value)
-        if not ok:
-            self.say(vnode, here, f"expected {expected}, got {value!r}")
-            return None
-        return value
+        return super().named(vnode, here, rule)
 
     def points(self, vnode, here: str) -> list:
         if not isinstance(vnode, yaml.SequenceNode) or not vnode.value:
-            self.say(vnode, here, "expected a non-empty list of points (- concurrency: N ...)")
+            self.problem(vnode, here, "expected a non-empty list of points (- concurrency: N ...)")
             return []
         out, seen = [], {}
         for i, item in enumerate(vnode.value):
             entry = self.mapping(item, f"{here}[{i}]", POINT_KEYS)
             conc = entry.get("concurrency")
             if conc is None:
-                self.say(item, f"{here}[{i}].concurrency", "missing: every point of a multi-point recipe names its "
+                self.problem(item, f"{here}[{i}].concurrency", "missing: every point of a multi-point recipe names its "
                          "concurrency")
                 continue
             if conc in seen:
-                self.say(item, f"{here}[{i}].concurrency", f"{conc} is already the point at line {seen[conc]}")
+                self.problem(item, f"{here}[{i}].concurrency", f"{conc} is already the point at line {seen[conc]}")
                 continue
             seen[conc] = item.start_mark.line + 1
             out.append(entry)
         return out
-
-
-def _flatten(node) -> list:
-    """(key, value) node pairs of a mapping, merge keys (``<<: *anchor``) expanded, later keys winning."""
-    pairs = {}
-    for k, v in node.value:
-        if k.value == "<<":
-            for source in (v.value if isinstance(v, yaml.SequenceNode) else [v]):
-                for mk, mv in _flatten(source):
-                    pairs.setdefault(mk.value, (mk, mv))
-        else:
-            pairs.pop(k.value, None)
-            pairs[k.value] = (k, v)
-    return list(pairs.values())
 
 
 def parse_recipe(text: str, path: str, resolve=None) -> Recipe:
@@ -314,8 +274,7 @@ def builtin(name: str) -> Recipe:
 
 def read_file(path: str) -> Recipe:
     try:
-        with open(os.path.expanduser(path), "rb") as fh:
-            text = decode(fh.read(), path)
+        text = decode(localfiles.read_bytes(os.path.expanduser(path)), path)
     except OSError as exc:
         raise RecipeError([f"{path}: cannot read recipe: {exc.strerror}"]) from None
     except YAMLInputError as exc:

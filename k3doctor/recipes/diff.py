@@ -25,6 +25,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from k3doctor import recipes
+from k3doctor.model.container import parse_flags
 from k3doctor.recipes import rules
 
 EXIT_SAME, EXIT_DIFFERENT, EXIT_NOT_READ, EXIT_BAD_INPUT = 0, 1, 2, 3
@@ -168,21 +169,9 @@ def _read_calls(record: str) -> list:
 # ----------------------------------------------------------------------------- the server and the client
 
 def parse_args(words) -> dict:
-    """``--flag value`` / ``--flag=value`` / bare ``--flag`` (True); a value may start with one dash (-1)."""
-    flags, words, i = {}, list(words), 0
-    while i < len(words):
-        word = words[i]
-        if word.startswith("--"):
-            name, eq, value = word.partition("=")
-            if eq:
-                flags[name] = value
-            elif i + 1 < len(words) and not words[i + 1].startswith("--"):
-                flags[name] = words[i + 1]
-                i += 1
-            else:
-                flags[name] = True
-        i += 1
-    return flags
+    """The server's or client's flags: ``--flag value`` / ``--flag=value`` / bare ``--flag`` (True); a
+    value may start with one dash (-1)."""
+    return parse_flags(words, prefix="--", bare=True)
 
 
 def _unwrap(call: Call, markers) -> tuple | None:
@@ -446,7 +435,8 @@ def run_nodes(recipe_spec: str | None, concurrency: int | None, nodes: str, fmt:
     """(exit code, report text) for the servers running on the inventory's nodes: 2 where a node could not
     be read or runs no server (nothing compared there). Without --recipe / --concurrency, the inventory's
     cluster.recipe / cluster.concurrency."""
-    from k3doctor.inventory.load import InventoryError, load_nodes
+    from k3doctor.inventory.load import load_nodes
+    from k3doctor.inventory.types import InventoryError
     from k3doctor.recipes import nodes as recipe_nodes
 
     try:

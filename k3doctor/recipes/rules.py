@@ -12,8 +12,9 @@ import math
 from dataclasses import dataclass, field
 from decimal import ROUND_DOWN, Decimal
 
+from k3doctor.model.env_rules import AITER_LOG_LEVELS  # aiter/__init__.py (aiter #1795), §29
+
 BLOCK, WARN, INFO, PASS = "BLOCK", "WARN", "INFO", "PASS"
-AITER_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")  # aiter/__init__.py (aiter #1795), §29
 MIN_STAGING_CHUNKS = 16  # one 54.78 MiB K3 state entry; the default 2 chunks are 8 MiB (§25)
 PINNED_SHARE_LIMIT = 0.80  # of MemTotal, "above ~80%" (§29); a recipe's host.pinned_share_limit overrides it
 GIB = 2 ** 30

@@ -2,7 +2,6 @@
 that cannot be reached is reported with."""
 from __future__ import annotations
 
-import logging
 import threading
 import time
 
@@ -10,19 +9,10 @@ from k3doctor.deadline import Deadline, seconds
 from k3doctor.readings import CommandReading
 from k3doctor.shell import with_timeout
 
-log = logging.getLogger("k3doctor")
 KILL_GRACE_S = 2.0  # node-side SIGKILL follows SIGTERM after this
 DOCKER_OP_TIMEOUT_S = 30.0  # one Docker API call at most (and never past the node deadline)
 CLIENT_GRACE_S = 5.0  # client gives the node this long to report its own kill
-PID_MARK = b"@k3doctor-pid "  # first stderr line of every SSH command: the process group to stop on Ctrl-C
 STOP_GRACE_S = 2.0  # clean-up on a node: TERM, this long to go (gather's trap takes 0.5 s), then KILL
-# Stops process groups (and their leaders, in case a group does not exist yet). `timeout` forwards the
-# TERM to its group; gather's trap stops its in-flight reading and removes its scratch directory.
-STOP_SCRIPT = "g='{targets}'; kill -TERM $g 2>/dev/null; sleep {grace}; kill -KILL $g 2>/dev/null; exit 0"
-DEFAULT_DOCKER_SOCKET = "/var/run/docker.sock"  # the engine's API socket unless the inventory names another
-# The TCP reachability probe before the SSH handshake: a live node answers a SYN in well under a second
-# (this allows two SYN retransmits, at 1 s and 3 s); a dead or filtered one costs this, not the connect timeout.
-PROBE_TIMEOUT_S = 3.0
 
 
 class TransportError(Exception):

@@ -8,6 +8,8 @@ import os
 
 import paramiko
 
+from k3doctor import localfiles
+
 log = logging.getLogger("k3doctor")
 
 
@@ -49,23 +51,22 @@ def load_known_hosts(host_keys: paramiko.HostKeys, path: str) -> set:
     ``*``, which paramiko cannot match), and is never trusted even if another line lists it;
     ``@cert-authority`` lines are skipped (paramiko does not verify host certificates)."""
     revoked, entries = set(), []
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        for number, line in enumerate(fh, 1):
-            line = line.strip()
-            if not line or line.startswith("#"):
-                continue
-            marker, _, rest = line.partition(" ") if line.startswith("@") else ("", "", line)
-            if marker == "@cert-authority":
-                continue
-            if marker not in ("", "@revoked"):
-                raise paramiko.hostkeys.InvalidHostKey(line, ValueError(f"line {number}: unknown marker {marker}"))
-            entry = paramiko.hostkeys.HostKeyEntry.from_line(rest.strip(), number)
-            if entry is None:  # a key type paramiko does not know: OpenSSH would not use it either
-                continue
-            if marker:
-                revoked.add((entry.key.get_name(), entry.key.get_base64()))
-            else:
-                entries.append(entry)
+    for number, line in enumerate(localfiles.read_text(path, errors="replace").splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        marker, _, rest = line.partition(" ") if line.startswith("@") else ("", "", line)
+        if marker == "@cert-authority":
+            continue
+        if marker not in ("", "@revoked"):
+            raise paramiko.hostkeys.InvalidHostKey(line, ValueError(f"line {number}: unknown marker {marker}"))
+        entry = paramiko.hostkeys.HostKeyEntry.from_line(rest.strip(), number)
+        if entry is None:  # a key type paramiko does not know: OpenSSH would not use it either
+            continue
+        if marker:
+            revoked.add((entry.key.get_name(), entry.key.get_base64()))
+        else:
+            entries.append(entry)
     for entry in entries:
         if (entry.key.get_name(), entry.key.get_base64()) not in revoked:
             for name in entry.hostnames:

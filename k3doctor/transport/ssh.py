@@ -23,16 +23,19 @@ import paramiko
 from k3doctor import localfiles
 from k3doctor.deadline import Deadline, seconds
 from k3doctor.shell import quote, with_timeout
-from k3doctor.transport.base import Capped, Transport, TransportError
+from k3doctor.transport.base import (
+    DOCKER_OP_TIMEOUT_S,
+    KILL_GRACE_S,
+    STOP_GRACE_S,
+    Capped,
+    Transport,
+    TransportError,
+)
 from k3doctor.transport.streamlocal import open_streamlocal
 from k3doctor.transport.targets import SSHTarget, files_said
 
 log = logging.getLogger("k3doctor")
-KILL_GRACE_S = 2.0  # node-side SIGKILL follows SIGTERM after this
-DOCKER_OP_TIMEOUT_S = 30.0  # one Docker API call at most (and never past the node deadline)
-CLIENT_GRACE_S = 5.0  # client gives the node this long to report its own kill
 PID_MARK = b"@k3doctor-pid "  # first stderr line of every SSH command: the process group to stop on Ctrl-C
-STOP_GRACE_S = 2.0  # clean-up on a node: TERM, this long to go (gather's trap takes 0.5 s), then KILL
 # Stops process groups (and their leaders, in case a group does not exist yet). `timeout` forwards the
 # TERM to its group; gather's trap stops its in-flight reading and removes its scratch directory.
 STOP_SCRIPT = "g='{targets}'; kill -TERM $g 2>/dev/null; sleep {grace}; kill -KILL $g 2>/dev/null; exit 0"

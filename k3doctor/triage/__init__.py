@@ -18,7 +18,7 @@ from pathlib import Path
 from k3doctor import localfiles
 from k3doctor.deadline import Deadline, plausible_clock
 from k3doctor.gather.node_script import gather
-from k3doctor.inventory.load import node_name_problem
+from k3doctor.inventory.schema import node_name_problem
 from k3doctor.judging.causes import explained
 from k3doctor.judging.runner import cancel_all
 from k3doctor.outputs.text import one_line

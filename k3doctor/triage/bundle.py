@@ -14,6 +14,7 @@ import re
 import tarfile
 import time
 
+from k3doctor import localfiles
 from k3doctor.deadline import plausible_clock
 from k3doctor.outputs.files import write_file
 from k3doctor.triage import MAX_LOG_BYTES, MAX_SOURCES, MAX_TOTAL_LOG_BYTES
@@ -62,6 +63,9 @@ def _safe(name: str) -> str:
 def read(path: str) -> tuple:
     """(manifest, {name: log text}, {node: stack text}, saved readings text or None); BundleError otherwise."""
     try:
+        why = localfiles.not_regular(path)  # a FIFO would block the read below for ever
+        if why:
+            raise BundleError(f"{path}: not a triage bundle (it {why})")
         tar = tarfile.open(path, mode="r:gz")
     except (OSError, tarfile.TarError, EOFError) as exc:
         raise BundleError(f"{path}: not a triage bundle ({exc})") from None
@@ -103,7 +107,8 @@ def layout_of(manifest: dict, path: str) -> tuple:
     """(Layout keyword arguments, node clock or None, {source: why unreadable}) of a manifest, each field checked
     like an inventory's (exact types, node names by the inventory's rule, a finite clock); BundleError names
     the first damaged one - never a judge that crashes or misjudges on it later."""
-    from k3doctor.inventory.load import STEPPINGS, node_name_problem
+    from k3doctor.inventory.schema import node_name_problem
+    from k3doctor.inventory.types import STEPPINGS
 
     def bad(field: str, expected: str):
         raise BundleError(f"{path}: damaged manifest: {field} must be {expected}")

@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 
 from k3doctor.gather import snapshot
-from k3doctor.inventory.load import InventoryError
+from k3doctor.inventory.types import InventoryError
 from k3doctor.judging.runner import RunOptions, RunReport, make_transport, run_checks, select_checks
 from k3doctor.probes.gate import STEPS as GATE_STEPS
 from k3doctor.probes.gate import Step, run_gate, unreachable

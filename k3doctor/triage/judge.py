@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from k3doctor.parsers.atom_log import stage_of
 from k3doctor.registry import remediation
 from k3doctor.results import Verdict, fail, passed, warn
+from k3doctor.triage.signatures import FIELD_SIGNATURES
 
 STEPS = ("triage-collective", "triage-stacks", "triage-startup", "triage-kv", "triage-config", "triage-fatal")
 
@@ -367,6 +368,10 @@ RULES = tuple(LogRule(*row) for row in (
     ("aiperf-no-atom-metrics", "triage-fatal", fail, AIPERF_METRICS, "aiperf_no_atom_metrics",
      "aiperf found no `atom:` server metrics: the run is rejected: {line}"),
     ("gpucore", "triage-fatal", fail, GPUCORE, "gpucore", "GPU core files in the run's directory: a GPU fault: {line}"),
+)) + tuple(  # the field signatures of §29 (k3doctor.triage.signatures): the first line of each, quoted
+    LogRule(kind.replace("_", "-"), step, finding, code, kind, what.replace("{", "{{").replace("}", "}}") + ": {line}")
+    for kind, step, finding, what, code in FIELD_SIGNATURES
+) + tuple(LogRule(*row) for row in (
     ("double-free", "triage-fatal", warn, RUNNER_DIED, "double_free",
      "`double free or corruption` in a ModelRunner (seen with long profiler traces, §10)"),
     ("drafter-downloading", "triage-startup", fail, DRAFTER, "drafter_loading",

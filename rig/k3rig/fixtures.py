@@ -41,7 +41,8 @@ BIND_PATHS = BIND_DIRS + BIND_FILES
 FAKE_TOOLS = {"opt/rocm/bin/amd-smi": "amd-smi", "opt/rocm/bin/rocm-smi": "rocm-smi", "usr/bin/dmesg": "dmesg"}
 TOOL_MODES = ("ok", "hang", "garbage", "truncated", "stubborn", "huge")
 RUNTIME_MODES = ("hang", "stubborn", "huge")  # decided by the fake when it runs (its @mode file)
-CARD_FIELDS = ("accel_state", "accel_id", "lane_bitmap", "ppod_id", "vpod_id", "link_type")
+CARD_FIELDS = ("accel_state", "accel_id", "lane_bitmap", "ppod_id", "vpod_id", "link_type", "sclk_max_mhz",
+               "ifoe_driver")
 FAKE_SCRIPT = Path(__file__).with_name("bin") / "k3rig-fake"
 AMD_SMI_GROUPS_WARNING = "WARNING: User is missing the following required groups: render, video\n"
 # Files `docker cp`-ed into our container (reference §2, §14) live under this root; the rig empties it on sync.
@@ -93,7 +94,7 @@ class NodeState:
     boot_id: str = ""
     amd_smi_json_root: str = "gpu_data"  # "gpu_data": {"gpu_data": [...]} (newer amd-smi); "list": bare list
     amd_smi_stderr_noise: bool = False
-    cards: dict[int, dict[str, Any]] = dataclasses.field(default_factory=dict)  # card index -> CARD_FIELDS
+    cards: dict[int, dict[str, Any]] = dataclasses.field(default_factory=dict)  # card index -> CARD_FIELDS overrides
     gpu_processes: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # pid, name, card, vram_bytes
     # appended after the boot lines; "<3>text" is logged at that printk level (3 = err), plain text at info
     dmesg_extra: list[str] = dataclasses.field(default_factory=list)
@@ -129,7 +130,7 @@ class NodeState:
         return node_name(self.tray)
 
     def card(self, c: int) -> dict[str, Any]:
-        """Resolved UALink values of card ``c`` (node defaults + per-card overrides)."""
+        """Resolved UALink values and top gfx clock of card ``c`` (node defaults + per-card overrides)."""
         values = {
             "accel_state": "active",
             "accel_id": accel_base(self.tray) + GPUS_PER_NODE - 1 - c,  # card0 = highest id: "3 2 1 0"
@@ -137,6 +138,8 @@ class NodeState:
             "ppod_id": self.ppod_id,
             "vpod_id": self.vpod_id,
             "link_type": "UALoE",
+            "sclk_max_mhz": 2400,  # the top pp_dpm_sclk level (reference §12: max gfx clock 2.4 GHz)
+            "ifoe_driver": "ifoe",  # the driver of the GPU's .1 function: a name, "-" (none) or "absent" (§29)
         }
         values.update(self.cards.get(c, {}))
         return values
@@ -238,6 +241,16 @@ def _write_sysfs(tree: Path, s: NodeState) -> None:
         write_file(tree, f"{dev}/vendor", "0x1002\n")
         write_file(tree, f"{dev}/mem_info_vram_total", f"{vram_total}\n")
         write_file(tree, f"{dev}/mem_info_vram_used", f"{_vram_used(s, c)}\n")
+        # The GPU's .1 (IFoE) function beside it, as device/.. shows it on a real node (§29, §28)
+        function = f"sys/class/drm/card{c}/{bdf(c, 1)}"
+        if card["ifoe_driver"] != "absent":
+            (tree / function).mkdir(parents=True, exist_ok=True)
+            write_file(tree, f"{function}/uevent", f"PCI_SLOT_NAME={bdf(c, 1)}\n")
+        if card["ifoe_driver"] not in ("absent", "-"):
+            os.symlink(f"../../../../bus/pci/drivers/{card['ifoe_driver']}", tree / function / "driver")
+        # amdgpu's "%d: %uMhz %s\n" with `*` on the current level, SMU 13's deep-sleep line first
+        write_file(tree, f"{dev}/pp_dpm_sclk", f"S: 19Mhz *\n0: 500Mhz \n1: 1600Mhz \n2: {card['sclk_max_mhz']}Mhz \n")
+        write_file(tree, f"{dev}/pp_dpm_mclk", "0: 900Mhz \n1: 1900Mhz *\n")
         ualink = {
             "accel_state": card["accel_state"],
             "accel_id": card["accel_id"],
@@ -402,6 +415,10 @@ def _amd_smi_outputs(s: NodeState) -> dict[str, str]:
     vram = {"type": "HBM", "vendor": "N/A", "size": {"value": mb, "unit": "MB"}}
     static = [{"gpu": c, "bus": {"bdf": bdf(c)}, "vram": vram} for c in range(GPUS_PER_NODE)]
     static_vram = [{"gpu": c, "vram": vram} for c in range(GPUS_PER_NODE)]
+    # amd-smi 27.1 (ROCm 10.1, reference §29): PHYSICAL_ACC_ID in the ASIC section, the card's accel_id
+    asic = [{"gpu": c, "asic": {"market_name": "AMD Instinct MI455X", "oam_id": c,
+                                "physical_acc_id": s.card(c)["accel_id"]}, "bus": {"bdf": bdf(c)}}
+            for c in range(GPUS_PER_NODE)]
     vram_text = "".join(
         f"GPU: {c}\n    VRAM:\n        TYPE: HBM\n        VENDOR: N/A\n        SIZE: {mb} MB\n\n"
         for c in range(GPUS_PER_NODE)
@@ -411,6 +428,7 @@ def _amd_smi_outputs(s: NodeState) -> dict[str, str]:
         "fabric": "".join(_fabric_text(entry) for entry in fabric),
         "static --json": _amd_smi_json(s, static),
         "static --vram --json": _amd_smi_json(s, static_vram),
+        "static --asic --bus --json": _amd_smi_json(s, asic),
         "static --vram": vram_text,
     }
 
@@ -557,7 +575,8 @@ def container_tar(files: dict[str, Any]) -> bytes:
     """A tar (for ``put_archive`` at ``/``) of a node's ``container_files``.
 
     ``{size: N, text: T}`` is T padded with ``#`` to exactly N bytes (N = 0: the empty file an
-    interrupted ``docker cp`` leaves, §14); ``{entries: N}`` is a directory of N files (a store).
+    interrupted ``docker cp`` leaves, §14); ``{entries: N}`` is a directory of N files (a store). A file
+    starting with ``#!`` is executable (a tool the image ships).
     """
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
@@ -595,7 +614,7 @@ def _tar_add(tar: tarfile.TarFile, name: str, data: bytes | None) -> None:
         info.type, info.mode = tarfile.DIRTYPE, 0o755
         tar.addfile(info)
     else:
-        info.size, info.mode = len(data), 0o644
+        info.size, info.mode = len(data), 0o755 if data.startswith(b"#!") else 0o644  # a script runs
         tar.addfile(info, io.BytesIO(data))
 
 

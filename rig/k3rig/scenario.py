@@ -6,7 +6,7 @@ Schema (every key optional)::
     nodes:
       2:                        # 1-based node index
         <NodeState field>: value  # e.g. vpod_id: 3, hbm_gib: 288, dev_kfd: false, tools: {amd-smi: hang}
-        cards:                  # per-card UALink overrides (card index -> CARD_FIELDS)
+        cards:                  # per-card UALink and clock overrides (card index -> CARD_FIELDS)
           1: {accel_state: unconfigured}
 
 Dict fields (``cards``, ``tools``, ``files``, ``container_files``, ``meminfo``, ``checkpoint``,

@@ -4,6 +4,7 @@ decide which side of a §29 edge a rule is judged on; an unknown version applies
 The rack is this module's own: its scenarios recreate our container."""
 import pytest
 import yaml
+from k3rig.fixtures import _amd_smi_outputs
 
 from tests.conftest import private_rack
 from tests.e2e.cli import k3json
@@ -59,3 +60,32 @@ def test_a_stale_aiter_jit_lock_in_one_container_blocks_that_node(rack):
     [fault] = [r for r in doc["results"] if r["status"] == "FAIL"]
     assert "/app/aiter-jit/build/lock_module_moe" in fault["message"]
     assert "holder pid 999999 is gone" in fault["message"]
+
+
+def test_amd_smi_only_in_the_image_runs_inside_our_container(rack, tmp_path):
+    """§29: ROCm from a pip wheel leaves the host without /opt/rocm; the engine's image ships amd-smi. ct14 here has
+    no amd-smi on the host: read there it is an ERROR saying where it was looked for; with `tools.amd_smi:
+    container:<path>` it runs inside our container (through the node's Docker API) and the fabric domain passes."""
+    rack.apply("healthy")
+    ct14 = rack.nodes[1].state
+    outputs = _amd_smi_outputs(ct14)
+    script = ("#!/bin/sh\ncase \"$*\" in\n  'fabric --json') cat /app/venv/fabric.json ;;\n"
+              "  'static --asic --bus --json') cat /app/venv/asic.json ;;\n  *) exit 2 ;;\nesac\n")
+    scenario = tmp_path / "amd-smi-in-image.yaml"
+    scenario.write_text(yaml.safe_dump({"description": "ct14: amd-smi only in the image (pip-wheel ROCm)", "nodes": {
+        2: {"delete": ["opt/rocm/bin/amd-smi"], "container_files": {
+            "/app/venv/bin/amd-smi": script, "/app/venv/fabric.json": outputs["fabric --json"],
+            "/app/venv/asic.json": outputs["static --asic --bus --json"]}}}}))
+    rack.apply(scenario)
+    rc, doc = k3json("check", "--nodes", rack.inventory_path, "--only", "fabric-domain")
+    [bad] = [r for r in doc["results"] if r["status"] != "PASS"]
+    assert (bad["node"], bad["status"], bad["remediation"]) == ("ct14", "ERROR", "FABRIC-AMDSMI-UNREADABLE")
+    assert "amd-smi is neither at /opt/rocm/bin/amd-smi nor on PATH" in bad["message"]
+    inv = yaml.safe_load(rack.inventory_path.read_text())
+    inv["nodes"][1]["tools"] = {"amd_smi": "container:/app/venv/bin/amd-smi"}
+    path = tmp_path / "inventory.yaml"
+    path.write_text(yaml.safe_dump(inv))
+    rc, doc = k3json("check", "--nodes", path, "--only", "fabric-domain")
+    assert rc == 0 and [r for r in doc["results"] if r["status"] != "PASS"] == [], doc
+    [mine] = [r for r in doc["results"] if r["node"] == "ct14"]
+    assert "PHYSICAL_ACC_ID agrees with sysfs accel_id on 4 GPU(s)" in mine["message"]

@@ -227,7 +227,13 @@ def test_binary_output(rack, tmp_path):
     assert_contained(rack, "binary output", rc, doc, took, "ct14", "unparseable output|malformed or truncated")
 
 
-def test_ctrl_c_with_reads_in_flight_returns_at_once_and_cleans_up(rack, tmp_path):
+@pytest.mark.parametrize("stop, code, said", [(signal.SIGINT, 130, "aborted"),
+                                              (signal.SIGTERM, 143, "terminated (SIGTERM)"),
+                                              (signal.SIGHUP, 129, "terminated (SIGHUP)")],
+                         ids=["ctrl-c", "sigterm", "sighup"])
+def test_ctrl_c_with_reads_in_flight_returns_at_once_and_cleans_up(rack, tmp_path, stop, code, said):
+    """Ctrl-C, SIGTERM (a CI job's timeout) and SIGHUP (a dropped SSH session) stop the reads in flight on
+    every node at once."""
     rack.apply("amd-smi-hang")  # ct16: a hung read in the shell gather
     with engine_replaced(rack.nodes[1], "silent") as engine:  # ct14: a Docker API read that never returns
 
@@ -235,7 +241,7 @@ def test_ctrl_c_with_reads_in_flight_returns_at_once_and_cleans_up(rack, tmp_pat
             wait_for(lambda: rack.pids_matching("k3rig-hang.amd-smi") and engine.connections,
                      what="both reads in flight")
             started = time.monotonic()
-            proc.send_signal(signal.SIGINT)
+            proc.send_signal(stop)
             proc.wait(60)
             interrupt.took = time.monotonic() - started
 
@@ -249,11 +255,11 @@ def test_ctrl_c_with_reads_in_flight_returns_at_once_and_cleans_up(rack, tmp_pat
             if proc.poll() is None:
                 proc.kill()
                 proc.communicate()
-    assert proc.returncode == 130 and "aborted" in err, err[-2000:]
+    assert proc.returncode == code and f"k3doctor: {said}" in err, err[-2000:]
     assert interrupt.took < 15, interrupt.took  # before: ~34 s; the reads' own deadlines are 300 s away
     wait_for(lambda: not node_processes(rack), within_s=CLEAN_WITHIN_S, what="the nodes to be clean")
     assert leftover_tmp(rack) == {}
-    TIMINGS.append(("Ctrl-C with reads in flight", "ct14+ct16", round(interrupt.took, 1), "-"))
+    TIMINGS.append((f"{said} with reads in flight", "ct14+ct16", round(interrupt.took, 1), "-"))
 
 
 def test_a_frozen_client_leaves_nothing_past_the_node_deadline(rack):

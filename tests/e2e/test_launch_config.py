@@ -7,6 +7,7 @@ The rack is this module's own: every scenario recreates our container, which mus
 modules' racks."""
 import json
 import shlex
+import socket
 import subprocess
 
 import pytest
@@ -79,6 +80,22 @@ def test_fault_is_caught_on_exactly_the_faulty_node(rack, scenario, expected, te
     faulty = {node for node, _, _ in expected}
     assert passed_nodes(doc) == sorted(n.name for n in rack.nodes if n.name not in faulty)
     assert rc == (1 if any(status == "FAIL" for _, status, _ in expected) else 0)
+
+
+def test_a_prefix_selecting_more_nics_on_one_node_is_named_against_its_peers(rack, tmp_path):
+    """§29: the nodes share this host's interfaces; ct17's NCCL_SOCKET_IFNAME `lo,<another interface>` selects
+    two or more where the peers' `lo` selects one (RCCL would only log mixed net device counts at INFO)."""
+    others = sorted(name for _, name in socket.if_nameindex() if name != "lo")
+    if not others:
+        pytest.skip("this host has no interface besides lo")
+    scenario = tmp_path / "nccl-prefix-count.yaml"
+    scenario.write_text(yaml.safe_dump({"description": "ct17 NCCL prefix selects more NICs than its peers",
+                                        "nodes": {4: {"container_env": {"NCCL_SOCKET_IFNAME": f"lo,{others[0]}"}}}}))
+    rc, doc = run(rack, scenario)
+    assert findings(doc) == [("ct17", "WARN", "LAUNCH-IFNAME")], messages(doc)
+    [message] = messages(doc)
+    assert "against its peers: selects" in message and "1 on each of the other 3 nodes (ct13, ct14, ct16)" in message
+    assert passed_nodes(doc) == ["ct13", "ct14", "ct16"]
 
 
 def test_live_rank_environment_names_every_rank_and_the_container_is_not_blamed(rack):

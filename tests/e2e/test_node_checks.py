@@ -17,7 +17,7 @@ from tests.e2e.cli import k3json
 
 pytestmark = pytest.mark.e2e
 
-MINE = ("amdgpu-driver", "gpu-inventory", "hbm-uniform", "rack-free", "shm-clean", "rocjitsu-store",
+MINE = ("amdgpu-driver", "ifoe-bound", "gpu-inventory", "hbm-uniform", "rack-free", "shm-clean", "rocjitsu-store",
         "patch-integrity")
 NO_EVENTS = tuple(c for c in MINE if c != "rack-free")  # safe on the shared rack (see module doc)
 
@@ -97,9 +97,12 @@ def test_healthy_shared_rack_passes(rig):
 
 @pytest.mark.parametrize("scenario, expected", [
     ("kfd-missing", [("amdgpu-driver", "ct17", None, "FAIL", "AMDGPU-NOT-LOADED"),  # the rest rests on it:
-                     ("gpu-inventory", "ct17", None, "SKIP", None), ("hbm-uniform", "ct17", None, "SKIP", None)]),
+                     ("gpu-inventory", "ct17", None, "SKIP", None), ("hbm-uniform", "ct17", None, "SKIP", None),
+                     ("ifoe-bound", "ct17", None, "SKIP", None)]),
     ("amdgpu-default-params", [("amdgpu-driver", "ct14", None, "FAIL", "AMDGPU-PARAMS")]),
-    ("ifoe-not-loaded", [("amdgpu-driver", "ct16", None, "FAIL", "IFOE-NOT-LOADED")]),
+    ("ifoe-not-loaded", [("amdgpu-driver", "ct16", None, "FAIL", "IFOE-NOT-LOADED"),
+                         ("ifoe-bound", "ct16", None, "SKIP", None)]),  # follows from it, said once (§29)
+    ("ifoe-function-unbound", [("ifoe-bound", "ct16", 2, "FAIL", "IFOE-FUNCTION-UNBOUND")]),
     ("patch-zero-byte", [("patch-integrity", "ct17", None, "FAIL", "PATCH-2380")]),
     ("stale-shm", [("shm-clean", "ct17", None, "FAIL", "SHM-STALE")]),
     ("mixed-hbm", [*(("gpu-inventory", "ct16", g, "FAIL", "HBM-SIZE") for g in range(4)),

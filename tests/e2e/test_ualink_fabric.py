@@ -36,6 +36,9 @@ def test_healthy_variants_pass_both_checks_on_every_gpu(rig, scenario):
     gpus = {(r["node"], r["gpu"]) for r in doc["results"] if r["check"] == "ualink-state"}
     assert gpus == {(n, g) for n in NODES for g in range(4)}
     assert passing_nodes(doc, "fabric-domain") == set(NODES)
+    # §29: amd-smi 27.1's PHYSICAL_ACC_ID (bare list or gpu_data root) names the card sysfs accel_id names
+    assert all("PHYSICAL_ACC_ID agrees with sysfs accel_id on 4 GPU(s)" in r["message"] for r in doc["results"]
+               if r["check"] == "fabric-domain")
     assert {n["name"]: n["round_trips"] for n in doc["nodes"]} == {n: 1 for n in NODES}
 
 
@@ -165,3 +168,18 @@ def test_uniform_retrain_is_caught_only_by_the_baseline(rig, tmp_path):
     assert findings(doc, "ualink-state") == [("ct13", g, "FAIL", "UALINK-DRIFT") for g in range(4)]
     notes = [r for r in doc["results"] if r["check"] == "ualink-state" and r["gpu"] is None]
     assert {(r["node"], r["status"]) for r in notes} == {("ct14", "PASS"), ("ct16", "PASS"), ("ct17", "PASS")}
+
+
+def test_a_gpu_capped_below_its_peers_clock_is_named_against_the_rack(rig):
+    """§29 (judge against peers): the top pp_dpm_sclk level read on every node over SSH; only a comparison across
+    the nodes sees ct16 card1 at 1800 MHz where the 15 others reach 2400 MHz. The healthy rack agrees."""
+    rig.apply("healthy")
+    rc, doc = k3json("check", "--nodes", rig.inventory_path, "--only", "peer-outliers")
+    assert rc == 0 and findings(doc, "peer-outliers") == [], doc
+    [ok] = [r for r in doc["results"] if r["check"] == "peer-outliers"]
+    assert "sclk top level (16 GPUs), mclk top level (16 GPUs)" in ok["message"]
+    rig.apply("clock-capped")
+    rc, doc = k3json("check", "--nodes", rig.inventory_path, "--only", "peer-outliers")
+    assert findings(doc, "peer-outliers") == [("ct16", 1, "WARN", "PEER-OUTLIER")], doc
+    [bad] = [r for r in doc["results"] if r["status"] == "WARN"]
+    assert bad["message"].startswith("pp_dpm_sclk top level: 15 of 16 GPUs reach 2400 MHz, ct16 card1 reaches 1800 MHz")

@@ -13,7 +13,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from k3doctor.inventory.load import InventoryError, parse_inventory
+from k3doctor.inventory.load import parse_inventory
+from k3doctor.inventory.types import InventoryError
 from k3doctor.judging.runner import Context
 from k3doctor.probes.allreduce import (
     MIN_DEADLINE_S,

@@ -1,10 +1,14 @@
 """Hostile or careless input is one clear line naming file, line and key - never an internal error (issue 9 §3)."""
+import os
+import subprocess
+import sys
 import xml.etree.ElementTree as ET
 
 import pytest
 
 from k3doctor.inventory import safeyaml
-from k3doctor.inventory.load import InventoryError, load_inventory, parse_inventory, unset_password_variables
+from k3doctor.inventory.load import load_inventory, parse_inventory, unset_password_variables
+from k3doctor.inventory.types import InventoryError
 from k3doctor.judging.runner import RunOptions, RunReport, run_checks
 from k3doctor.outputs.report import render_junit, render_table
 from k3doctor.readings import File
@@ -177,3 +181,27 @@ def test_safeyaml_load_gives_plain_values():
     assert safeyaml.load("a: [1, 2.5, x, null, true]\n", "f") == {"a": [1, 2.5, "x", None, True]}
     with pytest.raises(safeyaml.YAMLInputError, match="f:1:5: YAML syntax error"):
         safeyaml.load("a: [", "f")
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["check", "--nodes", "{fifo}.yaml"], "cannot read inventory: it is a FIFO"),
+    (["check", "--nodes", "{inv}", "--only", "rack-free", "--baseline", "{fifo}.yaml"],
+     "cannot read baseline {fifo}.yaml: it is a FIFO"),
+    (["merge", "{fifo}.json"], "cannot read {fifo}.json: it is a FIFO"),
+    (["judge", "{fifo}.json"], "cannot judge {fifo}.json: it is a FIFO"),
+    (["judge", "{fifo}.tar.gz"], "not a triage bundle (it is a FIFO"),
+    (["recipe", "diff", "--recipe", "{fifo}.yaml", "--script", "{inv}"], "cannot read recipe: it is a FIFO"),
+], ids=["inventory", "baseline", "merge", "saved-readings", "bundle", "recipe"])
+def test_a_fifo_given_for_a_file_is_named_exit_3_never_a_hang(tmp_path, argv, said):
+    """Opening a FIFO for reading blocks until a writer comes: every file k3doctor is given is read only
+    when it is a regular file (``localfiles``), so a wrong path ends at once in one line (before: a hang)."""
+    fifo = tmp_path / "given"
+    for suffix in (".yaml", ".json", ".tar.gz"):
+        os.mkfifo(f"{fifo}{suffix}")
+    inv = tmp_path / "inv.yaml"
+    inv.write_text("nodes:\n  - {name: here, transport: local}\n")
+    words = [w.format(fifo=fifo, inv=inv) for w in argv]
+    proc = subprocess.run([sys.executable, "-m", "k3doctor.cli", *words], capture_output=True, text=True,
+                          timeout=120)  # a hang guard only: the read used to block for ever
+    assert proc.returncode == 3, proc.stderr
+    assert said.format(fifo=fifo) in proc.stderr and "Traceback" not in proc.stderr, proc.stderr

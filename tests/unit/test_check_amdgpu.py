@@ -5,7 +5,7 @@ from k3doctor.checks import amdgpu
 
 from k3doctor import testing
 from k3doctor.api import Context, judge_safely
-from k3doctor.inventory.load import Settings
+from k3doctor.inventory.types import Settings
 from k3doctor.readings import CommandReading, FileReading, Readings, Unavailable
 from k3doctor.registry import REGISTRY
 from k3doctor.results import Status
@@ -138,7 +138,8 @@ def test_inventory_rounds_driver_reserved_bytes_and_matches_amd_smi_mib():
 
 def test_inventory_amd_smi_agreeing_within_tolerance_passes():
     assert judge(INVENTORY, cards(HEALTHY, smi=static_vram([442368 - 500] * 4)))[0].status == Status.PASS
-    assert amdgpu._inventory_reads(Settings())["smi"].argv == ("/opt/rocm/bin/amd-smi", "static", "--vram", "--json")
+    smi = amdgpu._inventory_reads(Settings())["smi"]
+    assert smi.argv[4:] == ("/opt/rocm/bin/amd-smi", "static", "--vram", "--json")
 
 
 def test_inventory_amd_smi_disagreeing_with_sysfs_warns_naming_the_gpu():

@@ -5,7 +5,7 @@ from k3doctor.checks import container as ct
 from k3doctor.checks.container import COUNT_TRANSLATED, LOG_RC
 
 from k3doctor.api import Context, judge_safely
-from k3doctor.inventory.load import Settings
+from k3doctor.inventory.types import Settings
 from k3doctor.readings import CommandReading, Readings
 from k3doctor.registry import REGISTRY
 from k3doctor.results import Status

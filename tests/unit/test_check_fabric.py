@@ -5,9 +5,9 @@ import pytest
 from k3doctor.checks import fabric
 
 from k3doctor import testing
-from k3doctor.inventory.load import Settings
+from k3doctor.inventory.types import Settings
 from k3doctor.model.gpu import card_buses
-from k3doctor.readings import CommandReading, FileReading, Readings, Unavailable
+from k3doctor.readings import FIND_TOOL, CommandReading, FileReading, Readings, Unavailable
 from k3doctor.registry import REGISTRY
 from k3doctor.results import Status
 
@@ -166,6 +166,8 @@ def test_cross_check_maps_by_pci_bus_not_by_index():
 @pytest.mark.parametrize("reading, why", [
     (CommandReading("sh -c ...", 0, "{\n  \"gpu_data\": [\n    {\"gpu\": 0, \"fab", "", ), "truncated JSON"),
     (CommandReading("sh -c ...", 0, "\x00\x1b[0;31m\xff\xfe garbage", ""), "no JSON document"),
+    # §29: rc 0 with nothing printed (ROCm/amdsmi #168, #177) is an ERROR, never "no GPUs"
+    (CommandReading("sh -c ...", 0, "", ""), "empty output"),
     (CommandReading("sh -c ...", 124, "", "", timed_out=True), "timed out and was killed"),
     (CommandReading("sh -c ...", 2, "", "amd-smi: error: argument: invalid choice: 'fabric'"), "exited 2"),
 ])
@@ -248,7 +250,8 @@ def test_fabric_info_na_warns_and_node_without_any_source_errors():
 def test_fabric_command_keeps_the_tool_path_one_argv_word_and_falls_back_to_text():
     spec = fabric._reads(Settings(tools={"amd_smi": "/opt/my rocm/amd-smi; rm -rf /"}))["fabric"]
     assert spec.argv[:2] == ("sh", "-c") and spec.argv[-1] == "/opt/my rocm/amd-smi; rm -rf /"
-    assert '"$1" fabric --json ||' in spec.argv[2] and '"$1" fabric; }' in spec.argv[2]
+    assert '"$t" fabric --json ||' in spec.argv[2] and '"$t" fabric; }' in spec.argv[2]
+    assert spec.argv[2].startswith(FIND_TOOL)  # §29: else found on the node's PATH (tests/unit/test_tool_paths.py)
 
 
 def test_no_amd_smi_and_no_sysfs_pod_ids_is_one_error_saying_both():
@@ -258,3 +261,48 @@ def test_no_amd_smi_and_no_sysfs_pod_ids_is_one_error_saying_both():
     assert (v.status, v.node) == (Status.ERROR, "ct16")
     assert v.message == ("amd-smi fabric unusable (exited 127: k3doctor-fabric: 1: /opt/rocm/bin/amd-smi: not found); "
                          "and no ualink pod ids in sysfs either")
+
+
+def static_asic(ids, root="gpu_data"):
+    """`amd-smi static --asic --bus --json` of amd-smi 27.1 (ROCm 10.1): PHYSICAL_ACC_ID in the ASIC section."""
+    entries = [{"gpu": g, "asic": {"market_name": "AMD Instinct MI455X", "oam_id": g, "physical_acc_id": acc},
+                "bus": {"bdf": f"{g:04x}:01:00.0"}} for g, acc in enumerate(ids)]
+    return json.dumps({"gpu_data": entries} if root == "gpu_data" else entries)
+
+
+def with_accel_ids(r, ids, asic):
+    flat = dict(r.raw()["ualink"])
+    for c, acc in enumerate(ids):
+        path = f"/sys/class/drm/card{c}/device/ualink/accel_id"
+        flat[path] = FileReading(path, f"{acc}\n")
+    return replaced(r, ualink=flat, asic=asic)
+
+
+def test_physical_acc_id_is_cross_checked_with_sysfs_accel_id():
+    """§29: amd-smi 27.1 adds PHYSICAL_ACC_ID; it must name the accelerator sysfs accel_id names (§6)."""
+    sysfs = (7, 6, 5, 4)
+    ok = with_accel_ids(node(), sysfs, CommandReading("sh -c ...", 0, static_asic(sysfs), ""))
+    verdicts = judge(rack(ct14=ok))
+    assert bad(verdicts) == []
+    assert "PHYSICAL_ACC_ID agrees with sysfs accel_id on 4 GPU(s)" in next(v.message for v in verdicts
+                                                                             if v.node == "ct14")
+    swapped = with_accel_ids(node(), sysfs, CommandReading("sh -c ...", 0, static_asic((7, 5, 6, 4), "list"), ""))
+    verdicts = judge(rack(ct14=swapped))
+    assert bad(verdicts) == [(Status.WARN, "ct14", 1, "FABRIC-SOURCES-DISAGREE"),
+                             (Status.WARN, "ct14", 2, "FABRIC-SOURCES-DISAGREE")]
+    assert "amd-smi GPU 1 (bdf 0001:01:00.0) reports PHYSICAL_ACC_ID 5 but sysfs card1 reads accel_id 6" in \
+        bad_messages(verdicts)[0]
+
+
+def test_physical_acc_id_absent_unset_or_unreadable_is_no_finding_and_the_pass_says_which():
+    sysfs = (7, 6, 5, 4)
+    older = json.dumps({"gpu_data": [{"gpu": g, "asic": {"oam_id": g}, "bus": {"bdf": f"{g:04x}:01:00.0"}}
+                                     for g in range(4)]})  # amd-smi before 27.1 prints no PHYSICAL_ACC_ID
+    unset = static_asic([4294967295, "N/A", "NOT_SUPPORTED", 4294967295])  # no UALoE session yet
+    for text in (older, unset):
+        verdicts = judge(rack(ct14=with_accel_ids(node(), sysfs, CommandReading("sh -c ...", 0, text, ""))))
+        assert bad(verdicts) == [] and "PHYSICAL_ACC_ID" not in next(v.message for v in verdicts if v.node == "ct14")
+    empty = with_accel_ids(node(), sysfs, CommandReading("sh -c ...", 0, "", ""))  # rc 0, nothing printed
+    [v] = [v for v in judge(rack(ct14=empty)) if v.node == "ct14"]
+    assert v.status == Status.PASS and "PHYSICAL_ACC_ID not cross-checked (" in v.message and "empty output" in \
+        v.message

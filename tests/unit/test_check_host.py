@@ -8,7 +8,7 @@ from k3doctor.checks import host
 from k3rig.fixtures import healthy_checkpoint, meminfo_text
 
 from k3doctor import testing
-from k3doctor.inventory.load import Node, Settings
+from k3doctor.inventory.types import Node, Settings
 from k3doctor.readings import Command, CommandReading, EngineFactCommand, FileReading, Readings, Unavailable
 from k3doctor.registry import REGISTRY
 from k3doctor.results import Status

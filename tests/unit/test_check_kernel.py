@@ -13,7 +13,8 @@ import pytest
 from k3doctor.checks import kernel
 
 from k3doctor import testing
-from k3doctor.inventory.load import InventoryError, Node, Settings, parse_inventory
+from k3doctor.inventory.load import parse_inventory
+from k3doctor.inventory.types import InventoryError, Node, Settings
 from k3doctor.parsers.dmesg import parse_line
 from k3doctor.readings import CommandReading, FileReading, Readings
 from k3doctor.registry import REGISTRY

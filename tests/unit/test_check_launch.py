@@ -12,8 +12,8 @@ from k3doctor.checks import launch as lc
 from k3rig.fixtures import NodeState, launch_script
 
 from k3doctor import testing
-from k3doctor.inventory.load import Node, Settings
-from k3doctor.model import network
+from k3doctor.inventory.types import Node, Settings
+from k3doctor.model import ifnames, network
 from k3doctor.model.container import (
     REDACTED,
     environ_filter,
@@ -295,6 +295,53 @@ def test_the_three_interface_name_grammars(var, value, expected):
     else:
         [v] = found
         assert (v.status, v.remediation) == (expected[0], "LAUNCH-IFNAME") and expected[1] in v.message
+
+
+@pytest.mark.parametrize("flags", ["BROADCAST,MULTICAST", "NO-CARRIER,BROADCAST,MULTICAST,UP"])
+def test_literal_names_must_be_up_and_running(flags):
+    """§29: MORI takes its exact name only when the interface is UP and RUNNING, else silently falls back to the
+    first non-loopback NIC; the kernel keeps a down interface's local route, so "carries the data IP" alone passes.
+    iproute2 prints an admin-down interface without UP and an up one without carrier as NO-CARRIER."""
+    links = RACK_LINKS.replace("6: enp1s0f1: <BROADCAST,MULTICAST,UP,LOWER_UP>", f"6: enp1s0f1: <{flags}>")
+    assert links != RACK_LINKS
+    env = {**{n: "enp1s0f1" for n in lc.SOCKET_IFNAMES}, "NCCL_SOCKET_IFNAME": "=enp1s0f1"}
+    r = readings(attrs(env=env), links=links, routes=RACK_ROUTES, script=False)
+    found = [v for v in judge({"ct13": r}, ips={"ct13": "10.210.11.14"}) if v.status != Status.PASS]
+    assert sorted((v.status, v.evidence["source"], v.message.split(":")[1].strip()) for v in found) == [
+        (Status.FAIL, "container k3ep16", "GLOO_SOCKET_IFNAME=enp1s0f1"),
+        (Status.FAIL, "container k3ep16", "MORI_SOCKET_IFNAME=enp1s0f1")], found
+    mori = next(v for v in found if "MORI_SOCKET_IFNAME" in v.message)
+    assert "not UP and RUNNING" in mori.message and "Falling back to auto-detection" in mori.message
+    assert mori.remediation == "LAUNCH-IFNAME"
+
+
+def test_a_node_whose_nccl_prefix_selects_more_interfaces_than_its_peers_is_named_against_them_once():
+    """§29: NCCL_IGNORE_NET_MISMATCH=1 (the default) turns unequal NIC counts into an INFO line; ct17's
+    `lo,eth` selects lo and eth0 where the peers' `lo` selects one. Its own "selects several" WARN carries the
+    comparison: one finding, not two."""
+    v = only(judge({"ct17": readings(attrs(env={"NCCL_SOCKET_IFNAME": "lo,eth"}), place=3)}))
+    assert (v.node, v.status, v.remediation) == ("ct17", Status.WARN, "LAUNCH-IFNAME")
+    assert "selects 2 interfaces (eth0, lo)" in v.message
+    assert "against its peers: selects 2 interface(s) here (eth0, lo), 1 on each of the other 3 nodes " \
+           "(ct13, ct14, ct16)" in v.message and "Detected mixed local Net device counts" in v.message
+    assert v.evidence["peers"]["count on the peers"] == 1
+
+
+def test_selection_counts_across_nodes():
+    one, two = frozenset({"enp1s0f1"}), frozenset({"enp1s0f1", "enp1s0f10"})
+    [v] = ifnames.judge_selection_counts({"ct13": one, "ct14": one, "ct16": one, "ct17": two}, "LAUNCH-IFNAME")
+    assert (v.node, v.status) == ("ct17", Status.WARN) and "1 on each of the other 3 nodes" in v.message
+    assert ifnames.judge_selection_counts({n: one for n in NAMES}, "LAUNCH-IFNAME") == []
+    # the one node that selects exactly one NIC is right: the peers' own WARNs name the fault
+    assert ifnames.judge_selection_counts({"ct13": two, "ct14": two, "ct16": two, "ct17": one}, "X") == []
+    [v] = ifnames.judge_selection_counts({"ct13": one, "ct14": one, "ct16": two, "ct17": two}, "LAUNCH-IFNAME")
+    assert v.node is None and "no majority: 1 on ct13, ct14; 2 on ct16, ct17" in v.message
+
+
+def test_link_flags_are_read():
+    links = network.parse_links(LINKS)
+    assert links["lo"] == {"LOOPBACK", "UP", "LOWER_UP"} and links["ifb0"] == {"BROADCAST", "NOARP"}
+    assert network.is_running(links["eth0"]) and not network.is_running(links["ifb0"])
 
 
 # ----------------------------------------------------------------------------- run options (§13)

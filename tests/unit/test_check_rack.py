@@ -4,7 +4,7 @@ import json
 from k3doctor.checks import rack  # noqa: F401  (registers rack-free)
 
 from k3doctor import testing
-from k3doctor.inventory.load import Settings
+from k3doctor.inventory.types import Settings
 from k3doctor.readings import CommandReading, Docker, DockerReading, Readings, Unavailable
 from k3doctor.registry import REGISTRY
 from k3doctor.results import Status
@@ -39,13 +39,15 @@ def memuse(*percents):
 IDLE = memuse(0, 0, 0, 0)
 
 
-def readings(containers=(), events=(), kfd=(), pids=NO_PIDS, pids_rc=0, mem=IDLE, mem_rc=0, uid="0"):
+def readings(containers=(), events=(), kfd=(), pids=NO_PIDS, pids_rc=0, mem=IDLE, mem_rc=0, uid="0",
+             pidns="pid:[4026531836]"):
     return Readings({
         "docker": DockerReading(containers=list(containers), events=list(events), now=NOW),
         "kfd": {f"/sys/class/kfd/kfd/proc/{p}": None for p in kfd},
         "pids": CommandReading("rocm-smi --showpids", pids_rc, pids, "" if pids_rc == 0 else "boom"),
         "memuse": CommandReading("rocm-smi --showmemuse", mem_rc, mem, "" if mem_rc == 0 else "boom"),
         "uid": CommandReading("id -u", 0, f"{uid}\n", ""),
+        "pidns": CommandReading("readlink /proc/self/ns/pid", 0, f"{pidns}\n", ""),
     })
 
 
@@ -135,7 +137,8 @@ def test_unreadable_source_errors_but_does_not_hide_other_findings():
     assert sorted(v.status.value for v in verdicts) == ["ERROR", "FAIL"]
     assert any("rocm-smi --showpids not readable" in v.message for v in verdicts)
     r = Readings({"docker": Unavailable("engine down"), "kfd": {}, "pids": CommandReading("x", 0, NO_PIDS, ""),
-                  "memuse": CommandReading("y", 0, IDLE, ""), "uid": CommandReading("id -u", 0, "0\n", "")})
+                  "memuse": CommandReading("y", 0, IDLE, ""), "uid": CommandReading("id -u", 0, "0\n", ""),
+                  "pidns": CommandReading("readlink /proc/self/ns/pid", 0, "pid:[4026531836]\n", "")})
     [v] = judge(r)
     assert v.status == Status.ERROR and "docker engine not readable" in v.message
 
@@ -150,8 +153,9 @@ def test_reads_follow_window_and_settings():
     specs = rack_free.readings_for(Settings(container="mine", checks={"rack-free": {"window_min": 10}}))
     assert specs["docker"] == Docker(events_since_s=600)
     assert rack_free.readings_for(Settings())["docker"].events_since_s == 30 * 60  # §3: the last 30 min
-    assert specs["pids"].argv == ("/opt/rocm/bin/rocm-smi", "--showpids")
-    assert specs["memuse"].argv == ("/opt/rocm/bin/rocm-smi", "--showmemuse")
+    # §29: at the configured path, else on the node's PATH (tests/unit/test_tool_paths.py runs the lookup)
+    assert specs["pids"].argv[4:] == ("/opt/rocm/bin/rocm-smi", "--showpids")
+    assert specs["memuse"].argv[4:] == ("/opt/rocm/bin/rocm-smi", "--showmemuse")
 
 
 def test_idle_vram_passes_and_says_low_vram_proves_nothing():
@@ -205,3 +209,14 @@ def test_an_empty_process_list_read_as_non_root_is_an_error_not_free():
     assert [v.status for v in verdicts] == [Status.ERROR]
     assert "read as uid 1000, not root" in verdicts[0].message
     assert [v.status for v in judge(readings([container("k3ep16")], uid="0"))] == [Status.PASS]
+
+
+def test_an_empty_process_list_read_in_a_pid_namespace_is_an_error_not_free():
+    """§29 (rocm-systems PR #3752): `amd-smi process` in a PID namespace says "No running processes detected" even
+    as root; only the host's own PID namespace (inode 0xEFFFFFFC) sees every process."""
+    verdicts = judge(readings([container("k3ep16")], pidns="pid:[4026532711]"))
+    assert [v.status for v in verdicts] == [Status.ERROR]
+    assert "read in PID namespace pid:[4026532711], not the host's pid:[4026531836]" in verdicts[0].message
+    # a process the namespace does see is a finding of its own: the namespace only spoils an empty list
+    assert bad(judge(readings([container("k3ep16")], kfd=[4242], pids=NO_PIDS, pidns="pid:[4026532711]"))) == [
+        (Status.FAIL, "RACK-BUSY")]

@@ -3,7 +3,7 @@ import shlex
 
 from k3doctor.checks import shm
 
-from k3doctor.inventory.load import Inventory, Node, Settings, SSHSettings
+from k3doctor.inventory.types import Inventory, Node, Settings, SSHSettings
 from k3doctor.judging import runner
 from k3doctor.judging.runner import Context, RunOptions, judge_safely
 from k3doctor.model.gpu import KFD_PROC_GLOB

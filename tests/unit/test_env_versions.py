@@ -3,6 +3,9 @@
 Versions are read in the container (RCCL's soname, ROCm's .info/version, aiter/ATOM metadata,
 `amd-smi version`) and from the host's kernel release; each rule row states the range it holds for.
 """
+import os
+import subprocess
+
 import pytest
 from k3doctor.checks import env_versions  # noqa: F401  (registers the check)
 
@@ -171,3 +174,57 @@ def test_mori_vpod_id_on_some_ranks_only_is_a_fault():
     verdicts = testing.judge(CHECK, readings(HEALTHY, ranks=ranks), **EDGE_SET)
     assert sorted((v.status.value, v.remediation) for v in verdicts) == [("FAIL", "ENV-MORI"), ("WARN", "ENV-MORI")]
     assert any("MORI_VPOD_ID is set on rank pid 1004 but not on the other ranks" in v.message for v in verdicts)
+
+
+@pytest.mark.parametrize("probe, expected", [
+    ("rocm=7.13.1\n", []),  # before ROCm 7.14 the allocator setting is harmless
+    ("rocm=7.14.0\n", [("WARN", "ENV-HIP-EXPANDABLE-SEGMENTS", "PYTORCH_HIP_ALLOC_CONF")]),
+    ("", [("WARN", "ENV-HIP-EXPANDABLE-SEGMENTS", "PYTORCH_HIP_ALLOC_CONF")]),  # ROCm unknown: strict
+])
+def test_expandable_segments_hang_on_rocm_7_14(probe, expected):
+    """§29 (pytorch/pytorch #192259): `Tensor.to('cuda')` hangs in hsaKmtMemoryVaMap on ROCm 7.14."""
+    env = {**HEALTHY, "PYTORCH_HIP_ALLOC_CONF": "garbage_collection_threshold:0.8, expandable_segments:True"}
+    assert rules_of(run(env, probe + "rccl=librccl.so.1.0.71400\n", **EDGE_SET)) == expected
+    off = {**HEALTHY, "PYTORCH_HIP_ALLOC_CONF": "expandable_segments:False"}
+    assert rules_of(run(off, probe + "rccl=librccl.so.1.0.71400\n", **EDGE_SET)) == []
+
+
+def test_non_default_rccl_tuning_is_information_in_the_pass():
+    """§29: RCCL_DDA_*, RCCL_CE_*, RCCL_IGNORE_ARCH_TABLE, NCCL_MIN/MAX_CTAS are "non-default tuning" [INFO]."""
+    [v] = run({**HEALTHY, "RCCL_IGNORE_ARCH_TABLE": "1", "RCCL_CE_ALLREDUCE": "0"}, **EDGE_SET)
+    assert v.status == Status.PASS
+    assert "INFO: container k3ep16: RCCL_CE_ALLREDUCE is set: non-default RCCL tuning" in v.message
+    assert "RCCL_IGNORE_ARCH_TABLE is set: non-default RCCL tuning" in v.message
+    [v] = run(HEALTHY, **EDGE_SET)
+    assert "non-default RCCL tuning" not in v.message
+
+
+def libs_listing(tmp_path, host_major, image_major):
+    """Run the real listing script in a local shell: the image's ROCm at ROCM_PATH, a host ROCm on LD_LIBRARY_PATH."""
+    from k3doctor.model.versions import amdsmi_libs
+    host, image = tmp_path / "host-rocm/lib", tmp_path / "rocm/lib"
+    for directory, major in ((host, host_major), (image, image_major)):
+        directory.mkdir(parents=True)
+        for name in (f"libamd_smi.so.{major}", f"libamd_smi.so.{major}.0.0", "libamd_smi.so"):
+            (directory / name).write_text("")
+    inner = amdsmi_libs("k3ep16").inner
+    env = {"PATH": os.environ["PATH"], "ROCM_PATH": str(tmp_path / "rocm"), "LD_LIBRARY_PATH": f"{host}:"}
+    return subprocess.run(list(inner), capture_output=True, text=True, timeout=10, env=env).stdout
+
+
+def test_libamd_smi_of_two_generations_on_one_library_path_is_a_warning(tmp_path):
+    """§29: amd-smi 27.0 renamed the SONAME libamd_smi.so.26 -> .27; an image/host mix through LD_LIBRARY_PATH."""
+    listing = libs_listing(tmp_path, 26, 27)
+    r = {**readings(HEALTHY), "amdsmi_libs": CommandReading("docker exec k3ep16 sh -c ...", 0, listing, "")}
+    found = [v for v in testing.judge(CHECK, r, **EDGE_SET) if v.status != Status.PASS]
+    [v] = found
+    assert (v.status, v.remediation) == (Status.WARN, "ENV-AMD-SMI-SONAME-MIX")
+    assert f"libamd_smi.so.26 in {tmp_path}/host-rocm/lib; libamd_smi.so.27 in {tmp_path}/rocm/lib" in v.message
+
+
+def test_one_libamd_smi_generation_passes_and_an_unreadable_listing_is_an_error(tmp_path):
+    listing = libs_listing(tmp_path, 27, 27)
+    r = {**readings(HEALTHY), "amdsmi_libs": CommandReading("docker exec k3ep16 sh -c ...", 0, listing, "")}
+    assert [v.status for v in testing.judge(CHECK, r, **EDGE_SET)] == [Status.PASS]
+    r["amdsmi_libs"] = CommandReading("docker exec k3ep16 sh -c ...", 0, "garbage\n", "")
+    assert [v.status for v in testing.judge(CHECK, r, **EDGE_SET)] == [Status.ERROR]

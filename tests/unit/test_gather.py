@@ -130,7 +130,7 @@ def test_engine_clock_parses_docker_nanosecond_stamps():
 
 def test_rack_free_docker_reading_asks_the_engine_only_for_containers_and_events():
     from k3doctor.gather.engine_reads import gather_docker
-    from k3doctor.inventory.load import Settings
+    from k3doctor.inventory.types import Settings
     from k3doctor.registry import REGISTRY, load_checks
 
     calls = []

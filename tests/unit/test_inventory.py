@@ -1,7 +1,8 @@
 """Inventory validation: every error names file, line and key; good files load with defaults."""
 import pytest
 
-from k3doctor.inventory.load import InventoryError, load_inventory, parse_inventory
+from k3doctor.inventory.load import load_inventory, parse_inventory
+from k3doctor.inventory.types import InventoryError
 from k3doctor.registry import Registry, check
 
 GOOD = """\
@@ -27,6 +28,28 @@ def problems(text, registry=None):
     with pytest.raises(InventoryError) as info:
         parse_inventory(text, "inv.yaml", registry)
     return info.value.problems
+
+
+def test_yaml_merge_keys_are_read_as_yaml_says_not_refused_and_not_dropped():
+    """``<<: *anchor`` (YAML's merge key, common in hand-written inventories) brings the anchor's keys in,
+    the entry's own keys winning; a bad merged value is still named with its line."""
+    inv = parse_inventory("""\
+nodes:
+  - &tray {name: ct13, host: 10.0.0.13, user: k3, sudo: true, stepping: A0}
+  - <<: *tray
+    name: ct14
+    host: 10.0.0.14
+    stepping: B0
+""", "inv.yaml")
+    ct13, ct14 = inv.nodes
+    assert (ct14.name, ct14.host, ct14.user, ct14.sudo) == ("ct14", "10.0.0.14", "k3", True)
+    assert (ct13.settings.stepping, ct14.settings.stepping) == ("A0", "B0")
+    assert problems("""\
+nodes:
+  - &tray {name: ct13, host: 10.0.0.13, port: 0}
+  - {<<: *tray, name: ct14}
+""") == ["inv.yaml:2: nodes[0].port: expected an integer between 1 and 65535, got 0",
+         "inv.yaml:2: nodes[1].port: expected an integer between 1 and 65535, got 0"]
 
 
 def test_good_inventory_merges_cluster_defaults_and_node_overrides():

@@ -7,8 +7,9 @@ import psutil
 import pytest
 
 from k3doctor.inventory import ansible
-from k3doctor.inventory.load import InventoryError, NodeSourceError, from_ansible, load_nodes, parse_inventory
+from k3doctor.inventory.load import from_ansible, load_nodes, parse_inventory
 from k3doctor.inventory.nodesets import NodeSetError, expand
+from k3doctor.inventory.types import InventoryError, NodeSourceError
 from k3doctor.registry import REGISTRY
 
 INI = """\

@@ -2,7 +2,8 @@
 import pytest
 
 from k3doctor import testing
-from k3doctor.inventory.load import InventoryError, parse_inventory
+from k3doctor.inventory.load import parse_inventory
+from k3doctor.inventory.types import InventoryError
 from k3doctor.judging import runner
 from k3doctor.results import Status
 from tests.unit.test_judging_path import PLAIN, _checks

@@ -3,7 +3,7 @@ import json
 import pytest
 
 from k3doctor.parsers import ParseError
-from k3doctor.parsers.amdsmi import parse_fabric, parse_static_vram
+from k3doctor.parsers.amdsmi import parse_fabric, parse_physical_acc_ids, parse_static_vram
 from tests.corpus import commands, load
 
 FIXTURE = "amd-smi-fabric-json-nodescraper-fixture.json"
@@ -209,3 +209,41 @@ def test_human_static_cut_mid_line_or_with_a_repeated_line_raises():
 def test_absurd_vram_sizes_raise(size):
     with pytest.raises(ParseError):
         parse_static_vram(f'[{{"gpu": 0, "vram": {{"size": {{"value": {size}, "unit": "MB"}}}}}}]')
+
+
+STATIC_ASIC_TEXT_27_1 = """GPU: 0
+    ASIC:
+        MARKET_NAME: AMD Instinct MI455X
+        OAM_ID: 0
+        PHYSICAL_ACC_ID: 15
+    BUS:
+        BDF: 0001:01:00.0
+GPU: 1
+    ASIC:
+        MARKET_NAME: AMD Instinct MI455X
+        OAM_ID: 1
+        PHYSICAL_ACC_ID: N/A
+    BUS:
+        BDF: 0002:01:00.0
+"""
+
+
+def test_physical_acc_id_text_and_json_across_amd_smi_versions():
+    """§29: 27.1 prints PHYSICAL_ACC_ID (`static --asic`); N/A / UINT32_MAX / NOT_SUPPORTED without a UALoE session;
+    26.x wraps JSON in {"gpu_data": [...]}, older a bare list; before 27.1 the key does not exist."""
+    assert parse_physical_acc_ids(STATIC_ASIC_TEXT_27_1) == {0: ("0001:01:00.0", 15), 1: ("0002:01:00.0", None)}
+    entries = [{"gpu": 0, "asic": {"physical_acc_id": 15}, "bus": {"bdf": "0001:01:00.0"}},
+               {"gpu": 1, "asic": {"physical_acc_id": "NOT_SUPPORTED"}, "bus": {"bdf": "0002:01:00.0"}},
+               {"gpu": 2, "asic": {"physical_acc_id": 4294967295}, "bus": {"bdf": "0003:01:00.0"}}]
+    want = {0: ("0001:01:00.0", 15), 1: ("0002:01:00.0", None), 2: ("0003:01:00.0", None)}
+    assert parse_physical_acc_ids(json.dumps({"gpu_data": entries})) == want
+    assert parse_physical_acc_ids(json.dumps(entries)) == want
+    assert parse_physical_acc_ids(json.dumps({"gpu_data": [{"gpu": 0, "asic": {"oam_id": 0}}]})) == {}  # 26.x
+
+
+@pytest.mark.parametrize("text", ["", "\n", json.dumps({"gpu_data": [{"gpu": 0, "bus": {"bdf": "0001:01:00.0"}}]}),
+                                  json.dumps({"gpu_data": [{"gpu": 0, "asic": {"physical_acc_id": "seven"}}]})])
+def test_physical_acc_id_empty_or_garbled_raises(text):
+    """rc 0 with empty output is never "no GPUs" (§29); a GPU without ASIC is not static --asic output."""
+    with pytest.raises(ParseError):
+        parse_physical_acc_ids(text)

@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 
 from k3doctor import platforms, recipes, testing
-from k3doctor.inventory.load import InventoryError, parse_inventory
+from k3doctor.inventory.load import parse_inventory
+from k3doctor.inventory.types import InventoryError
 from k3doctor.judging.runner import RunOptions, run_checks
 from k3doctor.readings import File
 from k3doctor.recipes import rules

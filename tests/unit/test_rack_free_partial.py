@@ -4,7 +4,7 @@ event it cannot read (which must not hide the containers it can)."""
 from k3doctor.checks import rack  # noqa: F401  (registers rack-free)
 
 from k3doctor import testing
-from k3doctor.inventory.load import Settings
+from k3doctor.inventory.types import Settings
 from k3doctor.readings import CommandReading, DockerReading, Readings
 from k3doctor.registry import REGISTRY
 from k3doctor.results import Status
@@ -29,6 +29,7 @@ def judge(mem=None, pids=NO_PIDS, events=(), containers=(), mem_truncated=False,
                                 events=list(events), now=NOW),
         "kfd": {},
         "uid": CommandReading("id -u", 0, "0\n", ""),  # read as root: an empty process list means no process
+        "pidns": CommandReading("readlink /proc/self/ns/pid", 0, "pid:[4026531836]\n", ""),  # on the host
         "pids": CommandReading("rocm-smi --showpids", 0, pids, ""),
         "memuse": CommandReading("rocm-smi --showmemuse", 0, memuse(0, 0, 0, 0) if mem is None else mem, "",
                                  truncated=mem_truncated),

@@ -6,7 +6,8 @@ import sys
 import pytest
 
 from k3doctor import recipes
-from k3doctor.inventory.load import InventoryError, parse_inventory
+from k3doctor.inventory.load import parse_inventory
+from k3doctor.inventory.types import InventoryError
 
 NODES = "nodes:\n  - {name: ct13, host: 127.0.0.1}\n"
 

@@ -7,7 +7,7 @@ from k3doctor.checks import shm
 
 from k3doctor import testing
 from k3doctor.api import Context, judge_safely
-from k3doctor.inventory.load import Settings
+from k3doctor.inventory.types import Settings
 from k3doctor.parsers import ParseError
 from k3doctor.readings import CommandReading, Readings
 from k3doctor.registry import REGISTRY

@@ -6,8 +6,9 @@ import time
 import pytest
 
 from k3doctor.inventory import safeyaml
-from k3doctor.inventory.load import InventoryError, parse_inventory
+from k3doctor.inventory.load import parse_inventory
 from k3doctor.inventory.overrides import OverrideError, apply_overrides
+from k3doctor.inventory.types import InventoryError
 from k3doctor.registry import REGISTRY, load_checks
 
 load_checks()

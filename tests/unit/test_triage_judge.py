@@ -205,3 +205,52 @@ def test_agentx_log_signatures_of_the_reference(line, step, status, code):
     results = run(L.node_logs(extra={5: [line]}))
     assert {(r.check, r.node, r.gpu, r.remediation) for r in results if r.status == status} == {
         (step, "ct14", 1, code)}
+
+
+@pytest.mark.parametrize("line, step, status, code", [
+    ("ccoCommCreate: UALink fabric ready on only 12/16 ranks \u2014 using host LSA + RDMA", "triage-config",
+     Status.FAIL, "TRIAGE-MORI-FABRIC-PARTIAL"),
+    ("ccoCommCreate: LSA team spans hosts (cross-node vPOD, lsaSize=16) but fabric handle support is unavailable "
+     "\u2014 cannot map peer VAs across nodes.", "triage-fatal", Status.FAIL, "TRIAGE-MORI-LSA-LAYOUT"),
+    ("ccoCommCreate: non-contiguous lsa membership; CCO requires LSA-major contiguous rank layout", "triage-fatal",
+     Status.FAIL, "TRIAGE-MORI-LSA-LAYOUT"),
+    ("ccoCommCreate: MORI_VPOD_ID set on 4/16 ranks \u2014 manual vPOD grouping must be all-or-none across the job.",
+     "triage-config", Status.FAIL, "TRIAGE-MORI-VPOD-PARTIAL"),
+    ("Out of heap memory! Requested 268435456 bytes. Hint: Increase via MORI_SHMEM_HEAP_SIZE", "triage-fatal",
+     Status.FAIL, "TRIAGE-MORI-HEAP"),
+    ("ct14:1234:1234 [1] NCCL INFO unexpected fabric info version 4294967295", "triage-config", Status.FAIL,
+     "TRIAGE-RCCL-AMD-SMI-LIB"),
+    ("NCCL WARN Symmetric memory is not supported (cuMemEnable 0, globalGinSupport 0)", "triage-config", Status.WARN,
+     "TRIAGE-RCCL-NO-SYMMETRIC-MEMORY"),
+    ("RuntimeError: [enforce fail at ../third_party/gloo/gloo/transport/tcp/device.cc:83] ifa != nullptr. Unable to "
+     "find address for: ^lo", "triage-config", Status.FAIL, "TRIAGE-GLOO-INTERFACE"),
+    ("[W socket.cpp:697] [c10d] The client socket has timed out after 600000ms while trying to connect to "
+     "(10.210.11.14, 29500).", "triage-startup", Status.FAIL, "TRIAGE-RENDEZVOUS-UNREACHABLE"),
+    ("torch.distributed.DistStoreError: Timed out after 901 seconds waiting for workers. 1/2 workers joined.",
+     "triage-startup", Status.FAIL, "TRIAGE-RENDEZVOUS-UNREACHABLE"),
+    ("No compatible code objects found for: gfx942:sramecc+:xnack-", "triage-fatal", Status.FAIL,
+     "TRIAGE-NO-CODE-OBJECTS"),
+    ("ct14:4321 NCCL DIAG [INFO] p2p: read srcRank=1 dstRank=3 path=XGMI status=mismatch", "triage-fatal",
+     Status.FAIL, "TRIAGE-RCCL-DIAG-P2P"),
+    ("NCCL WARN peer-memory import failed for rank 2 (handle=DIRECT)", "triage-config", Status.WARN,
+     "TRIAGE-RCCL-DIAG-ONE-PROCESS"),
+])
+def test_field_log_signatures_of_reference_29(line, step, status, code):
+    """§29: each literal line of the field sources is named once, on the rank that printed it."""
+    results = run(L.node_logs(extra={5: [line]}))
+    assert {(r.check, r.node, r.gpu, r.remediation) for r in results if r.status == status} == {
+        (step, "ct14", 1, code)}
+
+
+@pytest.mark.parametrize("line", [
+    "ccoCommCreate: LSA team size 16 != UALink vpod_size 72 (subset of the vPOD launched?)",
+    "amdsmi_wrap.cc:214 NCCL WARN RCCL_USE_AMD_SMI_LIB not set, but HIP_FABRIC_API is defined. Rerun with "
+    "RCCL_USE_AMD_SMI_LIB=1",
+    "AMD SMI fabric: unable to verify the loaded library's fabric ABI; falling back to sysfs",
+    "ct14:4321 NCCL DIAG [OK] p2p: all 12 directed GPU P2P edges verified",
+])
+def test_known_benign_field_lines_raise_nothing(line):
+    """§29: every 4-node run inside the 18-tray vPOD prints the LSA size line; RCCL's advice to set
+    RCCL_USE_AMD_SMI_LIB is the trap itself, never echoed; the ABI line only says two ROCm drops are mixed."""
+    results = run(L.node_logs(extra={5: [line]}))
+    assert [r for r in results if r.status != Status.PASS] == []

@@ -35,6 +35,25 @@ SAMPLES = {
     "aiter-log-level": (["[aiter] Warning: Invalid AITER_LOG_LEVEL 'WARN', using 'INFO'."], {}, None),
     "aiperf-no-atom-metrics": (["ERROR: x.json contains no metric with required prefix 'atom:'"], {}, None),
     "gpucore": (["gpucore files exist. not good"], {}, None),
+    # the field signatures of §29 (triage.signatures), one literal line each
+    "mori-fabric-partial": (["ccoCommCreate: UALink fabric ready on only 12/16 ranks \u2014 using host LSA + RDMA"],
+                            {}, None),
+    "mori-lsa-refused": (["ccoCommCreate: non-contiguous lsa membership; CCO requires LSA-major contiguous rank "
+                          "layout"], {}, None),
+    "mori-vpod-partial": (["ccoCommCreate: MORI_VPOD_ID set on 4/16 ranks \u2014 manual vPOD grouping must be "
+                           "all-or-none across the job."], {}, None),
+    "mori-heap": (["Out of heap memory! Requested 268435456 bytes. Hint: Increase via MORI_SHMEM_HEAP_SIZE"], {}, None),
+    "rccl-fabric-version": (["ct14:1234:1234 [1] NCCL INFO unexpected fabric info version 4294967295"], {}, None),
+    "rccl-no-symmetric": (["NCCL WARN Symmetric memory is not supported (cuMemEnable 0, globalGinSupport 0)"], {},
+                          None),
+    "gloo-interface": (["RuntimeError: [enforce fail at device.cc:83] ifa != nullptr. Unable to find address for: "
+                        "^lo"], {}, None),
+    "rendezvous-timeout": (["torch.distributed.DistStoreError: Timed out after 901 seconds waiting for workers. 1/2 "
+                            "workers joined."], {}, None),
+    "no-code-objects": (["No compatible code objects found for: gfx942:sramecc+:xnack-"], {}, None),
+    "rccl-diag-p2p-failed": (["ct14:4321 NCCL DIAG [INFO] p2p: read srcRank=1 dstRank=3 path=XGMI status=mismatch"],
+                             {}, None),
+    "rccl-diag-multi-gpu": (["NCCL WARN peer-memory import failed for rank 2 (handle=DIRECT)"], {}, None),
     "double-free": (L.rank_lines(0) + ["double free or corruption (out)"], {}, None),
     "drafter-downloading": (L.rank_lines(0, stop_at="config") + L.DRAFTER, {}, None),
     "log-stalled": (L.rank_lines(0, stop_at="load"), {}, STALL_NOW),

@@ -1,0 +1,70 @@
+"""Field signatures of reference §29 that on-call triage names in a rank's log: RCCL, MORI cco, Gloo, the c10d
+rendezvous and aiter, each a row of (signal kind, step, finding, what it means, remediation). The line shapes are
+k3doctor.parsers.atom_log's SIGNALS of the same kind; the first matching line of a rank is shown."""
+from __future__ import annotations
+
+from k3doctor.registry import remediation
+from k3doctor.results import fail, warn
+
+MORI_PARTIAL = remediation("TRIAGE-MORI-FABRIC-PARTIAL", "MORI left the UALink fabric for host LSA + RDMA", """
+`ccoCommCreate: UALink fabric ready on only N/M ranks - using host LSA + RDMA` is logged at INFO, but the whole job
+now runs off the fabric (MORI cco groups the scale-up team by ppod/vpod only over active/ready GPUs, §29). Run
+`k3doctor check` before relaunching: ualink-state (all 16 cards active) and fabric-domain (one PPOD/VPOD).""")
+MORI_LSA = remediation("TRIAGE-MORI-LSA-LAYOUT", "MORI cco refused the LSA team", """
+`LSA team spans hosts ... fabric handle support is unavailable`: libhsakmt exports fabric handles only from
+accel_state `ready` (rocm-systems #8051, §0.4) - check the driver/ROCm pairing. `non-contiguous lsa membership`
+or `heterogeneous lsa sizes`: ranks must be LSA-major contiguous with the same local size on every node - check
+--data-parallel-rank and --data-parallel-size-local on every node (§17).""")
+MORI_VPOD = remediation("TRIAGE-MORI-VPOD-PARTIAL", "MORI_VPOD_ID is set on some ranks only", """
+Manual vPOD grouping is all-or-none across the job (§29): unset MORI_VPOD_ID everywhere (the fabric's own vPOD
+is right for wide EP) or set the same value on every rank, then relaunch. `k3doctor check` (env-versions)
+finds it before launch.""")
+MORI_HEAP = remediation("TRIAGE-MORI-HEAP", "MORI's symmetric heap is exhausted", """
+`Out of heap memory! ... Increase via MORI_SHMEM_HEAP_SIZE`: EP32 exhausted the old 4 GiB default (ROCm/MAD
+PR #168 raised it to 16 GiB, §29). Set MORI_SHMEM_HEAP_SIZE=16G (or more) on every rank.""")
+AMD_SMI_LIB = remediation("TRIAGE-RCCL-AMD-SMI-LIB", "RCCL read no fabric version through amd-smi", """
+`unexpected fabric info version 4294967295`: with RCCL_USE_AMD_SMI_LIB=1, RCCL before rocm-systems PR #9464
+asks amd-smi, which never fills fabric_info.version, so every device fails the test and UALoE is off (§29, §20).
+Unset RCCL_USE_AMD_SMI_LIB (ignore RCCL's own WARN that advises setting it) or use an RCCL with #9464.""")
+SYMMETRIC = remediation("TRIAGE-RCCL-NO-SYMMETRIC-MEMORY", "RCCL ran without symmetric memory (VMM off)", """
+`Symmetric memory is not supported` names the missing prerequisite (cuMemEnable, globalGinSupport): cuMem/VMM was
+off, so MNNVL is too (§29). Leave NCCL_CUMEM_ENABLE unset on gfx1250 (auto enables it) or set 1, never 0.""")
+GLOO = remediation("TRIAGE-GLOO-INTERFACE", "Gloo could not use the data-plane interface", """
+GLOO_SOCKET_IFNAME takes one literal interface name (§29): NCCL's `^lo` syntax fails with `Unable to find
+address for: ^lo`; unset, a hostname that resolves to 127.x makes Gloo fall back to loopback and
+`connectFullMesh` fails towards 127.0.0.1. Set GLOO_SOCKET_IFNAME to the data-plane NIC on every rank and make
+`getent hosts $(hostname)` return the data-plane address.""")
+RENDEZVOUS = remediation("TRIAGE-RENDEZVOUS-UNREACHABLE", "a rank could not reach the rendezvous", """
+`[c10d] The client socket has timed out ... trying to connect to (<ip>, <port>)` on a worker, or the master's
+`DistStoreError: Timed out after N seconds waiting for workers` (§29): compare the address tried with node 0's
+data-plane IP (--data-parallel-master-ip, §17/§18), then the port from that node (`k3doctor check` judges both;
+MORI's bootstrap also uses random ports 10000-60000).""")
+CODE_OBJECTS = remediation("TRIAGE-NO-CODE-OBJECTS", "a GPU library has no code objects for this GPU", """
+`No compatible code objects found for: <gfx>`: the aiter (or other) wheel in the image was built without this
+architecture (ROCm/ATOM #69, §29). Use an image built for the rack's gfx (gfx1250 wide EP, gfx950 MI355X) - a
+wrong HSA_OVERRIDE_GFX_VERSION gives the same line.""")
+DIAG_P2P = remediation("TRIAGE-RCCL-DIAG-P2P", "RCCL's diagnostics found a GPU pair whose P2P path fails", """
+`NCCL_RUN_DIAGNOSTICS=1` checks every directed GPU pair of a node (N*(N-1) edges: 12 for 4 GPUs) and prints
+`NCCL DIAG [INFO] p2p: <kind> srcRank=<a> dstRank=<b> path=...` for a failing one (§29): the intra-node path
+between those GPUs is broken - check both GPUs' state (kernel-health, ualink-state) before any collective. The
+line goes to stdout only (run with `stdbuf -oL`); one process per GPU.""")
+DIAG_MULTI = remediation("TRIAGE-RCCL-DIAG-ONE-PROCESS", "RCCL diagnostics run with several GPUs in one process",
+                         """
+`peer-memory import failed ... handle=DIRECT` on gfx1250 is what one process driving several GPUs gets from
+RCCL's P2P diagnostics (§29): run them one process per GPU before reading anything into the result.""")
+
+FIELD_SIGNATURES = (
+    ("mori_fabric_partial", "triage-config", fail, "MORI left the UALink fabric: the whole job runs on host LSA + "
+     "RDMA", MORI_PARTIAL),
+    ("mori_lsa_refused", "triage-fatal", fail, "MORI cco refused the LSA team", MORI_LSA),
+    ("mori_vpod_partial", "triage-config", fail, "MORI_VPOD_ID set on some ranks only", MORI_VPOD),
+    ("mori_heap", "triage-fatal", fail, "MORI's symmetric heap is exhausted", MORI_HEAP),
+    ("rccl_fabric_version", "triage-config", fail, "RCCL_USE_AMD_SMI_LIB switched UALoE off (RCCL before #9464)",
+     AMD_SMI_LIB),
+    ("rccl_no_symmetric", "triage-config", warn, "RCCL symmetric memory unsupported: VMM/cuMem was off", SYMMETRIC),
+    ("gloo_interface", "triage-config", fail, "Gloo could not use the data-plane interface", GLOO),
+    ("rendezvous_timeout", "triage-startup", fail, "rendezvous unreachable", RENDEZVOUS),
+    ("no_code_objects", "triage-fatal", fail, "no code objects for this GPU", CODE_OBJECTS),
+    ("rccl_diag_p2p_failed", "triage-fatal", fail, "RCCL diagnostics: a GPU pair's P2P path fails", DIAG_P2P),
+    ("rccl_diag_multi_gpu", "triage-config", warn, "RCCL diagnostics ran several GPUs in one process", DIAG_MULTI),
+)

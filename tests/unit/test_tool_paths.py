@@ -1,0 +1,69 @@
+"""ROCm tools found where the inventory says, else on the node's PATH (reference §29: TheRock's pip ROCm has no
+/opt/rocm; its amd-smi/rocm-smi live in a venv's bin). The wrapper runs for real in a local shell."""
+import os
+import subprocess
+
+import pytest
+from k3doctor.checks import fabric
+
+from k3doctor.inventory.types import Settings
+from k3doctor.readings import InContainer, tool
+from k3doctor.registry import REGISTRY
+
+FAKE = "#!/bin/sh\necho \"$0 $*\"\n"
+
+
+def run(argv, path):
+    return subprocess.run(argv, capture_output=True, text=True, timeout=10, env={**os.environ, "PATH": path})
+
+
+def fake(directory, name="amd-smi"):
+    directory.mkdir(parents=True, exist_ok=True)
+    exe = directory / name
+    exe.write_text(FAKE)
+    exe.chmod(0o755)
+    return exe
+
+
+def test_the_configured_path_wins(tmp_path):
+    configured, venv = fake(tmp_path / "opt/rocm/bin"), fake(tmp_path / "venv/bin")
+    done = run(tool(str(configured), "static", "--vram", "--json").argv, f"{venv.parent}:/usr/bin:/bin")
+    assert (done.returncode, done.stdout) == (0, f"{configured} static --vram --json\n")
+
+
+def test_a_tool_missing_at_its_path_is_found_on_the_node_path(tmp_path):
+    venv = fake(tmp_path / "venv/bin")  # ROCm from a pip wheel: no /opt/rocm
+    done = run(tool("/opt/rocm-nowhere/bin/amd-smi", "fabric", "--json").argv, f"{venv.parent}:/usr/bin:/bin")
+    assert (done.returncode, done.stdout) == (0, f"{venv} fabric --json\n")
+    done = run(["sh", "-c", fabric.FABRIC_SCRIPT, "k3doctor-tool", "/opt/rocm-nowhere/bin/amd-smi"],
+               f"{venv.parent}:/usr/bin:/bin")
+    assert (done.returncode, done.stdout) == (0, f"{venv} fabric --json\n")
+
+
+def test_a_tool_nowhere_exits_127_saying_where_it_looked(tmp_path):
+    done = run(tool("/opt/rocm-nowhere/bin/rocm-smi", "--showpids").argv, "/usr/bin:/bin")
+    assert done.returncode == 127 and done.stdout == ""
+    assert done.stderr == ("k3doctor: rocm-smi is neither at /opt/rocm-nowhere/bin/rocm-smi nor on PATH "
+                           "(/usr/bin:/bin)\n")
+
+
+def test_every_rocm_tool_reading_goes_through_the_lookup():
+    specs = {**REGISTRY.checks["rack-free"].readings_for(Settings()),
+             **REGISTRY.checks["gpu-inventory"].readings_for(Settings())}
+    reads = [specs["pids"], specs["memuse"], specs["smi"]]
+    assert all(r.argv[:4] == tool("x").argv[:4] for r in reads)
+    assert [r.argv[4:] for r in reads] == [("/opt/rocm/bin/rocm-smi", "--showpids"),
+                                           ("/opt/rocm/bin/rocm-smi", "--showmemuse"),
+                                           ("/opt/rocm/bin/amd-smi", "static", "--vram", "--json")]
+
+
+def test_a_tool_the_inventory_puts_in_the_container_runs_there():
+    """`tools: {amd_smi: "container:amd-smi"}`: the image's own PATH finds it (a pip-wheel ROCm in the image)."""
+    reading = tool("container:amd-smi", "static", "--vram", "--json", container="k3ep16")
+    assert isinstance(reading, InContainer) and reading.container == "k3ep16"
+    assert reading.inner[:2] == ("sh", "-c") and reading.inner[3:] == ("k3doctor-tool", "amd-smi", "static", "--vram",
+                                                                         "--json")
+    specs = REGISTRY.checks["fabric-domain"].readings_for(Settings(tools={"amd_smi": "container:amd-smi"}))
+    assert isinstance(specs["fabric"], InContainer) and specs["fabric"].inner[2] == fabric.FABRIC_SCRIPT
+    with pytest.raises(ValueError, match="no container is configured"):
+        tool("container:amd-smi", "fabric")
