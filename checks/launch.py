@@ -194,7 +194,7 @@ def judge_node(r, node, first: bool, p) -> tuple:
         verdicts.append(launch)
         launch = None
     if launch:
-        for flag, v in judge_args(launch, settings.gpus_per_node):
+        for flag, v in judge_args(launch, settings.gpus_per_node, sources[0].env):
             named.add(flag)
             v.message = f"{where}: {v.message}"
             verdicts.append(v)

@@ -403,6 +403,24 @@ def test_per_node_launch_flags():
     assert "--data-parallel-size-local is 8, the node has 4 GPUs" in v.message
 
 
+@pytest.mark.parametrize("heap, warned", [(None, True), ("4G", True), ("4294967296", True), ("16g", False),
+                                          ("17179869184", False), ("32GiB", False), ("lots", True)])
+def test_ep32_launch_warns_on_mori_heap_unset_or_below_16g(heap, warned):
+    """§29 (ROCm/MAD PR #168): EP32 exhausted MORI's old 4 GiB symmetric heap (`Out of heap memory!`); before
+    launch, an EP32 command with MORI_SHMEM_HEAP_SIZE unset or below 16G is a WARN. EP16 needs nothing."""
+    ep32 = {n: readings(attrs(env={"MORI_SHMEM_HEAP_SIZE": heap}), script=script_for(i, **{"--data-parallel-size": 32}),
+                        place=i) for i, n in enumerate(NAMES)}
+    bad = [v for v in judge(ep32) if v.status != Status.PASS]
+    if not warned:
+        assert bad == []
+        return
+    assert [(v.node, v.status, v.remediation) for v in bad] == [(n, Status.WARN, "LAUNCH-ARGS") for n in NAMES]
+    assert f"MORI_SHMEM_HEAP_SIZE={heap or '(unset)'} with expert parallelism 32" in bad[0].message
+    assert "Out of heap memory!" in bad[0].message
+    assert findings(judge({n: readings(attrs(env={"MORI_SHMEM_HEAP_SIZE": heap}), place=i)
+                           for i, n in enumerate(NAMES)})) == []  # EP16: the default heap is enough
+
+
 def test_rank_master_ip_and_drift_are_each_named_once_on_the_odd_node():
     verdicts = judge({"ct14": readings(script=script_for(1, **{"--data-parallel-rank": 8, "--max-num-seqs": 16}),
                                        place=1),
