@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from k3doctor.parsers.atom_log import stage_of
 from k3doctor.registry import remediation
 from k3doctor.results import Verdict, fail, passed, warn
-from k3doctor.triage.signatures import FIELD_SIGNATURES
+from k3doctor.triage.signatures import DIAG_NO_P2P_FINDING, FIELD_SIGNATURES, ROCR_SIGNATURES, rocr_card
 
 STEPS = ("triage-collective", "triage-stacks", "triage-startup", "triage-kv", "triage-config", "triage-fatal")
 
@@ -126,6 +126,7 @@ class Layout:
     experts_global: int = 896
     stall_s: float = 1800.0  # §20: cold starts up to ~25 min
     drafter_stall_s: float = 120.0  # §25: a healthy prefetch finishes in < 1 s
+    first_gpu_kfd_node: int = 2  # §29: KFD topology lists the CPU agents first (GPU nodes 2-5 on a gfx1250 tray)
 
     def outside(self, rank: int) -> bool:
         """True for a rank no node of a known layout holds (``EngineCore_DP999`` on 4 nodes of 4 GPUs)."""
@@ -271,6 +272,18 @@ def judge_rank(rank: int, lines: list, layout: Layout, now: float | None, servin
     for kind, step, finding, what, code in AGENTX_SIGNATURES + FIELD_SIGNATURES:
         for ln in _of(lines, kind)[:1]:
             add(step, finding(f"{what}: {ln.text[:160]}", evidence={"line": ln.text[:300]}, remediation=code))
+    for kind, step, finding, what, code in ROCR_SIGNATURES:
+        for ln in _of(lines, kind)[:1]:
+            card, mapped = rocr_card(ln.signals[kind], layout.first_gpu_kfd_node, layout.per_node)
+            verdict = _at(layout, rank, finding(f"{what} on {mapped}: {ln.text[:160]}", remediation=code, evidence={
+                "line": ln.text[:300], "kfd_node": int(ln.signals[kind]["node"])}))
+            verdict.gpu = card if card is not None and not layout.outside(rank) else verdict.gpu
+            out.append((step, verdict))
+    diag = _count(lines, "rccl_diag")
+    if diag and not _count(lines, "rccl_diag_p2p"):
+        finding, text, code = DIAG_NO_P2P_FINDING
+        add("triage-fatal", finding(text.format(count=diag), remediation=code,
+                                    evidence={"line": _of(lines, "rccl_diag")[-1].text[:300]}))
     if _of(lines, "double_free"):
         add("triage-fatal", warn("`double free or corruption` in a ModelRunner (seen with long profiler traces, §10)",
                                  evidence={"line": _of(lines, "double_free")[0].text[:300]}, remediation=RUNNER_DIED))
