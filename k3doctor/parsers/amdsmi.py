@@ -28,7 +28,8 @@ from k3doctor.parsers.common import (
 
 _KEY_LINE = re.compile(r"^(\s*)([A-Z][A-Z0-9_]*)[ \t]*:(.*)$")  # value stripped in Python: linear time
 # Top-level sections `amd-smi static` prints per GPU (amd-smi static --help); a GPU block with
-# none of them (`amd-smi list`, `fabric`, a block cut after its `GPU: n` line) is not static output.
+# none of them (`amd-smi list`, `fabric`, a block cut after its `GPU: n` line) is not static output. `vbios`
+# became `ifwi` in amd-smi 26.1.0 (ROCm 7.1, reference §29): both count.
 _STATIC_SECTIONS = {"asic", "bus", "vbios", "ifwi", "limit", "driver", "board", "ras", "soc_pstate", "xgmi_plpd",
                     "process_isolation", "numa", "vram", "cache_info", "partition", "clock"}
 
