@@ -7,6 +7,7 @@ from k3doctor.parsers.atom_log import parse_log, rank_marker, stage_of
 from k3doctor.results import Status
 from k3doctor.triage import group_by_rank, most_likely, triage_results
 from k3doctor.triage.judge import Layout
+from tests.corpus import load
 
 NODES = ("ct13", "ct14", "ct16", "ct17")
 
@@ -288,3 +289,14 @@ def test_rccl_diagnostics_without_a_p2p_line_are_an_error_not_a_pass():
     assert "printed no `p2p:` line" in [r for r in results if r.status == Status.ERROR][0].message
     ok = "ct14:4321 NCCL DIAG [OK] p2p: all 12 directed GPU P2P edges verified"
     assert [r for r in run(L.node_logs(extra={5: [started, ok]})) if r.status != Status.PASS] == []
+
+
+def test_rocr_hang_from_the_real_mi300x_capture_names_card_7_of_an_8_gpu_node_once():
+    """corpus hip-runtime-hw-exception-gpu-hang-mi300x.txt (legacy-rocm-build #4021): five processes print `HW
+    Exception by GPU node-9 ... reason :GPU Hang`, the first glued to a tqdm bar; on an 8-GPU node with its CPU
+    agents first that is card 7 (not the logging rank 2's own GPU) - one finding for that rank."""
+    parsed = parse_log(load("hip-runtime-hw-exception-gpu-hang-mi300x.txt"), default_rank=2)
+    results = triage_results(parsed, Layout(("mi300x",), per_node=8), now=None, problems={})
+    [bad] = [r for r in results if r.status == Status.FAIL]
+    assert (bad.node, bad.gpu, bad.remediation) == ("mi300x", 7, "TRIAGE-ROCR-GPU-FAULT")
+    assert "KFD topology node 9 = card 7 of the node" in bad.message
