@@ -28,6 +28,7 @@ PARAMS = "/sys/module/amdgpu/parameters"
 REQUIRED = {"gpu_recovery": "0", "halt_if_hws_hang": "1"}
 TUNED = {"mtype_local": "0", "noretry": "1"}
 IFOE = "/sys/module/ifoe"
+VERSION = "/sys/module/amdgpu/version"  # only the DKMS (out-of-tree) driver has it (§29, ollama/ollama #3425)
 _RELOAD_NOTE = """They are load-time parameters: only an unload/reload changes them, and reloading
 amdgpu retrains the UALink links (§5, §6) - weigh that: plan it for an idle tray, never
 under a job, and wait for every accel_state to read `active` again afterwards."""
@@ -93,7 +94,7 @@ OOMs the smaller ones. Replace the odd node with one of the majority's board typ
 @check("amdgpu-driver", title="/dev/kfd present, amdgpu loaded with gpu_recovery=0 halt_if_hws_hang=1 after ifoe",
        scope="node", remediation=(AMDGPU_PARAMS, NO_KFD, IFOE_MISSING, UNTUNED),
        params={"require_tuned": False}, blocking=NO_KFD,  # without the driver no GPU can be read (§5)
-       reads={"kfd": Exists("/dev/kfd"), "ifoe": Exists(IFOE), "dmesg": DMESG,
+       reads={"kfd": Exists("/dev/kfd"), "ifoe": Exists(IFOE), "dmesg": DMESG, "version": File(VERSION),
               **{p: File(f"{PARAMS}/{p}") for p in (*REQUIRED, *TUNED)}})
 def amdgpu_driver(r, ctx):
     """§5: without the bring-up parameters a HWS hang resets the GPU and the run dies with an
@@ -115,9 +116,17 @@ def amdgpu_driver(r, ctx):
     if not tuned and ctx.param("require_tuned"):
         verdicts.append(warn(tuned_note, remediation=UNTUNED, evidence=evidence))
     if not verdicts:
-        verdicts.append(passed(f"/dev/kfd present, gpu_recovery=0 halt_if_hws_hang=1, {ifoe_note}; {tuned_note}",
-                               evidence=evidence))
+        verdicts.append(passed(f"/dev/kfd present, gpu_recovery=0 halt_if_hws_hang=1, {ifoe_note}; {tuned_note}; "
+                               f"{driver_build(r.get('version'))}", evidence=evidence))
     return verdicts
+
+
+def driver_build(reading) -> str:
+    """INFO for the PASS line (§29): the DKMS driver's version, or that the driver is the kernel's own. An in-tree
+    amdgpu has no /sys/module/amdgpu/version, so its absence never means "no driver" (that is /dev/kfd's call)."""
+    if reading is not None and (reading.content or "").strip():
+        return f"amdgpu {reading.content.strip()[:40]} (DKMS)"
+    return f"INFO: in-tree amdgpu (no {VERSION}, which only the DKMS driver has; not a missing driver, §29)"
 
 
 def _tuned_state(found: dict) -> tuple:

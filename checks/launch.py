@@ -97,7 +97,7 @@ def _reads(settings) -> dict:
             "ranks": rank_envs(settings.container, keep),
             "links": Command(("ip", "-o", "link", "show")),
             "routes": Command(("ip", "-4", "route", "show", "table", "local")),
-            "tcp": File("/proc/net/tcp"), "tcp6": File("/proc/net/tcp6")}
+            "tcp": File("/proc/net/tcp"), "tcp6": File("/proc/net/tcp6"), "hostname": Command(ifnames.HOSTNAME_LOOKUP)}
 
 
 # ----------------------------------------------------------------------------- per-node judgement
@@ -194,7 +194,7 @@ def judge_node(r, node, first: bool, p) -> tuple:
         verdicts.append(launch)
         launch = None
     if launch:
-        for flag, v in judge_args(launch, settings.gpus_per_node):
+        for flag, v in judge_args(launch, settings.gpus_per_node, sources[0].env):
             named.add(flag)
             v.message = f"{where}: {v.message}"
             verdicts.append(v)
@@ -204,10 +204,19 @@ def judge_node(r, node, first: bool, p) -> tuple:
             listeners += network.parse_proc_net_tcp(r["tcp6"].text())
         own = network.own_addresses(routes) | {ipaddress.ip_address(node.address)}
         verdicts += judge_ports(listeners, own, launch, first, p)
+    verdicts += judge_hostname(r, node)
     named |= set(p("ignore"))
     return verdicts, NodeFacts(env=sources[0].env, image_id=c.image_id, launch=launch, named=named,
                                stepping=settings.stepping,
                                nccl_selects=ifnames.prefix_selection(sources[0].env, links, p("ignore")))
+
+
+def judge_hostname(r, node) -> list:
+    """§29: `getent hosts $(hostname)` not on loopback; a lookup that was not taken is no PASS (ERROR)."""
+    try:
+        return ifnames.judge_hostname(r["hostname"].output("`getent hosts $(hostname)`"), node.address, IFNAME)
+    except (ReadingUnavailable, ParseError) as exc:
+        return [error(f"the node's hostname lookup was not read: {exc}")]
 
 
 def _launch(c: ContainerView, script):

@@ -16,8 +16,9 @@ from k3doctor.api import (
     remediation,
     skip,
     tool,
+    warn,
 )
-from k3doctor.model.gpu import KFD_PROC_GLOB, kfd_pids
+from k3doctor.model.gpu import KFD_PROC_GLOB, card_of, kfd_pids
 from k3doctor.parsers.docker_events import container_from_api, event_from_dict
 from k3doctor.parsers.rocmsmi import parse_showmemuse, parse_showpids
 
@@ -26,7 +27,7 @@ WINDOW_MIN = 30
 MAX_VRAM_PCT = 10  # InferenceX wait_for_amd_gpu_clean passes at max VRAM% <= 10 (§3)
 WATCHED_ACTIONS = ("create", "start")
 ENGINE_EVENT_BUFFER = 256  # dockerd answers `--since` only from its last 256 events, kept in memory
-GPU_READS = ("kfd", "pids", "memuse")  # GPU processes and VRAM: there are none to read without amdgpu
+GPU_READS = ("kfd", "pids", "memuse", "busy")  # GPU processes and VRAM: there are none to read without amdgpu
 
 RACK_BUSY = remediation("RACK-BUSY", "someone else is on this node", """
 Only our own container may exist on a node before launch (§3): not "nothing of mine is
@@ -41,6 +42,14 @@ pick another node. Never remove another user's container.
 """)
 
 
+BUSY_GLOB = "/sys/class/drm/card*/device/gpu_busy_percent"
+STALLED = remediation("RACK-STALLED-QUEUE", "a GPU reads 100 % busy with no process on it", """
+`gpu_busy_percent` at 100 with no KFD process on the node is not work: a queue the GPU never drains (seen as
+"100 %" utilization at idle power, VRAM flat, one CPU core pinned; legacy-rocm-build #6530, §29). A job
+launched on it hangs at its first kernel. Confirm with `amd-smi metric --usage --power` (idle power while
+100 % busy), then reset the GPU with no device-file holder, or the tray (§11; with gpu_recovery=0 prefer
+ForceRestart).
+""")
 ORPHANED = remediation("RACK-ORPHANED-VRAM", "VRAM is held on a GPU with no owning process", """
 VRAM in use with no KFD process (empty /sys/class/kfd/kfd/proc, no GPU process listed) is an orphaned
 KFD context (§29; sgl-project/sglang PR #30431): a container stopped without `--init` and with a short
@@ -60,6 +69,7 @@ def _reads(settings) -> dict:
             "kfd": Glob(KFD_PROC_GLOB),
             "pids": tool(settings.tools["rocm_smi"], "--showpids", container=settings.container),
             "memuse": tool(settings.tools["rocm_smi"], "--showmemuse", container=settings.container),
+            "busy": Glob(BUSY_GLOB),
             "uid": Command(("id", "-u")),
             "pidns": Command(("readlink", "/proc/self/ns/pid"))}
 
@@ -161,9 +171,27 @@ def judge_vram(percent: dict, max_pct: float) -> list:
     return verdicts
 
 
+def judge_idle_busy(busy: dict, stalled_pct: int) -> list:
+    """§29: a GPU at ``stalled_pct`` busy or more while no process holds the node's GPUs is a stalled queue (WARN per
+    card); a card without the file says nothing (not every driver has it), an unreadable value is an ERROR."""
+    verdicts = []
+    for path, reading in sorted(busy.items()):
+        if not reading.exists:
+            continue
+        card, text = card_of(path), reading.text()
+        if not text.isdigit() or int(text) > 100:
+            verdicts.append(error(f"{path} reads {text[:40]!r}, not a percentage", gpu=card))
+        elif int(text) >= stalled_pct:
+            verdicts.append(warn(f"card{card} reads {text} % busy (gpu_busy_percent) with no GPU process on the node: "
+                                 "a stalled queue, not work (§29)", gpu=card, remediation=STALLED,
+                                 evidence={path: int(text), "stalled_pct": stalled_pct}))
+    return verdicts
+
+
 @check(CHECK, title="only our container on the node, no foreign create/start recently, no GPU processes",
-       scope="node", remediation=(RACK_BUSY, ORPHANED),
-       params={"window_min": WINDOW_MIN, "max_vram_pct": MAX_VRAM_PCT, "monitoring_agents": MONITORING_AGENTS},
+       scope="node", remediation=(RACK_BUSY, ORPHANED, STALLED),
+       params={"window_min": WINDOW_MIN, "max_vram_pct": MAX_VRAM_PCT, "monitoring_agents": MONITORING_AGENTS,
+               "stalled_busy_pct": 100},
        reads=_reads, needs={"amdgpu-driver": GPU_READS})  # the containers are judged without the driver
 def rack_free(r, ctx):
     """§3: "nothing of mine is running" is not "free"; each source is judged on its own so one
@@ -194,6 +222,8 @@ def rack_free(r, ctx):
     vram = attempt("rocm-smi --showmemuse", lambda: judge_vram(parse_showmemuse(
         r["memuse"].output("`rocm-smi --showmemuse`"), ctx.settings.gpus_per_node), ctx.param("max_vram_pct")), [])
     verdicts += [] if processes else vram
+    if not processes and not pids:  # busy with nothing running: a stalled queue (§29)
+        verdicts += attempt(BUSY_GLOB, lambda: judge_idle_busy(r["busy"], ctx.param("stalled_busy_pct")), [])
     if not verdicts:
         verdicts.append(passed(f"only {own} (or nothing) on this node, no foreign create/start {span}, "
                                f"no GPU processes, VRAM at most {ctx.param('max_vram_pct')} % "

@@ -9,8 +9,11 @@ non-loopback NIC (``socket_bootstrap.cpp``). Verdicts carry the remediation code
 """
 from __future__ import annotations
 
+import ipaddress
+
 from k3doctor.model import network
 from k3doctor.model.peers import majority
+from k3doctor.parsers import ParseError
 from k3doctor.results import Status, fail, warn
 
 SOCKET_IFNAMES = ("MORI_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
@@ -106,3 +109,32 @@ def fold_into_node_findings(verdicts: list, across: list) -> list:
         own.message += f"; against its peers: {v.message.removeprefix(PREFIX_VAR + ' ')}"
         own.evidence = {**own.evidence, "peers": v.evidence}
     return left
+
+
+# `getent hosts $(hostname)` on the node (§29): the hostname first, then what the resolver answers for it.
+HOSTNAME_LOOKUP = ("sh", "-c", 'h=$(hostname) || exit 1; echo "$h"; getent hosts "$h"; exit 0')
+
+
+def judge_hostname(output: str, data_ip: str, code: str) -> list:
+    """The node's own hostname must not resolve to a loopback address other
+    than its data-plane IP (§29): with GLOO_SOCKET_IFNAME unset, Gloo then says `Using the loopback address as
+    fallback` and `connectFullMesh` fails towards 127.0.0.1 (the rendezvous over loopback). A hostname that does
+    not resolve is no finding (the reference names no rule for it)."""
+    lines = [ln.split() for ln in output.splitlines() if ln.strip()]
+    if not lines or len(lines[0]) != 1:
+        raise ParseError(f"no hostname in the lookup's output: {output[:80]!r}")
+    hostname, addresses = lines[0][0], [words[0] for words in lines[1:]]
+    loopback = [a for a in addresses if _is_loopback(a) and a != data_ip]
+    if not loopback:
+        return []
+    return [warn(f"`getent hosts {hostname}` gives {', '.join(loopback)}, a loopback address, not the data-plane IP "
+                 f"{data_ip}: with GLOO_SOCKET_IFNAME unset Gloo falls back to loopback and `connectFullMesh` fails "
+                 "towards 127.0.0.1 (§29)", remediation=code,
+                 evidence={"hostname": hostname, "getent hosts": addresses, "data_ip": data_ip})]
+
+
+def _is_loopback(text: str) -> bool:
+    try:
+        return ipaddress.ip_address(text).is_loopback
+    except ValueError:
+        return False

@@ -28,7 +28,8 @@ from k3doctor.parsers.common import (
 
 _KEY_LINE = re.compile(r"^(\s*)([A-Z][A-Z0-9_]*)[ \t]*:(.*)$")  # value stripped in Python: linear time
 # Top-level sections `amd-smi static` prints per GPU (amd-smi static --help); a GPU block with
-# none of them (`amd-smi list`, `fabric`, a block cut after its `GPU: n` line) is not static output.
+# none of them (`amd-smi list`, `fabric`, a block cut after its `GPU: n` line) is not static output. `vbios`
+# became `ifwi` in amd-smi 26.1.0 (ROCm 7.1, reference §29): both count.
 _STATIC_SECTIONS = {"asic", "bus", "vbios", "ifwi", "limit", "driver", "board", "ras", "soc_pstate", "xgmi_plpd",
                     "process_isolation", "numa", "vram", "cache_info", "partition", "clock"}
 
@@ -269,4 +270,37 @@ def parse_physical_acc_ids(text: str) -> dict:
         unset = isinstance(raw, str) and raw.strip().upper() in _NOT_SUPPORTED
         bdf = _text(bus.get("bdf")) if isinstance(bus, dict) else None
         result[gpu] = (bdf, None if unset else to_u32(raw, f"amd-smi static --asic: GPU {gpu} PHYSICAL_ACC_ID"))
+    return result
+
+
+_NO_BAD_PAGES = "No bad pages found."
+BAD_PAGE_KINDS = ("retired", "pending", "un_res")  # amd-smi bad-pages: RESERVED, PENDING, UNRESERVABLE pages
+
+
+def parse_bad_pages(text: str) -> dict:
+    """``amd-smi bad-pages --json`` -> ``{gpu: {kind: page count or None}}`` for each of BAD_PAGE_KINDS.
+
+    Per kind amd-smi prints ``"No bad pages found."`` (0), one page as an object, several as a list, or ``"N/A"``
+    when the library could not read them (None: unknown, never 0). MI300/MI350 raise no out-of-band CPER past
+    the bad-page threshold, so this in-band list is where retired pages show (reference §29, §30)."""
+    result = {}
+    for entry in _gpu_entries(text, "amd-smi bad-pages"):
+        gpu = to_int(entry["gpu"], "amd-smi bad-pages: gpu")
+        if not set(BAD_PAGE_KINDS) & entry.keys():
+            raise ParseError(f"amd-smi bad-pages: GPU {gpu} has none of {', '.join(BAD_PAGE_KINDS)}: not bad-pages "
+                             "output")
+        counts = {}
+        for kind in BAD_PAGE_KINDS:
+            value = entry.get(kind)
+            if isinstance(value, list):
+                counts[kind] = len(value)
+            elif isinstance(value, dict):
+                counts[kind] = 1
+            elif isinstance(value, str) and value.strip() == _NO_BAD_PAGES:
+                counts[kind] = 0
+            elif value is None or is_na(value):
+                counts[kind] = None
+            else:
+                raise ParseError(f"amd-smi bad-pages: GPU {gpu} {kind}: unexpected {shown(value, 80)}")
+        result[gpu] = counts
     return result

@@ -84,6 +84,11 @@ SIGNALS = tuple(Signal(kind, re.compile(pattern), section) for kind, pattern, se
     ("rccl_diag_p2p_failed", r"NCCL DIAG \[INFO\] p2p: \S{1,40} srcRank=(?P<src>\d{1,5}) dstRank=(?P<dst>\d{1,5})",
      "§29"),
     ("rccl_diag_multi_gpu", r"peer-memory import failed.{0,200}handle=DIRECT", "§29"),
+    ("rccl_diag", r"NCCL DIAG \[", "§29"),  # any line of NCCL_RUN_DIAGNOSTICS=1
+    ("rccl_diag_p2p", r"NCCL DIAG \[\w{1,10}\] p2p:", "§29"),  # its P2P verdict, OK or not
+    # ROCr names the GPU by its KFD topology node, CPU agents first (§29)
+    ("rocr_gpu_hang", r"HW Exception by GPU node-(?P<node>\d{1,4})\b.{0,80}reason :\s?GPU Hang", "§29, §10"),
+    ("rocr_memory_fault", r"Memory access fault by GPU node-(?P<node>\d{1,4})\b", "§29, §10"),
 ))
 # Startup stages in order; a rank's stage is the furthest one its lines reached.
 STAGES = (("start", None), ("rccl-init", "rccl_load"), ("ep-transport", "ep_ready"),

@@ -9,6 +9,7 @@ values that may be read.
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -80,7 +81,8 @@ Every node runs the same command (§17) except --data-parallel-rank, which is 4 
 (0, 4, 8, 12 in node order); --data-parallel-master-ip is node 0's data-plane address (§18).
 Do not set --max-model-len (ATOM uses 1,048,576; a small value silently truncates the reasoning
 budget, §21). Keep --served-model-name moonshotai/Kimi-K3: clients must send exactly it (§22).
---data-parallel-size-local is the node's GPU count (4).
+--data-parallel-size-local is the node's GPU count (4). With expert parallelism 32 (the EP32 lever, §17)
+set MORI_SHMEM_HEAP_SIZE=16G or more on every rank: EP32 exhausted MORI's old 4 GiB heap (§29).
 """)
 
 @dataclass(frozen=True)
@@ -240,7 +242,7 @@ def kept_names(p, settings=None) -> set:
         rules = all_rules(lambda name: PROFILE_NAMES[0] if name == "profile" else p(name))
         rules += tuple(rule for recipe in recipes.platform_recipes("gfx1250")
                        for rule in profile_rules(recipe.point().env, recipe))
-    return {name for rule in rules for name in rule.reads}
+    return {name for rule in rules for name in rule.reads} | {MORI_HEAP}
 
 
 def _shown(env: dict, name: str) -> str:
@@ -304,22 +306,55 @@ def judge_run_options(c: ContainerView, p) -> list:
                  evidence={"read": read(c)}) for what, ok, read in RUN_RULES if not ok(c, p)]
 
 
-# §17, §21, §22: (flag, broken(flags, gpus_per_node), status, message)
+MORI_HEAP = "MORI_SHMEM_HEAP_SIZE"
+MORI_HEAP_MIN = 16 * 2**30  # ROCm/MAD PR #168 raised MORI's 4 GiB default to 16 GiB after EP32 ran out (§29)
+_SIZE = re.compile(r"^\s*(\d{1,15})\s*([KMGT]?)(?:i?B)?\s*$", re.IGNORECASE)
+
+
+def expert_parallel_size(flags: dict) -> int:
+    """The EP world size a launch asks for (§17): data-parallel size x tensor-parallel size with
+    --enable-expert-parallel, else 0 (no expert parallelism)."""
+    if "--enable-expert-parallel" not in flags:
+        return 0
+    try:
+        return int(flags.get("--data-parallel-size") or 1) * int(
+            flags.get("--tensor-parallel-size") or flags.get("-tp") or 1)
+    except ValueError:
+        return 0
+
+
+def heap_too_small(value) -> bool:
+    """MORI_SHMEM_HEAP_SIZE unset, not a size (bytes, or K/M/G/T binary units) or below 16 GiB."""
+    m = _SIZE.match(value or "")
+    if m is None:
+        return True
+    return int(m.group(1)) * 1024 ** " KMGT".index(m.group(2).upper() or " ") < MORI_HEAP_MIN
+
+
+# §17, §21, §22, §29: (flag or variable, broken(flags, gpus_per_node, env), status, message)
 ARG_RULES = (
-    ("--max-model-len", lambda f, g: "--max-model-len" in f, Status.FAIL,
+    ("--max-model-len", lambda f, g, e: "--max-model-len" in f, Status.FAIL,
      "--max-model-len {value} is set: ATOM would use 1,048,576; a small value silently truncates the reasoning "
      "budget (§17, §21)"),
-    ("--served-model-name", lambda f, g: "--served-model-name" not in f, Status.WARN,
+    ("--served-model-name", lambda f, g, e: "--served-model-name" not in f, Status.WARN,
      "--served-model-name is missing: the server then answers to its model path and clients sending "
      "moonshotai/Kimi-K3 get 400/404 on every request (§22)"),
-    ("--data-parallel-size-local", lambda f, g: f.get("--data-parallel-size-local") != str(g), Status.FAIL,
+    ("--data-parallel-size-local", lambda f, g, e: f.get("--data-parallel-size-local") != str(g), Status.FAIL,
      "--data-parallel-size-local is {value}, the node has {gpus} GPUs (§12, §17)"),
+    (MORI_HEAP, lambda f, g, e: expert_parallel_size(f) >= 32 and heap_too_small(e.get(MORI_HEAP)), Status.WARN,
+     MORI_HEAP + "={value} with expert parallelism {ep} (the EP32 lever, §17): EP32 exhausted MORI's old 4 GiB "
+     "symmetric heap (`Out of heap memory! ... Increase via MORI_SHMEM_HEAP_SIZE`); set it to 16G or more on every "
+     "rank (ROCm/MAD PR #168, §29)"),
 )
 
 
-def judge_args(argv: list, gpus: int) -> list:
-    flags = parse_flags(argv)
-    return [(flag, Verdict(status, message.format(value=flags.get(flag, UNSET), gpus=gpus), remediation=ARGS,
-                           evidence={flag: flags.get(flag, UNSET)}))
-            for flag, broken, status, message in ARG_RULES if broken(flags, gpus)]
+def judge_args(argv: list, gpus: int, env: dict | None = None) -> list:
+    """[(flag or variable, Verdict)] for a launch command; ``env`` is the environment it runs with."""
+    flags, env = parse_flags(argv), env or {}
+
+    def value(flag):
+        return (flags if flag.startswith("-") else env).get(flag, UNSET)
+    return [(flag, Verdict(status, message.format(value=value(flag), gpus=gpus, ep=expert_parallel_size(flags)),
+                           remediation=ARGS, evidence={flag: value(flag)}))
+            for flag, broken, status, message in ARG_RULES if broken(flags, gpus, env)]
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 from k3doctor.parsers.atom_log import stage_of
 from k3doctor.registry import remediation
-from k3doctor.results import Verdict, fail, passed, warn
-from k3doctor.triage.signatures import FIELD_SIGNATURES
+from k3doctor.results import Verdict, error, fail, passed, warn
+from k3doctor.triage.signatures import DIAG_NO_P2P, FIELD_SIGNATURES, ROCR_GPU, rocr_card
 
 STEPS = ("triage-collective", "triage-stacks", "triage-startup", "triage-kv", "triage-config", "triage-fatal")
 
@@ -112,6 +112,7 @@ class Layout:
     experts_global: int = 896
     stall_s: float = 1800.0  # §20: cold starts up to ~25 min
     drafter_stall_s: float = 120.0  # §25: a healthy prefetch finishes in < 1 s
+    first_gpu_kfd_node: int = 2  # §29: KFD topology lists the CPU agents first (GPU nodes 2-5 on a gfx1250 tray)
 
     def outside(self, rank: int) -> bool:
         """True for a rank no node of a known layout holds (``EngineCore_DP999`` on 4 nodes of 4 GPUs)."""
@@ -147,8 +148,10 @@ def _count(lines, kind) -> int:
 
 
 def _at(layout: Layout, rank: int, verdict: Verdict) -> Verdict:
+    """The finding put on the rank's node and GPU (a GPU the finding named itself stays, §29 ROCr node-N)."""
     verdict.node = layout.node_of(rank)
-    verdict.gpu = None if layout.outside(rank) else rank % layout.per_node
+    if layout.outside(rank) or verdict.gpu is None:
+        verdict.gpu = None if layout.outside(rank) else rank % layout.per_node
     verdict.evidence.setdefault("rank", rank)
     if layout.outside(rank) and layout.where(rank) not in verdict.message:
         verdict.message += f" (rank {rank} is {layout.where(rank)})"
@@ -208,13 +211,13 @@ class RankView:
 class LogRule:
     """One triage log rule (a row of ``RULES``): what a rank's lines must show and the finding that gives.
 
-    ``test`` reads the rank (``RankView``) and returns None, or the fields for ``message`` and the evidence;
-    by default it is ``first_line``: the rank printed a line of ``signal``. A rank gives each rule's finding
-    at most once."""
+    ``test`` reads the rank (``RankView``) and returns None, or the fields for ``message`` and the evidence
+    (and, where the line names another GPU of the node than the rank's own, that card); by default it is
+    ``first_line``: the rank printed a line of ``signal``. A rank gives each rule's finding at most once."""
 
     name: str
     step: str
-    finding: Callable  # results.warn | results.fail
+    finding: Callable  # results.warn | results.fail | results.error
     remediation: str
     signal: str | None  # the parser signal kind the rule reads (k3doctor.parsers.atom_log); None: only time
     message: str  # str.format template over the test's fields
@@ -225,8 +228,28 @@ class LogRule:
         found = (self.test or first_line)(self, rank)
         if found is None:
             return None
-        fields, evidence = found
-        return self.finding(self.message.format(**fields), evidence=evidence, remediation=self.remediation)
+        fields, evidence, *card = found
+        verdict = self.finding(self.message.format(**fields), evidence=evidence, remediation=self.remediation)
+        verdict.gpu = card[0] if card else None  # None: the rank's own GPU (_at)
+        return verdict
+
+
+def _rocr_card(rule, rank):
+    """ROCr's ``GPU node-N`` is a KFD topology node, CPU agents first (§29): the card it is on this node."""
+    for ln in _of(rank.lines, rule.signal)[:1]:
+        fields = ln.signals[rule.signal]
+        card, mapped = rocr_card(fields, rank.layout.first_gpu_kfd_node, rank.layout.per_node)
+        return ({"mapped": mapped, "line": ln.text[:160]}, {"line": ln.text[:300], "kfd_node": int(fields["node"])},
+                card)
+    return None
+
+
+def _diag_without_p2p(rule, rank):
+    """RCCL's diagnostics ran (``NCCL DIAG`` lines) but their ``p2p:`` verdict is not in the log (§29)."""
+    diag = _of(rank.lines, rule.signal)
+    if diag and not _of(rank.lines, "rccl_diag_p2p"):
+        return {"count": len(diag)}, {"line": diag[-1].text[:300]}
+    return None
 
 
 def first_line(rule: LogRule, rank: RankView):
@@ -372,6 +395,13 @@ RULES = tuple(LogRule(*row) for row in (
     LogRule(kind.replace("_", "-"), step, finding, code, kind, what.replace("{", "{{").replace("}", "}}") + ": {line}")
     for kind, step, finding, what, code in FIELD_SIGNATURES
 ) + tuple(LogRule(*row) for row in (
+    ("rocr-gpu-hang", "triage-fatal", fail, ROCR_GPU, "rocr_gpu_hang", "ROCr: GPU hang on {mapped}: {line}",
+     _rocr_card),
+    ("rocr-memory-fault", "triage-fatal", fail, ROCR_GPU, "rocr_memory_fault",
+     "ROCr: GPU memory access fault on {mapped}: {line}", _rocr_card),
+    ("rccl-diag-no-p2p", "triage-fatal", error, DIAG_NO_P2P, "rccl_diag",
+     "RCCL diagnostics ran ({count} `NCCL DIAG` line(s)) but printed no `p2p:` line: the GPU pairs were not "
+     "verified, nothing to pass (run with `stdbuf -oL`, §29)", _diag_without_p2p),
     ("double-free", "triage-fatal", warn, RUNNER_DIED, "double_free",
      "`double free or corruption` in a ModelRunner (seen with long profiler traces, §10)"),
     ("drafter-downloading", "triage-startup", fail, DRAFTER, "drafter_loading",

@@ -53,6 +53,34 @@ DIAG_MULTI = remediation("TRIAGE-RCCL-DIAG-ONE-PROCESS", "RCCL diagnostics run w
 `peer-memory import failed ... handle=DIRECT` on gfx1250 is what one process driving several GPUs gets from
 RCCL's P2P diagnostics (§29): run them one process per GPU before reading anything into the result.""")
 
+DIAG_NO_P2P = remediation("TRIAGE-RCCL-DIAG-NO-P2P", "RCCL diagnostics ran but their P2P verdict was not read", """
+With NCCL_RUN_DIAGNOSTICS=1 RCCL ends its checks with one `p2p:` line per process: `NCCL DIAG [OK] p2p: all
+<n> directed GPU P2P edges verified` or `NCCL DIAG [INFO] p2p: <kind> srcRank=... dstRank=...` (§29). It goes to
+stdout only: a log with `NCCL DIAG` lines but no `p2p:` line lost it (buffered stdout, a cut log, a process that
+died first), so nothing about the GPU pairs is known - no PASS. Rerun with `stdbuf -oL` and one process per GPU,
+and keep stdout in the log.""")
+ROCR_GPU = remediation("TRIAGE-ROCR-GPU-FAULT", "ROCr reported a GPU hang or memory fault on a KFD node", """
+`HW Exception by GPU node-N ... reason :GPU Hang` and `Memory access fault by GPU node-N ...` name the KFD
+topology node, not the GPU index: CPU agents come first, so a 4-GPU gfx1250 tray has GPU nodes 2-5 and `node-3`
+is its second card (§29). Confirm the card in `/sys/class/kfd/kfd/topology/nodes/N/properties` (or `rocminfo`:
+`Node:` and `BDFID`), then read that GPU's kernel log (`k3doctor check --only kernel-health`): a hang leaves a
+wedged GPU (reset the tray, §11). `Memory access fault ... on address (nil). Reason: unknown` with
+HSA_OVERRIDE_GFX_VERSION set is the stale override (§29): unset it or make it match the GPU.""")
+
+
+def rocr_card(fields: dict, first_gpu_node: int, per_node: int) -> tuple:
+    """(card index on the node or None, how it was mapped) for ROCr's ``GPU node-N`` (§29: KFD topology node,
+    CPU agents first; ``first_gpu_node`` is the first GPU's KFD node, 2 on a two-socket gfx1250 tray)."""
+    node = int(fields["node"])
+    card = node - first_gpu_node
+    if not 0 <= card < per_node:
+        return None, (f"KFD topology node {node} is not one of this layout's GPU nodes {first_gpu_node}-"
+                      f"{first_gpu_node + per_node - 1}: read /sys/class/kfd/kfd/topology/nodes/{node}/properties")
+    return card, (f"KFD topology node {node} = card {card} of the node (GPU nodes start at {first_gpu_node}, after "
+                  f"the CPU agents; not GPU index {node}; confirm in "
+                  f"/sys/class/kfd/kfd/topology/nodes/{node}/properties)")
+
+
 FIELD_SIGNATURES = (
     ("mori_fabric_partial", "triage-config", fail, "MORI left the UALink fabric: the whole job runs on host LSA + "
      "RDMA", MORI_PARTIAL),

@@ -42,7 +42,7 @@ FAKE_TOOLS = {"opt/rocm/bin/amd-smi": "amd-smi", "opt/rocm/bin/rocm-smi": "rocm-
 TOOL_MODES = ("ok", "hang", "garbage", "truncated", "stubborn", "huge")
 RUNTIME_MODES = ("hang", "stubborn", "huge")  # decided by the fake when it runs (its @mode file)
 CARD_FIELDS = ("accel_state", "accel_id", "lane_bitmap", "ppod_id", "vpod_id", "link_type", "sclk_max_mhz",
-               "ifoe_driver")
+               "ifoe_driver", "retired_pages")
 FAKE_SCRIPT = Path(__file__).with_name("bin") / "k3rig-fake"
 AMD_SMI_GROUPS_WARNING = "WARNING: User is missing the following required groups: render, video\n"
 # Files `docker cp`-ed into our container (reference §2, §14) live under this root; the rig empties it on sync.
@@ -140,6 +140,7 @@ class NodeState:
             "link_type": "UALoE",
             "sclk_max_mhz": 2400,  # the top pp_dpm_sclk level (reference §12: max gfx clock 2.4 GHz)
             "ifoe_driver": "ifoe",  # the driver of the GPU's .1 function: a name, "-" (none) or "absent" (§29)
+            "retired_pages": 0,  # HBM pages amd-smi bad-pages lists as RETIRED (§29, §30)
         }
         values.update(self.cards.get(c, {}))
         return values
@@ -424,6 +425,7 @@ def _amd_smi_outputs(s: NodeState) -> dict[str, str]:
         for c in range(GPUS_PER_NODE)
     )
     return {
+        "bad-pages --json": _amd_smi_json(s, [_bad_pages_entry(s, c) for c in range(GPUS_PER_NODE)]),
         "fabric --json": _amd_smi_json(s, fabric),
         "fabric": "".join(_fabric_text(entry) for entry in fabric),
         "static --json": _amd_smi_json(s, static),
@@ -431,6 +433,16 @@ def _amd_smi_outputs(s: NodeState) -> dict[str, str]:
         "static --asic --bus --json": _amd_smi_json(s, asic),
         "static --vram": vram_text,
     }
+
+
+def _bad_pages_entry(s: NodeState, c: int) -> dict[str, Any]:
+    """amd-smi bad-pages' JSON for card ``c``: the "No bad pages found." string, or the RESERVED pages (one page
+    is an object, several a list, as amdsmi_commands.py prints them)."""
+    none = "No bad pages found."
+    pages = [{"page_address": 0x3F000000 + 0x1000 * i, "page_size": 4096, "status": "RESERVED"}
+             for i in range(s.card(c)["retired_pages"])]
+    retired = none if not pages else pages[0] if len(pages) == 1 else pages
+    return {"gpu": c, "retired": retired, "pending": none, "un_res": none}
 
 
 def _amd_smi_json(s: NodeState, entries: list[dict[str, Any]]) -> str:

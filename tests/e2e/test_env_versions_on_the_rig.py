@@ -62,6 +62,17 @@ def test_a_stale_aiter_jit_lock_in_one_container_blocks_that_node(rack):
     assert "holder pid 999999 is gone" in fault["message"]
 
 
+def test_lmcache_offload_on_the_cuda_wheel_blocks_that_node_before_launch(rack):
+    """§29: the probe imports lmcache.c_ops inside each node's container through its Docker API; only ct16 offloads
+    to LMCache, with a c_ops that fails on libcudart.so.13; the other nodes need no LMCache and stay quiet."""
+    rack.apply("lmcache-cuda-wheel")
+    rc, doc = k3json("check", "--nodes", rack.inventory_path, "--only", "lmcache-ops")
+    bad = [(r["node"], r["status"], r["remediation"]) for r in doc["results"] if r["status"] != "PASS"]
+    assert bad == [("ct16", "FAIL", "LMCACHE-NO-NATIVE-OPS")], doc
+    [fault] = [r for r in doc["results"] if r["status"] == "FAIL"]
+    assert "ImportError: libcudart.so.13: cannot open shared object file" in fault["message"]
+
+
 def test_amd_smi_only_in_the_image_runs_inside_our_container(rack, tmp_path):
     """§29: ROCm from a pip wheel leaves the host without /opt/rocm; the engine's image ships amd-smi. ct14 here has
     no amd-smi on the host: read there it is an ERROR saying where it was looked for; with `tools.amd_smi:

@@ -92,3 +92,14 @@ def test_an_unknown_amdgpu_error_line_is_one_warn_on_its_node_and_card(rig):
     rc, doc = k3json("check", "--nodes", rig.inventory_path, "--only", "kernel-health",
                      "--set", "kernel-health.silence=['XGMI: link \\d+ training stalled']")
     assert [r["status"] for r in doc["results"]] == ["PASS"] * 4, doc
+
+
+def test_retired_hbm_pages_read_in_band_warn_on_that_node_and_gpu_only(rig):
+    """§29/§30: amd-smi bad-pages (run on each node over SSH) lists ct17 card 2's two retired pages; the other
+    GPUs print `No bad pages found.` and pass."""
+    rig.apply("gpu-bad-pages")
+    rc, doc = k3json("check", "--nodes", rig.inventory_path, "--only", "gpu-bad-pages")
+    bad = [(r["node"], r["gpu"], r["status"], r["remediation"]) for r in doc["results"] if r["status"] != "PASS"]
+    assert bad == [("ct17", 2, "WARN", "GPU-BAD-PAGES")], doc
+    assert "2 retired HBM page(s)" in next(r["message"] for r in doc["results"] if r["status"] == "WARN")
+    assert passing(doc) == set(NODES) - {"ct17"}

@@ -17,9 +17,10 @@ DMESG = ("[    9.412305] ifoe: loading out-of-tree module taints kernel.\n"
 GIB = 2**30
 
 
-def driver_readings(params=None, kfd=True, ifoe=True, dmesg=DMESG, dmesg_rc=0):
+def driver_readings(params=None, kfd=True, ifoe=True, dmesg=DMESG, dmesg_rc=0, version=None):
     values = {"gpu_recovery": "0", "halt_if_hws_hang": "1", "mtype_local": "0", "noretry": "1", **(params or {})}
     return Readings({"kfd": kfd, "ifoe": ifoe, "dmesg": CommandReading("dmesg", dmesg_rc, dmesg, ""),
+                     "version": FileReading("/sys/module/amdgpu/version", version),
                      **{k: FileReading(f"{P}/{k}", None if v is None else f"{v}\n") for k, v in values.items()}})
 
 
@@ -280,3 +281,13 @@ def test_inventory_counts_kfd_gpu_nodes_not_drm_or_render_nodes():
     garbled = cards(HEALTHY, kfd={"/sys/class/kfd/kfd/topology/nodes/1/properties": FileReading("p", "junk\n")})
     [v] = judge(INVENTORY, garbled)
     assert v.status == Status.ERROR and "no gfx_target_version line" in v.message
+
+
+def test_in_tree_driver_without_version_file_passes_and_says_in_tree_not_missing():
+    """§29 (ollama/ollama #3425): the in-tree amdgpu has no /sys/module/amdgpu/version; that is an INFO on the
+    PASS line, never a missing driver, and a DKMS driver's version is named."""
+    [v] = judge(DRIVER, driver_readings())
+    assert v.status == Status.PASS
+    assert "INFO: in-tree amdgpu (no /sys/module/amdgpu/version" in v.message and "not a missing driver" in v.message
+    [v] = judge(DRIVER, driver_readings(version="6.16.6\n"))
+    assert v.status == Status.PASS and "amdgpu 6.16.6 (DKMS)" in v.message and "in-tree" not in v.message

@@ -70,7 +70,7 @@ def script_for(place, master=IPS["ct13"], **args):
 
 
 def readings(a=None, script=None, ranks="", links=LINKS, routes=ROUTES, tcp=IDLE_TCP, tcp6=IDLE_TCP6, place=0,
-             master=IPS["ct13"]):
+             master=IPS["ct13"], getent=""):
     a = INSPECT if a is None else a
     return Readings({
         "container": ContainerReading(record_from_inspect(a, KEEP) if a != "missing" else None,
@@ -78,7 +78,8 @@ def readings(a=None, script=None, ranks="", links=LINKS, routes=ROUTES, tcp=IDLE
         "ranks": ranks if isinstance(ranks, CommandReading) else CommandReading("sh -c ...", 0, ranks, ""),
         "links": CommandReading("ip -o link show", 0, links, ""),
         "routes": CommandReading("ip -4 route show table local", 0, routes, ""),
-        "tcp": FileReading("/proc/net/tcp", tcp), "tcp6": FileReading("/proc/net/tcp6", tcp6)})
+        "tcp": FileReading("/proc/net/tcp", tcp), "tcp6": FileReading("/proc/net/tcp6", tcp6),
+        "hostname": CommandReading("sh -c ...", 0, f"{NAMES[place]}\n{getent}", "")})
 
 
 def judge(per_node=None, ips=IPS, stepping="B0", node_steppings=None, recipe=None, **params):
@@ -403,6 +404,24 @@ def test_per_node_launch_flags():
     assert "--data-parallel-size-local is 8, the node has 4 GPUs" in v.message
 
 
+@pytest.mark.parametrize("heap, warned", [(None, True), ("4G", True), ("4294967296", True), ("16g", False),
+                                          ("17179869184", False), ("32GiB", False), ("lots", True)])
+def test_ep32_launch_warns_on_mori_heap_unset_or_below_16g(heap, warned):
+    """§29 (ROCm/MAD PR #168): EP32 exhausted MORI's old 4 GiB symmetric heap (`Out of heap memory!`); before
+    launch, an EP32 command with MORI_SHMEM_HEAP_SIZE unset or below 16G is a WARN. EP16 needs nothing."""
+    ep32 = {n: readings(attrs(env={"MORI_SHMEM_HEAP_SIZE": heap}), script=script_for(i, **{"--data-parallel-size": 32}),
+                        place=i) for i, n in enumerate(NAMES)}
+    bad = [v for v in judge(ep32) if v.status != Status.PASS]
+    if not warned:
+        assert bad == []
+        return
+    assert [(v.node, v.status, v.remediation) for v in bad] == [(n, Status.WARN, "LAUNCH-ARGS") for n in NAMES]
+    assert f"MORI_SHMEM_HEAP_SIZE={heap or '(unset)'} with expert parallelism 32" in bad[0].message
+    assert "Out of heap memory!" in bad[0].message
+    assert findings(judge({n: readings(attrs(env={"MORI_SHMEM_HEAP_SIZE": heap}), place=i)
+                           for i, n in enumerate(NAMES)})) == []  # EP16: the default heap is enough
+
+
 def test_rank_master_ip_and_drift_are_each_named_once_on_the_odd_node():
     verdicts = judge({"ct14": readings(script=script_for(1, **{"--data-parallel-rank": 8, "--max-num-seqs": 16}),
                                        place=1),
@@ -624,3 +643,24 @@ def test_reads_declare_the_kept_names_and_snapshot_round_trip():
     reading = ContainerReading(record_from_inspect(INSPECT, KEEP), script_for(0))
     assert snapshot._decode_spec(json.loads(json.dumps(snapshot._encode_spec(spec)))) == spec
     assert snapshot._decode_reading(json.loads(json.dumps(snapshot._encode_reading(reading)))) == reading
+
+
+@pytest.mark.parametrize("answer, warned", [("127.0.1.1       ct14\n", True), ("::1  ct14\n", True), ("", False),
+                                            ("10.210.11.14    ct14\n", False), ("127.0.2.12 ct14\n", False)])
+def test_a_hostname_resolving_to_loopback_warns_on_its_node(answer, warned):
+    """§29: `getent hosts $(hostname)` on 127.x (Debian's `127.0.1.1 <host>` line) makes Gloo fall back to
+    loopback; the node's own data-plane address (127.0.2.12 on this loopback rack) or no answer is quiet."""
+    verdicts = judge({"ct14": readings(place=1, getent=answer)})
+    if not warned:
+        assert findings(verdicts) == []
+        return
+    v = only(verdicts)
+    assert (v.node, v.status, v.remediation) == ("ct14", Status.WARN, "LAUNCH-IFNAME")
+    assert f"`getent hosts ct14` gives {answer.split()[0]}, a loopback address" in v.message
+    assert "connectFullMesh" in v.message
+
+
+def test_a_hostname_lookup_not_read_is_an_error_not_a_pass():
+    r = readings(place=1)
+    verdicts = judge({"ct14": Readings({**r.raw(), "hostname": CommandReading("sh -c ...", 0, "", "")})})
+    assert [(v.node, v.status) for v in verdicts if v.status != Status.PASS] == [("ct14", Status.ERROR)]

@@ -5,7 +5,7 @@ from k3doctor.checks import rack  # noqa: F401  (registers rack-free)
 
 from k3doctor import testing
 from k3doctor.inventory.types import Settings
-from k3doctor.readings import CommandReading, Docker, DockerReading, Readings, Unavailable
+from k3doctor.readings import CommandReading, Docker, DockerReading, FileReading, Readings, Unavailable
 from k3doctor.registry import REGISTRY
 from k3doctor.results import Status
 from tests.corpus import load
@@ -40,7 +40,7 @@ IDLE = memuse(0, 0, 0, 0)
 
 
 def readings(containers=(), events=(), kfd=(), pids=NO_PIDS, pids_rc=0, mem=IDLE, mem_rc=0, uid="0",
-             pidns="pid:[4026531836]"):
+             pidns="pid:[4026531836]", busy=(0, 0, 0, 0)):
     return Readings({
         "docker": DockerReading(containers=list(containers), events=list(events), now=NOW),
         "kfd": {f"/sys/class/kfd/kfd/proc/{p}": None for p in kfd},
@@ -48,6 +48,8 @@ def readings(containers=(), events=(), kfd=(), pids=NO_PIDS, pids_rc=0, mem=IDLE
         "memuse": CommandReading("rocm-smi --showmemuse", mem_rc, mem, "" if mem_rc == 0 else "boom"),
         "uid": CommandReading("id -u", 0, f"{uid}\n", ""),
         "pidns": CommandReading("readlink /proc/self/ns/pid", 0, f"{pidns}\n", ""),
+        "busy": {f"/sys/class/drm/card{c}/device/gpu_busy_percent": FileReading("gpu_busy_percent", f"{pct}\n")
+                 for c, pct in enumerate(busy)},
     })
 
 
@@ -138,7 +140,7 @@ def test_unreadable_source_errors_but_does_not_hide_other_findings():
     assert any("rocm-smi --showpids not readable" in v.message for v in verdicts)
     r = Readings({"docker": Unavailable("engine down"), "kfd": {}, "pids": CommandReading("x", 0, NO_PIDS, ""),
                   "memuse": CommandReading("y", 0, IDLE, ""), "uid": CommandReading("id -u", 0, "0\n", ""),
-                  "pidns": CommandReading("readlink /proc/self/ns/pid", 0, "pid:[4026531836]\n", "")})
+                  "pidns": CommandReading("readlink /proc/self/ns/pid", 0, "pid:[4026531836]\n", ""), "busy": {}})
     [v] = judge(r)
     assert v.status == Status.ERROR and "docker engine not readable" in v.message
 
@@ -220,3 +222,17 @@ def test_an_empty_process_list_read_in_a_pid_namespace_is_an_error_not_free():
     # a process the namespace does see is a finding of its own: the namespace only spoils an empty list
     assert bad(judge(readings([container("k3ep16")], kfd=[4242], pids=NO_PIDS, pidns="pid:[4026532711]"))) == [
         (Status.FAIL, "RACK-BUSY")]
+
+
+def test_a_gpu_100_percent_busy_with_nothing_running_is_a_stalled_queue():
+    """§29 (legacy-rocm-build #6530): "100 %" utilization at idle with no process on the GPU is a stalled queue,
+    a WARN on that card; busy GPUs with a process on the node are that process's (already a FAIL)."""
+    verdicts = judge(readings([container("k3ep16")], busy=(0, 100, 3, 0)))
+    assert [(v.status, v.gpu, v.remediation) for v in verdicts] == [(Status.WARN, 1, "RACK-STALLED-QUEUE")]
+    assert "card1 reads 100 % busy (gpu_busy_percent) with no GPU process" in verdicts[0].message
+    assert bad(judge(readings([container("k3ep16")], busy=(0, 99, 0, 0)))) == []
+    assert bad(judge(readings([container("k3ep16")], busy=(0, 99, 0, 0)), stalled_busy_pct=99)) == [
+        (Status.WARN, "RACK-STALLED-QUEUE")]
+    assert bad(judge(readings([container("k3ep16")], kfd=(4242,), busy=(100, 100, 100, 100)))) == [
+        (Status.FAIL, "RACK-BUSY")]
+    assert bad(judge(readings([container("k3ep16")], busy=("garbage",)))) == [(Status.ERROR, None)]

@@ -247,3 +247,13 @@ def test_physical_acc_id_empty_or_garbled_raises(text):
     """rc 0 with empty output is never "no GPUs" (§29); a GPU without ASIC is not static --asic output."""
     with pytest.raises(ParseError):
         parse_physical_acc_ids(text)
+
+
+def test_static_from_amd_smi_26_1_with_ifwi_instead_of_vbios_is_static_output():
+    """§29: amd-smi 26.1.0 (ROCm 7.1) renamed `static --vbios` to `--ifwi`; a block whose only section is IFWI is
+    still static output (VRAM unknown, never a ParseError that would turn a healthy node into an ERROR)."""
+    ifwi = "GPU: 0\n    IFWI:\n        NAME: AMD MI455X\n        BUILD_DATE: 2026/09/18 10:00\n"
+    assert parse_static_vram(ifwi) == {0: None}
+    assert parse_static_vram(json.dumps({"gpu_data": [{"gpu": 0, "ifwi": {"version": "00154951"}}]})) == {0: None}
+    with pytest.raises(ParseError, match="not amd-smi static output"):
+        parse_static_vram(ifwi.replace("IFWI", "FIRMWARE_BLOB"))

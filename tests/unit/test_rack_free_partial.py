@@ -33,6 +33,7 @@ def judge(mem=None, pids=NO_PIDS, events=(), containers=(), mem_truncated=False,
         "pids": CommandReading("rocm-smi --showpids", 0, pids, ""),
         "memuse": CommandReading("rocm-smi --showmemuse", 0, memuse(0, 0, 0, 0) if mem is None else mem, "",
                                  truncated=mem_truncated),
+        "busy": {},  # no gpu_busy_percent on these cards
     })
     return testing.judge(CHECK, r, node="ct13", settings=Settings(container="k3ep16", gpus_per_node=gpus))
 

@@ -7,6 +7,7 @@ from k3doctor.parsers.atom_log import parse_log, rank_marker, stage_of
 from k3doctor.results import Status
 from k3doctor.triage import group_by_rank, most_likely, triage_results
 from k3doctor.triage.judge import Layout
+from tests.corpus import load
 
 NODES = ("ct13", "ct14", "ct16", "ct17")
 
@@ -254,3 +255,48 @@ def test_known_benign_field_lines_raise_nothing(line):
     RCCL_USE_AMD_SMI_LIB is the trap itself, never echoed; the ABI line only says two ROCm drops are mixed."""
     results = run(L.node_logs(extra={5: [line]}))
     assert [r for r in results if r.status != Status.PASS] == []
+
+
+@pytest.mark.parametrize("line, card", [
+    ("HW Exception by GPU node-4 (Agent handle: 0x5581f5c0e2a0) reason :GPU Hang", 2),
+    ("Memory access fault by GPU node-2 (Agent handle: 0x55d0c2a1b7e0) on address (nil). Reason: unknown.", 0),
+])
+def test_rocr_node_n_is_the_kfd_topology_node_not_the_gpu_index(line, card):
+    """§29: ROCr's `GPU node-N` counts the CPU agents first (GPU nodes 2-5 on a gfx1250 tray): the finding names
+    card N-2 of the node that logged it - not GPU N, and not the logging rank's own GPU (rank 5 = ct14 gpu1)."""
+    results = run(L.node_logs(extra={5: [line]}))
+    [bad] = [r for r in results if r.status == Status.FAIL]
+    assert (bad.check, bad.node, bad.gpu, bad.remediation) == ("triage-fatal", "ct14", card, "TRIAGE-ROCR-GPU-FAULT")
+    node = card + 2
+    assert f"KFD topology node {node} = card {card} of the node" in bad.message
+    assert f"not GPU index {node}" in bad.message
+    assert bad.evidence["kfd_node"] == node
+
+
+def test_rocr_node_outside_the_layouts_gpu_nodes_says_so_and_keeps_the_ranks_gpu():
+    results = run(L.node_logs(extra={5: ["HW Exception by GPU node-9 (Agent handle: 0x1) reason :GPU Hang"]}))
+    [bad] = [r for r in results if r.status == Status.FAIL]
+    assert bad.gpu == 1 and "KFD topology node 9 is not one of this layout's GPU nodes 2-5" in bad.message
+
+
+def test_rccl_diagnostics_without_a_p2p_line_are_an_error_not_a_pass():
+    """§29: NCCL_RUN_DIAGNOSTICS=1 ends with a `p2p:` line per process (stdout only); `NCCL DIAG` lines without
+    one mean the verdict was lost - an ERROR for that rank. With the OK line the same log is quiet."""
+    started = "ct14:4321 NCCL DIAG [INFO] intra-node diagnostics: 4 GPUs, 1 process per GPU"
+    results = run(L.node_logs(extra={5: [started]}))
+    assert [(r.check, r.node, r.status, r.remediation) for r in results if r.status != Status.PASS] == [
+        ("triage-fatal", "ct14", Status.ERROR, "TRIAGE-RCCL-DIAG-NO-P2P")]
+    assert "printed no `p2p:` line" in [r for r in results if r.status == Status.ERROR][0].message
+    ok = "ct14:4321 NCCL DIAG [OK] p2p: all 12 directed GPU P2P edges verified"
+    assert [r for r in run(L.node_logs(extra={5: [started, ok]})) if r.status != Status.PASS] == []
+
+
+def test_rocr_hang_from_the_real_mi300x_capture_names_card_7_of_an_8_gpu_node_once():
+    """corpus hip-runtime-hw-exception-gpu-hang-mi300x.txt (legacy-rocm-build #4021): five processes print `HW
+    Exception by GPU node-9 ... reason :GPU Hang`, the first glued to a tqdm bar; on an 8-GPU node with its CPU
+    agents first that is card 7 (not the logging rank 2's own GPU) - one finding for that rank."""
+    parsed = parse_log(load("hip-runtime-hw-exception-gpu-hang-mi300x.txt"), default_rank=2)
+    results = triage_results(parsed, Layout(("mi300x",), per_node=8), now=None, problems={})
+    [bad] = [r for r in results if r.status == Status.FAIL]
+    assert (bad.node, bad.gpu, bad.remediation) == ("mi300x", 7, "TRIAGE-ROCR-GPU-FAULT")
+    assert "KFD topology node 9 = card 7 of the node" in bad.message

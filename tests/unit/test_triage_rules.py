@@ -54,6 +54,10 @@ SAMPLES = {
     "rccl-diag-p2p-failed": (["ct14:4321 NCCL DIAG [INFO] p2p: read srcRank=1 dstRank=3 path=XGMI status=mismatch"],
                              {}, None),
     "rccl-diag-multi-gpu": (["NCCL WARN peer-memory import failed for rank 2 (handle=DIRECT)"], {}, None),
+    "rocr-gpu-hang": (["HW Exception by GPU node-4 (Agent handle: 0x5581f5c0e2a0) reason :GPU Hang"], {}, None),
+    "rocr-memory-fault": (["Memory access fault by GPU node-2 (Agent handle: 0x55d0c2a1b7e0) on address (nil). "
+                           "Reason: unknown."], {}, None),
+    "rccl-diag-no-p2p": (["ct14:4321 NCCL DIAG [INFO] intra-node diagnostics: 4 GPUs, 1 process per GPU"], {}, None),
     "double-free": (L.rank_lines(0) + ["double free or corruption (out)"], {}, None),
     "drafter-downloading": (L.rank_lines(0, stop_at="config") + L.DRAFTER, {}, None),
     "log-stalled": (L.rank_lines(0, stop_at="load"), {}, STALL_NOW),
@@ -72,7 +76,7 @@ def test_every_row_is_reachable(rule):
     parsed = parse_log(L.stamped(lines) if now else "\n".join(lines))
     layout = Layout(("ct13",), **layout)
     alone = judge_rank(0, parsed, layout, now, rules=(rule,))
-    status = Status.WARN if rule.finding.__name__ == "warn" else Status.FAIL
+    status = {"warn": Status.WARN, "fail": Status.FAIL, "error": Status.ERROR}[rule.finding.__name__]
     assert [(step, v.status, v.remediation, v.node) for step, v in alone] == [
         (rule.step, status, rule.remediation, "ct13")]
     assert (rule.step, rule.remediation) in {(step, v.remediation) for step, v in judge_rank(0, parsed, layout, now)}
