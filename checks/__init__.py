@@ -5,5 +5,5 @@ with :func:`k3doctor.registry.check`. ``ORDER`` lists the modules in the order o
 reference's pre-launch checklist (§0.3), which is the order reports show them in.
 """
 
-ORDER = ("rack", "amdgpu", "platform", "iommu", "kernel", "ualink", "fabric", "peers", "host", "shm", "container",
-         "launch", "env_versions", "aiter_locks", "ualoe", "allreduce")
+ORDER = ("rack", "amdgpu", "platform", "iommu", "xgmi", "kernel", "ualink", "fabric", "peers", "host", "shm",
+         "container", "launch", "env_versions", "aiter_locks", "ualoe", "allreduce")
