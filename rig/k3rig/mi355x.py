@@ -20,9 +20,11 @@ XGMI_BIT_RATE_GBPS = 32  # as the real 8 × MI300X capture prints it; no MI355X 
 XGMI_MAX_BANDWIDTH_GBPS = 512
 XGMI_PORTS = 8  # 7 peers and one unused port, which reads X on a healthy node (§30)
 
+# amdgpu's own defaults: §30 names no load parameter for MI355X (the §5 ones are the gfx1250 bring-up's).
+AMDGPU_DEFAULT_PARAMS = {"gpu_recovery": -1, "halt_if_hws_hang": 0, "mtype_local": 0, "noretry": -1}
+
 # /proc/meminfo of a cluster:mi355x-amds runner: ~3 TB DDR5, `available-cpu-dram-mib: 3_095_781` (§30).
-MEMINFO_KB = {"MemTotal": 3_221_225_472, "MemFree": 3_168_954_880, "MemAvailable": 3_170_079_744,
-              "CommitLimit": 1_744_830_464 + 67_108_860, "SwapTotal": 67_108_860, "SwapFree": 67_108_860}
+MEMINFO_KB = {"MemTotal": 3_221_225_472, "MemFree": 3_168_954_880, "MemAvailable": 3_170_079_744}
 
 
 def bdf(gpu: int) -> str:
@@ -73,9 +75,13 @@ def _cell(links: dict, a: int, b: int) -> str:
 
 # ---------------------------------------------------------------------------------------- AgentX server (§30)
 
+RECIPE = "kimi-k3-mi355x-agentx"  # what the rig's inventory names (cluster.recipe), with its concurrency
 MODEL = "moonshotai/Kimi-K3"
 DRAFT_MODEL = "Inferact/Kimi-K3-DSpark"
-HF_CACHE = "/var/lib/hf-hub-cache"
+# §30 mounts the HF cache at /var/lib/hf-hub-cache; the rig's container files live under /app, so it is here.
+HF_CACHE = "/app/hf-hub-cache"
+SERVER_WORKDIR = "/app"  # `python3 -m atom.entrypoints.openai_server` finds the stand-in module here
+SERVER_MODULE = "atom.entrypoints.openai_server"
 SERVER_PORT = 8891  # 8888 + the last character of runner mi355x-amds_03 (§30)
 ONLINE_QUANT = ('{"quant_type":"ptpc_fp8","exclude":["lm_head","model.embed_tokens","*self_attn.[qkv]_conv1d*",'
                 '"*block_sparse_moe.experts*","*block_sparse_moe.routed_expert_*","*vision_tower*","*mm_projector*"]}')
@@ -123,9 +129,21 @@ def server_args(concurrency: int) -> dict[str, Any]:
 
 def server_argv(concurrency: int, overrides: dict[str, Any]) -> list[str]:
     """``python -m atom.entrypoints.openai_server ...`` with the state's flag overrides (None: dropped)."""
-    argv = ["python3", "-m", "atom.entrypoints.openai_server"]
+    argv = ["python3", "-m", SERVER_MODULE]
     for flag, value in {**server_args(concurrency), **overrides}.items():
         if value is None or value is False:
             continue
         argv += [flag] if value is True else [flag, str(value)]
     return argv
+
+
+def container_files() -> dict[str, str]:
+    """Our container's files: the stand-in server module, and the model and drafter snapshots complete in the
+    HF cache (a snapshot directory with a file, no `.incomplete` blob), as `hf download` leaves them (§30)."""
+    snapshot = "3f1c2a9d7b6e5a4c3b2a19f8e7d6c5b4a3f2e1d0"
+    files = {f"{SERVER_WORKDIR}/{SERVER_MODULE.replace('.', '/')}.py": "import time\ntime.sleep(10**9)\n"}
+    for repo in (MODEL, DRAFT_MODEL):
+        cache = f"{HF_CACHE}/models--{repo.replace('/', '--')}"
+        files[f"{cache}/snapshots/{snapshot}/config.json"] = '{"model_type": "kimi_k3"}\n'
+        files[f"{cache}/blobs/{snapshot}"] = '{"model_type": "kimi_k3"}\n'
+    return files
