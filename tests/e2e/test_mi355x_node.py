@@ -119,3 +119,11 @@ def test_demo_on_mi355x_shows_the_failing_node_and_its_gpu_pair():
     assert "gpu2<->gpu5 XGMI link down: GPU2 (0000:65:00.0) reads D, GPU5 (0000:95:00.0) reads D" in out
     assert out.rstrip().splitlines()[-1].startswith("DO NOT LAUNCH") and "XGMI-LINK-DOWN" in out.splitlines()[-1]
     assert "starting a simulated 2-node mi355x rack (scenario mi355x-demo)" in err
+
+
+@pytest.mark.parametrize("mode", ["truncated", "garbage"])
+def test_amd_smi_output_cut_or_garbled_is_an_error_for_the_node_never_a_pass(mi355x, tmp_path, mode):
+    apply(mi355x, tmp_path, tools={"amd-smi": mode})
+    rc, doc = k3json("check", "--nodes", mi355x.inventory_path, "--only", "xgmi-links")
+    [xgmi] = [r for r in doc["results"] if r["check"] == "xgmi-links"]
+    assert (xgmi["node"], xgmi["status"]) == ("ct13", "ERROR") and "unparseable output" in xgmi["message"], xgmi
