@@ -15,19 +15,21 @@ from k3doctor.api import Command, Param, check, error, fail, passed, remediation
 from k3doctor.parsers.xgmi import NO_XGMI_RATES, parse_xgmi
 
 DOWN = remediation("XGMI-LINK-DOWN", "an XGMI link between two GPUs of the node is down", """
-TP8 on MI355X runs its all-reduce over the XGMI links that join every pair of the node's 8 GPUs (§30); with a
-pair down RCCL falls back to slower paths or hangs. Take the node out of the serving pool, then cold-reboot
-it (power-cycle, not a warm reboot: the links train at power-on) and read `amd-smi xgmi` again: every
-non-SELF cell of XGMI LINK STATUS must read U, and `rocm-smi --showtopoaccess` must show no `False`. If the
-same pair stays down after a cold boot, the link between those two OAMs (or the baseboard) needs the
-vendor's service; keep the node drained until then.
+The 8 GPUs of an MI355X node are fully connected by XGMI, one hop, and TP8 spans all of them (§30): a pair
+that is down (D or X at either end of `amd-smi xgmi`'s XGMI LINK STATUS, no link to the other GPU, or a
+GPU with no XGMI at all) blocks the launch. Keep the node out of the serving pool; look in dmesg for a
+line with `xgmi` and `link error` and confirm with `rocm-smi --showtopoaccess` (any `False` is a GPU link
+error, §30). Reboot the node and read `amd-smi xgmi` again: healthy is U in every non-SELF cell and
+link_type XGMI on every GPU. A pair that stays down after the reboot is a hardware fault for the vendor.
 """)
 
 DEGRADED = remediation("XGMI-LINK-DEGRADED", "an XGMI link between two GPUs of the node is degraded", """
-A degraded XGMI pair (some of its links down, seen from one end only, trained slower than the node's other
-GPUs, or not reported as XGMI) still carries traffic, so nothing fails outright: the TP8 all-reduce runs at
-the speed of its slowest link and the node serves slower than its peers (§30). Cold-reboot the node (links
-retrain at power-on) and compare `amd-smi xgmi` again; a pair that stays degraded needs the vendor's service.
+A degraded XGMI pair (some of its links down, `U/D`; seen from one end only; or a GPU whose links trained
+at a lower bit_rate than the node's other GPUs) still carries traffic, so nothing fails outright, but the
+TP8 collectives of that node cross it (§30). Compare `amd-smi xgmi` with the node's other GPUs and its
+last healthy reading, reboot the node and read it again; a pair that stays degraded is a hardware fault
+for the vendor. The minimum bit rate is a site setting (`xgmi-links.min_bit_rate_gbps`): no MI355X value
+is documented here.
 """)
 
 
