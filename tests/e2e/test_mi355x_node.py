@@ -127,3 +127,14 @@ def test_amd_smi_output_cut_or_garbled_is_an_error_for_the_node_never_a_pass(mi3
     rc, doc = k3json("check", "--nodes", mi355x.inventory_path, "--only", "xgmi-links")
     [xgmi] = [r for r in doc["results"] if r["check"] == "xgmi-links"]
     assert (xgmi["node"], xgmi["status"]) == ("ct13", "ERROR") and "unparseable output" in xgmi["message"], xgmi
+
+
+def test_a_job_holding_a_gpu_through_kfd_makes_the_node_busy_whatever_docker_ps_says(mi355x, tmp_path):
+    """§30: an AgentX job often runs under Slurm + pyxis/enroot, which `docker ps` does not show; rack-free
+    names the KFD holder (sysfs /sys/class/kfd/kfd/proc and rocm-smi --showpids) on its node."""
+    apply(mi355x, tmp_path, gpu_processes=[{"pid": 424242, "name": "pt_main_thread", "card": 6,
+                                            "vram_bytes": 190 * 2**30}])
+    rc, doc = k3json("check", "--nodes", mi355x.inventory_path, "--only", "rack-free")
+    found = [(r["node"], r["status"], r["message"]) for r in doc["results"] if r["status"] != "PASS"]
+    assert rc == 1 and found == [("ct13", "FAIL", "GPU process pid 424242 pt_main_thread on 1 GPU(s) holds "
+                                  "190.0 GiB VRAM: the GPUs are in use")], found
