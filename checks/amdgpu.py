@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from k3doctor import platforms
 from k3doctor.api import (
     CardId,
     Exists,
@@ -25,7 +26,7 @@ from k3doctor.model.kernel_log import DMESG, KernelLog, is_amdgpu_load
 from k3doctor.parsers.amdsmi import parse_static_vram
 
 PARAMS = "/sys/module/amdgpu/parameters"
-REQUIRED = {"gpu_recovery": "0", "halt_if_hws_hang": "1"}
+REQUIRED = dict(platforms.get(platforms.DEFAULT).amdgpu_load_params)  # read on every platform, required per platform
 TUNED = {"mtype_local": "0", "noretry": "1"}
 IFOE = "/sys/module/ifoe"
 VERSION = "/sys/module/amdgpu/version"  # only the DKMS (out-of-tree) driver has it (§29, ollama/ollama #3425)
@@ -102,14 +103,19 @@ def amdgpu_driver(r, ctx):
     if not r["kfd"]:
         return fail("/dev/kfd does not exist: amdgpu is not loaded", remediation=NO_KFD,
                     evidence={"/dev/kfd": "missing"})
+    platform = platforms.get(ctx.settings.platform)
     found = {p: r[p].text() if r[p].exists else None for p in (*REQUIRED, *TUNED)}
     evidence = {f"{PARAMS}/{p}": v if v is not None else "missing" for p, v in found.items()}
     verdicts = []
-    wrong = [f"{p}={evidence[f'{PARAMS}/{p}']} (need {want})" for p, want in REQUIRED.items() if found[p] != want]
+    wrong = [f"{p}={evidence[f'{PARAMS}/{p}']} (need {want})" for p, want in platform.amdgpu_load_params
+             if found[p] != want]
     if wrong:
         verdicts.append(fail("amdgpu loaded with " + ", ".join(wrong) + "; these are load-time parameters and "
                              "a reload retrains the UALink links (§5, §6)",
                              remediation=AMDGPU_PARAMS, evidence=evidence))
+    if not platform.ifoe:  # an XGMI node (§30): /dev/kfd is what the driver check asks there
+        return verdicts or [passed(f"/dev/kfd present (platform {platform.name}: no bring-up load parameters, no "
+                                   "ifoe)", evidence=evidence)]
     ifoe_verdicts, ifoe_note = _ifoe_state(r, evidence)
     verdicts += ifoe_verdicts
     tuned, tuned_note = _tuned_state(found)

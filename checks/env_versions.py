@@ -9,6 +9,7 @@ the container's; only the values of the variables a row names leave the node.
 """
 from __future__ import annotations
 
+from k3doctor import platforms
 from k3doctor.api import (
     ContainerInspect,
     Param,
@@ -127,9 +128,11 @@ def env_versions(r, ctx):
     found = parse_probe(r["versions"].output("the version probe"), kernel)
     edges = edges_from(ctx.param("version_edges"))
     versions = {name: version_text(f.version) for name, f in found.items()}
+    off = platforms.get(ctx.settings.platform).env_rules_off
+    rules = tuple(rule for rule in RULES if rule.remediation not in off)
     verdicts, notes = [], []
     for label, env in environments:
-        for rule, name, value, why in judge(env, found, edges):
+        for rule, name, value, why in judge(env, found, edges, rules):
             text = rule.message.format(name=name, value=value if value is not None else "(set)")
             if rule.status == "info":  # said in the PASS line, never a finding
                 notes.append(f"INFO: {label}: {text} [{rule.id}]")
@@ -140,7 +143,8 @@ def env_versions(r, ctx):
                           "versions": versions, "source": label}))
     verdicts += soname_mix(r.get("amdsmi_libs"))
     holders = [label for label, env in environments if "MORI_VPOD_ID" in env]
-    if holders and len(holders) < len(environments):  # §29: `MORI_VPOD_ID set on N/M ranks` - all or none
+    # §29: `MORI_VPOD_ID set on N/M ranks` - all or none
+    if MORI not in off and holders and len(holders) < len(environments):
         verdicts.append(fail(f"MORI_VPOD_ID is set on {', '.join(holders)} but not on the other ranks of this node: "
                              "manual vPOD grouping must be all-or-none across the job (§29)", remediation=MORI,
                              evidence={"set on": holders, "environments": [label for label, _ in environments]}))
@@ -150,7 +154,7 @@ def env_versions(r, ctx):
     unknown = [name for name, v in versions.items() if v == "unknown"]
     said = ([f"read: {', '.join(known)}"] if known else []) + (
         [f"not read: {', '.join(unknown)}, so their rules applied strictly"] if unknown else [])
-    return passed(f"{len(RULES)} version rules hold for {', '.join(label for label, _ in environments)} "
+    return passed(f"{len(rules)} version rules hold for {', '.join(label for label, _ in environments)} "
                   f"({'; '.join(said)})" + "".join(f"; {note}" for note in notes), evidence={"versions": versions})
 
 

@@ -99,13 +99,21 @@ def gate_cmd(endpoint, model, chat_max_tokens, deadline, fmt, output, verbose):
     emit(report, STEPS, fmt, output, verbose)
 
 
+# The rack `demo` stands up per platform: (default scenario, nodes) - a gfx1250 wide-EP rack of 4 trays, or two
+# MI355X AgentX nodes (single-node TP8 each, reference §30).
+DEMO_RACKS = {"gfx1250": ("demo", 4), "mi355x": ("mi355x-demo", 2)}
+
+
 @click.command("demo")
-@click.option("--scenario", default="demo", show_default=True,
-              help="Fault scenario of the simulated rack (healthy shows READY TO LAUNCH).")
+@click.option("--platform", type=click.Choice(sorted(DEMO_RACKS)), default="gfx1250", show_default=True,
+              help="Node kind of the simulated rack: gfx1250 trays or MI355X AgentX nodes.")
+@click.option("--scenario", default=None,
+              help="Fault scenario of the simulated rack (healthy shows READY TO LAUNCH) [default: demo, or "
+                   "mi355x-demo with --platform mi355x].")
 @click.option("--list-scenarios", is_flag=True, help="List the rig's scenarios and exit.")
 @click.option("-v", "--verbose", is_flag=True, help="Show evidence and passing results.")
-def demo_cmd(scenario, list_scenarios, verbose):
-    """Stand up a simulated 4-node rack (real sshd + dockerd, faked GPUs), check it, tear it down.
+def demo_cmd(platform, scenario, list_scenarios, verbose):
+    """Stand up a simulated rack (real sshd + dockerd, faked GPUs), check it, tear it down.
 
     Needs root (mount namespaces, sshd, dockerd) and the packages scripts/install.sh installs.
     """
@@ -121,6 +129,8 @@ def demo_cmd(scenario, list_scenarios, verbose):
     if list_scenarios:
         click.echo("\n".join(scenario_names()))
         return
+    default_scenario, nodes = DEMO_RACKS[platform]
+    scenario = scenario or default_scenario
     if scenario not in scenario_names():
         raise click.UsageError(f"no scenario {scenario!r}; try --list-scenarios")
     missing = missing_requirements()
@@ -128,15 +138,15 @@ def demo_cmd(scenario, list_scenarios, verbose):
         raise click.UsageError("the simulated rack needs " + "; ".join(missing) + " (run scripts/install.sh)")
     load_plugins()
     with tempfile.TemporaryDirectory(prefix="k3doctor-demo-") as tmp:
-        click.echo(f"k3doctor demo: starting a simulated 4-node rack (scenario {scenario})...", err=True)
-        with Rig(Path(tmp), scenario=scenario) as rig:
+        click.echo(f"k3doctor demo: starting a simulated {nodes}-node {platform} rack (scenario {scenario})...",
+                   err=True)
+        with Rig(Path(tmp), nodes=nodes, scenario=scenario, platform=platform) as rig:
             inv = load_inventory(str(rig.inventory_path), REGISTRY)
             checks = select()
             with shown():
                 report = run_checks(inv, checks, RunOptions(progress=progress_to()))
             click.echo(render_table(report, checks, verbose=verbose))
     sys.exit(overall(report.results).exit_code)
-
 
 
 COMMANDS = (triage_cmd, gate_cmd, demo_cmd)

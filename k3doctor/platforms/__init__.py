@@ -23,6 +23,9 @@ class Platform:
     gpus_per_node: int
     hbm_gib_per_gpu: int | None
     not_for_platform: frozenset
+    amdgpu_load_params: tuple  # (name, value) amdgpu must be loaded with here (gfx1250 bring-up, §5)
+    ifoe: bool  # UALink over Ethernet: the ifoe module must be loaded before amdgpu (§5)
+    env_rules_off: frozenset  # env-versions rule families (remediation codes) that do not apply here
 
     def applies(self, check_name: str) -> bool:
         return check_name not in self.not_for_platform
@@ -39,7 +42,10 @@ def get(name: str) -> Platform:
     return Platform(name=data["platform"], gfx=data["gfx"], gfx_target_version=int(data["gfx_target_version"]),
                     hsa_override_gfx_version=str(data["hsa_override_gfx_version"]),
                     gpus_per_node=int(data["gpus_per_node"]), hbm_gib_per_gpu=data.get("hbm_gib_per_gpu"),
-                    not_for_platform=frozenset(data.get("not_for_platform", ())))
+                    not_for_platform=frozenset(data.get("not_for_platform", ())),
+                    amdgpu_load_params=tuple((k, str(v)) for k, v in (data.get("amdgpu_load_params") or {}).items()),
+                    ifoe=bool(data.get("ifoe", False)),
+                    env_rules_off=frozenset(data.get("env_rules_not_for_platform", ())))
 
 
 def by_gfx_target(version: int) -> Platform | None:

@@ -85,7 +85,10 @@ def resolved(recipe, argv: list, env: dict, cache: set, mem_total) -> recipe_dif
     unwrapped = recipe_diff._unwrap(recipe_diff.Call(argv, {}), recipe_diff.SERVER_ENTRY_POINTS)
     words = unwrapped[0] if unwrapped else []
     families = {n.split("_", 1)[0] + "_" for n in kept_names(recipe) if "_" in n}
-    own = {n for n in env if n.startswith(tuple(families))}
+    named = {n for p in recipe.points for n in p.env} | set(recipe.noops)
+    # what only the rules read (the HF cache the drafter is looked up in, EVAL_ONLY, ...) is judged by them,
+    # never an `extra` of the recipe
+    own = {n for n in env if n.startswith(tuple(families)) and (n in named or n not in RULE_NAMES)}
     launch = rules.Launch(flags=recipe_diff.parse_args(words), env=env, mem_total_bytes=mem_total,
                           hf_cache=cache if any(k.startswith(("HF_HUB_CACHE", "HF_HOME")) for k in env) else None)
     return recipe_diff.Resolved(launch=launch, own_env=own, client_seen=False)

@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+from .fixtures import PLATFORMS
 from .rack import Rig
 from .scenario import load, scenario_names
 
@@ -19,6 +20,8 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--workdir", type=Path, default=Path("/tmp/k3rig"))
     up.add_argument("--scenario", default="healthy", help="name (see 'scenarios') or path of a YAML file")
     up.add_argument("--nodes", type=int, default=4)
+    up.add_argument("--platform", choices=PLATFORMS, default="gfx1250",
+                    help="node kind: gfx1250 trays, or MI355X AgentX nodes (8 GPUs, XGMI, the server running)")
     sub.add_parser("scenarios", help="list the scenarios and what each changes")
     args = parser.parse_args(argv)
 
@@ -30,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     # Ctrl-C and kill both run the finally below (SIGINT explicitly: a background job starts with it ignored).
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    rig = Rig(args.workdir, nodes=args.nodes, scenario=args.scenario)
+    rig = Rig(args.workdir, nodes=args.nodes, scenario=args.scenario, platform=args.platform)
     started = time.monotonic()
     try:
         rig.start()

@@ -21,7 +21,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from . import ubench
+from . import mi355x, ubench
 
 GPUS_PER_NODE = 4
 DEFAULT_TRAYS = (13, 14, 16, 17)  # CT13, CT14, CT16, CT17: the validated 4-node set (reference §4)
@@ -36,6 +36,9 @@ TUNED_AMDGPU_PARAMS = {"gpu_recovery": 0, "halt_if_hws_hang": 1, "mtype_local": 
 BIND_DIRS = ("sys/class", "sys/module", "opt", "root", "mnt")
 BIND_FILES = ("proc/sys/kernel/random/boot_id", "usr/bin/dmesg", "proc/meminfo")
 BIND_PATHS = BIND_DIRS + BIND_FILES
+MI355X_BIND_FILES = ("proc/cmdline",)  # iommu-pt reads it there (§29); a gfx1250 node keeps the host's view
+PLATFORMS = ("gfx1250", "mi355x")
+KERNEL_CMDLINE = "BOOT_IMAGE=/vmlinuz-6.8.0-60-generic root=/dev/mapper/vg0-root ro modprobe.blacklist=amdgpu iommu=pt"
 # Fake tools: node path -> tool name (the fake dispatches on the name it is invoked as).
 # Later fakes (ubench ualoe_p2p.exe / ualoe_bw.exe under root/ubench/build) plug in here.
 FAKE_TOOLS = {"opt/rocm/bin/amd-smi": "amd-smi", "opt/rocm/bin/rocm-smi": "rocm-smi", "usr/bin/dmesg": "dmesg"}
@@ -83,6 +86,7 @@ class NodeState:
 
     tray: int
     rack_trays: tuple[int, ...]
+    platform: str = "gfx1250"  # the node kind: "gfx1250" (4 GPUs, UALink) or "mi355x" (8 GPUs, XGMI; mi355x.py)
     ppod_id: str = RACK_PPOD_ID
     ppod_size: int = 72
     vpod_id: int = 2
@@ -120,10 +124,32 @@ class NodeState:
     atom_ranks: dict[str, Any] | None = None  # {env: overrides}: run this node's 4 ATOM::DP<n>TP0 rank processes
     listeners: list[int] = dataclasses.field(default_factory=list)  # TCP ports held on the node's address
     container_log: str = ""  # what our container printed on stderr (its `docker logs`, e.g. a server's boot log)
+    # MI355X only (§30): the AgentX point our container's server runs at, and `amd-smi xgmi`'s cells:
+    # xgmi_links "A-B" -> what GPU A prints for GPU B ("D", "U/D", "N/A"); xgmi_bit_rates GPU -> Gb/s.
+    concurrency: int = 8
+    xgmi_links: dict[str, str] = dataclasses.field(default_factory=dict)
+    xgmi_bit_rates: dict[int, int] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.boot_id:
             self.boot_id = default_boot_id(self.tray)
+        if self.platform not in PLATFORMS:
+            raise ValueError(f"platform must be one of {PLATFORMS}, not {self.platform!r}")
+        if self.platform == "mi355x":
+            self.hbm_gib = mi355x.HBM_GIB
+            self.meminfo = {**mi355x.MEMINFO_KB, **self.meminfo}
+            self.container_files = mi355x.container_files()
+
+    @property
+    def gpus(self) -> int:
+        return mi355x.GPUS if self.platform == "mi355x" else GPUS_PER_NODE
+
+    @property
+    def bind_paths(self) -> tuple[str, ...]:
+        return BIND_PATHS + (MI355X_BIND_FILES if self.platform == "mi355x" else ())
+
+    def bdf(self, card: int) -> str:
+        return mi355x.bdf(card) if self.platform == "mi355x" else bdf(card)
 
     @property
     def name(self) -> str:
@@ -158,7 +184,7 @@ def bdf(card: int, function: int = 0) -> str:
 
 def write_file(tree: Path, rel: str, content: str | bytes, mode: int | None = None) -> None:
     """Write ``content`` to ``tree/rel`` in place (keeps the inode: bind-mounted files stay live)."""
-    if not any(rel == b or rel.startswith(b + "/") for b in BIND_PATHS):
+    if not any(rel == b or rel.startswith(b + "/") for b in BIND_PATHS + MI355X_BIND_FILES):
         raise ValueError(f"{rel!r} is outside every bind-mounted path {BIND_PATHS}: the node would not see it")
     path = tree / rel
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -191,6 +217,8 @@ def write_tree(tree: Path, state: NodeState) -> None:
     _write_fake_tools(tree, state)
     ubench.install(tree, state.tray, write_file)  # fake ualoe_p2p.exe / ualoe_bw.exe (rig/k3rig/ubench)
     _write_host(tree, state)
+    if state.platform == "mi355x":
+        write_file(tree, "proc/cmdline", KERNEL_CMDLINE + "\n")
     if not state.amdgpu_loaded:
         _unload_amdgpu(tree)
     for rel, content in state.files.items():
@@ -234,14 +262,22 @@ def _unload_amdgpu(tree: Path) -> None:
 
 def _write_sysfs(tree: Path, s: NodeState) -> None:
     vram_total = s.hbm_gib * 2**30
-    for c in range(GPUS_PER_NODE):
+    for c in range(s.gpus):
         card = s.card(c)
         dev = f"sys/class/drm/card{c}/device"
         write_file(tree, f"sys/class/drm/card{c}/dev", f"226:{c}\n")
-        write_file(tree, f"{dev}/uevent", f"DRIVER=amdgpu\nPCI_CLASS=120000\nPCI_SLOT_NAME={bdf(c)}\n")
+        write_file(tree, f"{dev}/uevent", f"DRIVER=amdgpu\nPCI_CLASS=120000\nPCI_SLOT_NAME={s.bdf(c)}\n")
         write_file(tree, f"{dev}/vendor", "0x1002\n")
         write_file(tree, f"{dev}/mem_info_vram_total", f"{vram_total}\n")
         write_file(tree, f"{dev}/mem_info_vram_used", f"{_vram_used(s, c)}\n")
+        render = f"sys/class/drm/renderD{128 + c}"
+        write_file(tree, f"{render}/dev", f"226:{128 + c}\n")
+        os.symlink(f"../card{c}/device", tree / render / "device")
+        # amdgpu's "%d: %uMhz %s\n" with `*` on the current level, SMU 13's deep-sleep line first
+        write_file(tree, f"{dev}/pp_dpm_sclk", f"S: 19Mhz *\n0: 500Mhz \n1: 1600Mhz \n2: {card['sclk_max_mhz']}Mhz \n")
+        write_file(tree, f"{dev}/pp_dpm_mclk", "0: 900Mhz \n1: 1900Mhz *\n")
+        if s.platform == "mi355x":  # XGMI: no UALink sysfs, no IFoE function (§30)
+            continue
         # The GPU's .1 (IFoE) function beside it, as device/.. shows it on a real node (§29, §28)
         function = f"sys/class/drm/card{c}/{bdf(c, 1)}"
         if card["ifoe_driver"] != "absent":
@@ -249,9 +285,6 @@ def _write_sysfs(tree: Path, s: NodeState) -> None:
             write_file(tree, f"{function}/uevent", f"PCI_SLOT_NAME={bdf(c, 1)}\n")
         if card["ifoe_driver"] not in ("absent", "-"):
             os.symlink(f"../../../../bus/pci/drivers/{card['ifoe_driver']}", tree / function / "driver")
-        # amdgpu's "%d: %uMhz %s\n" with `*` on the current level, SMU 13's deep-sleep line first
-        write_file(tree, f"{dev}/pp_dpm_sclk", f"S: 19Mhz *\n0: 500Mhz \n1: 1600Mhz \n2: {card['sclk_max_mhz']}Mhz \n")
-        write_file(tree, f"{dev}/pp_dpm_mclk", "0: 900Mhz \n1: 1900Mhz *\n")
         ualink = {
             "accel_state": card["accel_state"],
             "accel_id": card["accel_id"],
@@ -276,28 +309,31 @@ def _write_sysfs(tree: Path, s: NodeState) -> None:
             raise ValueError(f"layout must be 'new' or 'old', not {s.layout!r}")
         for key, value in ualink.items():
             write_file(tree, f"{dev}/ualink/{key}", f"{value}\n")
-        render = f"sys/class/drm/renderD{128 + c}"
-        write_file(tree, f"{render}/dev", f"226:{128 + c}\n")
-        os.symlink(f"../card{c}/device", tree / render / "device")
     (tree / "sys/class/kfd/kfd/proc").mkdir(parents=True, exist_ok=True)
     topology = "sys/class/kfd/kfd/topology/nodes"  # CPU agent first, then one node per GPU (§29: gfx1250 = 120500)
     write_file(tree, f"{topology}/0/properties", "cpu_cores_count 96\nsimd_count 0\ngfx_target_version 0\n")
-    for c in range(GPUS_PER_NODE):
-        write_file(tree, f"{topology}/{c + 1}/properties",
-                   "cpu_cores_count 0\nsimd_count 1024\nnum_xcc 8\ngfx_target_version 120500\n")
-        write_file(tree, f"{topology}/{c + 1}/gpu_id", f"{KFD_GPU_IDS[c]}\n")
+    for c in range(s.gpus):
+        write_file(tree, f"{topology}/{c + 1}/properties", mi355x.kfd_gpu_properties(c) if s.platform == "mi355x"
+                   else "cpu_cores_count 0\nsimd_count 1024\nnum_xcc 8\ngfx_target_version 120500\n")
+        write_file(tree, f"{topology}/{c + 1}/gpu_id", f"{kfd_gpu_ids(s)[c]}\n")
     for p in s.gpu_processes:
         proc = f"sys/class/kfd/kfd/proc/{p['pid']}"
-        gpu_id = KFD_GPU_IDS[p["card"]]
+        gpu_id = kfd_gpu_ids(s)[p["card"]]
         write_file(tree, f"{proc}/pasid", f"{32768 + p['card']}\n")
         write_file(tree, f"{proc}/vram_{gpu_id}", f"{p['vram_bytes']}\n")
         write_file(tree, f"{proc}/sdma_{gpu_id}", "0\n")
         write_file(tree, f"{proc}/stats_{gpu_id}/cu_occupancy", "4\n")
         write_file(tree, f"{proc}/stats_{gpu_id}/evicted_ms", "0\n")
     write_file(tree, "sys/module/amdgpu/initstate", "live\n")
-    for param, value in TUNED_AMDGPU_PARAMS.items():
+    params = mi355x.AMDGPU_DEFAULT_PARAMS if s.platform == "mi355x" else TUNED_AMDGPU_PARAMS
+    for param, value in params.items():
         write_file(tree, f"sys/module/amdgpu/parameters/{param}", f"{value}\n")
-    write_file(tree, "sys/module/ifoe/initstate", "live\n")
+    if s.platform != "mi355x":  # ifoe is the gfx1250 UALink-over-Ethernet stack (§5)
+        write_file(tree, "sys/module/ifoe/initstate", "live\n")
+
+
+def kfd_gpu_ids(s: NodeState) -> tuple[int, ...]:
+    return mi355x.KFD_GPU_IDS if s.platform == "mi355x" else KFD_GPU_IDS
 
 
 def _vram_used(s: NodeState, card: int) -> int:
@@ -411,21 +447,26 @@ def _garbage(data: bytes) -> bytes:
 
 
 def _amd_smi_outputs(s: NodeState) -> dict[str, str]:
-    fabric = [_fabric_entry(s, c) for c in range(GPUS_PER_NODE)]
     mb = s.hbm_gib * 1024  # amd-smi labels MiB as "MB": 432 GiB -> 442368 MB (reference §12)
     vram = {"type": "HBM", "vendor": "N/A", "size": {"value": mb, "unit": "MB"}}
-    static = [{"gpu": c, "bus": {"bdf": bdf(c)}, "vram": vram} for c in range(GPUS_PER_NODE)]
-    static_vram = [{"gpu": c, "vram": vram} for c in range(GPUS_PER_NODE)]
+    static = [{"gpu": c, "bus": {"bdf": s.bdf(c)}, "vram": vram} for c in range(s.gpus)]
+    static_vram = [{"gpu": c, "vram": vram} for c in range(s.gpus)]
+    vram_text = "".join(
+        f"GPU: {c}\n    VRAM:\n        TYPE: HBM\n        VENDOR: N/A\n        SIZE: {mb} MB\n\n"
+        for c in range(s.gpus)
+    )
+    bad_pages = _amd_smi_json(s, [_bad_pages_entry(s, c) for c in range(s.gpus)])
+    if s.platform == "mi355x":  # XGMI instead of a UALink fabric (§30)
+        return {"xgmi": mi355x.xgmi_text(s.xgmi_links, s.xgmi_bit_rates), "bad-pages --json": bad_pages,
+                "static --json": _amd_smi_json(s, static), "static --vram --json": _amd_smi_json(s, static_vram),
+                "static --vram": vram_text}
+    fabric = [_fabric_entry(s, c) for c in range(GPUS_PER_NODE)]
     # amd-smi 27.1 (ROCm 10.1, reference §29): PHYSICAL_ACC_ID in the ASIC section, the card's accel_id
     asic = [{"gpu": c, "asic": {"market_name": "AMD Instinct MI455X", "oam_id": c,
                                 "physical_acc_id": s.card(c)["accel_id"]}, "bus": {"bdf": bdf(c)}}
             for c in range(GPUS_PER_NODE)]
-    vram_text = "".join(
-        f"GPU: {c}\n    VRAM:\n        TYPE: HBM\n        VENDOR: N/A\n        SIZE: {mb} MB\n\n"
-        for c in range(GPUS_PER_NODE)
-    )
     return {
-        "bad-pages --json": _amd_smi_json(s, [_bad_pages_entry(s, c) for c in range(GPUS_PER_NODE)]),
+        "bad-pages --json": bad_pages,
         "fabric --json": _amd_smi_json(s, fabric),
         "fabric": "".join(_fabric_text(entry) for entry in fabric),
         "static --json": _amd_smi_json(s, static),
@@ -532,12 +573,12 @@ def _rocm_smi_outputs(s: NodeState) -> dict[str, str]:
     meminfo = "".join(
         f"GPU[{c}]\t\t: VRAM Total Memory (B): {vram_total}\n"
         f"GPU[{c}]\t\t: VRAM Total Used Memory (B): {_vram_used(s, c)}\n"
-        for c in range(GPUS_PER_NODE)
+        for c in range(s.gpus)
     )
     memuse = "".join(
         f"GPU[{c}]\t\t: GPU Memory Allocated (VRAM%): {round(100 * _vram_used(s, c) / vram_total)}\n"
         f"GPU[{c}]\t\t: GPU Memory Read/Write Activity (%): 0\n"
-        for c in range(GPUS_PER_NODE)
+        for c in range(s.gpus)
     )
     return {
         "--showpids": _rocm_smi_log("KFD Processes", pids),
@@ -555,17 +596,16 @@ def _dmesg(s: NodeState, errors_only: bool = False) -> str:
     lines = [
         (0.0, "Linux version 6.8.0-60-generic (buildd@lcy02-amd64-098) (x86_64-linux-gnu-gcc-13 (Ubuntu "
          "13.3.0-6ubuntu2~24.04) 13.3.0, GNU ld (GNU Binutils for Ubuntu) 2.42) #63-Ubuntu SMP PREEMPT_DYNAMIC"),
-        (0.0, "Command line: BOOT_IMAGE=/vmlinuz-6.8.0-60-generic root=/dev/mapper/vg0-root ro "
-         "modprobe.blacklist=amdgpu iommu=pt"),
+        (0.0, f"Command line: {KERNEL_CMDLINE}"),
     ]
     lines.append((15.220114, "[drm] amdgpu kernel modesetting enabled."))
     mb = s.hbm_gib * 1024
-    for c in range(GPUS_PER_NODE):
+    for c in range(s.gpus):
         t = 15.8 + 0.61 * c
-        lines.append((t, f"amdgpu {bdf(c)}: amdgpu: VRAM: {mb}M 0x0000008000000000 - "
+        lines.append((t, f"amdgpu {s.bdf(c)}: amdgpu: VRAM: {mb}M 0x0000008000000000 - "
                          f"0x{0x8000000000 + s.hbm_gib * 2**30 - 1:016X} ({mb}M used)"))
-        lines.append((t + 0.42, f"[drm] Initialized amdgpu 3.64.0 for {bdf(c)} on minor {c}"))
-    for c in range(GPUS_PER_NODE):
+        lines.append((t + 0.42, f"[drm] Initialized amdgpu 3.64.0 for {s.bdf(c)} on minor {c}"))
+    for c in range(GPUS_PER_NODE if s.platform == "gfx1250" else 0):
         card = s.card(c)
         if card["accel_state"] == "active":
             t = 21.07 + 0.23 * c
@@ -658,7 +698,8 @@ def healthy_container_env() -> dict[str, str]:
 
 
 def container_env(state: NodeState) -> dict[str, str]:
-    env = {**healthy_container_env(), **state.container_env}
+    healthy = mi355x.server_env(state.concurrency) if state.platform == "mi355x" else healthy_container_env()
+    env = {**healthy, **state.container_env}
     return {k: str(v) for k, v in env.items() if v is not None}
 
 

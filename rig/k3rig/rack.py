@@ -32,9 +32,9 @@ import psutil
 import requests
 import yaml
 
+from . import mi355x
 from . import scenario as scenarios
 from .fixtures import (
-    BIND_PATHS,
     CONTAINER_FILES_ROOT,
     DEFAULT_TRAYS,
     GPUS_PER_NODE,
@@ -112,6 +112,7 @@ class RigNode:
     dir: Path  # the node's part of the rig workdir
     state: NodeState
     ns_pid: int | None = None  # sshd, the first process of the node's mount namespace
+    server_pid: int | None = None  # MI355X: the AgentX server process in our container (host PID)
 
     @property
     def tree(self) -> Path:
@@ -136,12 +137,13 @@ class Rig(Started):
     """A simulated 4 x 4-GPU rack.  See the module docstring; use as a context manager or start()/stop()."""
 
     def __init__(self, workdir: Path, nodes: int = 4, scenario: str | Path = "healthy",
-                 sshd_options: dict[str, tuple[str, ...]] | None = None):
+                 sshd_options: dict[str, tuple[str, ...]] | None = None, platform: str = "gfx1250"):
         if not 1 <= nodes <= len(DEFAULT_TRAYS):
             raise ValueError(f"the rig simulates 1..{len(DEFAULT_TRAYS)} nodes, not {nodes}")
         self.workdir = Path(workdir).resolve()
         self.trays = DEFAULT_TRAYS[:nodes]
         self.scenario = scenario
+        self.platform = platform  # the node kind: gfx1250 trays, or MI355X AgentX nodes (mi355x.py)
         # node name -> extra sshd_config lines for it, e.g. {"ct14": ("AllowStreamLocalForwarding no",)}
         self.sshd_options = dict(sshd_options or {})
         self.unreachable_host = ""  # 127.0.N.15, N chosen by start()
@@ -155,7 +157,7 @@ class Rig(Started):
                 host="",  # 127.0.N.1x, N chosen by start()
                 port=SSH_PORT,
                 dir=self.workdir / node_name(tray),
-                state=NodeState(tray=tray, rack_trays=self.trays),
+                state=NodeState(tray=tray, rack_trays=self.trays, platform=platform),
             )
             for i, tray in enumerate(self.trays, start=1)
         ]
@@ -183,7 +185,7 @@ class Rig(Started):
 
     def _start(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
-        states = scenarios.node_states(scenarios.load(self.scenario), self.trays)
+        states = scenarios.node_states(scenarios.load(self.scenario), self.trays, self.platform)
         for node, state in zip(self.nodes, states, strict=True):
             node.dir.mkdir()
             write_tree(node.tree, state)
@@ -207,7 +209,7 @@ class Rig(Started):
 
     def apply(self, scenario: str | Path) -> None:
         """Reset every node to healthy, then apply ``scenario``; live, sshd and dockerd keep running."""
-        states = scenarios.node_states(scenarios.load(scenario), self.trays)
+        states = scenarios.node_states(scenarios.load(scenario), self.trays, self.platform)
         self.scenario = scenario
 
         def apply_node(node: RigNode) -> None:
@@ -370,7 +372,7 @@ class Rig(Started):
     def _namespace_script(self, node: RigNode) -> str:
         """Shell run by ``unshare -m``: build the node's view of the filesystem, then exec sshd."""
         steps: list[tuple[str, list[str | Path]]] = [("hostname", ["hostname", node.name])]
-        steps += [(f"bind {rel}", ["mount", "--bind", node.tree / rel, f"/{rel}"]) for rel in BIND_PATHS]
+        steps += [(f"bind {rel}", ["mount", "--bind", node.tree / rel, f"/{rel}"]) for rel in node.state.bind_paths]
         steps.append(("tmpfs /dev", ["mount", "-t", "tmpfs", "-o", "mode=0755,nosuid,size=65536k",
                                      "k3rig-dev", "/dev"]))
         for dev, mode, major, minor in [
@@ -476,7 +478,19 @@ class Rig(Started):
             return
         for container in client.containers.list(all=True):
             if container.name != keep:
-                container.remove(force=True)
+                self._remove_container(node, container)
+
+    @staticmethod
+    def _remove_container(node: RigNode, container) -> None:
+        """Remove a container; on an MI355X node first kill what was `docker exec`-ed into it (the server):
+        the container shares the host's PID namespace, so removing it kills its first process only."""
+        if node.state.platform == "mi355x" and container.status == "running":
+            for pid in _container_pids(container):
+                try:
+                    psutil.Process(pid).kill()
+                except psutil.Error:
+                    pass
+        container.remove(force=True)
 
     def _remove_containers_quietly(self, node: RigNode) -> None:
         """For stop(): an engine that is already gone leaves its containers to the process sweep."""
@@ -490,7 +504,7 @@ class Rig(Started):
         state = node.state
         dev = node.root / "dev"
         _mknod(dev / "kfd", KFD_DEVICE, state.dev_kfd and state.amdgpu_loaded)
-        for c in range(GPUS_PER_NODE):  # DRM nodes exist where the tree has the sysfs device
+        for c in range(state.gpus):  # DRM nodes exist where the tree has the sysfs device
             for name, minor in ((f"card{c}", c), (f"renderD{128 + c}", 128 + c)):
                 present = (node.tree / "sys/class/drm" / name).is_dir()
                 _mknod(dev / "dri" / name, os.makedev(DRM_MAJOR, minor), present)
@@ -506,7 +520,8 @@ class Rig(Started):
         run = self._our_run_options(node)
         ours = client.containers.list(all=True, filters={"name": f"^{CONTAINER}$"})
         if ours and ours[0].labels.get(SPEC_LABEL) != run["labels"][SPEC_LABEL]:
-            ours[0].remove(force=True)  # run options, env and log cannot change on a container: run it again
+            # run options, env and log cannot change on a container: run it again
+            self._remove_container(node, ours[0])
             ours = []
         fresh = not ours or ours[0].status != "running"
         if not ours:
@@ -548,7 +563,7 @@ class Rig(Started):
         (devices / "dri").mkdir(parents=True, exist_ok=True)
         (node.dir / "models").mkdir(exist_ok=True)
         _mknod(devices / "kfd", KFD_DEVICE, True)
-        for c in range(GPUS_PER_NODE):
+        for c in range(node.state.gpus):
             _mknod(devices / "dri" / f"card{c}", os.makedev(DRM_MAJOR, c), True)
             _mknod(devices / "dri" / f"renderD{128 + c}", os.makedev(DRM_MAJOR, 128 + c), True)
         run: dict[str, Any] = {
@@ -559,14 +574,19 @@ class Rig(Started):
         if node.state.container_log:
             run.update(entrypoint=["sh", "-c", 'printf %s "$1" >&2; exec sleep infinity', "k3rig",
                                    node.state.container_log], command=None)
+        if node.state.platform == "mi355x":  # the AgentX image's WORKDIR: its server module and lmcache live there
+            run["working_dir"] = mi355x.SERVER_WORKDIR
         run.update(node.state.container_run)
-        digest = json.dumps([run, node.state.atom_ranks, node.state.listeners], sort_keys=True, default=str)
+        digest = json.dumps([run, node.state.atom_ranks, node.state.listeners, self._server_argv(node)],
+                            sort_keys=True, default=str)
         run["labels"] = {SPEC_LABEL: hashlib.sha256(digest.encode()).hexdigest()[:16]}
         return run
 
     def _sync_launch(self, node: RigNode, container, start_processes: bool) -> None:
         """The launch script in the container (§17); on a fresh container also this node's ATOM rank
         processes and port holders, waited for until they show."""
+        if node.state.platform == "mi355x":
+            return self._start_agentx_server(node, container, start_processes)
         rank = (node.index - 1) * GPUS_PER_NODE
         text = launch_script(node.state, rank, self.nodes[0].host)
         if not container.put_archive("/", container_tar({LAUNCH_SCRIPT: text})):
@@ -582,6 +602,28 @@ class Rig(Started):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{node.name}: ATOM rank processes / port holders did not come up")
             time.sleep(0.1)
+
+    @staticmethod
+    def _server_argv(node: RigNode) -> list[str] | None:
+        state = node.state
+        return mi355x.server_argv(state.concurrency, state.launch_args) if state.platform == "mi355x" else None
+
+    def _start_agentx_server(self, node: RigNode, container, start_processes: bool) -> None:
+        """MI355X (§30): the ATOM server itself runs in our container, with exactly the point's environment,
+        as a process whose argv is the real one (a stand-in `atom.entrypoints.openai_server` module that
+        sleeps); waited for until it shows."""
+        if not start_processes:
+            return
+        pairs = [f"{k}={v}" for k, v in container_env(node.state).items()]
+        argv = self._server_argv(node)
+        container.exec_run(["env", "-i", *pairs, *argv], workdir=mi355x.SERVER_WORKDIR, detach=True)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not (pid := _server_pid(container)):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{node.name}: the AgentX server process did not come up; in the container "
+                                   f"{container.top().get('Processes')}")
+            time.sleep(0.1)
+        node.server_pid = pid
 
     @staticmethod
     def _sync_container_files(container, state: NodeState) -> None:
@@ -602,14 +644,15 @@ class Rig(Started):
     # ------------------------------------------------------------------------------------------- inventory
 
     def _write_inventory(self) -> None:
+        kind = {"platform": "mi355x", "recipe": mi355x.RECIPE, "concurrency": self.nodes[0].state.concurrency,
+                "hbm_gib_per_gpu": mi355x.HBM_GIB, "gpus_per_node": mi355x.GPUS} if self.platform == "mi355x" else \
+            {"stepping": "B0", "hbm_gib_per_gpu": 432, "gpus_per_node": GPUS_PER_NODE}
         inventory = {
             "cluster": {
                 "name": "rig",
                 "container": CONTAINER,
                 "image": IMAGE,
-                "stepping": "B0",
-                "hbm_gib_per_gpu": 432,
-                "gpus_per_node": GPUS_PER_NODE,
+                **kind,
                 "tools": {
                     "amd_smi": "/opt/rocm/bin/amd-smi",
                     "rocm_smi": "/opt/rocm/bin/rocm-smi",
@@ -663,6 +706,24 @@ def _mknod(path: Path, device: int, present: bool) -> None:
     if present:
         os.mknod(path, stat.S_IFCHR | 0o666, device)
         os.chmod(path, 0o666)
+
+
+def _container_pids(container) -> list[int]:
+    """Host PIDs of the processes in ``container`` (`docker top`)."""
+    top = container.top()
+    return [int(row[top["Titles"].index("PID")]) for row in top.get("Processes") or []]
+
+
+def _server_pid(container) -> int | None:
+    """The server module's process in ``container`` (its whole argv read from /proc: `docker top` cuts the
+    command column at ps's width)."""
+    for pid in _container_pids(container):
+        try:
+            if mi355x.SERVER_MODULE in psutil.Process(pid).cmdline():
+                return pid
+        except psutil.Error:
+            continue
+    return None
 
 
 def _named_processes(titles: set[str]) -> set[str]:

@@ -25,9 +25,9 @@ import yaml
 from .fixtures import CARD_FIELDS, GPUS_PER_NODE, NodeState
 
 SCENARIO_DIR = Path(__file__).with_name("scenarios")
-FIXED_FIELDS = ("tray", "rack_trays")
+FIXED_FIELDS = ("tray", "rack_trays", "platform")
 MERGED_FIELDS = ("cards", "tools", "files", "container_files", "meminfo", "checkpoint", "container_env",
-                 "container_run", "launch_args")
+                 "container_run", "launch_args", "xgmi_links", "xgmi_bit_rates")
 CONTAINER_STATES = ("running", "created")
 
 
@@ -51,9 +51,9 @@ def load(scenario: str | Path) -> dict[str, Any]:
     return data
 
 
-def node_states(scenario: dict[str, Any], trays: tuple[int, ...]) -> list[NodeState]:
-    """The healthy state of every node with the scenario's overlays applied."""
-    states = [NodeState(tray=t, rack_trays=trays) for t in trays]
+def node_states(scenario: dict[str, Any], trays: tuple[int, ...], platform: str = "gfx1250") -> list[NodeState]:
+    """The healthy state of every node (of the rig's node kind) with the scenario's overlays applied."""
+    states = [NodeState(tray=t, rack_trays=trays, platform=platform) for t in trays]
     fields = {f.name for f in dataclasses.fields(NodeState)} - set(FIXED_FIELDS)
     for index, overlay in (scenario["nodes"] or {}).items():
         where = f"{scenario['path']}: node {index}"

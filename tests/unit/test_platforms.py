@@ -111,3 +111,37 @@ def test_the_report_leaves_checks_not_for_the_platform_out_and_says_so_with_v(tm
     quiet, verbose = render_table(report, reg.ordered()), render_table(report, reg.ordered(), verbose=True)
     assert "ualink-state" not in quiet and "shm-clean" in quiet
     assert "not for this platform (mi355x, not run): ualink-state" in verbose
+
+
+def test_amdgpu_driver_asks_an_xgmi_node_for_dev_kfd_only():
+    """§5's load parameters and ifoe are the gfx1250 bring-up's: an MI355X node with amdgpu's own defaults and
+    no ifoe is healthy; the same readings on gfx1250 fail both rules."""
+    reads = {"kfd": True, "ifoe": False, "dmesg": "", **{f"{p}": f"{v}\n" for p, v in
+                                                       (("gpu_recovery", -1), ("halt_if_hws_hang", 0),
+                                                        ("mtype_local", 0), ("noretry", -1))}}
+    [mi] = testing.judge("amdgpu-driver", reads, settings=inventory("platform: mi355x").cluster)
+    assert mi.status == Status.PASS and mi.message.startswith("/dev/kfd present (platform mi355x")
+    gfx = testing.judge("amdgpu-driver", reads, settings=inventory().cluster)
+    assert sorted(v.remediation for v in gfx) == ["AMDGPU-PARAMS", "IFOE-NOT-LOADED"]
+    [none] = testing.judge("amdgpu-driver", {**reads, "kfd": False}, settings=inventory("platform: mi355x").cluster)
+    assert none.status == Status.FAIL and none.remediation == "AMDGPU-NOT-LOADED"
+
+
+def test_env_versions_leaves_the_wide_ep_fabric_rows_out_on_mi355x():
+    """§30: the gfx1250 RCCL MNNVL/cuMem defaults and MORI cco rows do not apply on one XGMI node; aiter's
+    log-level row does."""
+    from tests.unit.test_env_versions import CHECK, ROCM_70, readings, rules_of
+
+    env = {"AITER_LOG_LEVEL": "VERBOSE", "MORI_CCO_FABRIC_DISABLE": "1"}
+    mi = rules_of(testing.judge(CHECK, readings(env, ROCM_70), settings=inventory("platform: mi355x").cluster))
+    assert mi == [("WARN", "ENV-AITER-LOG-LEVEL", "AITER_LOG_LEVEL")]
+    gfx = rules_of(testing.judge(CHECK, readings(env, ROCM_70), settings=inventory().cluster))
+    assert {rule for _, rule, _ in gfx} == {"ENV-AITER-LOG-LEVEL", "ENV-MNNVL-UNSET", "ENV-CUMEM-UNSET",
+                                            "ENV-MORI-FABRIC-DISABLE"}
+
+
+def test_the_rigs_mi355x_xgmi_output_is_the_sample_the_parser_tests_use():
+    from k3rig import mi355x
+
+    from tests.unit.test_check_xgmi import HEALTHY
+    assert mi355x.xgmi_text() == HEALTHY

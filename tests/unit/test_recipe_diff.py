@@ -159,7 +159,8 @@ def test_nodes_mode_reads_the_running_server_and_keeps_unnamed_values_on_the_nod
     env = {"PATH": os.environ["PATH"], "PYTHONNOUSERSITE": "1", "AITER_SITUV2_A4W4": "1",
            "AITER_QUICK_REDUCE_QUANTIZATION": "INT4", "AITER_FLYDSL_STAGE2_FP8": "1",
            "ATOM_MLA_MAX_SPLIT_PER_BATCH": "256", "ATOM_STATE_CHECKPOINT_DEMAND": "0", "ATOM_ENABLE_REPLAYSSM": "0",
-           "AITER_SITE_SECRET_TOKEN": "hunter2"}  # AITER_LOG_LEVEL missing
+           "AITER_SITE_SECRET_TOKEN": "hunter2",  # AITER_LOG_LEVEL missing
+           "HF_HUB_CACHE": str(tmp_path / "hub")}  # read by the drafter rule, never an extra of the recipe
     server = subprocess.Popen([sys.executable, *argv], cwd=tmp_path, env=env)
     try:
         inventory = tmp_path / "inv.yaml"

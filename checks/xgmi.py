@@ -1,0 +1,109 @@
+"""XGMI between the 8 GPUs of an MI355X node (reference §30): fully connected, one hop, every link up.
+
+Read from `amd-smi xgmi` (parser: k3doctor.parsers.xgmi): its XGMI LINK STATUS table gives each GPU pair's
+link state from both ends, its LINK METRIC TABLE each GPU's link type and trained bit rate. Judged per GPU
+pair, once per pair, naming both GPUs: a pair is down when either end reads D or X, or no link to the
+other GPU; degraded when some of its links are down (``U/D``), when only one end sees it, or when a GPU's
+links trained slower than its peers' or are not XGMI at all. A table of nothing but N/A is not a PASS:
+amd-smi could not read the link state there (a VF, or every link down - rocm-systems PR #2053).
+"""
+from __future__ import annotations
+
+from itertools import combinations
+
+from k3doctor.api import Command, Param, check, error, fail, passed, remediation
+from k3doctor.parsers.xgmi import NO_XGMI_RATES, parse_xgmi
+
+DOWN = remediation("XGMI-LINK-DOWN", "an XGMI link between two GPUs of the node is down", """
+The 8 GPUs of an MI355X node are fully connected by XGMI, one hop, and TP8 spans all of them (§30): a pair
+that is down (D or X at either end of `amd-smi xgmi`'s XGMI LINK STATUS, no link to the other GPU, or a
+GPU with no XGMI at all) blocks the launch. Keep the node out of the serving pool; look in dmesg for a
+line with `xgmi` and `link error` and confirm with `rocm-smi --showtopoaccess` (any `False` is a GPU link
+error, §30). Reboot the node and read `amd-smi xgmi` again: healthy is U in every non-SELF cell and
+link_type XGMI on every GPU. A pair that stays down after the reboot is a hardware fault for the vendor.
+""")
+
+DEGRADED = remediation("XGMI-LINK-DEGRADED", "an XGMI link between two GPUs of the node is degraded", """
+A degraded XGMI pair (some of its links down, `U/D`; seen from one end only; or a GPU whose links trained
+at a lower bit_rate than the node's other GPUs) still carries traffic, so nothing fails outright, but the
+TP8 collectives of that node cross it (§30). Compare `amd-smi xgmi` with the node's other GPUs and its
+last healthy reading, reboot the node and read it again; a pair that stays degraded is a hardware fault
+for the vendor. The minimum bit rate is a site setting (`xgmi-links.min_bit_rate_gbps`): no MI355X value
+is documented here.
+""")
+
+
+def _reads(settings) -> dict:
+    return {"xgmi": Command((settings.tools["amd_smi"], "xgmi"))}
+
+
+def _pair_state(a: str | None, b: str | None) -> str:
+    """'down', 'degraded' or 'up' for one GPU pair from the cells both ends printed (None: N/A)."""
+    ends = [cell for cell in (a, b) if cell is not None]
+    if not ends:
+        return "down"
+    letters = [set(cell.split("/")) for cell in ends]
+    if any(s <= {"D", "X"} for s in letters):
+        return "down"
+    if len(ends) == 1 or any(s != {"U"} for s in letters):
+        return "degraded"
+    return "up"
+
+
+def _gpu_findings(report, minimum: float) -> list:
+    """Per GPU: links that are not XGMI, or trained below the node's fastest (or the configured minimum)."""
+    rates = {g.gpu: g.bit_rate_gbps for g in report.gpus.values()
+             if g.bit_rate_gbps is not None and g.bit_rate_gbps not in NO_XGMI_RATES}
+    best = max(rates.values(), default=None)
+    out = []
+    for g in report.gpus.values():
+        if g.link_type != "XGMI" or g.gpu not in rates:
+            out.append(fail(f"GPU{g.gpu} ({g.bdf}) links report link_type {g.link_type}, bit_rate "
+                            f"{g.bit_rate_gbps if g.bit_rate_gbps is not None else 'N/A'} Gb/s: not XGMI (a "
+                            "PCIe-only path, or no XGMI at all on this GPU)", gpu=g.gpu, remediation=DOWN))
+        elif rates[g.gpu] < best or rates[g.gpu] < minimum:
+            floor = (f"the configured minimum {minimum:g} Gb/s" if rates[g.gpu] < minimum
+                     else f"{best:g} Gb/s on the node's fastest GPUs")
+            out.append(fail(f"GPU{g.gpu} ({g.bdf}) XGMI links trained at {rates[g.gpu]:g} Gb/s "
+                            f"(max_bandwidth {g.max_bandwidth_gbps:g} Gb/s), below {floor}: degraded",
+                            gpu=g.gpu, remediation=DEGRADED))
+    return out
+
+
+@check("xgmi-links", title="every XGMI link between the node's GPUs up, none degraded (MI355X)", scope="node",
+       remediation=(DOWN, DEGRADED), needs=("gpu-inventory",), reads=_reads,
+       params={"min_bit_rate_gbps": Param(0, minimum=0)})
+def xgmi_links(r, ctx):
+    """§30: the 8 GPUs are fully connected, one hop; a D in the pair table, or no XGMI, is a BLOCK."""
+    report = parse_xgmi(r["xgmi"].output())
+    want = ctx.settings.gpus_per_node
+    if len(report.gpus) != want:
+        return [error(f"amd-smi xgmi lists {len(report.gpus)} GPU(s), the node has {want}: the links of the "
+                      "others were not read")]
+    cells = {pair: (None if cell == "N/A" else cell) for pair, cell in report.links.items()}
+    evidence = {"amd-smi xgmi link status": {f"GPU{a}->GPU{b}": cell for (a, b), cell in sorted(report.links.items())},
+                "bit_rate": {f"GPU{g.gpu}": g.bit_rate_gbps for g in report.gpus.values()}}
+    gpu_findings = _gpu_findings(report, ctx.param("min_bit_rate_gbps"))
+    if all(cell is None for cell in cells.values()):
+        if gpu_findings:
+            return gpu_findings
+        return [error("amd-smi xgmi reads N/A for every GPU pair: the XGMI link state is not readable here "
+                      "(a VF, or every link down), so no link was judged", evidence=evidence)]
+    verdicts = []
+    for a, b in combinations(report.gpus, 2):
+        ab, ba = cells.get((a, b)), cells.get((b, a))
+        state = _pair_state(ab, ba)
+        if state == "up":
+            continue
+        seen = f"GPU{a} ({report.gpus[a].bdf}) reads {ab or 'N/A'}, GPU{b} ({report.gpus[b].bdf}) reads {ba or 'N/A'}"
+        verdicts.append(fail(f"gpu{a}<->gpu{b} XGMI link {state}: {seen} (amd-smi xgmi, XGMI LINK STATUS)",
+                             gpu=a, remediation=DOWN if state == "down" else DEGRADED, evidence=evidence))
+    for v in gpu_findings:
+        v.evidence = evidence
+    verdicts += gpu_findings
+    if verdicts:
+        return verdicts
+    pairs = len(report.gpus) * (len(report.gpus) - 1) // 2
+    rate = next(iter(report.gpus.values())).bit_rate_gbps
+    return [passed(f"all {pairs} GPU pairs of {len(report.gpus)} GPUs linked by XGMI, every link U, "
+                   f"{rate:g} Gb/s on every GPU", evidence=evidence)]

@@ -1,0 +1,152 @@
+"""The MI355X node kind (reference §30): 8 × gfx950 GPUs of 288 GB joined by XGMI, ~3 TB of host RAM, and the
+Kimi-K3 ATOM AgentX server at one concurrency point of InferenceX #2697.
+
+Everything here is the rig's own statement of §30 (not k3doctor's recipe file), so the rig can tell k3doctor
+that its recipe is wrong. Fake tool outputs follow the real layouts: ``amd-smi xgmi`` as amdsmi_cli's ``xgmi``
+command prints it (column widths from its source; real captures in tests/unit/samples/xgmi/), KFD topology
+properties as the driver prints them (gfx_target_version 90500).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+GPUS = 8
+HBM_GIB = 288
+GFX_TARGET_VERSION = 90500
+# PCI bus of each OAM, as amd-smi's 8-GPU MI3xx examples show them (rocm-systems PR #2053's changelog).
+BUSES = (0x05, 0x15, 0x65, 0x75, 0x85, 0x95, 0xE5, 0xF5)
+KFD_GPU_IDS = (51562, 30323, 9106, 64919, 16407, 45116, 2201, 37454)
+XGMI_BIT_RATE_GBPS = 32  # as the real 8 × MI300X capture prints it; no MI355X capture holds the number
+XGMI_MAX_BANDWIDTH_GBPS = 512
+XGMI_PORTS = 8  # 7 peers and one unused port, which reads X on a healthy node (§30)
+
+# amdgpu's own defaults: §30 names no load parameter for MI355X (the §5 ones are the gfx1250 bring-up's).
+AMDGPU_DEFAULT_PARAMS = {"gpu_recovery": -1, "halt_if_hws_hang": 0, "mtype_local": 0, "noretry": -1}
+
+# /proc/meminfo of a cluster:mi355x-amds runner: ~3 TB DDR5, `available-cpu-dram-mib: 3_095_781` (§30).
+MEMINFO_KB = {"MemTotal": 3_221_225_472, "MemFree": 3_168_954_880, "MemAvailable": 3_170_079_744}
+
+
+def bdf(gpu: int) -> str:
+    return f"0000:{BUSES[gpu]:02x}:00.0"
+
+
+def kfd_gpu_properties(gpu: int) -> str:
+    """One GPU node's KFD topology properties (the fields the checks read, in the driver's order)."""
+    return (f"cpu_cores_count 0\nsimd_count 1024\nnum_xcc 8\ngfx_target_version {GFX_TARGET_VERSION}\n"
+            f"location_id {BUSES[gpu] << 8}\ndomain 0\nlocal_mem_size {HBM_GIB * 2**30}\n")
+
+
+# ------------------------------------------------------------------------------------------- amd-smi xgmi
+
+
+def xgmi_text(links: dict | None = None, bit_rates: dict | None = None, link_types: dict | None = None) -> str:
+    """``amd-smi xgmi`` of the node. ``links``: "A-B" -> the cell GPU A prints for GPU B (e.g. "D", "U/D",
+    "N/A"; healthy "U"); ``bit_rates``: GPU -> Gb/s; ``link_types``: GPU -> link_type ("PCIE", "N/A")."""
+    links, bit_rates, link_types = links or {}, bit_rates or {}, link_types or {}
+    gpus = range(GPUS)
+    header = "       " + "bdf".ljust(14) + "bit_rate".ljust(10) + "max_bandwidth".ljust(15) + "link_type".ljust(11)
+    out = ["", "LINK METRIC TABLE:", header + "".join(f"GPU{g}".ljust(13) for g in gpus).rstrip()]
+    for g in gpus:
+        rate = bit_rates.get(g, XGMI_BIT_RATE_GBPS)
+        bandwidth = rate * XGMI_MAX_BANDWIDTH_GBPS // XGMI_BIT_RATE_GBPS
+        out.append(f"GPU{g}".ljust(7) + bdf(g).ljust(14) + f"{rate} Gb/s".ljust(10) + f"{bandwidth} Gb/s".ljust(15)
+                   + link_types.get(g, "XGMI"))
+        for what, scale in (("Read", 1259), ("Write", 1074)):
+            cells = ["N/A" if peer == g else f"{scale + 97 * g + peer} KB" for peer in gpus]
+            out.append(f" {what}".ljust(57) + "".join(c.ljust(13) for c in cells).rstrip())
+    out += ["", "GPU LINK PORT STATUS:", "       " + "bdf".ljust(14) + "port_num".ljust(20)]
+    for g in gpus:
+        ports = [_cell(links, g, peer).split("/")[0] for peer in gpus if peer != g]
+        ports = [p if p in "UDX" else "X" for p in ports] + ["X"] * (XGMI_PORTS - GPUS + 1)
+        out.append(f"GPU{g}".ljust(7) + bdf(g).ljust(14) + "  ".join(ports))
+    out += ["", "XGMI LINK STATUS:", "       " + "bdf".ljust(14) + "".join(f"GPU{g}".ljust(14) for g in gpus)]
+    for g in gpus:
+        cells = ["SELF" if peer == g else _cell(links, g, peer) for peer in gpus]
+        out.append(f"GPU{g}".ljust(7) + bdf(g).ljust(14) + "".join(c.ljust(14) for c in cells).rstrip())
+    out += ["", "", "Legend:", "  SELF = Current GPU", "  N/A = Not supported", "  U / D / X = Link is Up / Down / "
+            "Disabled", "  Read / Write = GPU Metric Accumulated Read / Write"]
+    return "\n".join(out) + "\n"
+
+
+def _cell(links: dict, a: int, b: int) -> str:
+    return str(links.get(f"{a}-{b}", "U"))
+
+
+# ---------------------------------------------------------------------------------------- AgentX server (§30)
+
+RECIPE = "kimi-k3-mi355x-agentx"  # what the rig's inventory names (cluster.recipe), with its concurrency
+MODEL = "moonshotai/Kimi-K3"
+DRAFT_MODEL = "Inferact/Kimi-K3-DSpark"
+# §30 mounts the HF cache at /var/lib/hf-hub-cache; the rig's container files live under /app, so it is here.
+HF_CACHE = "/app/hf-hub-cache"
+SERVER_WORKDIR = "/app"  # `python3 -m atom.entrypoints.openai_server` finds the stand-in module here
+SERVER_MODULE = "atom.entrypoints.openai_server"
+SERVER_PORT = 8891  # 8888 + the last character of runner mi355x-amds_03 (§30)
+ONLINE_QUANT = ('{"quant_type":"ptpc_fp8","exclude":["lm_head","model.embed_tokens","*self_attn.[qkv]_conv1d*",'
+                '"*block_sparse_moe.experts*","*block_sparse_moe.routed_expert_*","*vision_tower*","*mm_projector*"]}')
+# §30 per-concurrency table: max-num-seqs, max-num-batched-tokens, gpu-memory-utilization, ATOM_ENABLE_REPLAYSSM,
+# state-checkpoint-slots, LMCache + state offload, draft tokens, acceptance length.
+POINTS = {
+    1: (32, 8192, "0.88", "0", None, False, 6, "3.75"),
+    4: (32, 8192, "0.88", "0", None, False, 2, "2.51"),
+    8: (16, 8192, "0.88", "1", 16, True, 2, "2.51"),
+    10: (16, 4096, "0.90", "0", 16, True, 2, "2.51"),
+}
+DRAM_GB_PER_RANK = 32  # floor(min(3,095,781, 2,861,022) MiB x 1,048,576 x 0.086 x 8 / 8 / 1e9) = 257; 257 / 8 (§30)
+
+
+def server_env(concurrency: int) -> dict[str, str]:
+    """The server's environment at one point (§30 "Env, every point" and "conc 8/10 only")."""
+    seqs, tokens, util, replay, slots, offload, k, al = POINTS[concurrency]
+    env = {"PYTHONNOUSERSITE": "1", "AITER_LOG_LEVEL": "WARNING", "AITER_SITUV2_A4W4": "1",
+           "AITER_QUICK_REDUCE_QUANTIZATION": "INT4", "AITER_FLYDSL_STAGE2_FP8": "1",
+           "ATOM_MLA_MAX_SPLIT_PER_BATCH": "256", "ATOM_STATE_CHECKPOINT_DEMAND": "0",
+           "ATOM_ENABLE_REPLAYSSM": replay, "HF_HUB_CACHE": HF_CACHE, "HIP_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7"}
+    if offload:
+        env.update({"PYTHONHASHSEED": "0", "LMCACHE_LOCAL_CPU": "True", "LMCACHE_MAX_LOCAL_CPU_SIZE":
+                    str(DRAM_GB_PER_RANK), "LMCACHE_CHUNK_SIZE": "256", "OFFLOAD_STATE": "1",
+                    "OFFLOAD_STATE_STAGING_GROUPS": "8", "OFFLOAD_STATE_MIN_LOAD_TOKENS": "0",
+                    "OFFLOAD_GPU_STAGING_CHUNKS": "16"})
+    return env
+
+
+def server_args(concurrency: int) -> dict[str, Any]:
+    """The server's flags at one point, in the script's order (flag -> value, True for a bare flag)."""
+    seqs, tokens, util, replay, slots, offload, k, al = POINTS[concurrency]
+    args: dict[str, Any] = {
+        "--model": MODEL, "--host": "0.0.0.0", "--server-port": SERVER_PORT, "--trust-remote-code": True,
+        "--tensor-parallel-size": 8, "--kv_cache_dtype": "fp8", "--block-size": 128, "--max-num-seqs": seqs,
+        "--max-num-batched-tokens": tokens, "--gpu-memory-utilization": util, "--enable_prefix_caching": True,
+        "--state-checkpoint-interval-tokens": -1, "--state-checkpoint-slots": slots,
+        "--online_quant_config": ONLINE_QUANT, "--method": "dspark", "--draft-model": DRAFT_MODEL,
+        "--num-speculative-tokens": k, "--spec-decode-acceptance-length": al,
+    }
+    if offload:
+        args["--kv-transfer-config"] = '{"kv_connector":"lmcache_offload","kv_role":"offload"}'
+    return {flag: value for flag, value in args.items() if value is not None}
+
+
+def server_argv(concurrency: int, overrides: dict[str, Any]) -> list[str]:
+    """``python -m atom.entrypoints.openai_server ...`` with the state's flag overrides (None: dropped)."""
+    argv = ["python3", "-m", SERVER_MODULE]
+    for flag, value in {**server_args(concurrency), **overrides}.items():
+        if value is None or value is False:
+            continue
+        argv += [flag] if value is True else [flag, str(value)]
+    return argv
+
+
+def container_files() -> dict[str, str]:
+    """Our container's files: the stand-in server module, LMCache's ROCm build, and the model and drafter
+    snapshots complete in the HF cache (a snapshot directory with a file, no `.incomplete` blob), as
+    `hf download` leaves them (§30)."""
+    snapshot = "3f1c2a9d7b6e5a4c3b2a19f8e7d6c5b4a3f2e1d0"
+    files = {f"{SERVER_WORKDIR}/{SERVER_MODULE.replace('.', '/')}.py": "import time\ntime.sleep(10**9)\n",
+             # LMCache's ROCm build (v0.5.3rc2-rocm, §29): its native ops import (the image's WORKDIR is on sys.path)
+             f"{SERVER_WORKDIR}/lmcache/__init__.py": "", f"{SERVER_WORKDIR}/lmcache/c_ops.py": ""}
+    for repo in (MODEL, DRAFT_MODEL):
+        cache = f"{HF_CACHE}/models--{repo.replace('/', '--')}"
+        files[f"{cache}/snapshots/{snapshot}/config.json"] = '{"model_type": "kimi_k3"}\n'
+        files[f"{cache}/blobs/{snapshot}"] = '{"model_type": "kimi_k3"}\n'
+    return files
