@@ -23,7 +23,7 @@ from k3doctor.cli.options import EXIT_USAGE
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="k3doctor")
 def cli():
-    """Pre-launch doctor for gfx1250 (MI455) Kimi-K3 wide-EP clusters.
+    """Pre-launch doctor for Kimi-K3 on gfx1250 (MI455) wide-EP racks and MI355X TP8 AgentX nodes.
 
     Runs a registry of checks over SSH on every node and says, before a 25-minute cold
     start, whether the rack is ready to launch - naming the node and GPU at fault.
