@@ -177,14 +177,42 @@ def save_readings(setup: Setup, env: dict, parallel: int) -> Path:
 
 
 def run_once(argv: list, setup: Setup, env: dict, cwd: Path = REPO) -> dict:
+    """One contender's run: wall, exit status, peak RSS, own CPU, the nodes' CPU; for k3doctor also its phases
+    (seconds from the start: first connection, last node read, judged; ``exit`` is the wall time)."""
+    marks = setup.workdir / "phases.txt"
+    marks.unlink(missing_ok=True)
+    if "k3doctor.cli" in argv:
+        env = dict(env, K3DOCTOR_PHASES=str(marks))
     cpu_before = setup.node_cpu_s()
     started = time.monotonic()
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=cwd)
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.monotonic() - started
     proc.returncode = os.waitstatus_to_exitcode(status)
-    return {"wall": wall, "rc": proc.returncode, "peak_mb": usage.ru_maxrss / 1024,
-            "cpu": usage.ru_utime + usage.ru_stime, "node_cpu": setup.node_cpu_s() - cpu_before}
+    figures = {"wall": wall, "rc": proc.returncode, "peak_mb": usage.ru_maxrss / 1024,
+               "cpu": usage.ru_utime + usage.ru_stime, "node_cpu": setup.node_cpu_s() - cpu_before}
+    if marks.exists():
+        seen: dict = {}
+        for line in marks.read_text().splitlines():
+            name, at = line.split()
+            seen.setdefault(name, []).append(float(at) - started)
+        figures["phases"] = {"connect": min(seen.get("connect", [wall])), "read": max(seen.get("read", [wall])),
+                             "judged": max(seen.get("judged", [wall])), "exit": wall}
+    return figures
+
+
+def phase_table(got: dict) -> None:
+    """k3doctor's run by phase (medians over the runs): when the first connection started, the last node's
+    readings were in, every judge had run, the process had exited."""
+    timed = {name: [r["phases"] for r in runs if "phases" in r] for name, runs in got.items()}
+    timed = {name: phases for name, phases in timed.items() if phases}
+    if not timed:
+        return
+    print("\n| k3doctor phase (s from CLI start, median) | first connect | last node read | judged | exit |\n"
+          "|---|---|---|---|---|")
+    for name, phases in timed.items():
+        cells = [f"{statistics.median(p[k] for p in phases):.3f}" for k in ("connect", "read", "judged", "exit")]
+        print(f"| {name} | {' | '.join(cells)} |")
 
 
 def first_connection(runs: int, env: dict) -> list:
@@ -245,6 +273,7 @@ def main() -> None:
                       f"rc {figures['rc']}", flush=True)
         print(f"load after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         table(got, nodes, len(setup.dead))
+        phase_table(got)
         if "k3doctor" in runs:
             starts = first_connection(args.runs, env)
             print(f"k3doctor CLI start to first connection: min {min(starts):.3f} / median "

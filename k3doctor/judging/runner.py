@@ -118,6 +118,7 @@ class _Run:
                 Result(c.name, node.name, Status.ERROR, f"node not checked: {why}") for c in self.checks]
             self.say(f"{node.name}: unreachable ({why})")
             return
+        progress.mark("read")
         self.readings[node.name] = got
         self.results_by_node[node.name] = self.judge_node(node, transport, got, specs_by_check)
         self.say(f"{node.name}: {len(got)} readings"
@@ -228,6 +229,7 @@ def run_checks(inv: Inventory, checks: list, opts: RunOptions = None) -> RunRepo
         for transport in run.transports.values():
             transport.close()
     report = run.report(explained(results), started)
+    progress.mark("judged")
     report.platform, report.not_for_platform = inv.cluster.platform, not_for_platform
     return report
 
