@@ -1,35 +1,17 @@
 """Command line: ``k3doctor check | node | merge | judge | baseline record | triage | gate | demo | list | explain``.
 
 A thin shell: each command reads its options, hands them to the module that does the work and renders the
-report (runs.py: the commands that judge a rack; oncall.py: triage, the gate, the demo; info.py: list and
-explain); options.py declares once what several commands share. Exit codes: 0 ready to launch (warnings
-allowed), 1 a check failed, 2 inconclusive (a check could not be evaluated: unreachable node, timeout,
-unparseable output), 3 usage or inventory error.
+report (commands.py: the group; runs.py: the commands that judge a rack; oncall.py: triage, the gate, the
+demo; info.py: list and explain); options.py declares once what several commands share. Exit codes: 0 ready
+to launch (warnings allowed), 1 a check failed, 2 inconclusive (a check could not be evaluated: unreachable
+node, timeout, unparseable output), 3 usage or inventory error.
 """
 from __future__ import annotations
 
 import logging
 import sys
 
-import click
-
-from k3doctor import __version__
-from k3doctor.cli import info, oncall, recipe, runs
-from k3doctor.cli.options import EXIT_USAGE
-
-
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="k3doctor")
-def cli():
-    """Pre-launch doctor for gfx1250 (MI455) Kimi-K3 wide-EP clusters.
-
-    Runs a registry of checks over SSH on every node and says, before a 25-minute cold
-    start, whether the rack is ready to launch - naming the node and GPU at fault.
-    """
-
-
-for _command in (*runs.COMMANDS, *oncall.COMMANDS, recipe.recipe_group, *info.COMMANDS):
-    cli.add_command(_command)
+EXIT_USAGE = 3  # usage or inventory error (options.py, which the commands share, loads much more: not imported here)
 
 
 def _quiet_logging() -> None:
@@ -45,10 +27,29 @@ def _quiet_logging() -> None:
 
 
 def main(argv=None):
-    """Entry point: click's usage errors exit 3 (not click's 2, which means inconclusive here)."""
+    """Entry point: click's usage errors exit 3 (not click's 2, which means inconclusive here).
+
+    ``check`` starts connecting to its nodes first (k3doctor/cli/early.py); the commands, the checks and
+    everything they need are imported while the handshakes are in flight."""
+    args = list(sys.argv[1:] if argv is None else argv)
     _quiet_logging()
+    from k3doctor.cli import early
+
+    ahead = early.start(args)
     try:
-        cli.main(args=argv, prog_name="k3doctor", standalone_mode=False)
+        _run(args, ahead)
+    finally:
+        if ahead is not None:
+            ahead.close()
+
+
+def _run(args: list, ahead) -> None:
+    import click
+
+    from k3doctor.cli.commands import cli
+
+    try:
+        cli.main(args=args, prog_name="k3doctor", standalone_mode=False, obj=ahead)
     except click.UsageError as exc:
         hint = f" (try `{exc.ctx.command_path} --help`)" if exc.ctx else ""
         click.echo(f"k3doctor: {exc.format_message()}{hint}", err=True)
@@ -63,5 +64,3 @@ def main(argv=None):
         click.echo(f"k3doctor: internal error: {type(exc).__name__}: {exc}", err=True)
         sys.exit(2)
     sys.exit(0)
-
-
