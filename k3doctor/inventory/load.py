@@ -448,9 +448,9 @@ def _merge_settings(base: Settings, raw: dict, cluster_name=None) -> Settings:
                        "cluster": cluster_name or base.cluster})
 
 
-def parse_inventory(text: str, path: str = "<inventory>", registry=None) -> Inventory:
+def parse_inventory(text: str, path: str = "<inventory>", registry=None, fast: bool = False) -> Inventory:
     try:
-        root = compose(text, path)
+        root = compose(text, path, fast)
     except YAMLInputError as exc:
         raise InventoryError(exc.problems) from None
     v = _Validator(path, registry)
@@ -486,7 +486,7 @@ def parse_inventory(text: str, path: str = "<inventory>", registry=None) -> Inve
     return Inventory(path=path, nodes=nodes, ssh=ssh, cluster=cluster, text=text, racks=racks)
 
 
-def load_inventory(path: str, registry=None) -> Inventory:
+def load_inventory(path: str, registry=None, fast: bool = False) -> Inventory:
     try:
         with open(os.path.expanduser(path), "rb") as fh:
             text = decode(fh.read(), path)
@@ -494,7 +494,7 @@ def load_inventory(path: str, registry=None) -> Inventory:
         raise InventoryError([f"{path}: cannot read inventory: {exc.strerror}"]) from None
     except YAMLInputError as exc:
         raise InventoryError(exc.problems) from None
-    return parse_inventory(text, path, registry)
+    return parse_inventory(text, path, registry, fast)
 
 
 def load_nodes(spec: str | None, ansible_inventory: str | None = None, registry=None) -> Inventory:

@@ -15,7 +15,6 @@ from collections import deque
 from k3doctor.deadline import seconds
 from k3doctor.inventory.load import Inventory, Node
 from k3doctor.transport.base import Transport
-from k3doctor.transport.local import LocalTransport
 from k3doctor.transport.ssh import SSHTransport
 from k3doctor.transport.targets import resolve_ssh_target
 
@@ -24,6 +23,8 @@ def make_transport(node: Node, inv: Inventory, opts) -> Transport:
     """The node's transport, not yet connected; ``opts``: a RunOptions (its accept_unknown_hosts and
     connect_timeout_s)."""
     if node.transport == "local":
+        from k3doctor.transport.local import LocalTransport
+
         return LocalTransport(node.name, sudo=node.sudo)
     password = os.environ.get(node.password_env) if node.password_env else None
     target = resolve_ssh_target(
@@ -117,14 +118,13 @@ def connect_ahead(spec: str | None, ansible_inventory: str | None, *, parallel: 
     for now: no SSH node, an inventory that does not load as it is (the run then says why, exit 3), or a
     ``password_env`` not set (the same). Check parameters are not validated here (the checks are not loaded
     yet): the run validates them, and closes these connections if the inventory is refused."""
-    if spec is None or ansible_inventory or "@" in spec:  # this machine; Ansible's inventory is read once
-        return None
-    from k3doctor.inventory.load import is_ansible_inventory, load_nodes, unset_password_variables
+    if spec is None or ansible_inventory or "@" in spec or os.path.isdir(os.path.expanduser(spec)):
+        return None  # this machine; an Ansible inventory is read once (ansible-inventory takes a while)
+    from k3doctor.inventory.load import load_inventory, load_nodes, unset_password_variables
 
-    try:
-        if os.path.exists(os.path.expanduser(spec)) and is_ansible_inventory(os.path.expanduser(spec)):
-            return None
-        inv = load_nodes(spec, None, None)
+    path = os.path.expanduser(spec)
+    try:  # a k3doctor inventory file (an Ansible one does not load as one), or a node set
+        inv = load_inventory(spec, None, fast=True) if os.path.isfile(path) else load_nodes(spec, None, None)
     except Exception:  # noqa: BLE001 -- whatever it is, the run's own read of it reports it
         return None
     if unset_password_variables(inv) or not any(n.transport == "ssh" for n in inv.nodes):
