@@ -23,8 +23,10 @@ half blackholed), suffix ``+dead``. Printed per contender: wall seconds min/medi
 the fair floor, to the per-reading floor and to ``ssh true`` (per round, pairing the runs of one round), peak
 RSS of the contender's largest process, its own CPU seconds (this side), and the CPU seconds the nodes spent
 per node (sshd sessions and everything they ran; on the rig also the node's dockerd/containerd). Light nodes
-share this machine's cores: their wall time is the total node-side work. Asserts nothing: speed targets live
-here, not in timed tests.
+share this machine's cores: their wall time is the total node-side work. Then k3doctor's run by phase
+(``K3DOCTOR_PHASES``: CLI start to the first connection, the last node's readings, every judge done, exit),
+and with ``--processes`` the processes and programs each contender starts per node (one more run each,
+counted by the kernel: bench/node_processes.py). Asserts nothing: speed targets live here, not in timed tests.
 """
 from __future__ import annotations
 
@@ -48,6 +50,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
 from fair_floor import fair_script, plain_per_reading, saved_specs  # noqa: E402
+from node_processes import NodeProcesses  # noqa: E402
 
 
 class Setup:
@@ -89,11 +92,14 @@ class Setup:
     def hosts(self, suffix: str) -> list:
         return self.ssh if not suffix else self.ssh[:len(self.ssh) - len(self.dead)] + self.dead
 
+    def node_pids(self) -> list:
+        """The nodes' processes now (on the rig also their dockerd, containerd and shims)."""
+        return self.rack.pids_matching("") if self.args.rig else self.rack.pids()
+
     def node_cpu_s(self) -> float:
         """CPU seconds so far of the nodes' own processes and what they reaped."""
-        pids = self.rack.pids_matching("") if self.args.rig else self.rack.pids()
         total = 0.0
-        for pid in pids:
+        for pid in self.node_pids():
             try:
                 t = psutil.Process(pid).cpu_times()
                 total += t.user + t.system + t.children_user + t.children_system
@@ -158,7 +164,7 @@ def contenders(setup: Setup, scripts: dict, parallel: int, only: set) -> dict:
             script = (scripts[FLOOR] / f"{setup.ssh[0][1]}.sh").read_text()
             out["ansible" + suffix] = [ansible, "all", "-i", str(ini), "-f", str(parallel), "-o", "-m", "shell",
                                        "-a", ": ; {% raw %}" + script + "{% endraw %}"]
-        if "k3doctor" in only:
+        if "k3doctor" in only:  # cwd: `python -m` imports the tree it starts in
             out["k3doctor" + suffix] = [sys.executable, "-m", "k3doctor.cli", "check", "--nodes", str(inventory),
                                         "--format", "json", "--parallel", str(parallel),
                                         "-o", str(outdir / f"k3doctor{suffix}.json")]
@@ -176,13 +182,14 @@ def save_readings(setup: Setup, env: dict, parallel: int) -> Path:
     return saved
 
 
-def run_once(argv: list, setup: Setup, env: dict, cwd: Path = REPO) -> dict:
+def run_once(argv: list, setup: Setup, env: dict) -> dict:
     """One contender's run: wall, exit status, peak RSS, own CPU, the nodes' CPU; for k3doctor also its phases
     (seconds from the start: first connection, last node read, judged; ``exit`` is the wall time)."""
     marks = setup.workdir / "phases.txt"
     marks.unlink(missing_ok=True)
+    cwd = REPO
     if "k3doctor.cli" in argv:
-        env = dict(env, K3DOCTOR_PHASES=str(marks))
+        env, cwd = dict(env, K3DOCTOR_PHASES=str(marks)), setup.args.k3doctor_tree
     cpu_before = setup.node_cpu_s()
     started = time.monotonic()
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=cwd)
@@ -201,6 +208,20 @@ def run_once(argv: list, setup: Setup, env: dict, cwd: Path = REPO) -> dict:
     return figures
 
 
+def count_processes(runs: dict, setup: Setup, env: dict) -> None:
+    """One more run of each contender (all nodes alive), the processes the nodes started during it counted
+    (bench/node_processes.py): per node, the processes (forks) and the programs (execs)."""
+    print("\n| contender | processes per node | programs (execs) per node |\n|---|---|---|")
+    alive = len(setup.ssh)
+    for name, argv in runs.items():
+        if name.endswith("+dead"):
+            continue
+        with NodeProcesses(setup.node_pids()) as counted:
+            run_once(argv, setup, env)
+        print(f"| {name} | {counted.forks / alive:.1f} | {counted.execs / alive:.1f}"
+              f"{' (events lost: a floor)' if counted.lost else ''} |")
+
+
 def phase_table(got: dict) -> None:
     """k3doctor's run by phase (medians over the runs): when the first connection started, the last node's
     readings were in, every judge had run, the process had exited."""
@@ -215,7 +236,7 @@ def phase_table(got: dict) -> None:
         print(f"| {name} | {' | '.join(cells)} |")
 
 
-def first_connection(runs: int, env: dict) -> list:
+def first_connection(runs: int, env: dict, tree: Path = REPO) -> list:
     """Seconds from starting ``k3doctor check`` to its first TCP connection to a node (a listener here)."""
     import socket
 
@@ -228,7 +249,7 @@ def first_connection(runs: int, env: dict) -> list:
         for _ in range(runs):
             started = time.monotonic()
             proc = subprocess.Popen([sys.executable, "-m", "k3doctor.cli", "check", "--nodes", str(inventory)],
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=REPO)
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=tree)
             conn, _ = server.accept()
             times.append(time.monotonic() - started)
             conn.close()
@@ -247,6 +268,10 @@ def main() -> None:
     parser.add_argument("--parallel", type=int, default=64)
     parser.add_argument("--only", default=f"{SSH_TRUE},{FLOOR},{PER_READING},ansible,k3doctor")
     parser.add_argument("--json", type=Path, help="also write every run's figures here")
+    parser.add_argument("--k3doctor-tree", type=Path, default=REPO, metavar="DIR",
+                        help="run the k3doctor of this source tree (e.g. a worktree of an older revision)")
+    parser.add_argument("--processes", action="store_true",
+                        help="then count the processes each contender starts per node (one more run each; root)")
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the nodes on the way out
     env = dict(os.environ, ANSIBLE_HOST_KEY_CHECKING="True", ANSIBLE_LOCAL_TEMP="/tmp/.k3bench-ansible-local",
@@ -274,8 +299,10 @@ def main() -> None:
         print(f"load after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         table(got, nodes, len(setup.dead))
         phase_table(got)
+        if args.processes:
+            count_processes(runs, setup, env)
         if "k3doctor" in runs:
-            starts = first_connection(args.runs, env)
+            starts = first_connection(args.runs, env, args.k3doctor_tree)
             print(f"k3doctor CLI start to first connection: min {min(starts):.3f} / median "
                   f"{statistics.median(starts):.3f} / max {max(starts):.3f} s")
         if args.json:
