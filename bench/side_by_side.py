@@ -26,7 +26,8 @@ per node (sshd sessions and everything they ran; on the rig also the node's dock
 share this machine's cores: their wall time is the total node-side work. Then k3doctor's run by phase
 (``K3DOCTOR_PHASES``: CLI start to the first connection, the last node's readings, every judge done, exit),
 and with ``--processes`` the processes and programs each contender starts per node (one more run each,
-counted by the kernel: bench/node_processes.py). Asserts nothing: speed targets live here, not in timed tests.
+counted by the kernel: bench/node_processes.py). ``--before DIR`` adds the k3doctor of another source tree
+(e.g. ``git worktree add DIR BASE``) as ``k3doctor-before``, interleaved like the rest. Asserts nothing: speed targets live here, not in timed tests.
 """
 from __future__ import annotations
 
@@ -58,6 +59,7 @@ class Setup:
 
     def __init__(self, args, workdir: Path):
         self.args, self.workdir, self.rack = args, workdir, None
+        self.trees = {}  # contender -> the source tree whose k3doctor it runs
 
     def __enter__(self):
         if self.args.rig:
@@ -164,10 +166,13 @@ def contenders(setup: Setup, scripts: dict, parallel: int, only: set) -> dict:
             script = (scripts[FLOOR] / f"{setup.ssh[0][1]}.sh").read_text()
             out["ansible" + suffix] = [ansible, "all", "-i", str(ini), "-f", str(parallel), "-o", "-m", "shell",
                                        "-a", ": ; {% raw %}" + script + "{% endraw %}"]
-        if "k3doctor" in only:  # cwd: `python -m` imports the tree it starts in
-            out["k3doctor" + suffix] = [sys.executable, "-m", "k3doctor.cli", "check", "--nodes", str(inventory),
-                                        "--format", "json", "--parallel", str(parallel),
-                                        "-o", str(outdir / f"k3doctor{suffix}.json")]
+        trees = {"k3doctor": setup.args.k3doctor_tree, "k3doctor-before": setup.args.before}
+        for name, tree in trees.items():
+            if "k3doctor" in only and tree:  # the tree's own: `python -m` imports the tree it starts in (cwd)
+                setup.trees[name + suffix] = tree
+                out[name + suffix] = [sys.executable, "-m", "k3doctor.cli", "check", "--nodes", str(inventory),
+                                      "--format", "json", "--parallel", str(parallel),
+                                      "-o", str(outdir / f"{name}{suffix}.json")]
     return out
 
 
@@ -182,14 +187,13 @@ def save_readings(setup: Setup, env: dict, parallel: int) -> Path:
     return saved
 
 
-def run_once(argv: list, setup: Setup, env: dict) -> dict:
+def run_once(argv: list, setup: Setup, env: dict, cwd: Path = REPO) -> dict:
     """One contender's run: wall, exit status, peak RSS, own CPU, the nodes' CPU; for k3doctor also its phases
     (seconds from the start: first connection, last node read, judged; ``exit`` is the wall time)."""
     marks = setup.workdir / "phases.txt"
     marks.unlink(missing_ok=True)
-    cwd = REPO
     if "k3doctor.cli" in argv:
-        env, cwd = dict(env, K3DOCTOR_PHASES=str(marks)), setup.args.k3doctor_tree
+        env = dict(env, K3DOCTOR_PHASES=str(marks))
     cpu_before = setup.node_cpu_s()
     started = time.monotonic()
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=cwd)
@@ -217,7 +221,7 @@ def count_processes(runs: dict, setup: Setup, env: dict) -> None:
         if name.endswith("+dead"):
             continue
         with NodeProcesses(setup.node_pids()) as counted:
-            run_once(argv, setup, env)
+            run_once(argv, setup, env, setup.trees.get(name, REPO))
         print(f"| {name} | {counted.forks / alive:.1f} | {counted.execs / alive:.1f}"
               f"{' (events lost: a floor)' if counted.lost else ''} |")
 
@@ -270,6 +274,8 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="also write every run's figures here")
     parser.add_argument("--k3doctor-tree", type=Path, default=REPO, metavar="DIR",
                         help="run the k3doctor of this source tree (e.g. a worktree of an older revision)")
+    parser.add_argument("--before", type=Path, default=None, metavar="DIR",
+                        help="also run the k3doctor of this tree as `k3doctor-before` (e.g. a worktree of the base)")
     parser.add_argument("--processes", action="store_true",
                         help="then count the processes each contender starts per node (one more run each; root)")
     args = parser.parse_args()
@@ -291,7 +297,7 @@ def main() -> None:
         for round_ in range(args.warmup + args.runs):
             order = names[round_ % len(names):] + names[:round_ % len(names)]
             for name in order:
-                figures = run_once(runs[name], setup, env)
+                figures = run_once(runs[name], setup, env, setup.trees.get(name, REPO))
                 if round_ >= args.warmup:
                     got[name].append(figures)
                 print(f"  round {round_}{' (warm-up)' if round_ < args.warmup else ''} {name}: {figures['wall']:.2f}s "
@@ -302,9 +308,11 @@ def main() -> None:
         if args.processes:
             count_processes(runs, setup, env)
         if "k3doctor" in runs:
-            starts = first_connection(args.runs, env, args.k3doctor_tree)
-            print(f"k3doctor CLI start to first connection: min {min(starts):.3f} / median "
-                  f"{statistics.median(starts):.3f} / max {max(starts):.3f} s")
+            for name, tree in (("k3doctor", args.k3doctor_tree), ("k3doctor-before", args.before)):
+                if tree:
+                    starts = first_connection(args.runs, env, tree)
+                    print(f"{name} CLI start to first connection: min {min(starts):.3f} / median "
+                          f"{statistics.median(starts):.3f} / max {max(starts):.3f} s")
         if args.json:
             args.json.write_text(json.dumps({"nodes": nodes, "dead": len(setup.dead), "runs": got}, indent=1))
 
