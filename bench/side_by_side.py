@@ -27,7 +27,8 @@ share this machine's cores: their wall time is the total node-side work. Then k3
 (``K3DOCTOR_PHASES``: CLI start to the first connection, the last node's readings, every judge done, exit),
 and with ``--processes`` the processes and programs each contender starts per node (one more run each,
 counted by the kernel: bench/node_processes.py). ``--before DIR`` adds the k3doctor of another source tree
-(e.g. ``git worktree add DIR BASE``) as ``k3doctor-before``, interleaved like the rest. Asserts nothing: speed targets live here, not in timed tests.
+(e.g. ``git worktree add DIR BASE``) as ``k3doctor-before``, interleaved like the rest. Asserts nothing:
+speed targets live here, not in timed tests.
 """
 from __future__ import annotations
 
