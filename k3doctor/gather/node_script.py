@@ -362,15 +362,15 @@ def gather(transport, specs: Iterable, *, command_timeout_s: float, deadline_s: 
             thread.start()
             beside.append(thread)
 
-        try:
-            facts = {spec: gather_engine_fact(engine, spec, deadline) for spec in engine_specs
-                     if isinstance(spec, EngineFactCommand)}
-            if facts:
-                start("facts", lambda: engine_got.update(_with_facts(transport, facts, command_timeout_s, deadline)))
+        try:  # the container's exec first: its readings take the longest
             if any(isinstance(spec, InContainer) for spec in engine_specs):
                 start("exec", lambda: engine_got.update(_in_container_readings(
                     engine, engine_specs, command_timeout_s=command_timeout_s, cap_bytes=OUTPUT_CAP_BYTES,
                     deadline=deadline)))
+            facts = {spec: gather_engine_fact(engine, spec, deadline) for spec in engine_specs
+                     if isinstance(spec, EngineFactCommand)}
+            if facts:
+                start("facts", lambda: engine_got.update(_with_facts(transport, facts, command_timeout_s, deadline)))
             for spec in engine_specs:
                 if isinstance(spec, (Docker, ContainerInspect)):
                     read = gather_docker if isinstance(spec, Docker) else gather_container
