@@ -10,7 +10,6 @@ import k3doctor.gather.node_script as gather_module
 from k3doctor.deadline import Deadline
 from k3doctor.readings import in_container
 
-
 SHELL_TOOLS = ("sh", "mktemp", "rm", "wc", "head", "cat", "timeout", "true", "sleep", "echo")
 
 
