@@ -3,24 +3,32 @@
 
     sudo python3 bench/side_by_side.py --rig                      # the simulated 4-node rack (sshd + dockerd)
     sudo python3 bench/side_by_side.py --light 64 --dead 10       # 64 light nodes (sshd only), and 10 % dead
-    sudo python3 bench/side_by_side.py --light 256 --dead 10 --only openssh,k3doctor --runs 3
+    sudo python3 bench/side_by_side.py --light 256 --only floor,k3doctor --runs 3
 
-The read set is the fast tier's, taken from the check registry for the inventory's first node. The
-contenders, run in turn (interleaved, rotated each round, after one warm-up round):
+The reads are those k3doctor itself takes: one `k3doctor check --save-readings` before the rounds, each node's
+saved readings made into plain scripts by bench/fair_floor.py. The contenders, run in turn (interleaved,
+rotated each round, after one warm-up round), ``--parallel`` nodes at a time (xargs -P):
 
-- ``openssh``: the floor. Every reading as the plain shell command a person would write (``cat`` per file,
-  each tool once, ``docker ps``/``docker events``/``docker inspect`` for the engine), all in one
-  ``ssh NODE sh -s`` per node, ``--parallel`` nodes at a time (xargs -P).
-- ``ansible``: ``ansible all -m shell -a SCRIPT -f PARALLEL`` with the same script (needs ``ansible-core``).
+- ``floor``: the fair floor. Per node ONE plain script over ONE ``ssh NODE sh -s`` doing exactly k3doctor's
+  reads there: one ``tail`` over every file and glob, each host command once, the docker CLI for ps, events,
+  info and one inspect a container, one ``docker exec`` for every reading inside a container.
+- ``per-reading``: the older floor, kept as an extra column: one plain command per reading (a ``cat`` per
+  file, a ``docker exec`` per container reading), in one ``ssh NODE sh -s`` per node.
+- ``ssh-true``: a bare ``ssh NODE true``: what the connections alone cost.
+- ``ansible``: ``ansible all -m shell -a SCRIPT -f PARALLEL`` with the fair floor's script (needs ``ansible-core``).
 - ``k3doctor``: ``k3doctor check --nodes INVENTORY --format json --parallel PARALLEL``, CLI start to exit.
 
 With ``--dead P`` each contender also runs on an inventory where P % of the nodes are dead (half refuse,
 half blackholed), suffix ``+dead``. Printed per contender: wall seconds min/median/max, the median ratio to
-the floor (``vs openssh``: per round, pairing the runs of one round), peak RSS of the contender's largest
-process, its own CPU seconds (this side), and the CPU seconds the nodes spent per node (sshd sessions
-and everything they ran; on the rig also the node's dockerd/containerd). Light nodes share this
-machine's cores: their wall time is the total node-side work. Asserts nothing: speed targets live here,
-not in timed tests.
+the fair floor, to the per-reading floor and to ``ssh true`` (per round, pairing the runs of one round), peak
+RSS of the contender's largest process, its own CPU seconds (this side), and the CPU seconds the nodes spent
+per node (sshd sessions and everything they ran; on the rig also the node's dockerd/containerd). Light nodes
+share this machine's cores: their wall time is the total node-side work. Then k3doctor's run by phase
+(``K3DOCTOR_PHASES``: CLI start to the first connection, the last node's readings, every judge done, exit),
+and with ``--processes`` the processes and programs each contender starts per node (one more run each,
+counted by the kernel: bench/node_processes.py). ``--before DIR`` adds the k3doctor of another source tree
+(e.g. ``git worktree add DIR BASE``) as ``k3doctor-before``, interleaved like the rest. Asserts nothing:
+speed targets live here, not in timed tests.
 """
 from __future__ import annotations
 
@@ -41,62 +49,10 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
 
-from k3doctor.inventory.load import load_inventory  # noqa: E402
-from k3doctor.judging.runner import select_checks, specs_of  # noqa: E402
-from k3doctor.readings import (  # noqa: E402
-    CONTAINER_PID,
-    DOCKER_ROOT_DIR,
-    Command,
-    ContainerInspect,
-    Docker,
-    EngineFactCommand,
-    Exists,
-    File,
-    Glob,
-)
-from k3doctor.registry import REGISTRY, load_checks  # noqa: E402
-from k3doctor.shell import join, quote  # noqa: E402
-
-
-def read_set(inventory: Path) -> list:
-    """The fast tier's readings on the inventory's first node, in the order k3doctor takes them."""
-    load_checks()
-    inv = load_inventory(str(inventory))
-    checks = [c for c in select_checks(REGISTRY, tier="fast") if c.interaction == "passive"]
-    specs = specs_of(checks, inv.nodes[0].settings)
-    return list(dict.fromkeys(s for by_name in specs.values() if isinstance(by_name, dict) for s in by_name.values()))
-
-
-# How a person gets an engine fact in a shell: the docker CLI (k3doctor takes it from the Docker API).
-FLOOR_FACTS = {DOCKER_ROOT_DIR: lambda spec: "docker info --format '{{.DockerRootDir}}'",
-               CONTAINER_PID: lambda spec: f"docker inspect -f '{{{{.State.Pid}}}}' {quote(spec.container)}"}
-
-
-def plain_script(specs: list) -> str:
-    """The same reads as a plain shell script, one plain command per reading (what the floor runs)."""
-    lines = []
-    for i, spec in enumerate(specs):
-        lines.append(f"echo '== {i}'")
-        if isinstance(spec, File):
-            lines.append(f"cat -- {quote(spec.path)}")
-        elif isinstance(spec, Exists):
-            lines.append(f"test -e {quote(spec.path)} && echo present")
-        elif isinstance(spec, Glob):
-            lines.append(f"p={quote(spec.pattern)}; IFS=; for f in $p; do [ -e \"$f\" ] && cat -- \"$f\"; done; "
-                         "IFS=' '")
-        elif isinstance(spec, EngineFactCommand):
-            lines.append(f"{join(spec.argv)} \"$({FLOOR_FACTS[spec.fact](spec)})\" 2>&1")
-        elif isinstance(spec, Command):
-            lines.append(f"{join(spec.argv)} 2>&1")
-        elif isinstance(spec, Docker):
-            lines.append("docker ps -a --no-trunc --format '{{json .}}' 2>&1; "
-                         f"docker events --since {int(spec.events_since_s)}s --until 0s --format '{{{{json .}}}}' 2>&1")
-        elif isinstance(spec, ContainerInspect):
-            lines.append(f"docker inspect -- {quote(spec.container)} 2>&1")
-            if spec.launch_script:
-                lines.append(f"docker cp {quote(spec.container + ':' + spec.launch_script)} - 2>&1")
-    return "\n".join(lines) + "\n"
+from fair_floor import fair_script, plain_per_reading, saved_specs  # noqa: E402
+from node_processes import NodeProcesses  # noqa: E402
 
 
 class Setup:
@@ -104,6 +60,7 @@ class Setup:
 
     def __init__(self, args, workdir: Path):
         self.args, self.workdir, self.rack = args, workdir, None
+        self.trees = {}  # contender -> the source tree whose k3doctor it runs
 
     def __enter__(self):
         if self.args.rig:
@@ -138,11 +95,14 @@ class Setup:
     def hosts(self, suffix: str) -> list:
         return self.ssh if not suffix else self.ssh[:len(self.ssh) - len(self.dead)] + self.dead
 
+    def node_pids(self) -> list:
+        """The nodes' processes now (on the rig also their dockerd, containerd and shims)."""
+        return self.rack.pids_matching("") if self.args.rig else self.rack.pids()
+
     def node_cpu_s(self) -> float:
         """CPU seconds so far of the nodes' own processes and what they reaped."""
-        pids = self.rack.pids_matching("") if self.args.rig else self.rack.pids()
         total = 0.0
-        for pid in pids:
+        for pid in self.node_pids():
             try:
                 t = psutil.Process(pid).cpu_times()
                 total += t.user + t.system + t.children_user + t.children_system
@@ -154,7 +114,27 @@ class Setup:
         self.rack.stop()
 
 
-def contenders(setup: Setup, script: Path, parallel: int, only: set) -> dict:
+FLOOR = "floor"  # the fair floor: one plain script per node doing exactly k3doctor's reads there
+PER_READING = "per-reading"  # the older floor: one plain command per reading
+SSH_TRUE = "ssh-true"  # a bare `ssh NODE true`: what one connection costs
+
+
+def write_scripts(setup: Setup, saved: Path) -> dict:
+    """kind -> folder of per-host scripts (``HOST.sh``) for the fair floor and the per-reading floor, made
+    from the reads each node's saved readings list; a node without saved readings (dead) gets the first's."""
+    by_node = saved_specs(str(saved))
+    address = {name: host for name, host, _ in setup.ssh + setup.dead}
+    first = next(iter(by_node.values()))
+    folders = {}
+    for kind, make in ((FLOOR, fair_script), (PER_READING, plain_per_reading)):
+        folder = folders[kind] = setup.workdir / kind
+        folder.mkdir(exist_ok=True)
+        for name, host in address.items():
+            (folder / f"{host}.sh").write_text(make(by_node.get(name, first)))
+    return folders
+
+
+def contenders(setup: Setup, scripts: dict, parallel: int, only: set) -> dict:
     """name -> argv (no shell on this side but where a pipe needs one)."""
     out = {}
     ssh_opts = (f"-o BatchMode=yes -o StrictHostKeyChecking=yes -o UserKnownHostsFile={setup.known_hosts} "
@@ -164,11 +144,15 @@ def contenders(setup: Setup, script: Path, parallel: int, only: set) -> dict:
         hosts.write_text("".join(f"{h} {p}\n" for _, h, p in setup.hosts(suffix)))
         outdir = setup.workdir / "out"
         outdir.mkdir(exist_ok=True)
-        if "openssh" in only:
-            # `exit 0`: xargs stops everything at a command's exit 255 (ssh's "could not connect")
-            each = f'ssh {ssh_opts} -p "$2" root@"$1" sh -s < {script} > {outdir}/"$1" 2>&1; exit 0'
-            out["openssh" + suffix] = ["sh", "-c", f"xargs -P {parallel} -n 2 sh -c '{each}' _ < {hosts}"]
-        if "ansible" in only and shutil.which("ansible", path=f"{Path(sys.executable).parent}:{os.environ['PATH']}"):
+        # `exit 0`: xargs stops everything at a command's exit 255 (ssh's "could not connect")
+        remote = {SSH_TRUE: "true", FLOOR: f'sh -s < {scripts[FLOOR]}/"$1".sh',
+                  PER_READING: f'sh -s < {scripts[PER_READING]}/"$1".sh'}
+        for name, command in remote.items():
+            if name in only:
+                each = f'ssh {ssh_opts} -p "$2" root@"$1" {command} > {outdir}/"$1" 2>&1; exit 0'
+                out[name + suffix] = ["sh", "-c", f"xargs -P {parallel} -n 2 sh -c '{each}' _ < {hosts}"]
+        ansible = shutil.which("ansible", path=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+        if "ansible" in only and ansible:
             ini = setup.workdir / f"ansible{suffix or '-alive'}.ini"
             ini.write_text("[nodes]\n" + "".join(f"{n} ansible_host={h} ansible_port={p}\n"
                                                   for n, h, p in setup.hosts(suffix))
@@ -177,30 +161,87 @@ def contenders(setup: Setup, script: Path, parallel: int, only: set) -> dict:
                            "ansible_ssh_common_args='-o StrictHostKeyChecking=yes "
                            f"-o UserKnownHostsFile={setup.known_hosts}'\n"
                            "ansible_python_interpreter=/usr/bin/python3\nansible_remote_tmp=/tmp/.k3bench-ansible\n")
-            ansible = shutil.which("ansible", path=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
-            # raw: ansible templates its arguments (the script's `docker --format '{{...}}'` is no template);
-            # `: ;` first, as an argument that starts with `{` is read as JSON
+            # the fair floor's script (the first node's: the nodes' read sets are alike); raw: ansible templates
+            # its arguments (the script's `docker --format '{{...}}'` is no template); `: ;` first, as an
+            # argument that starts with `{` is read as JSON
+            script = (scripts[FLOOR] / f"{setup.ssh[0][1]}.sh").read_text()
             out["ansible" + suffix] = [ansible, "all", "-i", str(ini), "-f", str(parallel), "-o", "-m", "shell",
-                                       "-a", ": ; {% raw %}" + script.read_text() + "{% endraw %}"]
-        if "k3doctor" in only:
-            out["k3doctor" + suffix] = [sys.executable, "-m", "k3doctor.cli", "check", "--nodes", str(inventory),
-                                        "--format", "json", "--parallel", str(parallel),
-                                        "-o", str(outdir / f"k3doctor{suffix}.json")]
+                                       "-a", ": ; {% raw %}" + script + "{% endraw %}"]
+        trees = {"k3doctor": setup.args.k3doctor_tree, "k3doctor-before": setup.args.before}
+        for name, tree in trees.items():
+            if "k3doctor" in only and tree:  # the tree's own: `python -m` imports the tree it starts in (cwd)
+                setup.trees[name + suffix] = tree
+                out[name + suffix] = [sys.executable, "-m", "k3doctor.cli", "check", "--nodes", str(inventory),
+                                      "--format", "json", "--parallel", str(parallel),
+                                      "-o", str(outdir / f"{name}{suffix}.json")]
     return out
 
 
+def save_readings(setup: Setup, env: dict, parallel: int) -> Path:
+    """One `k3doctor check --save-readings` of the live nodes: the reads the floors are made from."""
+    saved = setup.workdir / "saved-readings.json"
+    subprocess.run([sys.executable, "-m", "k3doctor.cli", "check", "--nodes", str(setup.inventories[""]), "-q",
+                    "--parallel", str(parallel), "--save-readings", str(saved)], stdout=subprocess.DEVNULL,
+                   env=env, cwd=REPO, check=False)
+    if not saved.exists():
+        sys.exit("bench: k3doctor saved no readings (see above)")
+    return saved
+
+
 def run_once(argv: list, setup: Setup, env: dict, cwd: Path = REPO) -> dict:
+    """One contender's run: wall, exit status, peak RSS, own CPU, the nodes' CPU; for k3doctor also its phases
+    (seconds from the start: first connection, last node read, judged; ``exit`` is the wall time)."""
+    marks = setup.workdir / "phases.txt"
+    marks.unlink(missing_ok=True)
+    if "k3doctor.cli" in argv:
+        env = dict(env, K3DOCTOR_PHASES=str(marks))
     cpu_before = setup.node_cpu_s()
     started = time.monotonic()
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=cwd)
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.monotonic() - started
     proc.returncode = os.waitstatus_to_exitcode(status)
-    return {"wall": wall, "rc": proc.returncode, "peak_mb": usage.ru_maxrss / 1024,
-            "cpu": usage.ru_utime + usage.ru_stime, "node_cpu": setup.node_cpu_s() - cpu_before}
+    figures = {"wall": wall, "rc": proc.returncode, "peak_mb": usage.ru_maxrss / 1024,
+               "cpu": usage.ru_utime + usage.ru_stime, "node_cpu": setup.node_cpu_s() - cpu_before}
+    if marks.exists():
+        seen: dict = {}
+        for line in marks.read_text().splitlines():
+            name, at = line.split()
+            seen.setdefault(name, []).append(float(at) - started)
+        figures["phases"] = {"connect": min(seen.get("connect", [wall])), "read": max(seen.get("read", [wall])),
+                             "judged": max(seen.get("judged", [wall])), "exit": wall}
+    return figures
 
 
-def first_connection(runs: int, env: dict) -> list:
+def count_processes(runs: dict, setup: Setup, env: dict) -> None:
+    """One more run of each contender (all nodes alive), the processes the nodes started during it counted
+    (bench/node_processes.py): per node, the processes (forks) and the programs (execs)."""
+    print("\n| contender | processes per node | programs (execs) per node |\n|---|---|---|")
+    alive = len(setup.ssh)
+    for name, argv in runs.items():
+        if name.endswith("+dead"):
+            continue
+        with NodeProcesses(setup.node_pids()) as counted:
+            run_once(argv, setup, env, setup.trees.get(name, REPO))
+        print(f"| {name} | {counted.forks / alive:.1f} | {counted.execs / alive:.1f}"
+              f"{' (events lost: a floor)' if counted.lost else ''} |")
+
+
+def phase_table(got: dict) -> None:
+    """k3doctor's run by phase (medians over the runs): when the first connection started, the last node's
+    readings were in, every judge had run, the process had exited."""
+    timed = {name: [r["phases"] for r in runs if "phases" in r] for name, runs in got.items()}
+    timed = {name: phases for name, phases in timed.items() if phases}
+    if not timed:
+        return
+    print("\n| k3doctor phase (s from CLI start, median) | first connect | last node read | judged | exit |\n"
+          "|---|---|---|---|---|")
+    for name, phases in timed.items():
+        cells = [f"{statistics.median(p[k] for p in phases):.3f}" for k in ("connect", "read", "judged", "exit")]
+        print(f"| {name} | {' | '.join(cells)} |")
+
+
+def first_connection(runs: int, env: dict, tree: Path = REPO) -> list:
     """Seconds from starting ``k3doctor check`` to its first TCP connection to a node (a listener here)."""
     import socket
 
@@ -213,7 +254,7 @@ def first_connection(runs: int, env: dict) -> list:
         for _ in range(runs):
             started = time.monotonic()
             proc = subprocess.Popen([sys.executable, "-m", "k3doctor.cli", "check", "--nodes", str(inventory)],
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=REPO)
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=tree)
             conn, _ = server.accept()
             times.append(time.monotonic() - started)
             conn.close()
@@ -230,59 +271,75 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=1, help="rounds not counted, first")
     parser.add_argument("--parallel", type=int, default=64)
-    parser.add_argument("--only", default="openssh,ansible,k3doctor")
+    parser.add_argument("--only", default=f"{SSH_TRUE},{FLOOR},{PER_READING},ansible,k3doctor")
     parser.add_argument("--json", type=Path, help="also write every run's figures here")
+    parser.add_argument("--k3doctor-tree", type=Path, default=REPO, metavar="DIR",
+                        help="run the k3doctor of this source tree (e.g. a worktree of an older revision)")
+    parser.add_argument("--before", type=Path, default=None, metavar="DIR",
+                        help="also run the k3doctor of this tree as `k3doctor-before` (e.g. a worktree of the base)")
+    parser.add_argument("--processes", action="store_true",
+                        help="then count the processes each contender starts per node (one more run each; root)")
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the nodes on the way out
     env = dict(os.environ, ANSIBLE_HOST_KEY_CHECKING="True", ANSIBLE_LOCAL_TEMP="/tmp/.k3bench-ansible-local",
                PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # the Python contenders run as installed: with their bytecode
     with tempfile.TemporaryDirectory(prefix="k3bench-", dir="/tmp") as tmp, Setup(args, Path(tmp)) as setup:
-        specs = read_set(setup.inventories[""])
-        script = Path(tmp) / "reads.sh"
-        script.write_text(plain_script(specs))
-        runs = contenders(setup, script, args.parallel, set(args.only.split(",")))
+        saved = save_readings(setup, env, args.parallel)
+        scripts = write_scripts(setup, saved)
+        runs = contenders(setup, scripts, args.parallel, set(args.only.split(",")))
         nodes = len(setup.ssh)
+        readings = len(next(iter(saved_specs(str(saved)).values())))
         print(f"nodes: {nodes} ({'rig' if args.rig else 'light'}), dead: {len(setup.dead)}, readings per node: "
-              f"{len(specs)}, parallel {args.parallel}, runs {args.runs} + {args.warmup} warm-up, load before: "
+              f"{readings}, parallel {args.parallel}, runs {args.runs} + {args.warmup} warm-up, load before: "
               f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
         got = {name: [] for name in runs}
         names = list(runs)
         for round_ in range(args.warmup + args.runs):
             order = names[round_ % len(names):] + names[:round_ % len(names)]
             for name in order:
-                figures = run_once(runs[name], setup, env)
+                figures = run_once(runs[name], setup, env, setup.trees.get(name, REPO))
                 if round_ >= args.warmup:
                     got[name].append(figures)
                 print(f"  round {round_}{' (warm-up)' if round_ < args.warmup else ''} {name}: {figures['wall']:.2f}s "
                       f"rc {figures['rc']}", flush=True)
         print(f"load after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         table(got, nodes, len(setup.dead))
+        phase_table(got)
+        if args.processes:
+            count_processes(runs, setup, env)
         if "k3doctor" in runs:
-            starts = first_connection(args.runs, env)
-            print(f"k3doctor CLI start to first connection: min {min(starts):.3f} / median "
-                  f"{statistics.median(starts):.3f} / max {max(starts):.3f} s")
+            for name, tree in (("k3doctor", args.k3doctor_tree), ("k3doctor-before", args.before)):
+                if tree:
+                    starts = first_connection(args.runs, env, tree)
+                    print(f"{name} CLI start to first connection: min {min(starts):.3f} / median "
+                          f"{statistics.median(starts):.3f} / max {max(starts):.3f} s")
         if args.json:
             args.json.write_text(json.dumps({"nodes": nodes, "dead": len(setup.dead), "runs": got}, indent=1))
 
 
+def _ratio(runs: list, baseline: list | None) -> str:
+    """Median of the per-round ratios (the runs of one round paired: a loaded round moves both)."""
+    if not baseline:
+        return "-"
+    return f"{statistics.median(r['wall'] / b['wall'] for r, b in zip(runs, baseline, strict=True)):.2f}x"
+
+
 def table(got: dict, nodes: int, dead: int) -> None:
-    print("\n| contender | wall s min / median / max | vs openssh (median of per-round ratios) | peak MB "
-          "| own CPU s | node CPU s per node |\n|---|---|---|---|---|---|")
+    print("\n| contender | wall s min / median / max | vs fair floor | vs per-reading floor | vs ssh true | peak MB "
+          "| own CPU s | node CPU s per node |\n|---|---|---|---|---|---|---|---|")
     for name, runs in got.items():
         walls = [r["wall"] for r in runs]
         suffix = "+dead" if name.endswith("+dead") else ""
-        floor = got.get("openssh" + suffix) or got.get("openssh")
-        ratio = (f"{statistics.median(r['wall'] / f['wall'] for r, f in zip(runs, floor, strict=True)):.2f}x"
-                 if floor and not name.startswith("openssh") else "1.00x" if floor else "-")
+        ratios = [_ratio(runs, got.get(base + suffix) or got.get(base)) for base in (FLOOR, PER_READING, SSH_TRUE)]
         alive = nodes - (dead if suffix else 0)
         cpu = statistics.median(r["node_cpu"] for r in runs) / max(alive, 1)
-        print(f"| {name} | {min(walls):.2f} / {statistics.median(walls):.2f} / {max(walls):.2f} | {ratio} "
+        print(f"| {name} | {min(walls):.2f} / {statistics.median(walls):.2f} / {max(walls):.2f} | {' | '.join(ratios)} "
               f"| {max(r['peak_mb'] for r in runs):.0f} | {statistics.median(r.get('cpu', 0) for r in runs):.2f} "
               f"| {cpu:.3f} |")
     if "k3doctor" in got and "ansible" in got:
         ratio = statistics.median(a["wall"] / k["wall"] for a, k in zip(got["ansible"], got["k3doctor"], strict=True))
-        print(f"\nansible / k3doctor: {ratio:.2f}x")
+        print(f"\nansible (the fair floor's script) / k3doctor: {ratio:.2f}x")
     if "k3doctor+dead" in got and "k3doctor" in got:
         pairs = zip(got["k3doctor+dead"], got["k3doctor"], strict=True)
         ratio = statistics.median(d["wall"] / a["wall"] for d, a in pairs)

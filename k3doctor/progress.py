@@ -91,3 +91,24 @@ def shown(quiet: bool = False):
             yield
         finally:
             _display = None
+
+
+# Phase marks for timing a run from outside (bench/side_by_side.py): with K3DOCTOR_PHASES=FILE set, each
+# mark appends ``NAME MONOTONIC_SECONDS`` to FILE (CLOCK_MONOTONIC is one clock for every process of the
+# machine, so the bench subtracts its own start). Unset, a mark is one test of a module global.
+_PHASES = os.environ.get("K3DOCTOR_PHASES") or None
+
+
+def mark(phase: str) -> None:
+    """Note that ``phase`` happened now (``connect``: a node's first TCP connection starts; ``read``: a
+    node's readings are in; ``judged``: every judge ran), where timing was asked for; else nothing."""
+    if _PHASES is None:
+        return
+    import time
+
+    line = f"{phase} {time.monotonic():.6f}\n".encode()
+    fd = os.open(_PHASES, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, line)  # one write of one short line with O_APPEND: threads' marks never interleave
+    finally:
+        os.close(fd)

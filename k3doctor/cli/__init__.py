@@ -1,10 +1,10 @@
 """Command line: ``k3doctor check | node | merge | judge | baseline record | triage | gate | demo | list | explain``.
 
 A thin shell: each command reads its options, hands them to the module that does the work and renders the
-report (runs.py: the commands that judge a rack; oncall.py: triage, the gate, the demo; info.py: list and
-explain); options.py declares once what several commands share. Exit codes: 0 ready to launch (warnings
-allowed), 1 a check failed, 2 inconclusive (a check could not be evaluated: unreachable node, timeout,
-unparseable output), 3 usage or inventory error.
+report (commands.py: the group; runs.py: the commands that judge a rack; oncall.py: triage, the gate, the
+demo; info.py: list and explain); options.py declares once what several commands share. Exit codes: 0 ready
+to launch (warnings allowed), 1 a check failed, 2 inconclusive (a check could not be evaluated: unreachable
+node, timeout, unparseable output), 3 usage or inventory error.
 """
 from __future__ import annotations
 
@@ -13,25 +13,7 @@ import signal
 import sys
 import threading
 
-import click
-
-from k3doctor import __version__
-from k3doctor.cli import info, oncall, recipe, runs
-from k3doctor.cli.options import EXIT_USAGE
-
-
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="k3doctor")
-def cli():
-    """Pre-launch doctor for Kimi-K3 on gfx1250 (MI455) wide-EP racks and MI355X TP8 AgentX nodes.
-
-    Runs a registry of checks over SSH on every node and says, before a 25-minute cold
-    start, whether the rack is ready to launch - naming the node and GPU at fault.
-    """
-
-
-for _command in (*runs.COMMANDS, *oncall.COMMANDS, recipe.recipe_group, *info.COMMANDS):
-    cli.add_command(_command)
+EXIT_USAGE = 3  # usage or inventory error (options.py, which the commands share, loads much more: not imported here)
 
 
 def _quiet_logging() -> None:
@@ -64,13 +46,68 @@ def _on_stop_signal(signum, frame):
 
 
 def main(argv=None):
-    """Entry point: click's usage errors exit 3 (not click's 2, which means inconclusive here)."""
+    """Entry point: click's usage errors exit 3 (not click's 2, which means inconclusive here).
+
+    ``check`` starts connecting to its nodes first (k3doctor/cli/early.py); the commands, the checks and
+    everything they need are imported while the handshakes are in flight."""
+    args = list(sys.argv[1:] if argv is None else argv)
     _quiet_logging()
     if threading.current_thread() is threading.main_thread():  # signal handlers live in the main thread only
         for stop in STOP_SIGNALS:
             signal.signal(stop, _on_stop_signal)
+
+    from k3doctor.cli import early
+
+    ahead = None
     try:
-        cli.main(args=argv, prog_name="k3doctor", standalone_mode=False)
+        ahead = early.start(args)
+        _run(args, ahead)
+    except SystemExit as done:
+        code = done.code
+    except KeyboardInterrupt as stop:  # before click took over (while the commands were being imported)
+        code = _stopped(stop)
+    finally:
+        if ahead is not None:
+            ahead.close()
+    _exit(code)
+
+
+def _stopped(stop: KeyboardInterrupt) -> int:
+    """Say how the run was stopped; its exit status (Ctrl-C 130, a stop signal 128 + its number)."""
+    if isinstance(stop, Terminated):
+        sys.stderr.write(f"k3doctor: terminated ({signal.Signals(stop.signum).name})\n")
+        return 128 + stop.signum
+    sys.stderr.write("k3doctor: aborted\n")
+    return 130
+
+
+def _exit(code) -> None:
+    """End the process as sys.exit would (the exit handlers run: paramiko's, logging's, temporary files'),
+    without the interpreter's teardown of every module and object after them: ~0.1-0.2 s of a run's end
+    on a busy machine, for nothing (the operating system frees it all at once)."""
+    import atexit
+    import os
+
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe or stream: nothing more can reach it
+            pass
+    if code is None or isinstance(code, int):
+        os._exit(code or 0)
+    sys.stderr.write(f"{code}\n")  # sys.exit("message"): printed, exit status 1
+    sys.stderr.flush()
+    os._exit(1)
+
+
+def _run(args: list, ahead) -> None:
+    import click
+
+    from k3doctor.cli.commands import cli
+
+    try:
+        cli.main(args=args, prog_name="k3doctor", standalone_mode=False, obj=ahead)
     except click.UsageError as exc:
         hint = f" (try `{exc.ctx.command_path} --help`)" if exc.ctx else ""
         click.echo(f"k3doctor: {exc.format_message()}{hint}", err=True)
@@ -78,16 +115,9 @@ def main(argv=None):
     except click.ClickException as exc:
         click.echo(f"k3doctor: {exc.format_message()}", err=True)
         sys.exit(EXIT_USAGE)
-    except click.Abort as exc:  # click turns Ctrl-C (and our SIGTERM) into Abort once the nodes are let go
-        if isinstance(exc.__cause__, Terminated):
-            signum = exc.__cause__.signum
-            click.echo(f"k3doctor: terminated ({signal.Signals(signum).name})", err=True)
-            sys.exit(128 + signum)
-        click.echo("k3doctor: aborted", err=True)
-        sys.exit(130)
+    except click.Abort as exc:  # click turns Ctrl-C (and our stop signals) into Abort once the nodes are let go
+        sys.exit(_stopped(exc.__cause__ if isinstance(exc.__cause__, KeyboardInterrupt) else KeyboardInterrupt()))
     except Exception as exc:  # a bug must still end in one line and an honest "inconclusive"
         click.echo(f"k3doctor: internal error: {type(exc).__name__}: {exc}", err=True)
         sys.exit(2)
     sys.exit(0)
-
-

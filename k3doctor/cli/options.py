@@ -7,14 +7,13 @@ import sys
 
 import click
 
+from k3doctor.cli import EXIT_USAGE  # noqa: F401  (the commands take it from here)
 from k3doctor.deadline import MAX_SECONDS
 from k3doctor.inventory.load import check_ssh_config, load_nodes, unset_password_variables
 from k3doctor.inventory.types import InventoryError, NodeSourceError
 from k3doctor.judging.runner import select_checks
 from k3doctor.outputs import OUTPUTS, OutputPath, write_output
 from k3doctor.registry import REGISTRY, load_checks
-
-EXIT_USAGE = 3
 
 
 class Seconds(click.ParamType):

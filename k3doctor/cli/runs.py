@@ -59,9 +59,12 @@ def check_cmd(inventory, ansible_inventory, only, skip, tier, parallel, timeout,
     inv = read_inventory(inventory, logins=True, ansible_inventory=ansible_inventory)
     apply_overrides(inv, overrides + ((f"ualoe-fabric.pairs={pairs}",) if pairs else ()))
     checks = select(only, skip, tier)
+    ahead = click.get_current_context().obj  # the connections k3doctor/cli/early.py opened: used if they match
+    key = (inventory, ansible_inventory, parallel, connect_timeout, accept_unknown_hosts)
     opts = RunOptions(parallel=parallel, command_timeout_s=timeout, connect_timeout_s=connect_timeout,
                       node_deadline_s=node_deadline, accept_unknown_hosts=accept_unknown_hosts, fix=fix,
-                      baseline=baseline_of(baseline_path), progress=progress_to(quiet))
+                      baseline=baseline_of(baseline_path), progress=progress_to(quiet),
+                      ahead=ahead if ahead is not None and ahead.matches(inv, key) else None)
     with shown(quiet):
         report = run_checks(inv, checks, opts)
     if save_readings:  # checked when parsed; replaced only now, atomically, 0600

@@ -85,14 +85,15 @@ readf() {
 """
 
 
-# The script a container's shell runs for its readings (`run INDEX TIMEOUT ARGV...`), framed like the
-# node's: each command's output capped where it is written, each under its own `timeout`, the whole script
-# under one (where the image has a coreutils-style `timeout`: coreutils, busybox >= 1.30), its temporary
-# directory removed on exit. WRAPPER runs BODY (its $1) under that `timeout` where there is one; BODY's
-# own $1 says whether each command gets one too.
+# A container's readings, in one exec: every reading in one process (k3doctor/remote/node_reader.py, run by
+# the container's python3, as on the node) where the image has python3, else by the container's shell
+# (BODY below, `run INDEX TIMEOUT ARGV...`), framed like the node's: each command's output capped where it is
+# written, each under its own timeout, the whole under one (where the image has a coreutils-style `timeout`:
+# coreutils, busybox >= 1.30), nothing left behind. WRAPPER gets BODY, the reader's source and its words.
 _IN_CONTAINER_WRAPPER = (
-    'if timeout -k 1 5 true 2>/dev/null; then exec timeout -k {kill_after} {total} sh -c "$1" k3doctor 1; fi; '
-    'exec sh -c "$1" k3doctor ""')
+    'b=$1; r=$2; shift 2; t=; if timeout -k 1 5 true 2>/dev/null; then t="timeout -k {kill_after} {total}"; fi; '
+    'if command -v {python} >/dev/null 2>&1; then exec $t {python} -I -S -c "$r" "$@"; fi; '
+    'exec $t sh -c "$b" k3doctor "${t:+1}"')
 _IN_CONTAINER_BODY = r"""to=$1
 t=$(mktemp -d "${TMPDIR:-/tmp}/k3doctor.XXXXXXXX" 2>/dev/null || mktemp -d /dev/shm/k3doctor.XXXXXXXX 2>/dev/null) ||
   { echo "k3doctor: no writable temporary directory in the container (read-only root file system?)" >&2; exit 97; }
@@ -105,7 +106,8 @@ FRAME_HEAD_BYTES = 128  # a frame's header line (and the path, empty here) at mo
 CONTAINER_EXEC_MARGIN_S = 5.0  # past the readings' own timeouts (each + its KILL), for the exec to start and end
 
 
-def _exec_script(members: list, command_timeout_s: float, cap_bytes: int, fill) -> tuple:
+def _exec_script(members: list, nonce: str, command_timeout_s: float, cap_bytes: int, fill,
+                 python: str = NODE_PYTHON) -> tuple:
     """(command, bound in seconds) of the one exec that takes every (index, InContainer) of one container
     (k3doctor/gather/engine_reads.py runs it through the API). Its output is those readings' frames, capped as a
     whole at the cap, so each reading gets its share of it (stdout and stderr alike); a cut-off or stopped
@@ -117,8 +119,13 @@ def _exec_script(members: list, command_timeout_s: float, cap_bytes: int, fill) 
                .replace("{blocks}", str(share // FSIZE_BLOCK + 1)))
     body = fill(own_cap) + "".join(f"run {i} {t:g} {join(spec.inner)}\n"
                                    for (i, spec), t in zip(members, timeouts, strict=True))
-    wrapper = _IN_CONTAINER_WRAPPER.replace("{kill_after}", f"{KILL_AFTER_S:g}").replace("{total}", f"{inner:g}")
-    return ["sh", "-c", wrapper, "k3doctor-in-container", body], inner + KILL_AFTER_S + CONTAINER_EXEC_MARGIN_S
+    words = [nonce, str(share), f"{command_timeout_s:g}", f"{KILL_AFTER_S:g}"]
+    words += [w for (i, spec), t in zip(members, timeouts, strict=True)
+              for w in _reader_words(i, Command(spec.inner, t))]
+    wrapper = (_IN_CONTAINER_WRAPPER.replace("{kill_after}", f"{KILL_AFTER_S:g}").replace("{total}", f"{inner:g}")
+               .replace("{python}", quote(python)))
+    return (["sh", "-c", wrapper, "k3doctor-in-container", body, NODE_READER, *words],
+            inner + KILL_AFTER_S + CONTAINER_EXEC_MARGIN_S)
 
 
 def _steps(specs: list, command_timeout_s: float) -> list:
@@ -271,7 +278,7 @@ def _in_container_readings(engine, specs: list, *, command_timeout_s: float, cap
     fill = _filler(nonce, cap_bytes, command_timeout_s)
     got = {}
     for container, members in container_batches(specs).items():
-        cmd, bound = _exec_script(members, command_timeout_s, cap_bytes, fill)
+        cmd, bound = _exec_script(members, nonce, command_timeout_s, cap_bytes, fill)
         outcome = gather_exec(engine, container, cmd, bound, cap_bytes, deadline)
         if isinstance(outcome, Unavailable):
             got.update({spec: outcome for _, spec in members})
@@ -355,15 +362,15 @@ def gather(transport, specs: Iterable, *, command_timeout_s: float, deadline_s: 
             thread.start()
             beside.append(thread)
 
-        try:
-            facts = {spec: gather_engine_fact(engine, spec, deadline) for spec in engine_specs
-                     if isinstance(spec, EngineFactCommand)}
-            if facts:
-                start("facts", lambda: engine_got.update(_with_facts(transport, facts, command_timeout_s, deadline)))
+        try:  # the container's exec first: its readings take the longest
             if any(isinstance(spec, InContainer) for spec in engine_specs):
                 start("exec", lambda: engine_got.update(_in_container_readings(
                     engine, engine_specs, command_timeout_s=command_timeout_s, cap_bytes=OUTPUT_CAP_BYTES,
                     deadline=deadline)))
+            facts = {spec: gather_engine_fact(engine, spec, deadline) for spec in engine_specs
+                     if isinstance(spec, EngineFactCommand)}
+            if facts:
+                start("facts", lambda: engine_got.update(_with_facts(transport, facts, command_timeout_s, deadline)))
             for spec in engine_specs:
                 if isinstance(spec, (Docker, ContainerInspect)):
                     read = gather_docker if isinstance(spec, Docker) else gather_container

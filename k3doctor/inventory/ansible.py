@@ -6,11 +6,8 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 from dataclasses import dataclass
-
-from k3doctor.transport.procs import drain_killed
 
 KILL_GRACE_S = 2.0  # after the kill, how long its output may still take to arrive
 ANSIBLE_TIMEOUT_S = 120.0  # a plain ini/yaml inventory reads in ~1 s (12 s on the loaded 2-core CI box)
@@ -45,6 +42,10 @@ class AnsibleInventory:
 
 def read(path: str | None, timeout_s: float = ANSIBLE_TIMEOUT_S) -> AnsibleInventory:
     """``ansible-inventory [-i path] --list``, parsed; without ``path`` Ansible's configured default."""
+    import subprocess  # here, not at the top: a k3doctor inventory is loaded before the first connection
+
+    from k3doctor.transport.procs import drain_killed
+
     source = path or "Ansible's default inventory"
     exe = find_ansible_inventory()
     if exe is None:

@@ -253,9 +253,9 @@ def _merge_settings(base: Settings, raw: dict, cluster_name=None) -> Settings:
                        "cluster": cluster_name or base.cluster})
 
 
-def parse_inventory(text: str, path: str = "<inventory>", registry=None) -> Inventory:
+def parse_inventory(text: str, path: str = "<inventory>", registry=None, fast: bool = False) -> Inventory:
     try:
-        root = compose(text, path)
+        root = compose(text, path, fast)
     except YAMLInputError as exc:
         raise InventoryError(exc.problems) from None
     v = _Validator(path, registry)
@@ -291,14 +291,14 @@ def parse_inventory(text: str, path: str = "<inventory>", registry=None) -> Inve
     return Inventory(path=path, nodes=nodes, ssh=ssh, cluster=cluster, text=text, racks=racks)
 
 
-def load_inventory(path: str, registry=None) -> Inventory:
+def load_inventory(path: str, registry=None, fast: bool = False) -> Inventory:
     try:
         text = decode(localfiles.read_bytes(os.path.expanduser(path)), path)
     except OSError as exc:
         raise InventoryError([f"{path}: cannot read inventory: {exc.strerror}"]) from None
     except YAMLInputError as exc:
         raise InventoryError(exc.problems) from None
-    return parse_inventory(text, path, registry)
+    return parse_inventory(text, path, registry, fast)
 
 
 def load_nodes(spec: str | None, ansible_inventory: str | None = None, registry=None) -> Inventory:

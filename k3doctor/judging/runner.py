@@ -10,7 +10,6 @@ passed. A node that cannot be reached gets one ERROR per check and never stops t
 """
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -23,16 +22,14 @@ from k3doctor.deadline import seconds
 from k3doctor.gather.node_script import gather
 from k3doctor.inventory.types import Inventory, Node
 from k3doctor.judging.causes import explained
+from k3doctor.judging.connections import make_transport
 from k3doctor.judging.judge import NodeJudge, judge_across, to_results
 from k3doctor.judging.prerequisites import busy_rack
 from k3doctor.parsers import ParseError
 from k3doctor.readings import Readings, ReadingUnavailable, Unavailable
 from k3doctor.registry import prerequisites_first
 from k3doctor.results import Result, Status, error
-from k3doctor.transport.base import Transport, TransportError
-from k3doctor.transport.local import LocalTransport
-from k3doctor.transport.ssh import SSHTransport
-from k3doctor.transport.targets import resolve_ssh_target
+from k3doctor.transport.base import TransportError
 
 
 @dataclass
@@ -47,6 +44,7 @@ class RunOptions:
     record: bool = False  # collect baseline records instead of only judging
     replay: tuple | None = None  # ({node: {spec: reading}}, {node: why}) from a saved snapshot
     progress: Callable[[str], None] | None = None
+    ahead: object = None  # the nodes' connections opened before the run (k3doctor/judging/connections.py Ahead)
 
 
 @dataclass
@@ -60,19 +58,6 @@ class RunReport:
     platform: str | None = None
     not_for_platform: tuple = ()  # checks selected but not run: they do not apply on this platform
     records: dict = field(default_factory=dict)  # node -> check -> baseline data (record mode)
-
-
-def make_transport(node: Node, inv: Inventory, opts: RunOptions) -> Transport:
-    if node.transport == "local":
-        return LocalTransport(node.name, sudo=node.sudo)
-    password = os.environ.get(node.password_env) if node.password_env else None
-    target = resolve_ssh_target(
-        node.name, node.host, port=node.port, user=node.user, identity_file=node.identity_file,
-        password=password, known_hosts=inv.ssh.known_hosts,
-        accept_unknown_hosts=opts.accept_unknown_hosts or inv.ssh.accept_unknown_hosts,
-        connect_timeout_s=seconds(opts.connect_timeout_s or inv.ssh.connect_timeout_s, 10.0),
-        ssh_config_path=inv.ssh.ssh_config)
-    return SSHTransport(target, sudo=node.sudo, docker_socket=inv.ssh.docker_socket)
 
 
 SKIPPED_HERE = "not run on this node: switched off by the inventory (skip:)"
@@ -118,6 +103,7 @@ class _Run:
                 Result(c.name, node.name, Status.ERROR, f"node not checked: {why}") for c in self.checks]
             self.say(f"{node.name}: unreachable ({why})")
             return
+        progress.mark("read")
         self.readings[node.name] = got
         self.results_by_node[node.name] = self.judge_node(node, transport, got, specs_by_check)
         self.say(f"{node.name}: {len(got)} readings"
@@ -128,7 +114,11 @@ class _Run:
         wanted = [s for specs in specs_by_check.values() if isinstance(specs, dict) for s in specs.values()]
         if self.opts.replay:
             return None, _replayed(node.name, wanted, *self.opts.replay)
-        transport = self.transports[node.name] = make_transport(node, self.inv, self.opts)
+        ahead = self.opts.ahead
+        if ahead is not None and ahead.opened(node.name):
+            transport = self.transports[node.name] = ahead.take(node.name)
+        else:
+            transport = self.transports[node.name] = make_transport(node, self.inv, self.opts)
         if self.interrupted.is_set():  # Ctrl-C came while this node was being set up
             transport.cancel()
         transport.connect()
@@ -227,7 +217,10 @@ def run_checks(inv: Inventory, checks: list, opts: RunOptions = None) -> RunRepo
     finally:  # also on Ctrl-C: no half-open SSH sessions left behind
         for transport in run.transports.values():
             transport.close()
+        if run.opts.ahead is not None:  # connections opened ahead that the run did not take
+            run.opts.ahead.close()
     report = run.report(explained(results), started)
+    progress.mark("judged")
     report.platform, report.not_for_platform = inv.cluster.platform, not_for_platform
     return report
 

@@ -1,7 +1,8 @@
 """Every reading of a node's gather script in one process (the script runs this file with the node's
-``python3 -I -S -c``): its files and globs (sysfs holds a few hundred small files) and its commands. The
-shell spends five processes on each command around the command itself (a subshell, ``timeout``, ``wc``,
-``head``, ``cat``); that was most of a node's work. This prints the script's frames itself
+``python3 -I -S -c``; a container's exec runs it with the container's, for its readings): its files and
+globs (sysfs holds a few hundred small files) and its commands. The shell spends five processes on each
+command around the command itself (a subshell, ``timeout``, ``wc``, ``head``, ``cat``); that was most of a
+node's work. This prints the script's frames itself
 (k3doctor/gather/node_script.py), one whole frame per write, so a reader killed at the node deadline leaves at most its
 last frame cut off.
 
@@ -177,15 +178,22 @@ def expand(pattern):
 
 
 def _scratch():
-    """A file only this process (and the commands it starts) can reach: unlinked before anything is written."""
-    where = os.environ.get("TMPDIR") or "/tmp"
-    try:
-        return os.open(where, os.O_TMPFILE | os.O_RDWR, 0o600)
-    except (AttributeError, OSError):
-        path = os.path.join(where, f"k3doctor.{os.urandom(8).hex()}")
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
-        os.unlink(path)
-        return fd
+    """A file only this process (and the commands it starts) can reach: unlinked before anything is written.
+    In $TMPDIR (else /tmp), else in /dev/shm (a container with a read-only root file system)."""
+    failure = None
+    for where in (os.environ.get("TMPDIR") or "/tmp", "/dev/shm"):
+        try:
+            return os.open(where, os.O_TMPFILE | os.O_RDWR, 0o600)
+        except (AttributeError, OSError):
+            pass
+        try:
+            path = os.path.join(where, f"k3doctor.{os.urandom(8).hex()}")
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+            os.unlink(path)
+            return fd
+        except OSError as exc:
+            failure = exc
+    raise failure
 
 
 def _kill_group(pid, sig):
@@ -345,7 +353,11 @@ def _records(words):
 
 def main(argv):
     nonce, cap, read_timeout, kill_after = argv[0], int(argv[1]), float(argv[2]), float(argv[3])
-    commands = Commands(cap, kill_after)
+    try:
+        commands = Commands(cap, kill_after)
+    except OSError:  # as the shell's scratch directory says it (k3doctor/gather/node_script.py)
+        sys.stderr.write("k3doctor: no writable temporary directory (read-only root file system?)\n")
+        sys.exit(97)
     _listen(commands.on_stop)
     limit = (cap // FSIZE_BLOCK + 1) * FSIZE_BLOCK  # the commands' files; this process writes only to a pipe
     hard = resource.getrlimit(resource.RLIMIT_FSIZE)[1]

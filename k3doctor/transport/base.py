@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import TYPE_CHECKING
 
 from k3doctor.deadline import Deadline, seconds
-from k3doctor.readings import CommandReading
 from k3doctor.shell import with_timeout
 
+if TYPE_CHECKING:  # at run time imported where first used: not needed to open a connection
+    from k3doctor.readings import CommandReading
 KILL_GRACE_S = 2.0  # node-side SIGKILL follows SIGTERM after this
 DOCKER_OP_TIMEOUT_S = 30.0  # one Docker API call at most (and never past the node deadline)
 CLIENT_GRACE_S = 5.0  # client gives the node this long to report its own kill
@@ -56,6 +58,8 @@ class Transport:
             wrapped, stdin, timeout_s + KILL_GRACE_S + CLIENT_GRACE_S)
         if self.sudo and rc == 1 and b"password is required" in err:
             raise self._sudo_wants_password()
+        from k3doctor.readings import CommandReading
+
         return CommandReading(
             command=command, rc=rc, stdout=out, stderr=err,
             timed_out=client_timeout or rc in (124, 137),

@@ -20,7 +20,7 @@ from k3doctor.transport import lazy_imports  # noqa: F401  (first: paramiko itse
 import paramiko
 # isort: on
 
-from k3doctor import localfiles
+from k3doctor import localfiles, progress
 from k3doctor.deadline import Deadline, seconds
 from k3doctor.shell import quote, with_timeout
 from k3doctor.transport.base import (
@@ -51,6 +51,7 @@ def probe_tcp(host: str, port: int, timeout_s: float) -> socket.socket:
     the socket the handshake then runs on (the probe costs the node no extra connection). A node that is
     down, blackholed or refusing is one TransportError naming which, before any SSH is tried."""
     where = f"{host}:{port}"
+    progress.mark("connect")
     try:
         return socket.create_connection((host, port), timeout=seconds(timeout_s, PROBE_TIMEOUT_S))
     except ConnectionRefusedError:

@@ -70,3 +70,16 @@ def test_many_threads_first_using_a_deferred_module_at_once_all_get_the_real_one
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.split() == ["16", "1", "module"], (out.stdout, out.stderr)
+
+
+def test_the_cli_ends_as_sys_exit_would_exit_handlers_output_and_status():
+    """main() ends the process without the interpreter's teardown: the exit handlers still run, every line
+    printed arrives, and the exit status is the command's."""
+    code = ("import atexit, sys\natexit.register(lambda: print('handler ran', flush=True))\n"
+            "from k3doctor.cli import main\nmain(sys.argv[1:])")
+    listed = subprocess.run([sys.executable, "-c", code, "list"], capture_output=True, text=True, timeout=60)
+    assert listed.returncode == 0 and "gpu-inventory" in listed.stdout, listed
+    assert listed.stdout.rstrip().endswith("handler ran")
+    bad = subprocess.run([sys.executable, "-c", code, "check", "--format", "bogus"], capture_output=True, text=True,
+                         timeout=60)
+    assert bad.returncode == 3 and "--format" in bad.stderr and "handler ran" in bad.stdout, bad

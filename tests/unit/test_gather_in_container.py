@@ -1,6 +1,7 @@
 """A container's readings out of its one exec's output (k3doctor/gather/node_script.py): the exec's script runs for real
 here (this machine's sh stands in for the container's); the rig's e2e tests run it through a real engine
 (tests/e2e/test_in_container.py)."""
+import shutil
 import subprocess
 
 import pytest
@@ -9,17 +10,20 @@ import k3doctor.gather.node_script as gather_module
 from k3doctor.deadline import Deadline
 from k3doctor.readings import in_container
 
+SHELL_TOOLS = ("sh", "mktemp", "rm", "wc", "head", "cat", "timeout", "true", "sleep", "echo")
+
 
 class ExecHere:
     """gather_exec running the exec's command on this machine; with ``cut_after`` N, the exec dies after N
-    frames (a header promising more than ever comes, exit 137)."""
+    frames (a header promising more than ever comes, exit 137). ``path``: the "container's" PATH (with
+    python3: the readings' one process; without: its shell)."""
 
-    def __init__(self, tmp_path):
-        self.tmp, self.containers, self.cut_after = tmp_path, [], None
+    def __init__(self, tmp_path, path):
+        self.tmp, self.path, self.containers, self.cut_after = tmp_path, path, [], None
 
     def __call__(self, engine, container, cmd, bound, cap_bytes, deadline):
         self.containers.append(container)
-        done = subprocess.run(cmd, capture_output=True, timeout=bound, env={"PATH": "/usr/bin:/bin",
+        done = subprocess.run(cmd, capture_output=True, timeout=bound, env={"PATH": self.path,
                                                                               "TMPDIR": str(self.tmp)})
         if self.cut_after is None:
             return done.returncode, done.stdout, done.stderr.decode(), False
@@ -27,9 +31,15 @@ class ExecHere:
         return 137, b"@@".join(frames[:self.cut_after + 1]) + b"@@" + frames[self.cut_after + 1][:20], "", False
 
 
-@pytest.fixture
-def exec_here(tmp_path, monkeypatch):
-    fake = ExecHere(tmp_path)
+@pytest.fixture(params=["python3", "shell only"])
+def exec_here(request, tmp_path, tmp_path_factory, monkeypatch):
+    path = "/usr/bin:/bin"
+    if request.param == "shell only":  # an image without python3: the shell takes the readings
+        bin_dir = tmp_path_factory.mktemp("bin")
+        for tool in SHELL_TOOLS:
+            (bin_dir / tool).symlink_to(shutil.which(tool, path=path))
+        path = str(bin_dir)
+    fake = ExecHere(tmp_path, path)
     monkeypatch.setattr(gather_module, "gather_exec", fake)
     return fake
 

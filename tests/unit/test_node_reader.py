@@ -264,3 +264,13 @@ os.write(1, b"went on\\n")
 """
     run = subprocess.run([sys.executable, "-I", "-S", "-c", driver], capture_output=True, timeout=30)
     assert (run.returncode, run.stdout) == (143, b"stopped\n"), run.stderr
+
+
+def test_without_a_writable_tmpdir_the_reader_writes_its_scratch_files_in_dev_shm(monkeypatch):
+    """A container with a read-only root file system: its readings are still taken (as the shell's own
+    scratch directory falls back to /dev/shm)."""
+    from k3doctor.readings import Command
+
+    monkeypatch.setenv("TMPDIR", "/nonexistent-k3doctor-tmp")
+    got, _ = frames([Command(("echo", "read"))], sys.executable)
+    assert got[0][0][:3] == ("0", "", "read\n")

@@ -44,3 +44,21 @@ def test_rich_is_imported_only_when_something_is_shown():
             "print('rich' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "False", out.stderr
+
+
+def test_phase_marks_are_written_only_where_timing_was_asked_for(tmp_path):
+    import os
+    import subprocess
+
+    code = ("import threading, time; from k3doctor import progress; t0 = time.monotonic()\n"
+            "ts = [threading.Thread(target=progress.mark, args=('read',)) for _ in range(8)]\n"
+            "progress.mark('connect'); [t.start() for t in ts]; [t.join() for t in ts]; print(t0)")
+    marks = tmp_path / "phases.txt"
+    env = {k: v for k, v in os.environ.items() if k != "K3DOCTOR_PHASES"}
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True)
+    assert not marks.exists()
+    out = subprocess.run([sys.executable, "-c", code], env=dict(env, K3DOCTOR_PHASES=str(marks)), check=True,
+                         capture_output=True, text=True).stdout
+    lines = [line.split() for line in marks.read_text().splitlines()]
+    assert [name for name, _ in lines] == ["connect"] + ["read"] * 8
+    assert all(float(at) >= float(out) for _, at in lines)  # the machine's monotonic clock, after the start
