@@ -81,8 +81,10 @@ def test_a_full_rack_is_quiet_and_the_second_racks_faults_are_named_in_it(tmp_pa
     assert rc == 1 and bad == [("fabric-domain", "b-ct3", g, "FAIL") for g in range(4)] + [
         ("kernel-health", "b-ct1", 2, "FAIL")], json.dumps(doc["results"], indent=1)[:3000]
     fabric = {r["node"]: r["message"] for r in doc["results"] if r["check"] == "fabric-domain"}
-    assert all(fabric[f"a-ct{t}"].endswith("(72 GPUs compared)") for t in RACK_A)
-    assert fabric["b-ct1"].endswith("(16 GPUs compared)")
+    # the PASS line also says amd-smi 27.1's PHYSICAL_ACC_ID was cross-checked with sysfs (reference §29)
+    cross = "; PHYSICAL_ACC_ID agrees with sysfs accel_id on 4 GPU(s)"
+    assert all(fabric[f"a-ct{t}"].endswith(f"(72 GPUs compared){cross}") for t in RACK_A)
+    assert fabric["b-ct1"].endswith(f"(16 GPUs compared){cross}")
     hbm = sorted(r["message"] for r in doc["results"] if r["check"] == "hbm-uniform")
     assert hbm == ["rack A: all 72 GPUs report 432 GiB HBM", "rack B: all 16 GPUs report 432 GiB HBM"]
     kernel = next(r for r in doc["results"] if r["check"] == "kernel-health" and r["status"] == "FAIL")
