@@ -127,11 +127,11 @@ def demo_cmd(platform, scenario, list_scenarios, verbose):
                                "`pip install ./rig` from a k3doctor checkout (scripts/install.sh does)") from None
 
     if list_scenarios:
-        click.echo("\n".join(scenario_names()))
+        click.echo("\n".join(scenario_names(platform)))
         return
     default_scenario, nodes = DEMO_RACKS[platform]
     scenario = scenario or default_scenario
-    if scenario not in scenario_names():
+    if scenario not in scenario_names(platform):
         raise click.UsageError(f"no scenario {scenario!r}; try --list-scenarios")
     missing = missing_requirements()
     if missing:

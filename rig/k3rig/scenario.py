@@ -3,6 +3,7 @@
 Schema (every key optional)::
 
     description: one line saying what is wrong
+    platform: mi355x            # only for that node kind (absent: any; the gfx1250 faults say nothing there)
     nodes:
       2:                        # 1-based node index
         <NodeState field>: value  # e.g. vpod_id: 3, hbm_gib: 288, dev_kfd: false, tools: {amd-smi: hang}
@@ -31,8 +32,10 @@ MERGED_FIELDS = ("cards", "tools", "files", "container_files", "meminfo", "check
 CONTAINER_STATES = ("running", "created")
 
 
-def scenario_names() -> list[str]:
-    return sorted(p.stem for p in SCENARIO_DIR.glob("*.yaml"))
+def scenario_names(platform: str | None = None) -> list[str]:
+    """Every scenario, or those a rig of ``platform``'s node kind can apply."""
+    names = sorted(p.stem for p in SCENARIO_DIR.glob("*.yaml"))
+    return names if platform is None else [name for name in names if load(name)["platform"] in (None, platform)]
 
 
 def load(scenario: str | Path) -> dict[str, Any]:
@@ -43,16 +46,19 @@ def load(scenario: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise FileNotFoundError(f"no scenario {scenario!r} (known: {', '.join(scenario_names())})")
     data = yaml.safe_load(path.read_text()) or {}
-    unknown = set(data) - {"description", "nodes"}
+    unknown = set(data) - {"description", "platform", "nodes"}
     if unknown:
         raise ValueError(f"{path}: unknown top-level keys {sorted(unknown)}")
     data.setdefault("nodes", {})
+    data.setdefault("platform", None)
     data["path"] = path
     return data
 
 
 def node_states(scenario: dict[str, Any], trays: tuple[int, ...], platform: str = "gfx1250") -> list[NodeState]:
     """The healthy state of every node (of the rig's node kind) with the scenario's overlays applied."""
+    if scenario["platform"] not in (None, platform):  # its overlays would mean nothing on another node kind
+        raise ValueError(f"{scenario['path']}: written for {scenario['platform']} nodes, this rig has {platform}")
     states = [NodeState(tray=t, rack_trays=trays, platform=platform) for t in trays]
     fields = {f.name for f in dataclasses.fields(NodeState)} - set(FIXED_FIELDS)
     for index, overlay in (scenario["nodes"] or {}).items():

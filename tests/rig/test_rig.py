@@ -176,10 +176,11 @@ def test_hung_tool_is_recognisable(rig):
 
 
 # What a node shows over SSH of its simulated hardware, without running a (possibly hanging) fake tool:
-# the fake files, devices and boot id; then, from its engine, the containers and our container's files
-# (sizes), environment and log.
+# the fake files, links (a driver binding), devices and boot id; then, from its engine, the containers and our
+# container's files (sizes), environment and log.
 NODE_FILES = r"""{ find /sys/class /sys/module /opt/k3rig /root/ubench -type f | sort | xargs -d '\n' tail -n +1
-  ls /dev/dri /dev/shm; [ -e /dev/kfd ] && echo kfd; cat /proc/sys/kernel/random/boot_id; } 2>&1 | sha256sum"""
+  find /sys/class -type l -printf '%p -> %l\n' | sort; ls /dev/dri /dev/shm; [ -e /dev/kfd ] && echo kfd
+  cat /proc/sys/kernel/random/boot_id; } 2>&1 | sha256sum"""
 # Host resources (§12): memory, the checkpoint's shards and sizes, the log directory's file system.
 NODE_HOST = r"""{ cat /proc/meminfo; find /mnt -printf '%p %s %y\n' | sort; ls -d /root/k3ep16-logs;
   stat -f -c '%T %b' /root/k3ep16-logs; } 2>&1 | sha256sum"""
@@ -217,7 +218,7 @@ def healthy_fingerprints(rig):
     return fingerprints(rig)
 
 
-@pytest.mark.parametrize("name", scenario_names())
+@pytest.mark.parametrize("name", scenario_names("gfx1250"))
 def test_every_scenario_takes_effect_on_exactly_its_nodes(rig, healthy_fingerprints, name):
     rig.apply(name)
     parts = ("node files", "host resources", "containers", "container files", "container env", "container log",
