@@ -42,16 +42,18 @@ def _reads(settings) -> dict:
 def offload_asked(container: ContainerView) -> str | None:
     """Why the launch uses LMCache offload (its --kv-transfer-config, or an LMCACHE_* variable), else None."""
     config = str(parse_flags(container.launch or ()).get("--kv-transfer-config") or "")
-    if "lmcache" in config.lower():
-        return f"--kv-transfer-config {config[:120]}"
+    if "lmcache" in config.lower():  # only that: its extra config may carry URLs or credentials
+        return "--kv-transfer-config names an LMCache connector"
     named = sorted(n for n in container.env if n.startswith("LMCACHE_"))
     return f"{', '.join(named[:3])} set in the container" if named else None
 
 
 def parse_probe(text: str) -> tuple:
-    """(outcome: ok | absent | failed | nopython, detail) from the probe's one line; else ParseError."""
-    lines = [ln for ln in text.splitlines() if ln.strip()]
-    if len(lines) != 1 or lines[0].split()[0] not in ("@ok", "@absent", "@failed", "@nopython"):
+    """(outcome: ok | absent | failed | nopython, detail) from the probe's one line (what an import printed
+    besides it is not the probe's); else ParseError."""
+    lines = [ln for ln in text.splitlines() if ln.split()[:1] and ln.split()[0] in ("@ok", "@absent", "@failed",
+                                                                                       "@nopython")]
+    if len(lines) != 1:
         raise ParseError(f"LMCache probe: expected one @ok/@absent/@failed/@nopython line, got {text[:120]!r}")
     word, _, detail = lines[0].partition(" ")
     return word[1:], detail.strip()

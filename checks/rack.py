@@ -4,11 +4,11 @@ exist but have not loaded weights reads 0 % on every GPU; only VRAM in use count
 from __future__ import annotations
 
 from k3doctor.api import (
-    Command,
     Docker,
     Glob,
     ParseError,
     ReadingUnavailable,
+    beside_tool,
     check,
     error,
     fail,
@@ -70,8 +70,10 @@ def _reads(settings) -> dict:
             "pids": tool(settings.tools["rocm_smi"], "--showpids", container=settings.container),
             "memuse": tool(settings.tools["rocm_smi"], "--showmemuse", container=settings.container),
             "busy": Glob(BUSY_GLOB),
-            "uid": Command(("id", "-u")),
-            "pidns": Command(("readlink", "/proc/self/ns/pid"))}
+            # who read the process list, where rocm-smi ran (the host, or our container for a `container:` tool)
+            "uid": beside_tool(settings.tools["rocm_smi"], "id", "-u", container=settings.container),
+            "pidns": beside_tool(settings.tools["rocm_smi"], "readlink", "/proc/self/ns/pid",
+                                 container=settings.container)}
 
 
 def _age(now: float, then) -> str:

@@ -2,30 +2,31 @@
 
 Read from `amd-smi xgmi` (parser: k3doctor.parsers.xgmi): its XGMI LINK STATUS table gives each GPU pair's
 link state from both ends, its LINK METRIC TABLE each GPU's link type and trained bit rate. Judged per GPU
-pair, once per pair, naming both GPUs: a pair is down when either end reads D or X, or no link to the
-other GPU; degraded when some of its links are down (``U/D``), when only one end sees it, or when a GPU's
-links trained slower than its peers' or are not XGMI at all. A table of nothing but N/A is not a PASS:
+pair, once per pair, naming both GPUs: a pair is down (FAIL) when either end reads a D (``U/D`` too: §30 "a
+D in either status table" is a BLOCK) or only X, or no link to the other GPU, and so is a GPU whose links are
+not XGMI at all; degraded (WARN) when only one end sees the pair, or when a GPU's links trained slower than
+its peers'. A table of nothing but N/A is not a PASS:
 amd-smi could not read the link state there (a VF, or every link down - rocm-systems PR #2053).
 """
 from __future__ import annotations
 
 from itertools import combinations
 
-from k3doctor.api import Command, Param, check, error, fail, passed, remediation
+from k3doctor.api import Command, Param, check, error, fail, passed, remediation, warn
 from k3doctor.parsers.xgmi import NO_XGMI_RATES, parse_xgmi
 
 DOWN = remediation("XGMI-LINK-DOWN", "an XGMI link between two GPUs of the node is down", """
 The 8 GPUs of an MI355X node are fully connected by XGMI, one hop, and TP8 spans all of them (§30): a pair
-that is down (D or X at either end of `amd-smi xgmi`'s XGMI LINK STATUS, no link to the other GPU, or a
-GPU with no XGMI at all) blocks the launch. Keep the node out of the serving pool; look in dmesg for a
-line with `xgmi` and `link error` and confirm with `rocm-smi --showtopoaccess` (any `False` is a GPU link
+that is down (a D at either end of `amd-smi xgmi`'s XGMI LINK STATUS, U/D included, only X, no link to
+the other GPU, or a GPU with no XGMI at all) blocks the launch. Keep the node out of the serving pool; look
+in dmesg for a line with `xgmi` and `link error` and confirm with `rocm-smi --showtopoaccess` (any `False` is a GPU link
 error, §30). Reboot the node and read `amd-smi xgmi` again: healthy is U in every non-SELF cell and
 link_type XGMI on every GPU. A pair that stays down after the reboot is a hardware fault for the vendor.
 """)
 
 DEGRADED = remediation("XGMI-LINK-DEGRADED", "an XGMI link between two GPUs of the node is degraded", """
-A degraded XGMI pair (some of its links down, `U/D`; seen from one end only; or a GPU whose links trained
-at a lower bit_rate than the node's other GPUs) still carries traffic, so nothing fails outright, but the
+A degraded XGMI pair (seen from one end only, or a GPU whose links trained at a lower bit_rate than the
+node's other GPUs) still carries traffic, so nothing fails outright (a WARN), but the
 TP8 collectives of that node cross it (§30). Compare `amd-smi xgmi` with the node's other GPUs and its
 last healthy reading, reboot the node and read it again; a pair that stays degraded is a hardware fault
 for the vendor. The minimum bit rate is a site setting (`xgmi-links.min_bit_rate_gbps`): no MI355X value
@@ -43,7 +44,7 @@ def _pair_state(a: str | None, b: str | None) -> str:
     if not ends:
         return "down"
     letters = [set(cell.split("/")) for cell in ends]
-    if any(s <= {"D", "X"} for s in letters):
+    if any("D" in s or s == {"X"} for s in letters):  # §30: a D in either status table is a BLOCK
         return "down"
     if len(ends) == 1 or any(s != {"U"} for s in letters):
         return "degraded"
@@ -64,9 +65,9 @@ def _gpu_findings(report, minimum: float) -> list:
         elif rates[g.gpu] < best or rates[g.gpu] < minimum:
             floor = (f"the configured minimum {minimum:g} Gb/s" if rates[g.gpu] < minimum
                      else f"{best:g} Gb/s on the node's fastest GPUs")
-            out.append(fail(f"GPU{g.gpu} ({g.bdf}) XGMI links trained at {rates[g.gpu]:g} Gb/s "
-                            f"(max_bandwidth {g.max_bandwidth_gbps:g} Gb/s), below {floor}: degraded",
-                            gpu=g.gpu, remediation=DEGRADED))
+            most = "N/A" if g.max_bandwidth_gbps is None else f"{g.max_bandwidth_gbps:g}"
+            out.append(warn(f"GPU{g.gpu} ({g.bdf}) XGMI links trained at {rates[g.gpu]:g} Gb/s "
+                            f"(max_bandwidth {most} Gb/s), below {floor}: degraded", gpu=g.gpu, remediation=DEGRADED))
     return out
 
 
@@ -96,8 +97,9 @@ def xgmi_links(r, ctx):
         if state == "up":
             continue
         seen = f"GPU{a} ({report.gpus[a].bdf}) reads {ab or 'N/A'}, GPU{b} ({report.gpus[b].bdf}) reads {ba or 'N/A'}"
-        verdicts.append(fail(f"gpu{a}<->gpu{b} XGMI link {state}: {seen} (amd-smi xgmi, XGMI LINK STATUS)",
-                             gpu=a, remediation=DOWN if state == "down" else DEGRADED, evidence=evidence))
+        found = fail if state == "down" else warn
+        verdicts.append(found(f"gpu{a}<->gpu{b} XGMI link {state}: {seen} (amd-smi xgmi, XGMI LINK STATUS)",
+                              gpu=a, remediation=DOWN if state == "down" else DEGRADED, evidence=evidence))
     for v in gpu_findings:
         v.evidence = evidence
     verdicts += gpu_findings

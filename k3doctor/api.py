@@ -29,6 +29,7 @@ from k3doctor.readings import (
     NotEvaluated,
     Readings,
     ReadingUnavailable,
+    beside_tool,
     in_container,
     sh,
     sh_with_fact,
@@ -56,7 +57,7 @@ __all__ = [
     "EngineFactCommand", "Exists", "File", "Glob", "InContainer", "NotEvaluated", "PairRate", "Param", "ParseError",
     "ReadingUnavailable", "Readings", "Status", "SweepPoint", "Verdict", "check", "error", "fail", "human_bytes",
     "in_container", "join", "judge_safely", "passed", "quote", "remediation", "remediation_text", "sh", "sh_with_fact",
-    "skip", "tool", "tool_script", "warn", "whole_number",
+    "skip", "tool", "tool_script", "beside_tool", "warn", "whole_number",
 ]
 
 

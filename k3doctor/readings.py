@@ -106,6 +106,16 @@ def tool_script(path: str, script: str, *args, container: str | None = None) -> 
     return Command(("sh", "-c", script, "k3doctor-tool", path, *args))
 
 
+def beside_tool(path: str, *argv: str, container: str | None = None) -> Command:
+    """``argv`` run where the tool configured as ``path`` runs: on the node, or inside ``container`` for a
+    ``container:`` tool - so that what it reads (the caller's uid, its PID namespace) is what the tool saw."""
+    if path.startswith(IN_CONTAINER):
+        if not container:
+            raise ValueError(f"tool {path!r} runs in the engine's container, but no container is configured")
+        return in_container(container, *argv)
+    return Command(tuple(argv))
+
+
 def tool(path: str, *args, container: str | None = None) -> Command:
     """Run the ROCm tool configured as ``path`` (inventory ``tools``) with ``args``, found as FIND_TOOL says."""
     return tool_script(path, FIND_TOOL + 'exec "$t" "$@"', *args, container=container)

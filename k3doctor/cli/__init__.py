@@ -42,7 +42,20 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
 def _on_stop_signal(signum, frame):
+    """Raise once: a second stop signal (a dropped session often sends two SIGHUPs) must not cut short the
+    stopping of the nodes' process groups that the first one started."""
+    for stop in STOP_SIGNALS:
+        signal.signal(stop, signal.SIG_IGN)
     raise Terminated(signum)
+
+
+def take_stop_signals() -> None:
+    """SIGTERM and SIGHUP end the run as Ctrl-C does; one ignored by whoever started us stays ignored
+    (`nohup k3doctor ...` outlives its terminal). Signal handlers live in the main thread only."""
+    if threading.current_thread() is threading.main_thread():
+        for stop in STOP_SIGNALS:
+            if signal.getsignal(stop) is not signal.SIG_IGN:
+                signal.signal(stop, _on_stop_signal)
 
 
 def main(argv=None):
@@ -52,9 +65,7 @@ def main(argv=None):
     everything they need are imported while the handshakes are in flight."""
     args = list(sys.argv[1:] if argv is None else argv)
     _quiet_logging()
-    if threading.current_thread() is threading.main_thread():  # signal handlers live in the main thread only
-        for stop in STOP_SIGNALS:
-            signal.signal(stop, _on_stop_signal)
+    take_stop_signals()
 
     from k3doctor.cli import early
 
@@ -74,11 +85,14 @@ def main(argv=None):
 
 def _stopped(stop: KeyboardInterrupt) -> int:
     """Say how the run was stopped; its exit status (Ctrl-C 130, a stop signal 128 + its number)."""
-    if isinstance(stop, Terminated):
-        sys.stderr.write(f"k3doctor: terminated ({signal.Signals(stop.signum).name})\n")
-        return 128 + stop.signum
-    sys.stderr.write("k3doctor: aborted\n")
-    return 130
+    terminated = isinstance(stop, Terminated)
+    try:  # after SIGHUP the terminal may be gone: the exit status still tells
+        sys.stderr.write(f"k3doctor: terminated ({signal.Signals(stop.signum).name})\n" if terminated
+                         else "k3doctor: aborted\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+    return 128 + stop.signum if terminated else 130
 
 
 def _exit(code) -> None:

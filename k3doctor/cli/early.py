@@ -51,5 +51,8 @@ def start(args: list):
         return None
     from k3doctor.judging.connections import Logins, connect_ahead
 
-    return connect_ahead(key[0], key[1], parallel=key[2], key=key,
-                         logins=Logins(accept_unknown_hosts=key[4], connect_timeout_s=key[3]))
+    try:
+        return connect_ahead(key[0], key[1], parallel=key[2], key=key,
+                             logins=Logins(accept_unknown_hosts=key[4], connect_timeout_s=key[3]))
+    except Exception:  # noqa: BLE001 -- threads refused (ulimit), anything else: the run connects itself
+        return None

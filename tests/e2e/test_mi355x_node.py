@@ -64,18 +64,22 @@ def test_a_healthy_node_is_quiet_and_runs_its_recipe_point(mi355x, tmp_path, con
     assert fired(point) == [], point["rules"]
 
 
-@pytest.mark.parametrize("links, rates, expected", [
-    ({"2-5": "D", "5-2": "D"}, {}, [("xgmi-links", 2, "XGMI-LINK-DOWN", "gpu2<->gpu5 XGMI link down: GPU2 "
-                                     "(0000:65:00.0) reads D, GPU5 (0000:95:00.0) reads D")]),
-    ({"3-6": "U/D", "6-3": "U/D"}, {}, [("xgmi-links", 3, "XGMI-LINK-DEGRADED", "gpu3<->gpu6 XGMI link degraded: "
-                                         "GPU3 (0000:75:00.0) reads U/D, GPU6 (0000:e5:00.0) reads U/D")]),
-    ({}, {1: 16}, [("xgmi-links", 1, "XGMI-LINK-DEGRADED", "GPU1 (0000:15:00.0) XGMI links trained at 16 Gb/s")]),
+@pytest.mark.parametrize("links, rates, status, expected", [
+    ({"2-5": "D", "5-2": "D"}, {}, "FAIL", [("xgmi-links", 2, "XGMI-LINK-DOWN", "gpu2<->gpu5 XGMI link down: GPU2 "
+                                             "(0000:65:00.0) reads D, GPU5 (0000:95:00.0) reads D")]),
+    ({"3-6": "U/D", "6-3": "U/D"}, {}, "FAIL", [("xgmi-links", 3, "XGMI-LINK-DOWN", "gpu3<->gpu6 XGMI link down: "
+                                                 "GPU3 (0000:75:00.0) reads U/D, GPU6 (0000:e5:00.0) reads U/D")]),
+    ({}, {1: 16}, "WARN", [("xgmi-links", 1, "XGMI-LINK-DEGRADED",
+                            "GPU1 (0000:15:00.0) XGMI links trained at 16 Gb/s")]),
 ])
-def test_each_xgmi_fault_is_named_on_its_node_and_gpus_alone(mi355x, tmp_path, links, rates, expected):
+def test_each_xgmi_fault_is_named_on_its_node_and_gpus_alone(mi355x, tmp_path, links, rates, status, expected):
+    """§30: a D in either status table is a BLOCK (U/D too); a GPU trained slower than its peers still carries
+    traffic: a WARN, the node may launch."""
     apply(mi355x, tmp_path, xgmi_links=links, xgmi_bit_rates=rates)
     rc, doc = k3json("check", "--nodes", mi355x.inventory_path)
     found = [r for r in doc["results"] if r["status"] not in ("PASS", "SKIP")]
-    assert rc == 1 and [(r["check"], r["node"], r["status"]) for r in found] == [("xgmi-links", "ct13", "FAIL")]
+    assert (rc, [(r["check"], r["node"], r["status"]) for r in found]) == (
+        1 if status == "FAIL" else 0, [("xgmi-links", "ct13", status)])
     assert [(r["check"], r["gpu"], r["remediation"]) for r in found] == [e[:3] for e in expected]
     assert found[0]["message"].startswith(expected[0][3]), found[0]["message"]
 

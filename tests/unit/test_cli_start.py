@@ -83,3 +83,30 @@ def test_the_cli_ends_as_sys_exit_would_exit_handlers_output_and_status():
     bad = subprocess.run([sys.executable, "-c", code, "check", "--format", "bogus"], capture_output=True, text=True,
                          timeout=60)
     assert bad.returncode == 3 and "--format" in bad.stderr and "handler ran" in bad.stdout, bad
+
+
+def test_stop_signals_end_the_run_once_and_an_ignored_one_stays_ignored():
+    """SIGTERM/SIGHUP become Terminated (the run then stops the nodes' reads as on Ctrl-C); a SIGHUP that
+    `nohup` ignored stays ignored; after the first stop signal the others are ignored, so a second SIGHUP of
+    a dropped session cannot cut the clean-up short."""
+    import signal
+
+    from k3doctor import cli
+
+    saved = {s: signal.getsignal(s) for s in cli.STOP_SIGNALS}
+    try:
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        cli.take_stop_signals()
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+        assert signal.getsignal(signal.SIGTERM) is cli._on_stop_signal
+        try:
+            signal.raise_signal(signal.SIGTERM)
+        except cli.Terminated as stop:
+            assert stop.signum == signal.SIGTERM
+        else:
+            raise AssertionError("SIGTERM did not end the run")
+        assert all(signal.getsignal(s) is signal.SIG_IGN for s in cli.STOP_SIGNALS)
+    finally:
+        for s, handler in saved.items():
+            signal.signal(s, handler)

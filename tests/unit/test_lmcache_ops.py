@@ -74,3 +74,13 @@ def test_a_stopped_container_is_not_probed_and_garbage_is_an_error():
     assert v.status == Status.PASS and "not running: not probed" in v.message
     [v] = judge("Traceback (most recent call last):\n", OFFLOAD)
     assert v.status == Status.ERROR
+
+
+def test_what_the_import_prints_itself_does_not_hide_the_probes_answer(tmp_path):
+    """LMCache and its dependencies may print on import: the fault this check is for stays a FAIL (before: an
+    unparseable ERROR); two answers, or none, are still an ERROR."""
+    noisy = "print('[LMCache] loading native ops')\n" + CUDA_WHEEL
+    [v] = judge(probe(tmp_path, noisy), OFFLOAD)
+    assert (v.status, v.remediation) == (Status.FAIL, "LMCACHE-NO-NATIVE-OPS") and "libcudart.so.13" in v.message
+    [v] = judge("@ok /x/c_ops.py\n@absent\n", OFFLOAD)
+    assert v.status == Status.ERROR

@@ -8,7 +8,9 @@ from k3doctor.checks import fabric
 
 from k3doctor.inventory.types import Settings
 from k3doctor.readings import InContainer, tool
-from k3doctor.registry import REGISTRY
+from k3doctor.registry import REGISTRY, load_checks
+
+load_checks()  # every built-in check registered, whichever test module ran first
 
 FAKE = "#!/bin/sh\necho \"$0 $*\"\n"
 
@@ -67,3 +69,14 @@ def test_a_tool_the_inventory_puts_in_the_container_runs_there():
     assert isinstance(specs["fabric"], InContainer) and specs["fabric"].inner[2] == fabric.FABRIC_SCRIPT
     with pytest.raises(ValueError, match="no container is configured"):
         tool("container:amd-smi", "fabric")
+
+
+def test_rack_free_asks_who_read_the_process_list_where_rocm_smi_ran():
+    """§29: an empty list read as non-root or in another PID namespace is no proof the GPUs are free - and
+    with `rocm_smi: container:...` the list is read in our container, so its uid and namespace are asked there."""
+    host = REGISTRY.checks["rack-free"].readings_for(Settings())
+    assert (host["uid"].argv, host["pidns"].argv) == (("id", "-u"), ("readlink", "/proc/self/ns/pid"))
+    inside = REGISTRY.checks["rack-free"].readings_for(Settings(tools={"rocm_smi": "container:rocm-smi"}))
+    assert isinstance(inside["pids"], InContainer) and isinstance(inside["uid"], InContainer)
+    assert (inside["uid"].container, inside["uid"].inner) == ("k3ep16", ("id", "-u"))
+    assert (inside["pidns"].container, inside["pidns"].inner) == ("k3ep16", ("readlink", "/proc/self/ns/pid"))
