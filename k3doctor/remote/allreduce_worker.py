@@ -43,7 +43,6 @@ def _pdeathsig():
 
 
 # --- a rank ------------------------------------------------------------------------------
-
 class Stages:
     """Stage bookkeeping plus the rank's own watchdog (first line of defence against a hang)."""
 
@@ -356,7 +355,6 @@ def _sync(torch, device):
 
 
 # --- the node's agent ----------------------------------------------------------------------
-
 class Child:
     def __init__(self, rank, fd, t0):
         self.rank, self.fd, self.buf = rank, fd, b""
@@ -458,7 +456,6 @@ def _relay(child, line):
 
 
 # --- cleanup -------------------------------------------------------------------------------
-
 def ours(run_id):
     """PIDs whose argv is ``<python> - k3probe:<run_id> ...`` - exact elements, nothing broader."""
     token = (TOKEN_PREFIX + run_id).encode()
