@@ -142,3 +142,22 @@ def test_a_job_holding_a_gpu_through_kfd_makes_the_node_busy_whatever_docker_ps_
     found = [(r["node"], r["status"], r["message"]) for r in doc["results"] if r["status"] != "PASS"]
     assert rc == 1 and found == [("ct13", "FAIL", "GPU process pid 424242 pt_main_thread on 1 GPU(s) holds "
                                   "190.0 GiB VRAM: the GPUs are in use")], found
+
+
+@pytest.mark.parametrize("files, expected", [
+    ({"proc/cmdline": "BOOT_IMAGE=/vmlinuz-6.8.0-60-generic root=/dev/mapper/vg0-root ro\n"},
+     ("iommu-pt", "WARN", "iommu=pt is not on the kernel command line")),
+    ({"sys/class/kfd/kfd/topology/nodes/3/properties":
+      "cpu_cores_count 0\nsimd_count 1024\nnum_xcc 8\ngfx_target_version 120500\n"},
+     ("gpu-platform", "FAIL", "KFD node(s) 3 report gfx_target_version 120500")),
+], ids=["no-iommu-pt", "a-gfx1250-gpu"])
+def test_a_node_that_is_not_what_its_platform_needs_is_named_there_alone(mi355x, tmp_path, files, expected):
+    """§29/§30: `iommu=pt` missing from the kernel command line (RCCL's warning) is a WARN; a GPU whose KFD
+    topology reads another gfx target than the declared platform's is a FAIL naming its KFD node."""
+    apply(mi355x, tmp_path, files=files)
+    rc, doc = k3json("check", "--nodes", mi355x.inventory_path)
+    found = not_passing(doc)
+    check, status, said = expected
+    assert [(c, node, s) for c, node, s, _, _ in found] == [(check, "ct13", status)], found
+    assert said in found[0][4], found[0][4]
+    assert rc == (1 if status == "FAIL" else 0)
