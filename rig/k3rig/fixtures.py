@@ -45,7 +45,7 @@ FAKE_TOOLS = {"opt/rocm/bin/amd-smi": "amd-smi", "opt/rocm/bin/rocm-smi": "rocm-
 TOOL_MODES = ("ok", "hang", "garbage", "truncated", "stubborn", "huge")
 RUNTIME_MODES = ("hang", "stubborn", "huge")  # decided by the fake when it runs (its @mode file)
 CARD_FIELDS = ("accel_state", "accel_id", "lane_bitmap", "ppod_id", "vpod_id", "link_type", "sclk_max_mhz",
-               "ifoe_driver", "retired_pages")
+               "ifoe_driver", "retired_pages", "busy_pct")
 FAKE_SCRIPT = Path(__file__).with_name("bin") / "k3rig-fake"
 AMD_SMI_GROUPS_WARNING = "WARNING: User is missing the following required groups: render, video\n"
 # Files `docker cp`-ed into our container (reference §2, §14) live under this root; the rig empties it on sync.
@@ -167,6 +167,7 @@ class NodeState:
             "sclk_max_mhz": 2400,  # the top pp_dpm_sclk level (reference §12: max gfx clock 2.4 GHz)
             "ifoe_driver": "ifoe",  # the driver of the GPU's .1 function: a name, "-" (none) or "absent" (§29)
             "retired_pages": 0,  # HBM pages amd-smi bad-pages lists as RETIRED (§29, §30)
+            "busy_pct": 0,  # gpu_busy_percent: 0 at idle; 100 with no process is a stalled queue (§29)
         }
         values.update(self.cards.get(c, {}))
         return values
@@ -276,6 +277,7 @@ def _write_sysfs(tree: Path, s: NodeState) -> None:
         # amdgpu's "%d: %uMhz %s\n" with `*` on the current level, SMU 13's deep-sleep line first
         write_file(tree, f"{dev}/pp_dpm_sclk", f"S: 19Mhz *\n0: 500Mhz \n1: 1600Mhz \n2: {card['sclk_max_mhz']}Mhz \n")
         write_file(tree, f"{dev}/pp_dpm_mclk", "0: 900Mhz \n1: 1900Mhz *\n")
+        write_file(tree, f"{dev}/gpu_busy_percent", f"{card['busy_pct']}\n")
         if s.platform == "mi355x":  # XGMI: no UALink sysfs, no IFoE function (§30)
             continue
         # The GPU's .1 (IFoE) function beside it, as device/.. shows it on a real node (§29, §28)

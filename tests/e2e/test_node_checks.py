@@ -65,6 +65,14 @@ def test_gpu_process_is_caught_on_its_node_only(own_rack):
         "GPU process pid 1168514 pt_main_thread on 1 GPU(s) holds 165.2 GiB VRAM: the GPUs are in use"]
 
 
+def test_a_gpu_busy_with_nothing_running_warns_on_that_gpu_alone(own_rack):
+    """§29: 100 % gpu_busy_percent with no GPU process on the node is a stalled queue: a WARN on that card only
+    (the healthy rig's cards read 0, so the read is exercised on every node)."""
+    own_rack.apply("gpu-stalled-queue")  # before any foreign container's events reach this rack's engines
+    rc, doc = check(own_rack.inventory_path, MINE)
+    assert (rc, findings(doc)) == (0, [("rack-free", "ct14", 1, "WARN", "RACK-STALLED-QUEUE")])
+
+
 def test_running_foreign_container_is_caught_on_its_node_only(own_rack):
     own_rack.apply("foreign-container-running")  # ct14: sglang-bench next to k3ep16
     rc, doc = check(own_rack.inventory_path, MINE)
