@@ -34,9 +34,10 @@ def run_against_listener(tmp_path, nodes: int, code_before: str = "") -> tuple:
     every connection: (the child's output, connections the listener saw)."""
     with socket.create_server(("127.0.0.1", 0)) as server:
         port = server.getsockname()[1]
-        inventory = tmp_path / "inventory.yaml"
+        inventory, known_hosts = tmp_path / "inventory.yaml", tmp_path / "known_hosts"
+        known_hosts.write_text("")
         inventory.write_text(yaml.safe_dump({
-            "ssh": {"known_hosts": "/dev/null", "connect_timeout_s": 2},
+            "ssh": {"known_hosts": str(known_hosts), "connect_timeout_s": 2},
             "nodes": [{"name": f"n{i}", "host": "127.0.0.1", "port": port} for i in range(nodes)]}))
         code = code_before + f"from k3doctor.cli import main\nmain(['check', '--nodes', {str(inventory)!r}, '-q'])\n"
         proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -55,18 +56,28 @@ def run_against_listener(tmp_path, nodes: int, code_before: str = "") -> tuple:
 
 
 def test_the_first_connection_starts_before_the_checks_and_renderers_are_imported(tmp_path):
+    """The connecting threads race the main thread's imports; the spy holds each heavy import back (up to 10 s)
+    until the first connection is made, so the order the code allows is the order seen, on a busy machine too:
+    were a heavy module imported before the connections start, it would be loaded when the first one is made."""
     spy = textwrap.dedent("""
-        import socket, sys
+        import socket, sys, threading
+        HEAVY = ("click", "k3doctor.registry", "k3doctor.outputs", "k3doctor.api", "k3doctor.gather.node_script",
+                 "k3doctor.probes", "paramiko.transport")
+        connected = threading.Event()
         _connect = socket.create_connection
         def first(*args, **kw):
-            if not getattr(first, "said", False):
-                first.said = True
-                heavy = sorted(m for m in ("click", "k3doctor.registry", "k3doctor.outputs", "k3doctor.api",
-                                           "k3doctor.gather.node_script", "k3doctor.probes", "paramiko.transport")
-                               if m in sys.modules)
+            if not connected.is_set():
+                heavy = sorted(m for m in HEAVY if m in sys.modules)
                 print("loaded at the first connection:", heavy or "nothing heavy", flush=True)
+                connected.set()
             return _connect(*args, **kw)
         socket.create_connection = first
+        class HoldHeavyImports:
+            def find_spec(self, name, path=None, target=None):
+                if name in HEAVY:
+                    connected.wait(10)
+                return None
+        sys.meta_path.insert(0, HoldHeavyImports())
     """)
     out, seen, rc = run_against_listener(tmp_path, 1, spy)
     assert "loaded at the first connection: nothing heavy" in out, out
