@@ -1,11 +1,15 @@
 """Is the rack actually free? (reference §3): foreign containers, recent foreign creations,
-GPU processes, resident VRAM. VRAM is not a free/busy signal on its own: a job whose containers
-exist but have not loaded weights reads 0 % on every GPU; only VRAM in use counts, never 0 %."""
+foreign Slurm jobs (§30: pyxis/enroot jobs are not in `docker ps`), GPU processes, resident VRAM.
+VRAM is not a free/busy signal on its own: a job whose containers exist but have not loaded weights
+reads 0 % on every GPU; only VRAM in use counts, never 0 %."""
 from __future__ import annotations
+
+import os
 
 from k3doctor.api import (
     Docker,
     Glob,
+    Param,
     ParseError,
     ReadingUnavailable,
     beside_tool,
@@ -21,6 +25,8 @@ from k3doctor.api import (
 from k3doctor.model.gpu import KFD_PROC_GLOB, card_of, kfd_pids
 from k3doctor.parsers.docker_events import container_from_api, event_from_dict
 from k3doctor.parsers.rocmsmi import parse_showmemuse, parse_showpids
+from k3doctor.parsers.squeue import FORMAT as SQUEUE_FORMAT
+from k3doctor.parsers.squeue import parse_jobs
 
 CHECK = "rack-free"
 WINDOW_MIN = 30
@@ -38,7 +44,9 @@ GPUs the moment it starts; a foreign `create`/`start` in the last 30 min is a li
 /sys/class/kfd/kfd/proc) mean a job holds the GPUs now. Do not launch on top of them and do
 not "fix" a later negative KV budget by raising --gpu-memory-utilization (§3 collision
 signatures): find the owner (tray ownership changes daily, §4), wait for them to finish, or
-pick another node. Never remove another user's container.
+pick another node. Never remove another user's container. Under Slurm (§30: pyxis/enroot,
+no docker) the node's jobs are `squeue --nodelist=localhost`: only the allocation the launch
+runs in may be there (`own_slurm_jobs`; the job k3doctor itself runs in is ours).
 """)
 
 
@@ -63,9 +71,22 @@ MONITORING_AGENTS = ["gpu-agent", "amd-metrics-exporter", "device-metrics-export
                      "node_exporter", "dcgm-exporter", "prometheus"]
 
 
+# The job k3doctor runs in (`salloc ... k3doctor check`, or a step of the launch's own batch job) is ours.
+OWN_SLURM_JOBS = [os.environ["SLURM_JOB_ID"]] if os.environ.get("SLURM_JOB_ID", "").isdigit() else []
+
+
+def job_ids(value, nodes=None) -> str | None:
+    """A list of Slurm job ids (numbers, as `$SLURM_JOB_ID` and squeue's %A print them)."""
+    if not all(str(v).isdigit() for v in value):
+        return "a list of Slurm job ids (whole numbers, e.g. [123456])"
+    return None
+
+
 def _reads(settings) -> dict:
     window_s = int(settings.param("window_min") * 60)
     return {"docker": Docker(events_since_s=window_s),
+            "slurm": tool(settings.tools["squeue"], "--noheader", "--nodelist=localhost", "--states=all",
+                          f"--format={SQUEUE_FORMAT}"),
             "kfd": Glob(KFD_PROC_GLOB),
             "pids": tool(settings.tools["rocm_smi"], "--showpids", container=settings.container),
             "memuse": tool(settings.tools["rocm_smi"], "--showmemuse", container=settings.container),
@@ -134,6 +155,25 @@ def judge_containers(reading, own: str, window_s: int) -> tuple[list, str]:
     return unread + verdicts, events_span(events, now, window_s)
 
 
+def judge_slurm_jobs(reading, own: set) -> tuple[list, str]:
+    """(FAIL per Slurm job holding this node that is not ``own``, what the PASS may claim). §30: AgentX nodes
+    run the server under Slurm + pyxis/enroot, which `docker ps` never shows; a job allocated and still
+    importing its image holds no GPU yet and reads as idle everywhere else. A node without squeue runs no Slurm
+    (nothing to judge, said so); squeue that fails (slurmctld unreachable, the node unknown to Slurm) is an ERROR."""
+    if reading.tool_missing:
+        return [], "no Slurm client on the node"
+    verdicts = []
+    for job in parse_jobs(reading.output("`squeue --nodelist=localhost`")):
+        if not job.holds_node or job.job_id in own:
+            continue
+        gres = f" with {job.gres}" if job.gres else ""
+        verdicts.append(fail(f"Slurm job {job.job_id} ({job.name}) of {job.user} is {job.state} on this node{gres}: "
+                             "the node is allocated to someone else (§30)", remediation=RACK_BUSY,
+                             evidence={"job": job.job_id, "user": job.user, "state": job.state, "name": job.name,
+                                       "gres": job.gres, "own_slurm_jobs": sorted(own)}))
+    return verdicts, "no other Slurm job"
+
+
 def judge_gpu_processes(kfd_pids: set, rows: list, agents=()) -> tuple:
     """(FAIL naming every process that holds a KFD context with VRAM - union of sysfs and rocm-smi -, notes on the
     0-byte holders): a KFD holder at 0 bytes of VRAM is a metrics agent or a mere `/dev/kfd` opener, never a
@@ -193,7 +233,7 @@ def judge_idle_busy(busy: dict, stalled_pct: int) -> list:
 @check(CHECK, title="only our container on the node, no foreign create/start recently, no GPU processes",
        scope="node", remediation=(RACK_BUSY, ORPHANED, STALLED),
        params={"window_min": WINDOW_MIN, "max_vram_pct": MAX_VRAM_PCT, "monitoring_agents": MONITORING_AGENTS,
-               "stalled_busy_pct": 100},
+               "stalled_busy_pct": 100, "own_slurm_jobs": Param(OWN_SLURM_JOBS, validate=job_ids)},
        reads=_reads, needs={"amdgpu-driver": GPU_READS})  # the containers are judged without the driver
 def rack_free(r, ctx):
     """§3: "nothing of mine is running" is not "free"; each source is judged on its own so one
@@ -211,6 +251,10 @@ def rack_free(r, ctx):
 
     found, span = attempt("docker engine", lambda: judge_containers(r["docker"], own, window_s), ([], ""))
     verdicts += found
+    jobs, slurm = attempt("Slurm job list", lambda: judge_slurm_jobs(
+        r["slurm"], {str(job) for job in ctx.param("own_slurm_jobs")}), ([], ""))
+    verdicts += jobs
+    span += f", {slurm}" if slurm else ""
     withheld = r.not_evaluated(*GPU_READS)
     if withheld:  # the prerequisite's FAIL names the cause; say once what was not judged
         return verdicts + [skip(f"GPU processes and VRAM {withheld}")] + ([] if verdicts else [passed(

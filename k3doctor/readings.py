@@ -223,6 +223,11 @@ class CommandReading:
     def ok(self) -> bool:
         return self.rc == 0 and not self.timed_out and not self.truncated
 
+    @property
+    def tool_missing(self) -> bool:
+        """The tool ran through FIND_TOOL was neither where configured nor on PATH (its own exit, not the tool's)."""
+        return self.rc == 127 and self.stderr.startswith("k3doctor: ") and " is neither at " in self.stderr
+
     def output(self, label: str | None = None) -> str:
         """stdout of a successful, complete run; otherwise ReadingUnavailable with the reason (output cut
         at the cap is a partial answer: never judged as if it were all of it). ``label`` names the command

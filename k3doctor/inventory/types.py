@@ -15,6 +15,7 @@ DEFAULT_TOOLS = {
     "ubench_dir": "/root/ubench/build",
     "container_python": "python3",
     "python": "python3",  # the host's python, for probes run outside the container (where: host)
+    "squeue": "/usr/bin/squeue",  # Slurm's job list (rack-free, reference §30); a node without it runs no Slurm
 }
 
 

@@ -42,6 +42,7 @@ KERNEL_CMDLINE = "BOOT_IMAGE=/vmlinuz-6.8.0-60-generic root=/dev/mapper/vg0-root
 # Fake tools: node path -> tool name (the fake dispatches on the name it is invoked as).
 # Later fakes (ubench ualoe_p2p.exe / ualoe_bw.exe under root/ubench/build) plug in here.
 FAKE_TOOLS = {"opt/rocm/bin/amd-smi": "amd-smi", "opt/rocm/bin/rocm-smi": "rocm-smi", "usr/bin/dmesg": "dmesg"}
+MI355X_FAKE_TOOLS = {mi355x.SQUEUE: "squeue"}  # AgentX nodes run Slurm (§30); a gfx1250 tray has no squeue
 TOOL_MODES = ("ok", "hang", "garbage", "truncated", "stubborn", "huge")
 RUNTIME_MODES = ("hang", "stubborn", "huge")  # decided by the fake when it runs (its @mode file)
 CARD_FIELDS = ("accel_state", "accel_id", "lane_bitmap", "ppod_id", "vpod_id", "link_type", "sclk_max_mhz",
@@ -129,6 +130,8 @@ class NodeState:
     concurrency: int = 8
     xgmi_links: dict[str, str] = dataclasses.field(default_factory=dict)
     xgmi_bit_rates: dict[int, int] = dataclasses.field(default_factory=dict)
+    # The Slurm jobs allocated on the node, as squeue lists them: {id, user, state, [gres], [name]} (none: free)
+    slurm_jobs: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not self.boot_id:
@@ -406,7 +409,8 @@ def _write_host(tree: Path, s: NodeState) -> None:
 def _write_fake_tools(tree: Path, s: NodeState) -> None:
     script = FAKE_SCRIPT.read_bytes()
     write_file(tree, "opt/k3rig/bin/k3rig-fake", script, 0o755)
-    for rel, tool in FAKE_TOOLS.items():
+    fakes = {**FAKE_TOOLS, **(MI355X_FAKE_TOOLS if s.platform == "mi355x" else {})}
+    for rel, tool in fakes.items():
         if rel.startswith("opt/"):
             link = tree / rel
             link.parent.mkdir(parents=True, exist_ok=True)
@@ -418,6 +422,7 @@ def _write_fake_tools(tree: Path, s: NodeState) -> None:
         "amd-smi": _amd_smi_outputs(s),
         "rocm-smi": _rocm_smi_outputs(s),
         "dmesg": {"@noargs": _dmesg(s), DMESG_ERRORS_KEY: _dmesg(s, errors_only=True)},
+        **({"squeue": {mi355x.SQUEUE_ARGS: mi355x.squeue_text(s.slurm_jobs)}} if s.platform == "mi355x" else {}),
     }
     unknown = set(s.tools) - set(outputs)
     if unknown:

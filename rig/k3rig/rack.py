@@ -657,6 +657,7 @@ class Rig(Started):
                     "amd_smi": "/opt/rocm/bin/amd-smi",
                     "rocm_smi": "/opt/rocm/bin/rocm-smi",
                     "ubench_dir": "/root/ubench/build",
+                    **({"squeue": f"/{mi355x.SQUEUE}"} if self.platform == "mi355x" else {}),
                 },
                 # The nodes' Docker roots are on this machine's disk, which is small and shared; no epcheck
                 # image is ever pulled here.

@@ -144,6 +144,31 @@ def test_a_job_holding_a_gpu_through_kfd_makes_the_node_busy_whatever_docker_ps_
                                   "190.0 GiB VRAM: the GPUs are in use")], found
 
 
+SLURM_JOB = {"id": 5150, "user": "alice", "state": "RUNNING", "gres": "gres/gpu:8", "name": "agentx-conc8"}
+
+
+def test_a_foreign_slurm_job_makes_the_node_busy_before_it_holds_any_gpu(mi355x, tmp_path):
+    """§30: rack-free uses `squeue` + KFD. A job allocated on the node (its image still importing: no KFD
+    holder, no VRAM, nothing in `docker ps`) is named on that node; the job k3doctor runs in is ours."""
+    apply(mi355x, tmp_path, slurm_jobs=[SLURM_JOB, {"id": 5151, "user": "bob", "state": "PENDING"}])
+    rc, doc = k3json("check", "--nodes", mi355x.inventory_path, "--only", "rack-free")
+    found = [(r["node"], r["status"], r["message"]) for r in doc["results"] if r["status"] != "PASS"]
+    assert rc == 1 and found == [("ct13", "FAIL", "Slurm job 5150 (agentx-conc8) of alice is RUNNING on this node "
+                                  "with gres/gpu:8: the node is allocated to someone else (§30)")], found
+    for env, extra in (({"SLURM_JOB_ID": "5150"}, ()), ({}, ("--set", "rack-free.own_slurm_jobs=[5150]"))):
+        rc, doc = k3json("check", "--nodes", mi355x.inventory_path, "--only", "rack-free", *extra, env=env)
+        [result] = doc["results"]
+        assert (rc, result["status"]) == (0, "PASS") and "no other Slurm job" in result["message"], result
+
+
+def test_slurm_that_does_not_answer_is_an_error_never_a_free_node(mi355x, tmp_path):
+    apply(mi355x, tmp_path, tools={"squeue": "garbage"})
+    rc, doc = k3json("check", "--nodes", mi355x.inventory_path, "--only", "rack-free")
+    [result] = doc["results"]
+    assert (rc, result["node"], result["status"]) == (2, "ct13", "ERROR"), result
+    assert result["message"].startswith("Slurm job list not readable"), result
+
+
 @pytest.mark.parametrize("files, expected", [
     ({"proc/cmdline": "BOOT_IMAGE=/vmlinuz-6.8.0-60-generic root=/dev/mapper/vg0-root ro\n"},
      ("iommu-pt", "WARN", "iommu=pt is not on the kernel command line")),

@@ -37,11 +37,20 @@ def memuse(*percents):
 
 
 IDLE = memuse(0, 0, 0, 0)
+SQUEUE = "squeue --noheader --nodelist=localhost --states=all --format=%A|%u|%T|%b|%j"
+# What FIND_TOOL says on a node without Slurm (a Docker rack): the reading every test below gets by default.
+NO_SQUEUE = CommandReading(SQUEUE, 127, "", "k3doctor: squeue is neither at /usr/bin/squeue nor on PATH "
+                                             "(/usr/sbin:/usr/bin)\n")
+
+
+def squeue(*lines, rc=0, stderr=""):
+    return CommandReading(SQUEUE, rc, "".join(f"{line}\n" for line in lines), stderr)
 
 
 def readings(containers=(), events=(), kfd=(), pids=NO_PIDS, pids_rc=0, mem=IDLE, mem_rc=0, uid="0",
-             pidns="pid:[4026531836]", busy=(0, 0, 0, 0)):
+             pidns="pid:[4026531836]", busy=(0, 0, 0, 0), slurm=NO_SQUEUE):
     return Readings({
+        "slurm": slurm,
         "docker": DockerReading(containers=list(containers), events=list(events), now=NOW),
         "kfd": {f"/sys/class/kfd/kfd/proc/{p}": None for p in kfd},
         "pids": CommandReading("rocm-smi --showpids", pids_rc, pids, "" if pids_rc == 0 else "boom"),
@@ -140,7 +149,8 @@ def test_unreadable_source_errors_but_does_not_hide_other_findings():
     assert any("rocm-smi --showpids not readable" in v.message for v in verdicts)
     r = Readings({"docker": Unavailable("engine down"), "kfd": {}, "pids": CommandReading("x", 0, NO_PIDS, ""),
                   "memuse": CommandReading("y", 0, IDLE, ""), "uid": CommandReading("id -u", 0, "0\n", ""),
-                  "pidns": CommandReading("readlink /proc/self/ns/pid", 0, "pid:[4026531836]\n", ""), "busy": {}})
+                  "pidns": CommandReading("readlink /proc/self/ns/pid", 0, "pid:[4026531836]\n", ""), "busy": {},
+                  "slurm": NO_SQUEUE})
     [v] = judge(r)
     assert v.status == Status.ERROR and "docker engine not readable" in v.message
 
@@ -236,3 +246,58 @@ def test_a_gpu_100_percent_busy_with_nothing_running_is_a_stalled_queue():
     assert bad(judge(readings([container("k3ep16")], kfd=(4242,), busy=(100, 100, 100, 100)))) == [
         (Status.FAIL, "RACK-BUSY")]
     assert bad(judge(readings([container("k3ep16")], busy=("garbage",)))) == [(Status.ERROR, None)]
+
+
+# --- Slurm jobs on the node (reference §30: pyxis/enroot jobs are not in `docker ps`) ---------------------------
+
+def test_a_foreign_slurm_job_on_the_node_fails_naming_job_user_and_gres():
+    r = readings(slurm=squeue("4242|alice|RUNNING|gres/gpu:8|kimi-agentx|c8", "4243|bob|PENDING|gres/gpu:8|next"))
+    [v] = judge(r)
+    assert (v.status, v.remediation) == (Status.FAIL, "RACK-BUSY")
+    assert "Slurm job 4242 (kimi-agentx|c8) of alice is RUNNING" in v.message and "gres/gpu:8" in v.message
+    assert v.evidence["job"] == "4242"  # the pending job holds nothing yet: not named
+
+
+def test_a_job_allocated_before_its_gpu_processes_start_is_still_named():
+    """An salloc whose image is still being imported holds no GPU, no VRAM, no container: Slurm alone knows."""
+    [v] = judge(readings(slurm=squeue("77|carol|CONFIGURING|N/A|interactive")))
+    assert v.status == Status.FAIL and "CONFIGURING" in v.message and v.evidence["gres"] is None
+
+
+def test_our_own_job_and_finished_jobs_pass_and_the_pass_says_slurm_was_read():
+    r = readings(slurm=squeue("4242|svc|RUNNING|gres/gpu:8|agentx", "4100|bob|COMPLETED|gres/gpu:8|old",
+                              "4101|bob|CANCELLED|N/A|older"))
+    [v] = judge(r, own_slurm_jobs=[4242])
+    assert v.status == Status.PASS and "no other Slurm job" in v.message
+    [v] = judge(readings(slurm=squeue()))
+    assert v.status == Status.PASS and "no other Slurm job" in v.message
+
+
+def test_a_node_without_squeue_runs_no_slurm_and_says_so():
+    [v] = judge(readings())
+    assert v.status == Status.PASS and "no Slurm client on the node" in v.message
+
+
+def test_squeue_that_fails_or_prints_garbage_is_an_error_never_a_free_node():
+    failing = squeue(rc=1, stderr="squeue: error: Unable to contact slurm controller (connect failure)\n")
+    for reading in (failing, squeue("not a squeue line"), squeue("x1|bob|RUNNING|N/A|job"),
+                    CommandReading(SQUEUE, 0, "4242|alice|RUNNING|N/A|cut", "")):
+        [v] = judge(readings(slurm=reading))
+        assert v.status == Status.ERROR and "Slurm job list not readable" in v.message, (reading, v)
+
+
+def test_own_slurm_jobs_must_be_job_ids():
+    assert CHECK.param_problem("own_slurm_jobs", ["4242", 17]) is None
+    assert "Slurm job ids" in CHECK.param_problem("own_slurm_jobs", ["$SLURM_JOB_ID"])
+
+
+def test_the_job_k3doctor_runs_in_is_ours_by_default():
+    """`salloc ... k3doctor check` (or a step of the launch's batch job): $SLURM_JOB_ID is the allocation."""
+    import os
+    import subprocess
+    import sys
+    code = "from k3doctor.checks import rack; print(rack.OWN_SLURM_JOBS)"
+    for value, expected in (("5150", "['5150']"), ("", "[]"), ("not-a-job", "[]")):
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                             env={**os.environ, "SLURM_JOB_ID": value}).stdout.strip()
+        assert out == expected, (value, out)
