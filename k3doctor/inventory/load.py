@@ -11,9 +11,9 @@ import os
 
 import yaml
 
-from k3doctor import localfiles
 from k3doctor.inventory import ansible, nodesets
-from k3doctor.inventory.safeyaml import SchemaReader, YAMLInputError, by_line, compose, decode, load, pairs, plain
+from k3doctor.inventory.safeyaml import SchemaReader, YAMLInputError, by_line, compose, load, pairs, plain
+from k3doctor.inventory.safeyaml import read_file as read_yaml_file
 from k3doctor.inventory.schema import (
     LOGIN_KEYS,
     NODE_KEYS,
@@ -293,9 +293,7 @@ def parse_inventory(text: str, path: str = "<inventory>", registry=None, fast: b
 
 def load_inventory(path: str, registry=None, fast: bool = False) -> Inventory:
     try:
-        text = decode(localfiles.read_bytes(os.path.expanduser(path)), path)
-    except OSError as exc:
-        raise InventoryError([f"{path}: cannot read inventory: {exc.strerror}"]) from None
+        text = read_yaml_file(path, "inventory")
     except YAMLInputError as exc:
         raise InventoryError(exc.problems) from None
     return parse_inventory(text, path, registry, fast)
@@ -358,8 +356,8 @@ def is_ansible_inventory(path: str) -> bool:
     if os.path.isdir(path):
         return True
     try:
-        doc = load(decode(localfiles.read_bytes(path), path), path)
-    except (OSError, YAMLInputError):
+        doc = load(read_yaml_file(path, "inventory"), path)
+    except YAMLInputError:
         return not path.endswith((".yaml", ".yml", ".json"))
     if isinstance(doc, dict) and set(doc) & set(TOP_KEYS):
         return False

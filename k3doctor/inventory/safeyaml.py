@@ -12,10 +12,12 @@ from __future__ import annotations
 import codecs
 import difflib
 import math
+import os
 
 import yaml
 from yaml.constructor import SafeConstructor
 
+from k3doctor import localfiles
 from k3doctor.deadline import MAX_MAGNITUDE
 
 MAX_ALIAS_EXPANSION = 10_000  # values aliases may add: a 289-byte anchor bomb expands to 10**9 (16 s, 1.2 GB)
@@ -49,6 +51,15 @@ def decode(data: bytes, path: str) -> str:
         line = data[:exc.start].count(b"\n") + 1
         raise YAMLInputError([f"{path}:{line}: not UTF-8: byte 0x{data[exc.start]:02x} (latin-1 or another legacy "
                               "encoding?); save the file as UTF-8"]) from None
+
+
+def read_file(path: str, what: str) -> str:
+    """The UTF-8 text of the user's file ``path`` (``~`` expanded, a regular file only); YAMLInputError naming
+    the file and ``what`` it was to be ("inventory", "recipe") when it cannot be read or decoded."""
+    try:
+        return decode(localfiles.read_bytes(os.path.expanduser(path)), path)
+    except OSError as exc:
+        raise YAMLInputError([f"{path}: cannot read {what}: {exc.strerror}"]) from None
 
 
 def compose(text: str, path: str, fast: bool = False):

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import yaml
 
-from k3doctor import localfiles
-from k3doctor.inventory.safeyaml import SchemaReader, YAMLInputError, compose, decode, pairs, plain
+from k3doctor.inventory.safeyaml import SchemaReader, YAMLInputError, compose, pairs, plain
+from k3doctor.inventory.safeyaml import read_file as read_yaml_file
 
 ANY = "*"  # must be set, any value
 DATA_IF = "<data-plane interface>"  # must name an interface that carries the node's data_ip (§18)
@@ -274,9 +274,7 @@ def builtin(name: str) -> Recipe:
 
 def read_file(path: str) -> Recipe:
     try:
-        text = decode(localfiles.read_bytes(os.path.expanduser(path)), path)
-    except OSError as exc:
-        raise RecipeError([f"{path}: cannot read recipe: {exc.strerror}"]) from None
+        text = read_yaml_file(path, "recipe")
     except YAMLInputError as exc:
         raise RecipeError(exc.problems) from None
     return parse_recipe(text, path)
