@@ -26,7 +26,7 @@ from k3doctor.model.gpu import KFD_PROC_GLOB, card_of, kfd_pids
 from k3doctor.parsers.docker_events import container_from_api, event_from_dict
 from k3doctor.parsers.rocmsmi import parse_showmemuse, parse_showpids
 from k3doctor.parsers.squeue import FORMAT as SQUEUE_FORMAT
-from k3doctor.parsers.squeue import parse_jobs
+from k3doctor.parsers.squeue import NODE_NAME, parse_jobs
 
 CHECK = "rack-free"
 WINDOW_MIN = 30
@@ -75,6 +75,11 @@ MONITORING_AGENTS = ["gpu-agent", "amd-metrics-exporter", "device-metrics-export
 OWN_SLURM_JOBS = [os.environ["SLURM_JOB_ID"]] if os.environ.get("SLURM_JOB_ID", "").isdigit() else []
 
 
+# Slurm's fatal() when a client finds no slurm.conf, no $SLURM_CONF and no configless server (src/common/read_config.c):
+# squeue installed on a node that is no Slurm node (a compute node running slurmd has its config cached for clients).
+NO_SLURM_CONFIG = "Could not establish a configuration source"
+
+
 def job_ids(value, nodes=None) -> str | None:
     """A list of Slurm job ids (numbers, as `$SLURM_JOB_ID` and squeue's %A print them)."""
     if not all(str(v).isdigit() for v in value):
@@ -82,11 +87,16 @@ def job_ids(value, nodes=None) -> str | None:
     return None
 
 
+def slurm_node_name(value, nodes=None) -> str | None:
+    """One Slurm node name (`localhost`: the host's name, as squeue maps it), never a hostlist or an option."""
+    return None if NODE_NAME.fullmatch(value) else "one Slurm node name such as gpu17 (no hostlist, no option)"
+
+
 def _reads(settings) -> dict:
     window_s = int(settings.param("window_min") * 60)
     return {"docker": Docker(events_since_s=window_s),
-            "slurm": tool(settings.tools["squeue"], "--noheader", "--nodelist=localhost", "--states=all",
-                          f"--format={SQUEUE_FORMAT}"),
+            "slurm": tool(settings.tools["squeue"], "--noheader", f"--nodelist={settings.param('slurm_node')}",
+                          "--states=all", f"--format={SQUEUE_FORMAT}"),
             "kfd": Glob(KFD_PROC_GLOB),
             "pids": tool(settings.tools["rocm_smi"], "--showpids", container=settings.container),
             "memuse": tool(settings.tools["rocm_smi"], "--showmemuse", container=settings.container),
@@ -159,11 +169,14 @@ def judge_slurm_jobs(reading, own: set) -> tuple[list, str]:
     """(FAIL per Slurm job holding this node that is not ``own``, what the PASS may claim). §30: AgentX nodes
     run the server under Slurm + pyxis/enroot, which `docker ps` never shows; a job allocated and still
     importing its image holds no GPU yet and reads as idle everywhere else. A node without squeue runs no Slurm
-    (nothing to judge, said so); squeue that fails (slurmctld unreachable, the node unknown to Slurm) is an ERROR."""
+    or has no Slurm configuration at all (nothing to judge, said so); squeue that fails otherwise (slurmctld
+    unreachable, the node unknown to Slurm) is an ERROR."""
     if reading.tool_missing:
         return [], "no Slurm client on the node"
+    if reading.rc not in (0, None) and NO_SLURM_CONFIG in reading.stderr:
+        return [], "no Slurm configuration on the node (squeue installed, no slurm.conf or configless source)"
     verdicts = []
-    for job in parse_jobs(reading.output("`squeue --nodelist=localhost`")):
+    for job in parse_jobs(reading.output("`squeue --nodelist`")):
         if not job.holds_node or job.job_id in own:
             continue
         gres = f" with {job.gres}" if job.gres else ""
@@ -233,7 +246,9 @@ def judge_idle_busy(busy: dict, stalled_pct: int) -> list:
 @check(CHECK, title="only our container on the node, no foreign create/start recently, no GPU processes",
        scope="node", remediation=(RACK_BUSY, ORPHANED, STALLED),
        params={"window_min": WINDOW_MIN, "max_vram_pct": MAX_VRAM_PCT, "monitoring_agents": MONITORING_AGENTS,
-               "stalled_busy_pct": 100, "own_slurm_jobs": Param(OWN_SLURM_JOBS, validate=job_ids)},
+               "stalled_busy_pct": 100, "own_slurm_jobs": Param(OWN_SLURM_JOBS, validate=job_ids),
+               # the node's Slurm NodeName where it is not the host's name (`slurmd -N`, NodeHostname)
+               "slurm_node": Param("localhost", validate=slurm_node_name)},
        reads=_reads, needs={"amdgpu-driver": GPU_READS})  # the containers are judged without the driver
 def rack_free(r, ctx):
     """§3: "nothing of mine is running" is not "free"; each source is judged on its own so one

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from k3doctor.parsers import ParseError
 
 FORMAT = "%A|%u|%T|%b|%j"
+# One Slurm node name (never a hostlist such as ct[1-4], never an option); squeue(1) maps "localhost" to the host name.
+NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _STATE = re.compile(r"[A-Z][A-Z_]*")
 # Job states in which the job holds its nodes (slurm/slurm.h job_states, in full as %T prints them): pending jobs
 # hold nothing yet; finished ones (COMPLETED, CANCELLED, FAILED, TIMEOUT, ...) nothing any more. COMPLETING runs

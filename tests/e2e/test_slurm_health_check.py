@@ -7,6 +7,7 @@ is read back with sinfo, the way an admin sees it.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import shlex
 import shutil
@@ -177,3 +178,31 @@ def _names(pid: str, text: str) -> bool:
             return text.encode() in fh.read()
     except OSError:
         return False
+
+
+def test_rack_free_names_a_foreign_slurm_job_on_the_node_and_takes_its_own_job_as_ours(in_service, trees):
+    """§30: rack-free uses `squeue` + KFD. A real job on the real node (its process a plain `sleep`: no GPU,
+    no container, nothing `docker ps` or KFD would show) is a FAIL naming it; run inside that job
+    ($SLURM_JOB_ID), k3doctor takes it as its own allocation."""
+    job = in_service.run("sbatch", "--parsable", "-J", "agentx|c8", "--wrap", "sleep 600").stdout.strip()
+    try:
+        in_service.wait_for(lambda: in_service.run("squeue", "-h", "-j", job, "-o", "%T").stdout.strip() == "RUNNING",
+                            f"job {job} running")
+        argv = k3doctor_argv("node", "--name", "ct14", "--only", "rack-free", "--set", f"rack-free.slurm_node={NODE}",
+                             "--format", "json")
+        for env, expected in (({}, "FAIL"), ({"SLURM_JOB_ID": job}, "ours")):
+            proc = subprocess.run(on_fake_hardware(trees["healthy"], argv), env={**in_service.env, **env},
+                                  capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parents[2])
+            results = json.loads(proc.stdout)["results"]
+            slurm = [r for r in results if "Slurm job" in r["message"]]
+            if expected == "FAIL":
+                assert [(r["status"], r["message"]) for r in slurm] == [
+                    ("FAIL", f"Slurm job {job} (agentx|c8) of root is RUNNING on this node: the node is allocated "
+                             "to someone else (§30)")], results
+            else:
+                # nothing said of Slurm: read, and the one job is ours (no Docker engine here may be an ERROR)
+                assert slurm == [] and proc.returncode in (0, 2), results
+    finally:
+        in_service.run("scancel", job)
+        in_service.wait_for(lambda: in_service.run("squeue", "-h", "-j", job, "-o", "%T").stdout.strip() == "",
+                            f"job {job} gone")

@@ -278,6 +278,15 @@ def test_a_node_without_squeue_runs_no_slurm_and_says_so():
     assert v.status == Status.PASS and "no Slurm client on the node" in v.message
 
 
+def test_squeue_without_any_slurm_configuration_is_no_slurm_node():
+    """squeue installed on a node Slurm does not manage: its fatal() before any query (src/common/read_config.c)."""
+    unconfigured = squeue(rc=1, stderr="squeue: error: resolve_ctls_from_dns_srv: res_nsearch error: Unknown host\n"
+                                       "squeue: error: fetch_config: DNS SRV lookup failed\n"
+                                       "squeue: fatal: Could not establish a configuration source\n")
+    [v] = judge(readings(slurm=unconfigured))
+    assert v.status == Status.PASS and "no Slurm configuration on the node" in v.message
+
+
 def test_squeue_that_fails_or_prints_garbage_is_an_error_never_a_free_node():
     failing = squeue(rc=1, stderr="squeue: error: Unable to contact slurm controller (connect failure)\n")
     for reading in (failing, squeue("not a squeue line"), squeue("x1|bob|RUNNING|N/A|job"),
@@ -289,6 +298,15 @@ def test_squeue_that_fails_or_prints_garbage_is_an_error_never_a_free_node():
 def test_own_slurm_jobs_must_be_job_ids():
     assert CHECK.param_problem("own_slurm_jobs", ["4242", 17]) is None
     assert "Slurm job ids" in CHECK.param_problem("own_slurm_jobs", ["$SLURM_JOB_ID"])
+
+
+def test_slurm_node_is_one_node_name_and_reaches_squeue_as_one_word():
+    assert CHECK.param_problem("slurm_node", "gpu-17.rack2") is None
+    for bad in ("ct[13-17]", "-w", "a b", "a,b"):
+        assert "one Slurm node name" in CHECK.param_problem("slurm_node", bad), bad
+    settings = Settings(container="k3ep16", checks={"rack-free": {"slurm_node": "gpu17"}})
+    [slurm] = [r for key, r in CHECK.readings_for(settings).items() if key == "slurm"]
+    assert "--nodelist=gpu17" in slurm.argv
 
 
 def test_the_job_k3doctor_runs_in_is_ours_by_default():
