@@ -20,6 +20,7 @@ from yaml.constructor import SafeConstructor
 from k3doctor import localfiles
 from k3doctor.deadline import MAX_MAGNITUDE
 
+FAST_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's, where PyYAML was built with it
 MAX_ALIAS_EXPANSION = 10_000  # values aliases may add: a 289-byte anchor bomb expands to 10**9 (16 s, 1.2 GB)
 MAX_DEPTH = 24  # the inventory needs 6 levels (nodes[].checks.<check>.<param>.<key>); baselines a few more
 _STD = "tag:yaml.org,2002:"
@@ -66,7 +67,7 @@ def compose(text: str, path: str, fast: bool = False):
     """The checked node tree of ``text`` (None when empty), or YAMLInputError with every problem. ``fast``:
     libyaml's parser where PyYAML has it (ten times faster on a long inventory; its error messages are its
     own): for a read ahead of the real one (k3doctor/judging/connections.py)."""
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader) if fast else yaml.SafeLoader
+    loader = FAST_LOADER if fast else yaml.SafeLoader
     try:
         root = yaml.compose(text, Loader=loader)
     except yaml.MarkedYAMLError as exc:

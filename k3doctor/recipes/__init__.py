@@ -18,7 +18,7 @@ from pathlib import Path
 
 import yaml
 
-from k3doctor.inventory.safeyaml import SchemaReader, YAMLInputError, compose, pairs, plain
+from k3doctor.inventory.safeyaml import FAST_LOADER, SchemaReader, YAMLInputError, compose, pairs, plain
 from k3doctor.inventory.safeyaml import read_file as read_yaml_file
 
 ANY = "*"  # must be set, any value
@@ -184,10 +184,11 @@ class _Reader(SchemaReader):
         return out
 
 
-def parse_recipe(text: str, path: str, resolve=None) -> Recipe:
-    """The validated recipe in ``text``; ``resolve(name)`` finds the recipe an ``extends:`` names."""
+def parse_recipe(text: str, path: str, resolve=None, fast: bool = False) -> Recipe:
+    """The validated recipe in ``text``; ``resolve(name)`` finds the recipe an ``extends:`` names. ``fast``:
+    libyaml's parser, for the shipped recipes (valid by test; a user's file gets the line-accurate one)."""
     try:
-        root = compose(text, path)
+        root = compose(text, path, fast=fast)
     except YAMLInputError as exc:
         raise RecipeError(exc.problems) from None
     r = _Reader(path)
@@ -245,8 +246,11 @@ def _common(base: Recipe | None, key: str) -> dict:
 
 # ----------------------------------------------------------------------------- finding a recipe
 
+# The shipped recipes are read once per process: every run's launch rules start from them (the profile names,
+# each node's recipe point), and parsing them anew each time cost a run ~0.15 s of its CPU.
+@functools.cache
 def builtin_names() -> dict:
-    """{name or alias: file} of the recipes shipped with k3doctor."""
+    """{name or alias: file} of the recipes shipped with k3doctor (not to be changed by the caller)."""
     out = {}
     for f in sorted(BUILTIN_DIR.glob("*.yaml")):
         out[f.stem] = f
@@ -257,9 +261,14 @@ def builtin_names() -> dict:
 
 def _aliases(f: Path) -> list:
     try:
-        return list(yaml.safe_load(f.read_text()).get("aliases", ()))
+        return list(yaml.load(f.read_text(), Loader=FAST_LOADER).get("aliases", ()))
     except (OSError, yaml.YAMLError, AttributeError):
         return []
+
+
+@functools.cache
+def _shipped(path: Path) -> Recipe:
+    return parse_recipe(path.read_text(), str(path), fast=True)
 
 
 def builtin(name: str) -> Recipe:
@@ -269,7 +278,7 @@ def builtin(name: str) -> Recipe:
         close = difflib.get_close_matches(name, list(names), n=1)
         raise RecipeError([f"no recipe {name!r}" + (f" (did you mean '{close[0]}'?)" if close else
                                                      f"; built-in recipes: {', '.join(sorted(names))}")])
-    return read_file(str(names[name]))
+    return _shipped(names[name])
 
 
 def read_file(path: str) -> Recipe:
@@ -297,7 +306,7 @@ def load(spec: str, relative_to: str | None = None) -> Recipe:
 
 def platform_recipes(platform: str) -> list:
     """The shipped recipes for one platform, each once (aliases aside)."""
-    return [r for r in (read_file(str(f)) for f in sorted(BUILTIN_DIR.glob("*.yaml"))) if r.platform == platform]
+    return [r for r in (_shipped(f) for f in sorted(BUILTIN_DIR.glob("*.yaml"))) if r.platform == platform]
 
 
 @functools.lru_cache(maxsize=64)
