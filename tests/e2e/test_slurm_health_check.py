@@ -184,7 +184,8 @@ def test_rack_free_names_a_foreign_slurm_job_on_the_node_and_takes_its_own_job_a
     """§30: rack-free uses `squeue` + KFD. A real job on the real node (its process a plain `sleep`: no GPU,
     no container, nothing `docker ps` or KFD would show) is a FAIL naming it; run inside that job
     ($SLURM_JOB_ID), k3doctor takes it as its own allocation."""
-    job = in_service.run("sbatch", "--parsable", "--output=/dev/null", "-J", "agentx|c8", "--wrap", "sleep 600").stdout.strip()
+    job = in_service.run("sbatch", "--parsable", "--output=/dev/null", "-J", "agentx|c8", "--wrap",
+                         "sleep 600").stdout.strip()
     try:
         in_service.wait_for(lambda: in_service.run("squeue", "-h", "-j", job, "-o", "%T").stdout.strip() == "RUNNING",
                             f"job {job} running")
