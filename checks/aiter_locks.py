@@ -59,7 +59,7 @@ done | sort -u | head -n 200 | while IFS= read -r f; do
   printf '@lock %s\t%s\t%s\t%s\t%s\n' "$((now - $(stat -c %Y "$f")))" "${pid:--}" "$alive" "${host:--}" "$f"
 done
 for p in /proc/[0-9]*; do
-  c=$(cat "$p/comm" 2>/dev/null) || continue
+  read -r c 2>/dev/null < "$p/comm" || continue
   case $c in hipcc|clang|clang++|ninja|cc1plus|ld.lld) echo "@compiler ${p#/proc/} $c" ;; esac
 done
 exit 0"""

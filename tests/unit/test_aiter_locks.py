@@ -3,6 +3,7 @@
 The listing script runs for real in a local shell on a temporary JIT directory (its output is what the
 judge parses); the judge is then fed listings for both sides of the aiter #4153 edge."""
 import os
+import shutil
 import subprocess
 import sys
 
@@ -93,3 +94,19 @@ def test_no_lock_passes_and_a_garbled_listing_is_an_error():
     assert v.status == Status.PASS and "no aiter JIT lock" in v.message
     [v] = judge("@host ct13\nsh: syntax error\n")
     assert v.status == Status.ERROR and "unexpected line" in v.message
+
+
+def test_the_listing_names_a_compiler_running_beside_it(tmp_path):
+    """The listing's own shell, run here: a process whose command name is a compiler's (a copy of `sleep`
+    named `hipcc`) is listed once as a build in progress; the process scan uses the shell's `read`, no program
+    per process (a container with hundreds of processes cost hundreds of `cat`s)."""
+    compiler = tmp_path / "hipcc"
+    shutil.copy("/bin/sleep", compiler)
+    with subprocess.Popen([str(compiler), "30"]) as proc:
+        try:
+            out = subprocess.run(["sh", "-c", aiter_locks._LIST], capture_output=True, text=True, timeout=30,
+                                 env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+        finally:
+            proc.kill()
+    _, locks, compilers = aiter_locks.parse_listing(out.stdout)
+    assert out.returncode == 0 and locks == [] and (str(proc.pid), "hipcc") in compilers, out
