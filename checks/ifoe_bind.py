@@ -11,10 +11,14 @@ import re
 from k3doctor.api import Exists, ParseError, ReadingUnavailable, check, error, fail, passed, remediation, sh, skip
 
 # One line per amdgpu card: "<card dir> <.1 function> <driver name | - (no driver) | absent (no such function)>".
+# The uevent is read with the shell's own `read` (two programs a card less; the nodes run this at every check).
 LISTING = r"""for d in /sys/class/drm/card[0-9]/device /sys/class/drm/card[0-9][0-9]/device; do
   [ -r "$d/uevent" ] || continue
-  grep -qx 'DRIVER=amdgpu' "$d/uevent" || continue
-  slot=$(sed -n 's/^PCI_SLOT_NAME=//p' "$d/uevent")
+  drv= slot=
+  while IFS= read -r l; do
+    case $l in DRIVER=*) drv=${l#DRIVER=} ;; PCI_SLOT_NAME=*) slot=${l#PCI_SLOT_NAME=} ;; esac
+  done < "$d/uevent"
+  [ "$drv" = amdgpu ] || continue
   fn="${slot%.*}.1"
   if l=$(readlink "$d/../$fn/driver" 2>/dev/null); then echo "${d%/device} $fn ${l##*/}"
   elif [ -e "$d/../$fn" ]; then echo "${d%/device} $fn -"
