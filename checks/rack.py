@@ -243,7 +243,7 @@ def judge_idle_busy(busy: dict, stalled_pct: int) -> list:
     return verdicts
 
 
-@check(CHECK, title="only our container on the node, no foreign create/start recently, no GPU processes",
+@check(CHECK, title="only our container and Slurm job on the node, no foreign create/start recently, no GPU processes",
        scope="node", remediation=(RACK_BUSY, ORPHANED, STALLED),
        params={"window_min": WINDOW_MIN, "max_vram_pct": MAX_VRAM_PCT, "monitoring_agents": MONITORING_AGENTS,
                "stalled_busy_pct": 100, "own_slurm_jobs": Param(OWN_SLURM_JOBS, validate=job_ids),
