@@ -5,9 +5,12 @@ reads 0 % on every GPU; only VRAM in use counts, never 0 %."""
 from __future__ import annotations
 
 import os
+import re
 
 from k3doctor.api import (
+    FIND_TOOL,
     Docker,
+    Exists,
     Glob,
     Param,
     ParseError,
@@ -20,6 +23,7 @@ from k3doctor.api import (
     remediation,
     skip,
     tool,
+    tool_script,
     warn,
 )
 from k3doctor.model.gpu import KFD_PROC_GLOB, card_of, kfd_pids
@@ -45,8 +49,8 @@ GPUs the moment it starts; a foreign `create`/`start` in the last 30 min is a li
 not "fix" a later negative KV budget by raising --gpu-memory-utilization (§3 collision
 signatures): find the owner (tray ownership changes daily, §4), wait for them to finish, or
 pick another node. Never remove another user's container. Under Slurm (§30: pyxis/enroot,
-no docker) the node's jobs are `squeue --nodelist=localhost`: only the allocation the launch
-runs in may be there (`own_slurm_jobs`; the job k3doctor itself runs in is ours).
+no docker) the node's jobs are `squeue --all --nodelist=localhost`: only the allocation the
+launch runs in may be there (`own_slurm_jobs`; the job k3doctor itself runs in is ours).
 """)
 
 
@@ -71,32 +75,48 @@ MONITORING_AGENTS = ["gpu-agent", "amd-metrics-exporter", "device-metrics-export
                      "node_exporter", "dcgm-exporter", "prometheus"]
 
 
-# The job k3doctor runs in (`salloc ... k3doctor check`, or a step of the launch's own batch job) is ours.
-OWN_SLURM_JOBS = [os.environ["SLURM_JOB_ID"]] if os.environ.get("SLURM_JOB_ID", "").isdigit() else []
-
-
-# Slurm's fatal() when a client finds no slurm.conf, no $SLURM_CONF and no configless server (src/common/read_config.c):
-# squeue installed on a node that is no Slurm node (a compute node running slurmd has its config cached for clients).
-NO_SLURM_CONFIG = "Could not establish a configuration source"
+# The job k3doctor runs in (`salloc ... k3doctor check`, `srun ... k3doctor node`) is ours, besides any the
+# inventory names: the allocation the launch runs in.
+_ENV_JOB = os.environ.get("SLURM_JOB_ID", "")
+OWN_SLURM_JOB = _ENV_JOB if re.fullmatch(r"[0-9]+", _ENV_JOB) else None
+# Slurm's fatal() when a client finds no slurm.conf, no $SLURM_CONF and, asking DNS, no configless server
+# (src/common/read_config.c): with "DNS SRV lookup failed" beside it, squeue is installed on a node Slurm does not
+# manage. The same fatal() after a configless server was found (its slurmctld not answering) is a failure.
+NO_SLURM_CONFIG = ("Could not establish a configuration source", "DNS SRV lookup failed")
+# Where a node Slurm manages keeps its configuration (slurm.conf, Debian's old slurm-llnl, slurmd's configless
+# caches): with one of them and no squeue, the jobs are unknown, never "no Slurm".
+SLURM_CONFIG_FILES = ("/etc/slurm/slurm.conf", "/etc/slurm-llnl/slurm.conf", "/run/slurm/conf/slurm.conf",
+                      "/var/spool/slurmd/conf-cache/slurm.conf")
+# squeue narrows its list by these when set (squeue(1) INPUT ENVIRONMENT VARIABLES): a login profile that sets one
+# for the SSH user would hide other users' jobs, partitions or clusters from the check.
+SQUEUE_FILTERS = ("SQUEUE_ACCOUNT", "SQUEUE_ALL", "SQUEUE_ARRAY", "SQUEUE_LICENSES", "SQUEUE_LOCAL", "SQUEUE_NAMES",
+                  "SQUEUE_PARTITION", "SQUEUE_QOS", "SQUEUE_STATES", "SQUEUE_USERS", "SQUEUE_FEDERATION",
+                  "SQUEUE_SIBLING", "SLURM_CLUSTERS")
+SQUEUE_SCRIPT = FIND_TOOL + f'unset {" ".join(SQUEUE_FILTERS)}; exec "$t" "$@"'
 
 
 def job_ids(value, nodes=None) -> str | None:
-    """A list of Slurm job ids (numbers, as `$SLURM_JOB_ID` and squeue's %A print them)."""
-    if not all(str(v).isdigit() for v in value):
+    """Slurm job ids as `$SLURM_JOB_ID` and squeue's %A print them (plain digits): anything else can never match
+    a job, so a typo would make a foreign job of the one meant to be ours."""
+    if not all(re.fullmatch(r"[0-9]+", str(v)) for v in value):
         return "a list of Slurm job ids (whole numbers, e.g. [123456])"
     return None
 
 
 def slurm_node_name(value, nodes=None) -> str | None:
-    """One Slurm node name (`localhost`: the host's name, as squeue maps it), never a hostlist or an option."""
+    """The node's name to squeue: one name (`localhost`: the host's, as squeue maps it), never a hostlist, which
+    would list other nodes' jobs as this node's, nor an option."""
     return None if NODE_NAME.fullmatch(value) else "one Slurm node name such as gpu17 (no hostlist, no option)"
 
 
 def _reads(settings) -> dict:
     window_s = int(settings.param("window_min") * 60)
     return {"docker": Docker(events_since_s=window_s),
-            "slurm": tool(settings.tools["squeue"], "--noheader", f"--nodelist={settings.param('slurm_node')}",
-                          "--states=all", f"--format={SQUEUE_FORMAT}"),
+            "slurm": tool_script(settings.tools["squeue"], SQUEUE_SCRIPT, "--noheader", "--all",
+                                 f"--nodelist={settings.param('slurm_node')}", "--states=all",
+                                 f"--format={SQUEUE_FORMAT}"),
+            "slurm_uid": beside_tool(settings.tools["squeue"], "id", "-u"),
+            **{f"slurm_conf:{path}": Exists(path) for path in SLURM_CONFIG_FILES},
             "kfd": Glob(KFD_PROC_GLOB),
             "pids": tool(settings.tools["rocm_smi"], "--showpids", container=settings.container),
             "memuse": tool(settings.tools["rocm_smi"], "--showmemuse", container=settings.container),
@@ -165,25 +185,35 @@ def judge_containers(reading, own: str, window_s: int) -> tuple[list, str]:
     return unread + verdicts, events_span(events, now, window_s)
 
 
-def judge_slurm_jobs(reading, own: set) -> tuple[list, str]:
+def judge_slurm_jobs(r, own: set) -> tuple[list, str]:
     """(FAIL per Slurm job holding this node that is not ``own``, what the PASS may claim). §30: AgentX nodes
     run the server under Slurm + pyxis/enroot, which `docker ps` never shows; a job allocated and still
-    importing its image holds no GPU yet and reads as idle everywhere else. A node without squeue runs no Slurm
-    or has no Slurm configuration at all (nothing to judge, said so); squeue that fails otherwise (slurmctld
-    unreachable, the node unknown to Slurm) is an ERROR."""
+    importing its image holds no GPU yet and reads as idle everywhere else. No squeue and no Slurm configuration
+    on the node, or a squeue that finds no configuration anywhere: the node runs no Slurm (said so). squeue
+    missing beside a Slurm configuration, failing otherwise, or read as a user Slurm may hide jobs from
+    (`PrivateData=jobs` shows a non-root caller its own jobs only): an ERROR, as an empty list proves nothing."""
+    reading = r["slurm"]
+    configured = [path for path in SLURM_CONFIG_FILES if r[f"slurm_conf:{path}"]]
     if reading.tool_missing:
-        return [], "no Slurm client on the node"
-    if reading.rc not in (0, None) and NO_SLURM_CONFIG in reading.stderr:
-        return [], "no Slurm configuration on the node (squeue installed, no slurm.conf or configless source)"
+        if configured:
+            raise ReadingUnavailable(f"Slurm is configured on this node ({configured[0]}) but squeue was not found "
+                                     f"({reading.stderr.strip()[:160]}); set tools.squeue")
+        return [], "no Slurm on the node"
+    if reading.rc not in (0, None) and all(words in reading.stderr for words in NO_SLURM_CONFIG) and not configured:
+        return [], "no Slurm configuration on the node (squeue installed, no slurm.conf nor configless server)"
     verdicts = []
     for job in parse_jobs(reading.output("`squeue --nodelist`")):
         if not job.holds_node or job.job_id in own:
             continue
         gres = f" with {job.gres}" if job.gres else ""
-        verdicts.append(fail(f"Slurm job {job.job_id} ({job.name}) of {job.user} is {job.state} on this node{gres}: "
+        verdicts.append(fail(f"Slurm job {job.shown} ({job.name}) of {job.user} is {job.state} on this node{gres}: "
                              "the node is allocated to someone else (§30)", remediation=RACK_BUSY,
-                             evidence={"job": job.job_id, "user": job.user, "state": job.state, "name": job.name,
+                             evidence={"job": job.shown, "user": job.user, "state": job.state, "name": job.name,
                                        "gres": job.gres, "own_slurm_jobs": sorted(own)}))
+    uid = r["slurm_uid"].output("`id -u`").strip()
+    if not verdicts and uid != "0":
+        raise ReadingUnavailable(f"squeue was read as uid {uid}, not root: with PrivateData=jobs Slurm lists only "
+                                 "that user's jobs, so no foreign job seen is no proof (§29); run as root")
     return verdicts, "no other Slurm job"
 
 
@@ -246,9 +276,11 @@ def judge_idle_busy(busy: dict, stalled_pct: int) -> list:
 @check(CHECK, title="only our container and Slurm job on the node, no foreign create/start recently, no GPU processes",
        scope="node", remediation=(RACK_BUSY, ORPHANED, STALLED),
        params={"window_min": WINDOW_MIN, "max_vram_pct": MAX_VRAM_PCT, "monitoring_agents": MONITORING_AGENTS,
-               "stalled_busy_pct": 100, "own_slurm_jobs": Param(OWN_SLURM_JOBS, validate=job_ids),
+               "stalled_busy_pct": 100, "own_slurm_jobs": Param([], validate=job_ids),
                # the node's Slurm NodeName where it is not the host's name (`slurmd -N`, NodeHostname)
-               "slurm_node": Param("localhost", validate=slurm_node_name)},
+               "slurm_node": Param("localhost", validate=slurm_node_name),
+               # ignore: Slurm's own allocations are no fault (`k3doctor node --slurm-drain`, a health check)
+               "slurm_jobs": Param("judge", choices=("judge", "ignore"))},
        reads=_reads, needs={"amdgpu-driver": GPU_READS})  # the containers are judged without the driver
 def rack_free(r, ctx):
     """§3: "nothing of mine is running" is not "free"; each source is judged on its own so one
@@ -266,10 +298,11 @@ def rack_free(r, ctx):
 
     found, span = attempt("docker engine", lambda: judge_containers(r["docker"], own, window_s), ([], ""))
     verdicts += found
-    jobs, slurm = attempt("Slurm job list", lambda: judge_slurm_jobs(
-        r["slurm"], {str(job) for job in ctx.param("own_slurm_jobs")}), ([], ""))
-    verdicts += jobs
-    span += f", {slurm}" if slurm else ""
+    if ctx.param("slurm_jobs") == "judge":
+        own = {str(int(job)) for job in ctx.param("own_slurm_jobs")} | ({OWN_SLURM_JOB} if OWN_SLURM_JOB else set())
+        jobs, slurm = attempt("Slurm job list", lambda: judge_slurm_jobs(r, own), ([], ""))
+        verdicts += jobs
+        span += f", {slurm}" if slurm else ""
     withheld = r.not_evaluated(*GPU_READS)
     if withheld:  # the prerequisite's FAIL names the cause; say once what was not judged
         return verdicts + [skip(f"GPU processes and VRAM {withheld}")] + ([] if verdicts else [passed(

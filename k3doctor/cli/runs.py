@@ -105,7 +105,8 @@ def node_cmd(inventory, name, only, skip, overrides, timeout, node_deadline, as_
         inv = node_mode.this_node(full, name)
     except node_mode.NodeSelectionError as exc:
         raise click.UsageError(str(exc)) from None
-    apply_overrides(inv, overrides)
+    # A health check judges the node, not who Slurm placed there: its own allocations are no fault to drain for.
+    apply_overrides(inv, (("rack-free.slurm_jobs=ignore",) if slurm_drain else ()) + overrides)
     checks = select(only, skip)
     active = [c.name for c in checks if c.interaction != "passive"]
     if active:

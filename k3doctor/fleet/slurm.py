@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from k3doctor.deadline import Deadline
 from k3doctor.parsers import ParseError
 from k3doctor.parsers.scontrol import SlurmNode, parse_show_node
+from k3doctor.parsers.squeue import NODE_NAME
 from k3doctor.registry import remediation
 from k3doctor.results import LaunchVerdict, Result, Status, overall
 from k3doctor.transport.procs import wait_group_gone
@@ -37,7 +38,6 @@ from k3doctor.transport.procs import wait_group_gone
 PREFIX = "k3doctor:"  # every reason k3doctor sets starts with it; it resumes no other drain
 REASON_MAX = 200  # characters: sinfo shows the start, scontrol all of it
 SLURM_BUDGET_S = 10.0  # all scontrol calls of a run: with the checks' 40 s, inside HealthCheckProgram's 60 s
-_NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # one node, never a hostlist (a,b / x[1-4])
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
 # What names a cause in a reason k3doctor wrote: "k3doctor: <check>[ gpuN]:" and the final " [CODE]"
 # (messages carry figures that change from run to run: a changed figure is no new cause).
@@ -75,7 +75,7 @@ def node_name(explicit: str | None = None) -> str:
     """The Slurm name of this node: ``explicit``, else ``$SLURMD_NODENAME`` (slurmd sets it for
     HealthCheckProgram), else the short hostname. Raises ValueError for anything but one node name."""
     name = explicit or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
-    if not _NODE_NAME.fullmatch(name):
+    if not NODE_NAME.fullmatch(name):
         raise ValueError(f"{name!r} is not one Slurm node name")
     return name
 

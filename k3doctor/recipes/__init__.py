@@ -10,6 +10,7 @@ assumes (§25). The built-in recipes ship beside this file; a site's own is a fi
 """
 from __future__ import annotations
 
+import copy
 import difflib
 import functools
 import os
@@ -248,9 +249,13 @@ def _common(base: Recipe | None, key: str) -> dict:
 
 # The shipped recipes are read once per process: every run's launch rules start from them (the profile names,
 # each node's recipe point), and parsing them anew each time cost a run ~0.15 s of its CPU.
-@functools.cache
 def builtin_names() -> dict:
-    """{name or alias: file} of the recipes shipped with k3doctor (not to be changed by the caller)."""
+    """{name or alias: file} of the recipes shipped with k3doctor."""
+    return dict(_builtin_names())
+
+
+@functools.cache
+def _builtin_names() -> dict:
     out = {}
     for f in sorted(BUILTIN_DIR.glob("*.yaml")):
         out[f.stem] = f
@@ -267,8 +272,14 @@ def _aliases(f: Path) -> list:
 
 
 @functools.cache
-def _shipped(path: Path) -> Recipe:
+def _parsed(path: Path) -> Recipe:
     return parse_recipe(path.read_text(), str(path), fast=True)
+
+
+def _shipped(path: Path) -> Recipe:
+    """A shipped recipe, parsed once; each caller gets its own copy (its points' dicts are plain dicts, and an
+    edit by one caller must not reach the next run's rules)."""
+    return copy.deepcopy(_parsed(path))
 
 
 def builtin(name: str) -> Recipe:

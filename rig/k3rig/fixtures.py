@@ -138,6 +138,8 @@ class NodeState:
             self.boot_id = default_boot_id(self.tray)
         if self.platform not in PLATFORMS:
             raise ValueError(f"platform must be one of {PLATFORMS}, not {self.platform!r}")
+        if self.slurm_jobs and self.platform != "mi355x":
+            raise ValueError("slurm_jobs: only the rig's MI355X nodes run Slurm (a gfx1250 tray has no squeue)")
         if self.platform == "mi355x":
             self.hbm_gib = mi355x.HBM_GIB
             self.meminfo = {**mi355x.MEMINFO_KB, **self.meminfo}

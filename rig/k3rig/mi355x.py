@@ -30,13 +30,14 @@ MEMINFO_KB = {"MemTotal": 3_221_225_472, "MemFree": 3_168_954_880, "MemAvailable
 # Slurm's job list on the node (§30: the AgentX job runs under Slurm + pyxis/enroot): where the fake sits (the
 # inventory's `tools.squeue`), the one command line rack-free runs, and what squeue prints for it.
 SQUEUE = "opt/slurm/bin/squeue"
-SQUEUE_ARGS = "--noheader --nodelist=localhost --states=all --format=%A|%u|%T|%b|%j"
+SQUEUE_ARGS = "--noheader --all --nodelist=localhost --states=all --format=%A|%i|%u|%T|%b|%j"
 
 
 def squeue_text(jobs: list) -> str:
-    """squeue's lines for ``jobs`` in SQUEUE_ARGS' format (no header; %b prints N/A for a job without gres)."""
-    return "".join(f"{j['id']}|{j['user']}|{j['state']}|{j.get('gres', 'N/A')}|{j.get('name', 'bash')}\n"
-                   for j in jobs)
+    """squeue's lines for ``jobs`` in SQUEUE_ARGS' format (no header; %i is an array element's ``1234_7``, else
+    the id; %b prints N/A for a job without gres)."""
+    return "".join(f"{j['id']}|{j.get('shown', j['id'])}|{j['user']}|{j['state']}|{j.get('gres', 'N/A')}|"
+                   f"{j.get('name', 'bash')}\n" for j in jobs)
 
 
 def bdf(gpu: int) -> str:

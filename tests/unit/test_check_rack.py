@@ -1,7 +1,10 @@
 """rack-free judged on Docker API dicts (corpus event format), KFD proc paths and showpids corpus text."""
 import json
+import os
+import subprocess
+import sys
 
-from k3doctor.checks import rack  # noqa: F401  (registers rack-free)
+from k3doctor.checks import rack
 
 from k3doctor import testing
 from k3doctor.inventory.types import Settings
@@ -37,7 +40,7 @@ def memuse(*percents):
 
 
 IDLE = memuse(0, 0, 0, 0)
-SQUEUE = "squeue --noheader --nodelist=localhost --states=all --format=%A|%u|%T|%b|%j"
+SQUEUE = "squeue --noheader --all --nodelist=localhost --states=all --format=%A|%i|%u|%T|%b|%j"
 # What FIND_TOOL says on a node without Slurm (a Docker rack): the reading every test below gets by default.
 NO_SQUEUE = CommandReading(SQUEUE, 127, "", "k3doctor: squeue is neither at /usr/bin/squeue nor on PATH "
                                              "(/usr/sbin:/usr/bin)\n")
@@ -48,9 +51,11 @@ def squeue(*lines, rc=0, stderr=""):
 
 
 def readings(containers=(), events=(), kfd=(), pids=NO_PIDS, pids_rc=0, mem=IDLE, mem_rc=0, uid="0",
-             pidns="pid:[4026531836]", busy=(0, 0, 0, 0), slurm=NO_SQUEUE):
+             pidns="pid:[4026531836]", busy=(0, 0, 0, 0), slurm=NO_SQUEUE, slurm_uid="0", slurm_conf=()):
     return Readings({
         "slurm": slurm,
+        "slurm_uid": CommandReading("id -u", 0, f"{slurm_uid}\n", ""),
+        **{f"slurm_conf:{path}": path in slurm_conf for path in rack.SLURM_CONFIG_FILES},
         "docker": DockerReading(containers=list(containers), events=list(events), now=NOW),
         "kfd": {f"/sys/class/kfd/kfd/proc/{p}": None for p in kfd},
         "pids": CommandReading("rocm-smi --showpids", pids_rc, pids, "" if pids_rc == 0 else "boom"),
@@ -150,7 +155,7 @@ def test_unreadable_source_errors_but_does_not_hide_other_findings():
     r = Readings({"docker": Unavailable("engine down"), "kfd": {}, "pids": CommandReading("x", 0, NO_PIDS, ""),
                   "memuse": CommandReading("y", 0, IDLE, ""), "uid": CommandReading("id -u", 0, "0\n", ""),
                   "pidns": CommandReading("readlink /proc/self/ns/pid", 0, "pid:[4026531836]\n", ""), "busy": {},
-                  "slurm": NO_SQUEUE})
+                  "slurm": NO_SQUEUE, **{f"slurm_conf:{path}": False for path in rack.SLURM_CONFIG_FILES}})
     [v] = judge(r)
     assert v.status == Status.ERROR and "docker engine not readable" in v.message
 
@@ -249,9 +254,14 @@ def test_a_gpu_100_percent_busy_with_nothing_running_is_a_stalled_queue():
 
 
 # --- Slurm jobs on the node (reference §30: pyxis/enroot jobs are not in `docker ps`) ---------------------------
+UNCONFIGURED = ("squeue: error: resolve_ctls_from_dns_srv: res_nsearch error: Unknown host\n"
+                "squeue: error: fetch_config: DNS SRV lookup failed\n"
+                "squeue: fatal: Could not establish a configuration source\n")
+
 
 def test_a_foreign_slurm_job_on_the_node_fails_naming_job_user_and_gres():
-    r = readings(slurm=squeue("4242|alice|RUNNING|gres/gpu:8|kimi-agentx|c8", "4243|bob|PENDING|gres/gpu:8|next"))
+    r = readings(slurm=squeue("4242|4242|alice|RUNNING|gres/gpu:8|kimi-agentx|c8",
+                              "4243|4243|bob|PENDING|gres/gpu:8|next"))
     [v] = judge(r)
     assert (v.status, v.remediation) == (Status.FAIL, "RACK-BUSY")
     assert "Slurm job 4242 (kimi-agentx|c8) of alice is RUNNING" in v.message and "gres/gpu:8" in v.message
@@ -260,62 +270,95 @@ def test_a_foreign_slurm_job_on_the_node_fails_naming_job_user_and_gres():
 
 def test_a_job_allocated_before_its_gpu_processes_start_is_still_named():
     """An salloc whose image is still being imported holds no GPU, no VRAM, no container: Slurm alone knows."""
-    [v] = judge(readings(slurm=squeue("77|carol|CONFIGURING|N/A|interactive")))
+    [v] = judge(readings(slurm=squeue("77|77|carol|CONFIGURING|N/A|interactive")))
     assert v.status == Status.FAIL and "CONFIGURING" in v.message and v.evidence["gres"] is None
 
 
+def test_an_array_element_is_named_as_its_users_see_it():
+    [v] = judge(readings(slurm=squeue("5007|5000_7|dave|RUNNING|gres/gpu:8|sweep")))
+    assert v.status == Status.FAIL and "Slurm job 5000_7 (sweep)" in v.message
+
+
 def test_our_own_job_and_finished_jobs_pass_and_the_pass_says_slurm_was_read():
-    r = readings(slurm=squeue("4242|svc|RUNNING|gres/gpu:8|agentx", "4100|bob|COMPLETED|gres/gpu:8|old",
-                              "4101|bob|CANCELLED|N/A|older"))
-    [v] = judge(r, own_slurm_jobs=[4242])
+    r = readings(slurm=squeue("4242|4242|svc|RUNNING|gres/gpu:8|agentx", "4100|4100|bob|COMPLETED|gres/gpu:8|old",
+                              "4101|4101|bob|CANCELLED|N/A|older", "4102|4102|bob|REQUEUED|N/A|again"))
+    [v] = judge(r, own_slurm_jobs=["04242"])
     assert v.status == Status.PASS and "no other Slurm job" in v.message
     [v] = judge(readings(slurm=squeue()))
     assert v.status == Status.PASS and "no other Slurm job" in v.message
 
 
-def test_a_node_without_squeue_runs_no_slurm_and_says_so():
+def test_a_health_check_leaves_slurms_own_allocations_alone():
+    """`k3doctor node --slurm-drain` (slurm_jobs: ignore): a job Slurm placed there is no fault of the node."""
+    [v] = judge(readings(slurm=squeue("4242|4242|alice|RUNNING|gres/gpu:8|agentx")), slurm_jobs="ignore")
+    assert v.status == Status.PASS and "Slurm" not in v.message
+
+
+def test_a_node_without_squeue_and_without_slurm_runs_no_slurm_and_says_so():
     [v] = judge(readings())
-    assert v.status == Status.PASS and "no Slurm client on the node" in v.message
+    assert v.status == Status.PASS and "no Slurm on the node" in v.message
+
+
+def test_squeue_missing_on_a_node_slurm_manages_is_an_error():
+    [v] = judge(readings(slurm_conf=("/run/slurm/conf/slurm.conf",)))
+    assert v.status == Status.ERROR and "Slurm is configured on this node (/run/slurm/conf/slurm.conf)" in v.message
 
 
 def test_squeue_without_any_slurm_configuration_is_no_slurm_node():
     """squeue installed on a node Slurm does not manage: its fatal() before any query (src/common/read_config.c)."""
-    unconfigured = squeue(rc=1, stderr="squeue: error: resolve_ctls_from_dns_srv: res_nsearch error: Unknown host\n"
-                                       "squeue: error: fetch_config: DNS SRV lookup failed\n"
-                                       "squeue: fatal: Could not establish a configuration source\n")
-    [v] = judge(readings(slurm=unconfigured))
+    [v] = judge(readings(slurm=squeue(rc=1, stderr=UNCONFIGURED)))
     assert v.status == Status.PASS and "no Slurm configuration on the node" in v.message
 
 
-def test_squeue_that_fails_or_prints_garbage_is_an_error_never_a_free_node():
+def test_a_configless_cluster_whose_controller_does_not_answer_is_an_error():
+    """The same fatal() after DNS named a configless server that did not answer: a Slurm node, jobs unknown."""
+    down = ("squeue: error: fetch_config: Failed to fetch remote configs from slurmctld-a:6817: Connection refused\n"
+            "squeue: fatal: Could not establish a configuration source\n")
+    [v] = judge(readings(slurm=squeue(rc=1, stderr=down)))
+    assert v.status == Status.ERROR and "Slurm job list not readable" in v.message
+    [v] = judge(readings(slurm=squeue(rc=1, stderr=UNCONFIGURED), slurm_conf=("/etc/slurm/slurm.conf",)))
+    assert v.status == Status.ERROR
+
+
+def test_an_empty_list_read_as_another_user_proves_nothing():
+    """PrivateData=jobs: Slurm shows a non-root caller its own jobs only; a foreign job it did show is still named."""
+    [v] = judge(readings(slurm=squeue(), slurm_uid="1000"))
+    assert v.status == Status.ERROR and "uid 1000, not root" in v.message
+    [v] = judge(readings(slurm=squeue("4242|4242|alice|RUNNING|N/A|x"), slurm_uid="1000"))
+    assert v.status == Status.FAIL
+
+
+def test_squeue_that_fails_or_prints_what_it_never_prints_is_an_error_never_a_free_node():
     failing = squeue(rc=1, stderr="squeue: error: Unable to contact slurm controller (connect failure)\n")
-    for reading in (failing, squeue("not a squeue line"), squeue("x1|bob|RUNNING|N/A|job"),
-                    CommandReading(SQUEUE, 0, "4242|alice|RUNNING|N/A|cut", "")):
+    for reading in (failing, squeue("not a squeue line"), squeue("x1|x1|bob|RUNNING|N/A|job"),
+                    squeue("9|9|bob|EXPEDITING|N/A|a state of a newer Slurm"),
+                    CommandReading(SQUEUE, 0, "4242|4242|alice|RUNNING|N/A|cut", "")):
         [v] = judge(readings(slurm=reading))
         assert v.status == Status.ERROR and "Slurm job list not readable" in v.message, (reading, v)
 
 
-def test_own_slurm_jobs_must_be_job_ids():
+def test_a_job_name_with_any_character_but_a_newline_is_one_line():
+    [v] = judge(readings(slurm=squeue("8|8|eve|RUNNING|N/A|odd\x1cname\u2028here")))
+    assert v.status == Status.FAIL and "odd\x1cname\u2028here" in v.message
+
+
+def test_slurm_parameters_are_checked_and_reach_squeue_as_single_words():
     assert CHECK.param_problem("own_slurm_jobs", ["4242", 17]) is None
-    assert "Slurm job ids" in CHECK.param_problem("own_slurm_jobs", ["$SLURM_JOB_ID"])
-
-
-def test_slurm_node_is_one_node_name_and_reaches_squeue_as_one_word():
+    for bad in (["$SLURM_JOB_ID"], ["4242_7"], ["\u0664\u0662"]):
+        assert "Slurm job ids" in CHECK.param_problem("own_slurm_jobs", bad), bad
     assert CHECK.param_problem("slurm_node", "gpu-17.rack2") is None
     for bad in ("ct[13-17]", "-w", "a b", "a,b"):
         assert "one Slurm node name" in CHECK.param_problem("slurm_node", bad), bad
     settings = Settings(container="k3ep16", checks={"rack-free": {"slurm_node": "gpu17"}})
-    [slurm] = [r for key, r in CHECK.readings_for(settings).items() if key == "slurm"]
-    assert "--nodelist=gpu17" in slurm.argv
+    slurm = CHECK.readings_for(settings)["slurm"]
+    assert "--nodelist=gpu17" in slurm.argv and "--all" in slurm.argv
+    assert "unset SQUEUE_ACCOUNT" in slurm.argv[2] and "SQUEUE_USERS" in slurm.argv[2]
 
 
-def test_the_job_k3doctor_runs_in_is_ours_by_default():
+def test_the_job_k3doctor_runs_in_is_ours_besides_those_the_inventory_names():
     """`salloc ... k3doctor check` (or a step of the launch's batch job): $SLURM_JOB_ID is the allocation."""
-    import os
-    import subprocess
-    import sys
-    code = "from k3doctor.checks import rack; print(rack.OWN_SLURM_JOBS)"
-    for value, expected in (("5150", "['5150']"), ("", "[]"), ("not-a-job", "[]")):
+    code = "from k3doctor.checks import rack; print(rack.OWN_SLURM_JOB)"
+    for value, expected in (("5150", "5150"), ("", "None"), ("not-a-job", "None")):
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                              env={**os.environ, "SLURM_JOB_ID": value}).stdout.strip()
         assert out == expected, (value, out)

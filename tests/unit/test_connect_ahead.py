@@ -3,6 +3,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 import yaml
@@ -43,14 +44,16 @@ def run_against_listener(tmp_path, nodes: int, code_before: str = "") -> tuple:
         proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True)
         server.settimeout(0.2)
-        seen = 0
-        while proc.poll() is None:
+        seen, end = 0, time.monotonic() + 60  # a run that hangs fails here, never holds the suite
+        while proc.poll() is None and time.monotonic() < end:
             try:
                 conn, _ = server.accept()
             except TimeoutError:
                 continue
             seen += 1
             conn.close()
+        if proc.poll() is None:
+            proc.kill()
         out, _ = proc.communicate(timeout=60)
     return out, seen, proc.returncode
 

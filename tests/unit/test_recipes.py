@@ -105,3 +105,13 @@ def test_a_bad_recipe_in_the_inventory_exits_3_with_its_line(tmp_path):
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 3 and f"{tmp_path}/site.yaml:4: args.--port: expected a string" in run.stderr
     assert "Traceback" not in run.stderr
+
+
+def test_a_shipped_recipe_is_parsed_once_and_each_caller_gets_its_own_copy():
+    """Parsed once per run (libyaml, cached): an edit by one caller never reaches the next one's rules."""
+    first = recipes.builtin("kimi-k3-mi355x-agentx")
+    first.points[0].env["K3DOCTOR_TEST_EDIT"] = "1"
+    again = recipes.builtin("kimi-k3-mi355x-agentx")
+    assert "K3DOCTOR_TEST_EDIT" not in again.points[0].env and again == recipes.read_file(str(again.path))
+    recipes.builtin_names()["edited"] = None
+    assert "edited" not in recipes.builtin_names()
