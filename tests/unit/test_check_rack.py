@@ -46,6 +46,11 @@ NO_SQUEUE = CommandReading(SQUEUE, 127, "", "k3doctor: squeue is neither at /usr
                                              "(/usr/sbin:/usr/bin)\n")
 
 
+# A node that runs no Slurm, as rack-free's Slurm readings show it (other rack-free tests start from it).
+NO_SLURM = {"slurm": NO_SQUEUE, "slurm_uid": CommandReading("id -u", 0, "0\n", ""),
+            **{f"slurm_conf:{path}": False for path in rack.SLURM_CONFIG_FILES}}
+
+
 def squeue(*lines, rc=0, stderr=""):
     return CommandReading(SQUEUE, rc, "".join(f"{line}\n" for line in lines), stderr)
 
@@ -155,7 +160,7 @@ def test_unreadable_source_errors_but_does_not_hide_other_findings():
     r = Readings({"docker": Unavailable("engine down"), "kfd": {}, "pids": CommandReading("x", 0, NO_PIDS, ""),
                   "memuse": CommandReading("y", 0, IDLE, ""), "uid": CommandReading("id -u", 0, "0\n", ""),
                   "pidns": CommandReading("readlink /proc/self/ns/pid", 0, "pid:[4026531836]\n", ""), "busy": {},
-                  "slurm": NO_SQUEUE, **{f"slurm_conf:{path}": False for path in rack.SLURM_CONFIG_FILES}})
+                  **NO_SLURM})
     [v] = judge(r)
     assert v.status == Status.ERROR and "docker engine not readable" in v.message
 

@@ -9,6 +9,7 @@ from k3doctor.readings import CommandReading, DockerReading, Readings
 from k3doctor.registry import REGISTRY
 from k3doctor.results import Status
 from tests.corpus import load
+from tests.unit.test_check_rack import NO_SLURM
 
 CHECK = REGISTRY.checks["rack-free"]
 NOW = 1760000000.0
@@ -34,6 +35,7 @@ def judge(mem=None, pids=NO_PIDS, events=(), containers=(), mem_truncated=False,
         "memuse": CommandReading("rocm-smi --showmemuse", 0, memuse(0, 0, 0, 0) if mem is None else mem, "",
                                  truncated=mem_truncated),
         "busy": {},  # no gpu_busy_percent on these cards
+        **NO_SLURM,
     })
     return testing.judge(CHECK, r, node="ct13", settings=Settings(container="k3ep16", gpus_per_node=gpus))
 

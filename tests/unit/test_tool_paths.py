@@ -6,7 +6,7 @@ import subprocess
 import pytest
 from k3doctor.checks import fabric
 
-from k3doctor.inventory.types import Settings
+from k3doctor.inventory.types import DEFAULT_TOOLS, Settings
 from k3doctor.readings import InContainer, tool
 from k3doctor.registry import REGISTRY, load_checks
 
@@ -76,7 +76,8 @@ def test_rack_free_asks_who_read_the_process_list_where_rocm_smi_ran():
     with `rocm_smi: container:...` the list is read in our container, so its uid and namespace are asked there."""
     host = REGISTRY.checks["rack-free"].readings_for(Settings())
     assert (host["uid"].argv, host["pidns"].argv) == (("id", "-u"), ("readlink", "/proc/self/ns/pid"))
-    inside = REGISTRY.checks["rack-free"].readings_for(Settings(tools={"rocm_smi": "container:rocm-smi"}))
+    inside = REGISTRY.checks["rack-free"].readings_for(
+        Settings(tools={**DEFAULT_TOOLS, "rocm_smi": "container:rocm-smi"}))
     assert isinstance(inside["pids"], InContainer) and isinstance(inside["uid"], InContainer)
     assert (inside["uid"].container, inside["uid"].inner) == ("k3ep16", ("id", "-u"))
     assert (inside["pidns"].container, inside["pidns"].inner) == ("k3ep16", ("readlink", "/proc/self/ns/pid"))
