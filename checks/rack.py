@@ -109,14 +109,20 @@ def slurm_node_name(value, nodes=None) -> str | None:
     return None if NODE_NAME.fullmatch(value) else "one Slurm node name such as gpu17 (no hostlist, no option)"
 
 
-def _reads(settings) -> dict:
-    window_s = int(settings.param("window_min") * 60)
-    return {"docker": Docker(events_since_s=window_s),
-            "slurm": tool_script(settings.tools["squeue"], SQUEUE_SCRIPT, "--noheader", "--all",
+def _slurm_reads(settings) -> dict:
+    """The node's Slurm jobs, who read them, and whether Slurm is configured there; none are taken where the
+    jobs are ignored (a health check: `--slurm-drain`), so a node is not asked what no rule reads."""
+    return {"slurm": tool_script(settings.tools["squeue"], SQUEUE_SCRIPT, "--noheader", "--all",
                                  f"--nodelist={settings.param('slurm_node')}", "--states=all",
                                  f"--format={SQUEUE_FORMAT}"),
             "slurm_uid": beside_tool(settings.tools["squeue"], "id", "-u"),
-            **{f"slurm_conf:{path}": Exists(path) for path in SLURM_CONFIG_FILES},
+            **{f"slurm_conf:{path}": Exists(path) for path in SLURM_CONFIG_FILES}}
+
+
+def _reads(settings) -> dict:
+    window_s = int(settings.param("window_min") * 60)
+    return {"docker": Docker(events_since_s=window_s),
+            **(_slurm_reads(settings) if settings.param("slurm_jobs") == "judge" else {}),
             "kfd": Glob(KFD_PROC_GLOB),
             "pids": tool(settings.tools["rocm_smi"], "--showpids", container=settings.container),
             "memuse": tool(settings.tools["rocm_smi"], "--showmemuse", container=settings.container),

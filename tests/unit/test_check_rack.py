@@ -297,6 +297,8 @@ def test_a_health_check_leaves_slurms_own_allocations_alone():
     """`k3doctor node --slurm-drain` (slurm_jobs: ignore): a job Slurm placed there is no fault of the node."""
     [v] = judge(readings(slurm=squeue("4242|4242|alice|RUNNING|gres/gpu:8|agentx")), slurm_jobs="ignore")
     assert v.status == Status.PASS and "Slurm" not in v.message
+    ignoring = Settings(container="k3ep16", checks={"rack-free": {"slurm_jobs": "ignore"}})
+    assert not [name for name in CHECK.readings_for(ignoring) if name.startswith("slurm")]  # nothing asked either
 
 
 def test_a_node_without_squeue_and_without_slurm_runs_no_slurm_and_says_so():
