@@ -8,6 +8,7 @@ values and raise ParseError for any dict a judge could misread — a non-string 
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +47,17 @@ class Container:
     labels: dict = field(default_factory=dict)
 
 
+@contextmanager
+def _naming(what: str, d: dict):
+    """A ParseError about one of ``d``'s fields, prefixed with ``d`` itself (its first 120 characters). Made
+    only when raised: an engine's event list can hold thousands of entries, some of them tens of KB (an exec's
+    whole command line), and their repr is not free."""
+    try:
+        yield
+    except ParseError as exc:
+        raise ParseError(f"{what} {shown(d, 120)}: {exc}") from None
+
+
 def _text(value: Any, what: str, required: bool = True) -> str | None:
     """A string field as Docker sends it; absent/empty -> ParseError when required, else None."""
     if value is None or value == "":
@@ -73,41 +85,41 @@ def event_from_dict(d: Any) -> Event:
     """Event from a Docker API/SDK event dict (modern ``Type/Action/Actor`` or legacy ``status/id/from``)."""
     if not isinstance(d, dict):
         raise ParseError(f"docker event: expected an object, got {type(d).__name__}")
-    where = f"docker event {shown(d, 120)}"
-    actor = d.get("Actor") or {}
-    if not isinstance(actor, dict):
-        raise ParseError(f"{where}: Actor is not an object")
-    attributes = _string_map(actor.get("Attributes"), f"{where}: Actor.Attributes")
-    action = _text(d["Action"] if "Action" in d else d.get("status"), f"{where}: Action")
-    event_id = _text(actor["ID"] if "ID" in actor else d.get("id"), f"{where}: Actor.ID")
-    nanos = to_int(d.get("timeNano"), f"{where}: timeNano")
-    when = nanos / 1e9 if nanos is not None else to_float(d.get("time"), f"{where}: time")
-    if when is None:
-        raise ParseError(f"{where}: no time")
-    return Event(
-        time=when,
-        # pre-1.10 events had only status/id/from, all container events
-        type=_text(d.get("Type"), f"{where}: Type", required=False) or "container",
-        action=action,
-        id=event_id,
-        name=attributes.get("name"),
-        image=attributes.get("image") or _text(d.get("from"), f"{where}: from", required=False),
-        attributes=attributes,
-    )
+    with _naming("docker event", d):
+        actor = d.get("Actor") or {}
+        if not isinstance(actor, dict):
+            raise ParseError("Actor is not an object")
+        attributes = _string_map(actor.get("Attributes"), "Actor.Attributes")
+        action = _text(d["Action"] if "Action" in d else d.get("status"), "Action")
+        event_id = _text(actor["ID"] if "ID" in actor else d.get("id"), "Actor.ID")
+        nanos = to_int(d.get("timeNano"), "timeNano")
+        when = nanos / 1e9 if nanos is not None else to_float(d.get("time"), "time")
+        if when is None:
+            raise ParseError("no time")
+        return Event(
+            time=when,
+            # pre-1.10 events had only status/id/from, all container events
+            type=_text(d.get("Type"), "Type", required=False) or "container",
+            action=action,
+            id=event_id,
+            name=attributes.get("name"),
+            image=attributes.get("image") or _text(d.get("from"), "from", required=False),
+            attributes=attributes,
+        )
 
 
 def container_from_api(d: Any) -> Container:
     """A Docker API/SDK container-list dict (``Names: ["/x"]``, ``Created`` epoch) as a Container."""
     if not isinstance(d, dict):
         raise ParseError(f"docker container list: expected an object, got {type(d).__name__}")
-    where = f"docker container list entry {shown(d, 120)}"
-    names = d.get("Names")
-    if not isinstance(names, list) or not names:
-        raise ParseError(f"{where}: no Names")
-    return Container(name=_text(names[0], f"{where}: Names[0]").lstrip("/"),
-                     state=_text(d.get("State"), f"{where}: State", required=False),
-                     status=_text(d.get("Status"), f"{where}: Status", required=False) or "",
-                     image=_text(d.get("Image"), f"{where}: Image", required=False) or "",
-                     created=to_float(d.get("Created"), f"{where}: Created"),
-                     id=_text(d.get("Id"), f"{where}: Id", required=False),
-                     labels=_string_map(d.get("Labels"), f"{where}: Labels"))
+    with _naming("docker container list entry", d):
+        names = d.get("Names")
+        if not isinstance(names, list) or not names:
+            raise ParseError("no Names")
+        return Container(name=_text(names[0], "Names[0]").lstrip("/"),
+                         state=_text(d.get("State"), "State", required=False),
+                         status=_text(d.get("Status"), "Status", required=False) or "",
+                         image=_text(d.get("Image"), "Image", required=False) or "",
+                         created=to_float(d.get("Created"), "Created"),
+                         id=_text(d.get("Id"), "Id", required=False),
+                         labels=_string_map(d.get("Labels"), "Labels"))

@@ -84,3 +84,21 @@ def test_container_from_api_list_entry():
 def test_garbled_container_entries_raise(d):
     with pytest.raises(ParseError):
         container_from_api(d)
+
+
+class _NoRepr(dict):
+    """An engine's entry whose repr must not be taken unless it is quoted in an error."""
+
+    def __repr__(self):
+        raise AssertionError("repr of a well-formed entry taken")
+
+
+def test_a_well_formed_entry_is_not_printed_and_a_garbled_one_is_named_with_its_field():
+    """An engine answers with thousands of events, some tens of KB each (an exec's command line): their text
+    is made only for an error message, which still quotes the entry and the field at fault."""
+    assert event_from_dict(_NoRepr(MODERN)).action == MODERN["Action"]
+    assert container_from_api(_NoRepr({"Names": ["/x"], "Created": 1760000000})).name == "x"
+    with pytest.raises(ParseError, match=r"^docker event \{'Type': .*: Actor\.ID is not a string: 12345$"):
+        event_from_dict({**MODERN, "Actor": {"ID": 12345}})
+    with pytest.raises(ParseError, match=r"^docker container list entry \{'Names': \['/x'\].*: Labels: 'a' -> 1 is"):
+        container_from_api({"Names": ["/x"], "Labels": {"a": 1}})
