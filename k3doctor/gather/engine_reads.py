@@ -119,17 +119,18 @@ _FACTS = {DOCKER_ROOT_DIR: _docker_root_dir, CONTAINER_PID: _container_pid}
 
 
 def gather_exec(transport, container: str, cmd: list, timeout_s: float, cap_bytes: int,
-                deadline: Deadline | None = None) -> object:
+                deadline: Deadline | None = None, stdin: bytes = b"") -> object:
     """``cmd`` run in ``container`` through the API as ``docker exec`` runs it (create, start, inspect: no
     docker CLI on the node): (exit status, stdout bytes, stderr text, cut). At most ``cap_bytes`` of either
     stream are taken (then ``cut``, status None). The output is read for ``timeout_s`` at most (the command's
     own bound; status 124 when it ran out, as ``timeout`` says it), never past the node's deadline. A
-    container that does not exist or is not running is the engine's own answer, as the CLI prints it (1)."""
+    container that does not exist or is not running is the engine's own answer, as the CLI prints it (1).
+    ``stdin``: the command's whole input, then its end (``docker exec -i``); none: no stdin at all."""
     import docker
 
     def read(api):
         try:
-            exec_id = api.exec_create(container, cmd, stdout=True, stderr=True)["Id"]
+            exec_id = api.exec_create(container, cmd, stdout=True, stderr=True, stdin=bool(stdin))["Id"]
         except docker.errors.APIError as exc:  # 404 no such container, 409 not running
             if exc.response is None or exc.response.status_code not in (404, 409):
                 raise
@@ -147,6 +148,8 @@ def gather_exec(transport, container: str, cmd: list, timeout_s: float, cap_byte
         timer.start()
         out, err, cut = bytearray(), bytearray(), False
         try:
+            if stdin:
+                _send_input(sock, stdin)
             for stream, data in _exec_frames(_response_file(sock)):
                 (out if stream == STDOUT else err).extend(data)
                 if len(out) > cap_bytes or len(err) > cap_bytes:
@@ -197,6 +200,20 @@ def _read_exactly(fp, size: int) -> bytes:
         parts.append(data)
         got += len(data)
     return b"".join(parts)
+
+
+def _send_input(sock, data: bytes) -> None:
+    """``data`` as an exec's stdin, then its end: an SSH channel sends EOF (sshd shuts the engine socket's
+    writing side, as ``docker system dial-stdio`` does its own); a plain socket shuts its writing side. A
+    stream closed under the write (the exec's bound) is the reading's end, not an error of its own."""
+    try:
+        sock.sendall(data)
+        if hasattr(sock, "shutdown_write"):
+            sock.shutdown_write()
+        else:
+            getattr(sock, "_sock", sock).shutdown(socket.SHUT_WR)
+    except (OSError, EOFError):
+        pass
 
 
 def _wake_and_close(sock) -> None:

@@ -40,6 +40,12 @@ GROUP_KILL_GRACE_S = 0.5  # TERM -> KILL of a reading's group; well inside the n
 KILL_AFTER_S = 2.0  # a reading's `timeout -k`: KILL this long after its TERM
 NODE_PYTHON = "python3"  # takes every reading in one process where the node has it (amd-smi needs it)
 NODE_READER = (Path(__file__).parents[1] / "remote" / "node_reader.py").read_text()
+# In a container the reader's source comes on the exec's stdin, not in its command line: an engine keeps an
+# exec's command line in its events (`exec_create: ...` and `exec_start: ...`, each twice), so every reader
+# of the next 30 minutes of events - rack-free's next run, `docker events`, a log shipper - would carry ~50 KB
+# of it per run. The container's python3 reads exactly the source's length (no wait for the end of stdin).
+_READER_FROM_STDIN = (f"import sys;exec(compile(sys.stdin.buffer.read({len(NODE_READER.encode())}),"
+                      "'k3doctor-node-reader','exec'))")
 
 # One frame of $t/o (stdout) and $t/e (stderr), each cut at the cap: `emit INDEX RC PATH`.
 _EMIT = r"""emit() {
@@ -108,10 +114,12 @@ CONTAINER_EXEC_MARGIN_S = 5.0  # past the readings' own timeouts (each + its KIL
 
 def _exec_script(members: list, nonce: str, command_timeout_s: float, cap_bytes: int, fill,
                  python: str = NODE_PYTHON) -> tuple:
-    """(command, bound in seconds) of the one exec that takes every (index, InContainer) of one container
-    (k3doctor/gather/engine_reads.py runs it through the API). Its output is those readings' frames, capped as a
-    whole at the cap, so each reading gets its share of it (stdout and stderr alike); a cut-off or stopped
-    exec can only lose readings, never run one reading's frame into another's (see _in_container_readings)."""
+    """(command, its stdin, bound in seconds) of the one exec that takes every (index, InContainer) of one
+    container (k3doctor/gather/engine_reads.py runs it through the API). Its output is those readings' frames,
+    capped as a whole at the cap, so each reading gets its share of it (stdout and stderr alike); a cut-off or
+    stopped exec can only lose readings, never run one reading's frame into another's (see
+    _in_container_readings). The stdin is the reader's source (python3 reads it; the shell, without python3,
+    leaves it unread)."""
     timeouts = [seconds(spec.timeout_s or command_timeout_s, 30.0) for _, spec in members]
     inner = sum(t + KILL_AFTER_S for t in timeouts) + CONTAINER_EXEC_MARGIN_S
     share = max(1, (cap_bytes - FRAME_HEAD_BYTES * len(members)) // (2 * len(members)))
@@ -124,7 +132,7 @@ def _exec_script(members: list, nonce: str, command_timeout_s: float, cap_bytes:
               for w in _reader_words(i, Command(spec.inner, t))]
     wrapper = (_IN_CONTAINER_WRAPPER.replace("{kill_after}", f"{KILL_AFTER_S:g}").replace("{total}", f"{inner:g}")
                .replace("{python}", quote(python)))
-    return (["sh", "-c", wrapper, "k3doctor-in-container", body, NODE_READER, *words],
+    return (["sh", "-c", wrapper, "k3doctor-in-container", body, _READER_FROM_STDIN, *words], NODE_READER.encode(),
             inner + KILL_AFTER_S + CONTAINER_EXEC_MARGIN_S)
 
 
@@ -278,8 +286,8 @@ def _in_container_readings(engine, specs: list, *, command_timeout_s: float, cap
     fill = _filler(nonce, cap_bytes, command_timeout_s)
     got = {}
     for container, members in container_batches(specs).items():
-        cmd, bound = _exec_script(members, nonce, command_timeout_s, cap_bytes, fill)
-        outcome = gather_exec(engine, container, cmd, bound, cap_bytes, deadline)
+        cmd, stdin, bound = _exec_script(members, nonce, command_timeout_s, cap_bytes, fill)
+        outcome = gather_exec(engine, container, cmd, bound, cap_bytes, deadline, stdin=stdin)
         if isinstance(outcome, Unavailable):
             got.update({spec: outcome for _, spec in members})
             continue

@@ -7,7 +7,7 @@ import pytest
 
 from k3doctor.deadline import Deadline
 from k3doctor.gather.engine_reads import SharedEngine, gather_exec
-from k3doctor.gather.node_script import _in_container_readings, gather
+from k3doctor.gather.node_script import NODE_READER, _in_container_readings, gather
 from k3doctor.inventory.load import load_inventory
 from k3doctor.judging.runner import RunOptions, make_transport
 from k3doctor.readings import Command, in_container
@@ -106,6 +106,41 @@ def test_an_exec_is_read_no_longer_than_its_bound(node, monkeypatch, way):
         engine.close()
     assert (rc, out, cut) == (124, b"one\n", False)  # as `timeout` says it
     assert time.monotonic() - started < 10
+
+
+@pytest.mark.parametrize("way", ["ssh", "local socket"])
+def test_an_execs_stdin_is_given_whole_and_then_ended(node, monkeypatch, way):
+    """``wc -c`` counts to the end of its input: it prints only once the end of the exec's stdin reached it."""
+    rig_node, transport = node
+    if way == "local socket":
+        monkeypatch.setenv("DOCKER_HOST", f"unix://{rig_node.docker_socket}")
+        transport = LocalTransport("here")
+    engine = SharedEngine(transport, Deadline(60))
+    data = b"hello " + b"x" * 200_000  # more than a pipe and a socket buffer hold
+    try:
+        rc, out, err, cut = gather_exec(engine, "k3ep16", ["sh", "-c", "head -c 6; wc -c"], 10, 4096, stdin=data)
+    finally:
+        engine.close()
+    assert (rc, out, err, cut) == (0, b"hello 200000\n", "", False)
+
+
+def test_the_readers_source_goes_on_stdin_and_stays_out_of_the_engines_events(node):
+    """An engine keeps each exec's command line in its events, which rack-free reads again on the next run
+    (as does any `docker events`): the reader's 16 KB are not put there."""
+    rig_node, transport = node
+    spec = in_container("k3ep16", "echo", "read by the reader")
+    since = time.time() - 1
+    got = read(transport, [spec])
+    engine = docker.DockerClient(base_url=f"unix://{rig_node.docker_socket}")
+    try:
+        events = list(engine.api.events(since=since, until=time.time() + 1, decode=True,
+                                        filters={"event": "exec_create"}))
+    finally:
+        engine.close()
+    ours = [e["Action"] for e in events if "k3doctor-in-container" in e["Action"]]
+    assert got[spec].output() == "read by the reader\n"
+    assert len(ours) == 1 and "python3 -I -S -c" in ours[0]
+    assert NODE_READER.splitlines()[0] not in ours[0] and len(ours[0]) < 12_000
 
 
 def test_output_past_the_cap_is_cut_in_the_container_and_never_judged(node):

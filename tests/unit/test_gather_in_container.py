@@ -21,10 +21,10 @@ class ExecHere:
     def __init__(self, tmp_path, path):
         self.tmp, self.path, self.containers, self.cut_after = tmp_path, path, [], None
 
-    def __call__(self, engine, container, cmd, bound, cap_bytes, deadline):
+    def __call__(self, engine, container, cmd, bound, cap_bytes, deadline, stdin=b""):
         self.containers.append(container)
-        done = subprocess.run(cmd, capture_output=True, timeout=bound, env={"PATH": self.path,
-                                                                              "TMPDIR": str(self.tmp)})
+        done = subprocess.run(cmd, capture_output=True, timeout=bound, input=stdin,
+                              env={"PATH": self.path, "TMPDIR": str(self.tmp)})
         if self.cut_after is None:
             return done.returncode, done.stdout, done.stderr.decode(), False
         frames = done.stdout.split(b"@@")
