@@ -7,7 +7,8 @@ Generated from a ``k3doctor check --save-readings`` file (the reads of each node
 - each host command as written, once;
 - the engine with the docker CLI: one ``docker ps -a``, one ``docker events`` over the same window, one
   ``docker info`` for the root dir where a command needs it, one ``docker inspect`` per container (its PID
-  taken from the same answer), ``docker cp`` for a launch script;
+  taken from the same answer), a launch script read with that container's other readings (``docker cp``
+  where it has none, as k3doctor reads it);
 - every reading inside one container in ONE ``docker exec CONTAINER sh -c``.
 
 No timeouts, caps or framing: it is the least a script can do and still take the same readings (a floor).
@@ -24,6 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from k3doctor.gather.node_script import launch_scripts_in_exec  # noqa: E402
 from k3doctor.gather.snapshot import load  # noqa: E402
 from k3doctor.readings import (  # noqa: E402
     CONTAINER_PID,
@@ -77,14 +79,16 @@ def fair_script(specs: list) -> str:
     for container in inspected:  # one inspect a container: its JSON, and its PID out of the same answer
         lines.append(f"ins=$(docker inspect --format '{{{{.State.Pid}}}} {{{{json .}}}}' -- {quote(container)} 2>&1); "
                      f'echo "$ins"; {_pid_var(container)}=${{ins%% *}}')
-    for script in dict.fromkeys(s.launch_script for s in specs if isinstance(s, ContainerInspect) and s.launch_script):
+    in_exec = launch_scripts_in_exec(specs)  # read with the container's other readings, as k3doctor reads them
+    for script in dict.fromkeys(s.launch_script for s in specs if isinstance(s, ContainerInspect) and s.launch_script
+                                and s not in in_exec):
         container = next(s.container for s in specs if isinstance(s, ContainerInspect) and s.launch_script == script)
         lines.append(f"docker cp {quote(container + ':' + script)} - 2>&1")
     for spec in facts:
         fact = '"$root"' if spec.fact == DOCKER_ROOT_DIR else f'"${_pid_var(spec.container)}"'
         lines.append(f"{join(spec.argv)} {fact} 2>&1")
     inside: dict = {}
-    for spec in specs:
+    for spec in [*specs, *dict.fromkeys(in_exec.values())]:
         if isinstance(spec, InContainer):
             inside.setdefault(spec.container, []).append(spec)
     for container, members in inside.items():

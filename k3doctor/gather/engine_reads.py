@@ -18,6 +18,7 @@ from k3doctor.model.container import launch_from_script, record_from_inspect
 from k3doctor.readings import (
     CONTAINER_PID,
     DOCKER_ROOT_DIR,
+    CommandReading,
     ContainerInspect,
     ContainerReading,
     Docker,
@@ -65,8 +66,12 @@ def gather_docker(transport, spec: Docker, deadline: Deadline | None = None) -> 
     return _engine_read(transport, deadline, "", read)
 
 
-def gather_container(transport, spec: ContainerInspect, deadline: Deadline | None = None) -> object:
-    """Our container's inspect (and launch script) via the SDK, redacted before it is kept anywhere."""
+def gather_container(transport, spec: ContainerInspect, deadline: Deadline | None = None,
+                     script: object = None) -> object:
+    """Our container's inspect (and launch script) via the SDK, redacted before it is kept anywhere. ``script``:
+    the launch script as read inside the container (``cat``, with the container's other readings); used where
+    it is whole and clean, else the script is read through the engine's archive API (a stopped container, a
+    file its user cannot read, a script past the exec's share of the output cap)."""
     import docker
 
     def read(api):
@@ -74,15 +79,15 @@ def gather_container(transport, spec: ContainerInspect, deadline: Deadline | Non
             attrs = api.inspect_container(spec.container)
         except docker.errors.NotFound:
             return ContainerReading(None)
-        script = None
+        launch = None
         if spec.launch_script:
-            script = {"path": spec.launch_script, "launch": None, "error": None, "cut": False}
+            launch = {"path": spec.launch_script, "launch": None, "error": None, "cut": False}
             try:
-                text, script["cut"] = _archived_text(api, spec.container, spec.launch_script)
-                script["launch"] = None if script["cut"] else launch_from_script(text)
+                text, launch["cut"] = _clean_text(script) or _archived_text(api, spec.container, spec.launch_script)
+                launch["launch"] = None if launch["cut"] else launch_from_script(text)
             except docker.errors.NotFound:
-                script["error"] = "no such file in the container"
-        return ContainerReading(record_from_inspect(attrs, set(spec.keep)), script)
+                launch["error"] = "no such file in the container"
+        return ContainerReading(record_from_inspect(attrs, set(spec.keep)), launch)
 
     return _engine_read(transport, deadline, f": container {spec.container}", read)
 
@@ -230,6 +235,15 @@ def _wake_and_close(sock) -> None:
 
 LAUNCH_SCRIPT_CAP_BYTES = 1 << 20  # a launch script is a few KB; more is not read (nor judged)
 ARCHIVE_CHUNK_BYTES = 64 << 10  # what one read of the archive takes (the SDK's default is 2 MiB)
+
+
+def _clean_text(reading: object, cap_bytes: int = LAUNCH_SCRIPT_CAP_BYTES) -> tuple | None:
+    """(text, False) of a file read whole by ``cat`` (exit 0, nothing on stderr, not cut, within the cap),
+    else None."""
+    if not isinstance(reading, CommandReading) or reading.rc != 0 or reading.stderr or reading.truncated \
+            or reading.timed_out or len(reading.stdout.encode()) > cap_bytes:
+        return None
+    return reading.stdout, False
 
 
 def _archived_text(api, container: str, path: str, cap_bytes: int = LAUNCH_SCRIPT_CAP_BYTES) -> tuple:

@@ -4,13 +4,14 @@ import time
 
 import docker
 import pytest
+from k3rig.fixtures import LAUNCH_SCRIPT
 
 from k3doctor.deadline import Deadline
 from k3doctor.gather.engine_reads import SharedEngine, gather_exec
 from k3doctor.gather.node_script import NODE_READER, _in_container_readings, gather
 from k3doctor.inventory.load import load_inventory
 from k3doctor.judging.runner import RunOptions, make_transport
-from k3doctor.readings import Command, in_container
+from k3doctor.readings import Command, ContainerInspect, in_container
 from k3doctor.transport.local import LocalTransport
 from tests.conftest import private_rack
 from tests.e2e.faults import docker_cli_recorded
@@ -141,6 +142,24 @@ def test_the_readers_source_goes_on_stdin_and_stays_out_of_the_engines_events(no
     assert got[spec].output() == "read by the reader\n"
     assert len(ours) == 1 and "python3 -I -S -c" in ours[0]
     assert NODE_READER.splitlines()[0] not in ours[0] and len(ours[0]) < 12_000
+
+
+def test_a_launch_script_is_read_with_the_containers_readings_not_through_the_archive(node):
+    """The archive API has dockerd run itself again as `docker-tar` (~80 ms of the node's CPU); the exec that
+    takes the container's readings reads the script with them."""
+    rig_node, transport = node
+    inspect = ContainerInspect("k3ep16", launch_script=LAUNCH_SCRIPT)
+    beside = in_container("k3ep16", "echo", "beside")
+    since = time.time() - 1
+    got = read(transport, [inspect, beside])
+    engine = docker.DockerClient(base_url=f"unix://{rig_node.docker_socket}")
+    try:
+        actions = [e["Action"] for e in engine.api.events(since=since, until=time.time() + 1, decode=True)]
+    finally:
+        engine.close()
+    assert got[beside].output() == "beside\n"
+    assert got[inspect].script["error"] is None and "atom.entrypoints.openai_server" in got[inspect].script["launch"]
+    assert "archive-path" not in actions and sum(a.startswith("exec_create") for a in actions) == 1, actions
 
 
 def test_output_past_the_cap_is_cut_in_the_container_and_never_judged(node):

@@ -36,7 +36,7 @@ case $1 in
   exec) shift 2; exec "$@" ;;
   ps) echo '{"Names": "k3ep16"}' ;;
   events) echo '{"Action": "start"}' ;;
-  cp) echo 'launch-script-body' ;;
+  cp) echo 'copied-script-body' ;;
 esac
 """
 
@@ -57,10 +57,12 @@ def test_the_fair_script_takes_every_reading_of_a_saved_file(tmp_path):
     (tree / "cards" / "card1" / "vendor").write_text("vendor-of-card1\n")
     (tree / "meminfo").write_text("MemTotal: 42 kB\n")
     (tree / "with space").write_text("spaced-file-body\n")
+    (tree / "launch.sh").write_text("launch-script-body\n")  # the fake `docker exec` runs here
     specs = [File(str(tree / "meminfo")), File(str(tree / "with space")), File(str(tree / "missing")),
              Glob(str(tree / "cards" / "card*" / "vendor")), Exists(str(tree / "meminfo")), Exists(str(tree / "gone")),
              Command(("echo", "host-command-one")), Command(("sh", "-c", "echo 'host  command two'")),
-             Docker(), ContainerInspect("k3ep16", launch_script="/app/launch_server.sh"),
+             Docker(), ContainerInspect("k3ep16", launch_script=str(tree / "launch.sh")),
+             ContainerInspect("idle", launch_script="/app/idle.sh"),  # no exec there: the archive, `docker cp`
              ContainerInspect("k3ep16", keep=("TMPDIR",)),
              EngineFactCommand(("sh", "-c", 'echo "root-fact=$1"', "k3"), fact=DOCKER_ROOT_DIR),
              EngineFactCommand(("sh", "-c", 'echo "pid-fact=$1"', "k3"), fact=CONTAINER_PID, container="k3ep16"),
@@ -80,13 +82,15 @@ def test_the_fair_script_takes_every_reading_of_a_saved_file(tmp_path):
 
     for body in ("MemTotal: 42 kB", "spaced-file-body", "vendor-of-card0", "vendor-of-card1",
                  f"present {tree / 'meminfo'}", "host-command-one", "host  command two",
-                 "root-fact=/var/lib/docker-root", "pid-fact=4242", "launch-script-body",
+                 "root-fact=/var/lib/docker-root", "pid-fact=4242", "launch-script-body", "copied-script-body",
                  '{"Names": "k3ep16"}', '{"Action": "start"}', "in-container-one", "in container two"):
         assert body in out, (body, script, out)
     assert f"present {tree / 'gone'}" not in out
     calls = [shlex.split(line)[0] for line in log.read_text().splitlines()]
-    # one of each: the engine asked once a reading kind, each container inspected and exec'd once
-    assert sorted(calls) == ["cp", "events", "exec", "info", "inspect", "ps"], log.read_text()
+    # one of each: the engine asked once a reading kind, each container inspected and exec'd once; a launch
+    # script read in its container's exec (as k3doctor reads it), through the archive where none is made
+    assert sorted(calls) == ["cp", "events", "exec", "info", "inspect", "inspect", "ps"], log.read_text()
+    assert "idle:/app/idle.sh" in log.read_text()
     assert script.count("tail ") == 1  # every file and glob in one read
 
 

@@ -664,3 +664,52 @@ def test_a_hostname_lookup_not_read_is_an_error_not_a_pass():
     r = readings(place=1)
     verdicts = judge({"ct14": Readings({**r.raw(), "hostname": CommandReading("sh -c ...", 0, "", "")})})
     assert [(v.node, v.status) for v in verdicts if v.status != Status.PASS] == [("ct14", Status.ERROR)]
+
+
+class _Engine:
+    """A node's engine as gather_container sees it: one inspect answer and the archive of the launch script."""
+
+    node = "n1"
+
+    def __init__(self, archive: _ArchiveAPI):
+        self.api = archive
+        archive.inspect_container = lambda container: {"Id": "c0ffee", "Config": {"Env": []}}
+
+    def docker(self, deadline):
+        return self
+
+    def close(self):
+        pass
+
+
+SERVER = "#!/bin/sh\nexec python3 -m atom.entrypoints.openai_server --model /models/Kimi-K3\n"
+
+
+@pytest.mark.parametrize("read_inside, archived", [
+    (dict(rc=0, stdout=SERVER, stderr=""), False),  # whole and clean: the archive is not asked
+    (dict(rc=1, stdout="", stderr="cat: /app/launch_server.sh: Permission denied\n"), True),
+    (dict(rc=0, stdout=SERVER, stderr="", truncated=True), True),  # past the exec's share of the cap
+    (dict(rc=124, stdout=SERVER[:10], stderr="", timed_out=True), True),
+    (None, True),  # the exec failed (a stopped container): Unavailable, or nothing
+])
+def test_a_launch_script_read_inside_the_container_is_used_only_whole_and_clean(read_inside, archived):
+    from k3doctor.gather.engine_reads import gather_container
+    from k3doctor.readings import CommandReading, ContainerInspect, Unavailable
+
+    engine = _Engine(_ArchiveAPI(SERVER.encode()))
+    script = CommandReading(command="docker exec k3ep16 cat -- /app/launch_server.sh", **read_inside) \
+        if read_inside else Unavailable("container k3ep16 is not running")
+    got = gather_container(engine, ContainerInspect("k3ep16", launch_script="/app/launch_server.sh"), script=script)
+    assert (engine.api.sent > 0) is archived
+    assert got.script["error"] is None and not got.script["cut"]
+    assert "/models/Kimi-K3" in got.script["launch"]
+
+
+def test_a_launch_script_is_read_in_the_exec_only_of_a_container_that_has_one():
+    from k3doctor.gather.node_script import launch_scripts_in_exec
+    from k3doctor.readings import ContainerInspect, Docker, in_container
+
+    ours, idle, plain = (ContainerInspect("k3ep16", launch_script="/app/launch_server.sh"),
+                         ContainerInspect("idle", launch_script="/app/idle.sh"), ContainerInspect("k3ep16"))
+    got = launch_scripts_in_exec([Docker(), ours, idle, plain, in_container("k3ep16", "env")])
+    assert got == {ours: in_container("k3ep16", "cat", "--", "/app/launch_server.sh")}
