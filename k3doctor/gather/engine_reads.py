@@ -67,11 +67,12 @@ def gather_docker(transport, spec: Docker, deadline: Deadline | None = None) -> 
 
 
 def gather_container(transport, spec: ContainerInspect, deadline: Deadline | None = None,
-                     script: object = None) -> object:
-    """Our container's inspect (and launch script) via the SDK, redacted before it is kept anywhere. ``script``:
-    the launch script as read inside the container (``cat``, with the container's other readings); used where
-    it is whole and clean, else the script is read through the engine's archive API (a stopped container, a
-    file its user cannot read, a script past the exec's share of the output cap)."""
+                     script_from=None) -> object:
+    """Our container's inspect (and launch script) via the SDK, redacted before it is kept anywhere.
+    ``script_from()``: the launch script as read inside the container (``cat``, with the container's other
+    readings), asked once the inspect is in; used where it is whole and clean, else the script is read through
+    the engine's archive API (a stopped container, a file its user cannot read, a script past the exec's share
+    of the output cap, an exec still running near the deadline)."""
     import docker
 
     def read(api):
@@ -83,7 +84,8 @@ def gather_container(transport, spec: ContainerInspect, deadline: Deadline | Non
         if spec.launch_script:
             launch = {"path": spec.launch_script, "launch": None, "error": None, "cut": False}
             try:
-                text, launch["cut"] = _clean_text(script) or _archived_text(api, spec.container, spec.launch_script)
+                inside = _clean_text(script_from()) if script_from else None
+                text, launch["cut"] = inside or _archived_text(api, spec.container, spec.launch_script)
                 launch["launch"] = None if launch["cut"] else launch_from_script(text)
             except docker.errors.NotFound:
                 launch["error"] = "no such file in the container"

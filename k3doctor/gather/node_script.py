@@ -36,6 +36,7 @@ from k3doctor.transport.base import TransportError
 
 MISSING, DIRECTORY = "M", "D"
 FSIZE_BLOCK = 512  # `ulimit -f` unit in POSIX sh (bash outside POSIX mode counts 1024: a looser cap, still cut)
+ARCHIVE_RESERVE_S = 5.0  # of the node deadline, kept for a launch script's archive read when its exec runs late
 DOCKER_STOP_MARGIN_S = 10.0  # past the deadline, for the Docker reader to stop its channels on the node
 GROUP_KILL_GRACE_S = 0.5  # TERM -> KILL of a reading's group; well inside the node-side KILL_GRACE_S
 KILL_AFTER_S = 2.0  # a reading's `timeout -k`: KILL this long after its TERM
@@ -387,10 +388,9 @@ def gather(transport, specs: Iterable, *, command_timeout_s: float, deadline_s: 
                 if isinstance(spec, Docker):
                     engine_got[spec] = gather_docker(engine, spec, deadline)
                 elif isinstance(spec, ContainerInspect):
-                    if spec in scripts:  # its launch script comes with the exec's readings
-                        execs.join(deadline.remaining() + DOCKER_STOP_MARGIN_S)
-                    script = engine_got.get(scripts.get(spec))
-                    engine_got[spec] = gather_container(engine, spec, deadline, script=script)
+                    engine_got[spec] = gather_container(engine, spec, deadline, script_from=(
+                        (lambda spec=spec: _awaited(execs, engine_got, scripts[spec], deadline)) if spec in scripts
+                        else None))
         finally:
             for thread in beside:  # each ends at the deadline at the latest
                 thread.join(deadline.remaining() + DOCKER_STOP_MARGIN_S)
@@ -408,6 +408,13 @@ def gather(transport, specs: Iterable, *, command_timeout_s: float, deadline_s: 
         results[spec] = engine_got.get(spec) or Unavailable(
             f"{what} not read by the node deadline of {deadline.budget_s:g}s")
     return results
+
+
+def _awaited(thread: threading.Thread, got: dict, spec, deadline: Deadline):
+    """``spec``'s reading once ``thread`` (the container's exec) has ended - waiting no later than
+    ARCHIVE_RESERVE_S before the deadline, so that the archive can still be read in its place - else None."""
+    thread.join(max(0.0, deadline.remaining() - ARCHIVE_RESERVE_S))
+    return None if thread.is_alive() else got.get(spec)
 
 
 def launch_scripts_in_exec(engine_specs: list) -> dict:

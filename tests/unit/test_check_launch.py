@@ -699,7 +699,8 @@ def test_a_launch_script_read_inside_the_container_is_used_only_whole_and_clean(
     engine = _Engine(_ArchiveAPI(SERVER.encode()))
     script = CommandReading(command="docker exec k3ep16 cat -- /app/launch_server.sh", **read_inside) \
         if read_inside else Unavailable("container k3ep16 is not running")
-    got = gather_container(engine, ContainerInspect("k3ep16", launch_script="/app/launch_server.sh"), script=script)
+    got = gather_container(engine, ContainerInspect("k3ep16", launch_script="/app/launch_server.sh"),
+                           script_from=lambda: script)
     assert (engine.api.sent > 0) is archived
     assert got.script["error"] is None and not got.script["cut"]
     assert "/models/Kimi-K3" in got.script["launch"]
@@ -713,3 +714,24 @@ def test_a_launch_script_is_read_in_the_exec_only_of_a_container_that_has_one():
                          ContainerInspect("idle", launch_script="/app/idle.sh"), ContainerInspect("k3ep16"))
     got = launch_scripts_in_exec([Docker(), ours, idle, plain, in_container("k3ep16", "env")])
     assert got == {ours: in_container("k3ep16", "cat", "--", "/app/launch_server.sh")}
+
+
+def test_an_exec_still_running_near_the_deadline_leaves_the_launch_script_to_the_archive_in_time():
+    """The inspect is in; the script is not waited for past ARCHIVE_RESERVE_S before the deadline, so a hung
+    exec costs the in-container readings only, never the container's inspect."""
+    import threading
+
+    from k3doctor.deadline import Deadline
+    from k3doctor.gather.node_script import ARCHIVE_RESERVE_S, _awaited
+
+    hung = threading.Event()
+    exec_thread = threading.Thread(target=hung.wait, daemon=True)
+    exec_thread.start()
+    deadline = Deadline(ARCHIVE_RESERVE_S + 0.5)
+    try:
+        assert _awaited(exec_thread, {}, "script", deadline) is None
+        assert deadline.remaining() >= ARCHIVE_RESERVE_S - 0.5
+    finally:
+        hung.set()
+    exec_thread.join(5)
+    assert _awaited(exec_thread, {"script": "read"}, "script", Deadline(60)) == "read"
