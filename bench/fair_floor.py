@@ -80,9 +80,8 @@ def fair_script(specs: list) -> str:
         lines.append(f"ins=$(docker inspect --format '{{{{.State.Pid}}}} {{{{json .}}}}' -- {quote(container)} 2>&1); "
                      f'echo "$ins"; {_pid_var(container)}=${{ins%% *}}')
     in_exec = launch_scripts_in_exec(specs)  # read with the container's other readings, as k3doctor reads them
-    for script in dict.fromkeys(s.launch_script for s in specs if isinstance(s, ContainerInspect) and s.launch_script
-                                and s not in in_exec):
-        container = next(s.container for s in specs if isinstance(s, ContainerInspect) and s.launch_script == script)
+    for container, script in dict.fromkeys((s.container, s.launch_script) for s in specs
+                                           if isinstance(s, ContainerInspect) and s.launch_script and s not in in_exec):
         lines.append(f"docker cp {quote(container + ':' + script)} - 2>&1")
     for spec in facts:
         fact = '"$root"' if spec.fact == DOCKER_ROOT_DIR else f'"${_pid_var(spec.container)}"'

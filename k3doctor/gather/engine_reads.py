@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import socket
+import ssl
 import threading
 import time
 
@@ -210,15 +211,18 @@ def _read_exactly(fp, size: int) -> bytes:
 
 
 def _send_input(sock, data: bytes) -> None:
-    """``data`` as an exec's stdin, then its end: an SSH channel sends EOF (sshd shuts the engine socket's
-    writing side, as ``docker system dial-stdio`` does its own); a plain socket shuts its writing side. A
-    stream closed under the write (the exec's bound) is the reading's end, not an error of its own."""
+    """``data`` as an exec's stdin, then its end where the stream can say so: an SSH channel sends EOF (sshd
+    shuts the engine socket's writing side; ``docker system dial-stdio`` does the same), a plain socket (a
+    local or TCP engine; the SDK hands out the latter as a ``SocketIO``) shuts its writing side. A TLS stream
+    cannot be half-closed without ending TLS: its stdin stays open, which the reader does not wait for (it
+    reads its source's length). A stream closed under the write (the exec's bound) ends the reading, no more."""
+    raw = getattr(sock, "_sock", sock)
     try:
-        sock.sendall(data)
-        if hasattr(sock, "shutdown_write"):
-            sock.shutdown_write()
-        else:
-            getattr(sock, "_sock", sock).shutdown(socket.SHUT_WR)
+        raw.sendall(data)
+        if hasattr(raw, "shutdown_write"):
+            raw.shutdown_write()
+        elif not isinstance(raw, ssl.SSLSocket):
+            raw.shutdown(socket.SHUT_WR)
     except (OSError, EOFError):
         pass
 

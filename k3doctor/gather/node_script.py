@@ -44,8 +44,8 @@ NODE_PYTHON = "python3"  # takes every reading in one process where the node has
 NODE_READER = (Path(__file__).parents[1] / "remote" / "node_reader.py").read_text()
 # In a container the reader's source comes on the exec's stdin, not in its command line: an engine keeps an
 # exec's command line in its events (`exec_create: ...` and `exec_start: ...`, each twice), so every reader
-# of the next 30 minutes of events - rack-free's next run, `docker events`, a log shipper - would carry ~50 KB
-# of it per run. The container's python3 reads exactly the source's length (no wait for the end of stdin).
+# of the next 30 minutes of events - rack-free's next run, `docker events`, a log shipper - would carry ~100 KB
+# of it per node and run. The container's python3 reads exactly the source's length (no wait for the end of stdin).
 _READER_FROM_STDIN = (f"import sys;exec(compile(sys.stdin.buffer.read({len(NODE_READER.encode())}),"
                       "'k3doctor-node-reader','exec'))")
 
@@ -97,7 +97,8 @@ readf() {
 # the container's python3, as on the node) where the image has python3, else by the container's shell
 # (BODY below, `run INDEX TIMEOUT ARGV...`), framed like the node's: each command's output capped where it is
 # written, each under its own timeout, the whole under one (where the image has a coreutils-style `timeout`:
-# coreutils, busybox >= 1.30), nothing left behind. WRAPPER gets BODY, the reader's source and its words.
+# coreutils, busybox >= 1.30), nothing left behind. WRAPPER gets BODY, the line that runs the reader's source
+# from stdin (_READER_FROM_STDIN) and the reader's words.
 _IN_CONTAINER_WRAPPER = (
     'b=$1; r=$2; shift 2; t=; if timeout -k 1 5 true 2>/dev/null; then t="timeout -k {kill_after} {total}"; fi; '
     'if command -v {python} >/dev/null 2>&1; then exec $t {python} -I -S -c "$r" "$@"; fi; '
@@ -279,23 +280,29 @@ def _reading(spec, frames: list, why_missing: str):
 
 
 def _in_container_readings(engine, specs: list, *, command_timeout_s: float, cap_bytes: int,
-                           deadline: Deadline) -> dict:
+                           deadline: Deadline, extra: list = ()) -> dict:
     """spec -> reading of every InContainer in ``specs``: one exec a container, through the engine. Each
     reading is the frame the container's shell wrote for it (complete ones only). A reading it never framed,
     when the exec itself failed (no such container, not running) or ran out of time, reads as that exec's
-    own exit status and stderr, as if it had been its own exec; otherwise it is missing (not read)."""
+    own exit status and stderr, as if it had been its own exec; otherwise it is missing (not read). ``extra``:
+    readings taken in a container's exec only if it is made anyway (a launch script), each with a share of
+    the output of its own: the others' shares of the cap stay what they are without them."""
     nonce, command_timeout_s = secrets.token_hex(8), seconds(command_timeout_s, 30.0)
     fill = _filler(nonce, cap_bytes, command_timeout_s)
+    batches, along = container_batches(specs), container_batches(extra)
     got = {}
-    for container, members in container_batches(specs).items():
-        cmd, stdin, bound = _exec_script(members, nonce, command_timeout_s, cap_bytes, fill)
-        outcome = gather_exec(engine, container, cmd, bound, cap_bytes, deadline, stdin=stdin)
+    for container, members in batches.items():
+        more = [(len(specs) + i, spec) for i, spec in along.get(container, []) if spec not in specs]
+        cap = cap_bytes * (len(members) + len(more)) // len(members)
+        members = members + more
+        cmd, stdin, bound = _exec_script(members, nonce, command_timeout_s, cap, fill)
+        outcome = gather_exec(engine, container, cmd, bound, cap, deadline, stdin=stdin)
         if isinstance(outcome, Unavailable):
             got.update({spec: outcome for _, spec in members})
             continue
         rc, body, err, cut = outcome
         frames = parse_frames(body, nonce)
-        why = (f"the exec's output passed the {cap_bytes}-byte cap" if cut else "the exec ended before it"
+        why = (f"the exec's output passed the {cap}-byte cap" if cut else "the exec ended before it"
                if rc == 0 else "the engine gave no exit status for the exec" if rc is None else f"the exec exited {rc}")
         for i, spec in members:
             mine = frames.get(i) or ([(str(rc), "", "", err, False)] if rc not in (0, None) else [])
@@ -378,13 +385,14 @@ def gather(transport, specs: Iterable, *, command_timeout_s: float, deadline_s: 
         try:  # the container's exec first: its readings take the longest
             if any(isinstance(spec, InContainer) for spec in engine_specs):
                 execs = start("exec", lambda: engine_got.update(_in_container_readings(
-                    engine, [*engine_specs, *scripts.values()], command_timeout_s=command_timeout_s,
-                    cap_bytes=OUTPUT_CAP_BYTES, deadline=deadline)))
+                    engine, engine_specs, command_timeout_s=command_timeout_s, cap_bytes=OUTPUT_CAP_BYTES,
+                    deadline=deadline, extra=list(dict.fromkeys(scripts.values())))))
             facts = {spec: gather_engine_fact(engine, spec, deadline) for spec in engine_specs
                      if isinstance(spec, EngineFactCommand)}
             if facts:
                 start("facts", lambda: engine_got.update(_with_facts(transport, facts, command_timeout_s, deadline)))
-            for spec in engine_specs:
+            # an inspect that waits for its launch script from the exec comes last: nothing waits behind it
+            for spec in sorted(engine_specs, key=lambda spec: spec in scripts):
                 if isinstance(spec, Docker):
                     engine_got[spec] = gather_docker(engine, spec, deadline)
                 elif isinstance(spec, ContainerInspect):
@@ -424,7 +432,8 @@ def launch_scripts_in_exec(engine_specs: list) -> dict:
     gather_container falls back to the archive wherever this reading is not a whole, clean one."""
     execed = {spec.container for spec in engine_specs if isinstance(spec, InContainer)}
     return {spec: in_container(spec.container, "cat", "--", spec.launch_script) for spec in engine_specs
-            if isinstance(spec, ContainerInspect) and spec.launch_script and spec.container in execed}
+            if isinstance(spec, ContainerInspect) and spec.launch_script and spec.container in execed
+            and spec.launch_script.startswith("/")}  # a relative one: the archive's meaning (from /), not cat's
 
 
 def _with_facts(transport, facts: dict, command_timeout_s: float, deadline: Deadline) -> dict:

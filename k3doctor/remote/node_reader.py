@@ -1,5 +1,6 @@
 """Every reading of a node's gather script in one process (the script runs this file with the node's
-``python3 -I -S -c``; a container's exec runs it with the container's, for its readings): its files and
+``python3 -I -S -c``; a container's exec runs it with the container's, for its readings, the source then
+coming on the exec's stdin: k3doctor/gather/node_script.py ``_READER_FROM_STDIN``): its files and
 globs (sysfs holds a few hundred small files) and its commands. The shell spends five processes on each
 command around the command itself (a subshell, ``timeout``, ``wc``, ``head``, ``cat``); that was most of a
 node's work. This prints the script's frames itself
@@ -13,7 +14,8 @@ the start: nothing is left behind) that it cannot grow past the cap (``RLIMIT_FS
 script's stop at the node deadline or on Ctrl-C) or a client gone (a write to a closed pipe) KILLs the
 command in flight with its group, then ends the reader.
 
-Run as ``python3 -c SOURCE NONCE CAP READ_TIMEOUT KILL_AFTER RECORD...``, a RECORD being ``INDEX F PATH``
+Run as ``python3 -c SOURCE NONCE CAP READ_TIMEOUT KILL_AFTER RECORD...`` (in a container ``-c`` reads SOURCE
+from stdin), a RECORD being ``INDEX F PATH``
 (a file), ``INDEX G PATTERN`` (a glob), ``INDEX E PATH`` (exists) or ``INDEX C TIMEOUT N ARG1..ARGN`` (a
 command). Written for any python3 a node may have (3.6 on): standard library only, and what came after
 3.6 (posix_spawn, set_wakeup_fd's warn_on_full_buffer) only with a fallback.

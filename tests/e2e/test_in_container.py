@@ -1,5 +1,7 @@
 """Every reading of one container in one exec through the node's Docker API (no docker CLI on the node), over
 the rig's real sshd and dockerd: each reading keeps its own exit status, output, timeout and cap."""
+import socket
+import threading
 import time
 
 import docker
@@ -109,19 +111,59 @@ def test_an_exec_is_read_no_longer_than_its_bound(node, monkeypatch, way):
     assert time.monotonic() - started < 10
 
 
-@pytest.mark.parametrize("way", ["ssh", "local socket"])
+class TcpEngine:
+    """The engine's unix socket offered on a loopback TCP port (a ``DOCKER_HOST=tcp://`` engine): each
+    connection relayed both ways, the end of one direction passed on as a half-close, as a TCP engine sees it."""
+
+    def __init__(self, unix_path: str):
+        self.unix_path = str(unix_path)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            engine = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            engine.connect(self.unix_path)
+            for source, sink in ((client, engine), (engine, client)):
+                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
+
+    @staticmethod
+    def _pump(source, sink):
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+            sink.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+
+    def close(self):
+        self.listener.close()
+
+
+@pytest.mark.parametrize("way", ["ssh", "local socket", "tcp"])
 def test_an_execs_stdin_is_given_whole_and_then_ended(node, monkeypatch, way):
     """``wc -c`` counts to the end of its input: it prints only once the end of the exec's stdin reached it."""
     rig_node, transport = node
-    if way == "local socket":
-        monkeypatch.setenv("DOCKER_HOST", f"unix://{rig_node.docker_socket}")
+    relay = TcpEngine(rig_node.docker_socket) if way == "tcp" else None
+    if way != "ssh":  # `k3doctor node` on the node itself: its engine's unix socket, or a TCP engine
+        monkeypatch.setenv("DOCKER_HOST", f"tcp://127.0.0.1:{relay.port}" if relay else
+                           f"unix://{rig_node.docker_socket}")
         transport = LocalTransport("here")
+    if relay:
+        monkeypatch.delenv("DOCKER_TLS_VERIFY", raising=False)
     engine = SharedEngine(transport, Deadline(60))
     data = b"hello " + b"x" * 200_000  # more than a pipe and a socket buffer hold
     try:
         rc, out, err, cut = gather_exec(engine, "k3ep16", ["sh", "-c", "head -c 6; wc -c"], 10, 4096, stdin=data)
     finally:
         engine.close()
+        if relay:
+            relay.close()
     assert (rc, out, err, cut) == (0, b"hello 200000\n", "", False)
 
 

@@ -712,7 +712,8 @@ def test_a_launch_script_is_read_in_the_exec_only_of_a_container_that_has_one():
 
     ours, idle, plain = (ContainerInspect("k3ep16", launch_script="/app/launch_server.sh"),
                          ContainerInspect("idle", launch_script="/app/idle.sh"), ContainerInspect("k3ep16"))
-    got = launch_scripts_in_exec([Docker(), ours, idle, plain, in_container("k3ep16", "env")])
+    relative = ContainerInspect("k3ep16", launch_script="launch_server.sh")  # cat: from WorkingDir; archive: /
+    got = launch_scripts_in_exec([Docker(), ours, idle, plain, relative, in_container("k3ep16", "env")])
     assert got == {ours: in_container("k3ep16", "cat", "--", "/app/launch_server.sh")}
 
 

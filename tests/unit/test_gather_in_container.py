@@ -10,7 +10,7 @@ import k3doctor.gather.node_script as gather_module
 from k3doctor.deadline import Deadline
 from k3doctor.readings import in_container
 
-SHELL_TOOLS = ("sh", "mktemp", "rm", "wc", "head", "cat", "timeout", "true", "sleep", "echo")
+SHELL_TOOLS = ("sh", "mktemp", "rm", "wc", "head", "cat", "timeout", "true", "sleep", "echo", "tr")
 
 
 class ExecHere:
@@ -73,3 +73,17 @@ def test_an_exec_killed_mid_frame_loses_only_the_readings_it_had_not_framed(exec
 def test_not_a_docker_exec_is_refused():
     with pytest.raises(ValueError):
         in_container("-it", "sh")
+
+
+def test_a_reading_taken_along_gets_a_share_of_its_own_and_leaves_the_others_theirs(exec_here, tmp_path):
+    """A launch script read in the exec made anyway must not cut what the container's own readings print."""
+    (tmp_path / "launch.sh").write_text("exec server\n")
+    own = in_container("k3ep16", "sh", "-c", "head -c 1500 /dev/zero | tr '\\0' x")
+    along = in_container("k3ep16", "cat", "--", str(tmp_path / "launch.sh"))
+    got = gather_module._in_container_readings(None, [own], command_timeout_s=10, cap_bytes=4096,
+                                               deadline=Deadline(30), extra=[along])
+    assert len(got[own].stdout) == 1500 and not got[own].truncated  # its share: (4096 - 128) / 2
+    assert got[along].output() == "exec server\n"
+    assert exec_here.containers == ["k3ep16"]  # one exec
+    assert gather_module._in_container_readings(None, [], command_timeout_s=10, cap_bytes=4096,
+                                                deadline=Deadline(30), extra=[along]) == {}  # no exec for it alone
