@@ -63,16 +63,20 @@ _PRELUDE = r"""
 LC_ALL=C; export LC_ALL
 t=
 w=
+p=
 # The shell's scratch directory, made only where the shell takes the readings itself (no python3).
 scratch() { t=$(mktemp -d "${TMPDIR:-/tmp}/k3doctor.XXXXXXXX") || exit 97; }
 trap '[ -z "$t" ] || rm -rf "$t"' EXIT
 # At the node deadline the outer timeout signals this shell (on Ctrl-C the client does; when the client
 # is gone the next frame raises PIPE). The in-flight reading's `timeout` leads a process group of its
 # own and exits as soon as its direct child dies, so the whole group gets TERM, then KILL: descendants
-# that ignore TERM die too.
+# that ignore TERM die too. The reader (`batch`, $p set) is waited for instead, never KILLed: its command
+# runs in a process group of its own that only the reader knows, and the reader stops it on TERM as soon
+# as it gets the CPU; a KILL after a fixed grace would, on a node stalled for longer, leave it running.
 stop() {
   if [ -n "$w" ]; then kill -TERM "-$w" 2>/dev/null || kill -TERM "$w" 2>/dev/null
-    sleep {grace}; kill -KILL "-$w" 2>/dev/null; fi
+    if [ -n "$p" ]; then kill -CONT "-$w" 2>/dev/null; wait "$w"; else sleep {grace}; fi
+    kill -KILL "-$w" 2>/dev/null; fi
   [ -z "$t" ] || rm -rf "$t"; exit 143
 }
 trap stop TERM HUP INT PIPE
@@ -83,7 +87,7 @@ bg() { ( ulimit -f {blocks}; exec "$@" ) > "$t/o" 2> "$t/e" < /dev/null & w=$!; 
   kill -9 "-$w" 2>/dev/null; w=; return $r; }
 {emit}# Every reading in one process (k3doctor/remote/node_reader.py), in a process group of its own like any reading
 # (it stops the command in flight itself when signalled); it writes whole frames itself.
-batch() { ( exec "$@" ) < /dev/null & w=$!; wait "$w"; r=$?; kill -9 "-$w" 2>/dev/null; w=; return $r; }
+batch() { p=1; ( exec "$@" ) < /dev/null & w=$!; wait "$w"; r=$?; kill -9 "-$w" 2>/dev/null; w=; p=; return $r; }
 none() { printf '@@{nonce} %s %s 0 0 0 %s\n%s' "$1" "$2" ${#3} "$3"; }
 readf() {
   if [ -d "$2" ]; then none "$1" D "$2"
@@ -97,11 +101,12 @@ readf() {
 # the container's python3, as on the node) where the image has python3, else by the container's shell
 # (BODY below, `run INDEX TIMEOUT ARGV...`), framed like the node's: each command's output capped where it is
 # written, each under its own timeout, the whole under one (where the image has a coreutils-style `timeout`:
-# coreutils, busybox >= 1.30), nothing left behind. WRAPPER gets BODY, the line that runs the reader's source
-# from stdin (_READER_FROM_STDIN) and the reader's words.
+# coreutils, busybox >= 1.30; the reader's with a TERM only, which it answers by stopping its command: a KILL
+# could come before it got the CPU and leave that command running), nothing left behind. WRAPPER gets BODY,
+# the line that runs the reader's source from stdin (_READER_FROM_STDIN) and the reader's words.
 _IN_CONTAINER_WRAPPER = (
     'b=$1; r=$2; shift 2; t=; if timeout -k 1 5 true 2>/dev/null; then t="timeout -k {kill_after} {total}"; fi; '
-    'if command -v {python} >/dev/null 2>&1; then exec $t {python} -I -S -c "$r" "$@"; fi; '
+    'if command -v {python} >/dev/null 2>&1; then exec ${t:+timeout {total}} {python} -I -S -c "$r" "$@"; fi; '
     'exec $t sh -c "$b" k3doctor "${t:+1}"')
 _IN_CONTAINER_BODY = r"""to=$1
 t=$(mktemp -d "${TMPDIR:-/tmp}/k3doctor.XXXXXXXX" 2>/dev/null || mktemp -d /dev/shm/k3doctor.XXXXXXXX 2>/dev/null) ||
@@ -204,7 +209,7 @@ def build_script(specs: list, nonce: str, command_timeout_s: float, cap_bytes: i
     reader = join([python, "-I", "-S", "-c", NODE_READER, *words])
     one_by_one = "\n".join(_shell_step(index, spec) for index, spec in steps)
     return (fill(_PRELUDE) + f"if command -v {quote(python)} >/dev/null 2>&1; then "
-            f"batch timeout -k 1 {seconds(deadline_s, 120.0):g} {reader}\n"
+            f"batch timeout {seconds(deadline_s, 120.0):g} {reader}\n"
             f"else\nscratch\n{one_by_one}\nfi\n")
 
 

@@ -211,19 +211,19 @@ def _exit_status(status):
 
 
 def _spawn(argv, out, err):
-    """Start ``argv`` in a session of its own (stdin /dev/null, stdout/stderr to ``out``/``err``), with the
-    signals the command must get set back to default and none blocked; its pid, or the OSError its exec
-    raised. Not the subprocess module: it costs a node more to import than the commands it starts.
+    """Start ``argv`` in a process group of its own (stdin /dev/null, stdout/stderr to ``out``/``err``), with
+    the signals the command must get set back to default and none blocked; its pid, or the OSError its exec
+    raised. The group is what the reader stops; it stays in the reader's session, so that whoever stops
+    that session's groups (k3doctor/transport/local.py on Ctrl-C) reaches the command too, even where the
+    reader itself was KILLed first. Not the subprocess module: it costs a node more to import than the
+    commands it starts.
     posix_spawn (python 3.8 on) does not copy this process as fork does; called with the stop signals
     blocked, so neither way ever runs a handler of this process in the child. Descriptors the reader was
     given open past 2 would pass to the command, as in the shell's path; the script gives it none."""
     if hasattr(os, "posix_spawnp"):
-        try:
-            return os.posix_spawnp(argv[0], argv, os.environ, setsid=True, setsigmask=(), setsigdef=DEFAULTED,
-                                   file_actions=[(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-                                                 (os.POSIX_SPAWN_DUP2, out, 1), (os.POSIX_SPAWN_DUP2, err, 2)])
-        except NotImplementedError:  # a C library without posix_spawn's setsid
-            pass
+        return os.posix_spawnp(argv[0], argv, os.environ, setpgroup=0, setsigmask=(), setsigdef=DEFAULTED,
+                               file_actions=[(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                                             (os.POSIX_SPAWN_DUP2, out, 1), (os.POSIX_SPAWN_DUP2, err, 2)])
     return _fork_exec(argv, out, err)
 
 
@@ -238,7 +238,7 @@ def _fork_exec(argv, out, err):
                 for sig in DEFAULTED:
                     _signal.signal(sig, _signal.SIG_DFL)
                 _signal.pthread_sigmask(_signal.SIG_SETMASK, ())
-                os.setsid()
+                os.setpgid(0, 0)
                 os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
                 os.dup2(out, 1)
                 os.dup2(err, 2)

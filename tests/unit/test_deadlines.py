@@ -1,10 +1,13 @@
 """Every run ends by its deadline and leaves nothing behind (issue 9 §1), on a real sh via the local
 transport: clamped time values, the in-flight reading's whole process group stopped at the node
 deadline, output capped on the node, and cancel (Ctrl-C) stopping what runs now."""
+import contextlib
 import math
+import os
 import secrets
 import threading
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -61,6 +64,94 @@ def test_at_the_node_deadline_descendants_that_ignore_term_die_too(tmp_path, mon
     assert isinstance(got[stubborn], Unavailable) and "node deadline of 2s" in got[stubborn].reason
     assert time.monotonic() - started < 20
     assert psutil.wait_procs(sleepers(length), timeout=5)[1] == []  # none survives with PPID 1
+    assert list(tmp_path.iterdir()) == []
+
+
+@contextlib.contextmanager
+def frozen(pid: int):
+    """``pid`` stopped by the kernel's cgroup freezer, as a node that stalls stops it: unlike SIGSTOP, no
+    SIGCONT (which `timeout` sends after its TERM) wakes it, and its signals wait until it is thawed."""
+    v1, v2 = Path("/sys/fs/cgroup/freezer"), Path("/sys/fs/cgroup")
+    if (v1 / "freezer.state").exists() or (v1 / "cgroup.procs").exists():
+        root, state, frozen_value, thawed_value = v1, "freezer.state", "FROZEN", "THAWED"
+    elif (v2 / "cgroup.controllers").exists():
+        root, state, frozen_value, thawed_value = v2, "cgroup.freeze", "1", "0"
+    else:
+        pytest.skip("no cgroup freezer on this machine")
+    group = root / f"k3doctor-test-{os.getpid()}-{secrets.token_hex(4)}"
+    try:
+        group.mkdir()
+    except OSError as exc:
+        pytest.skip(f"cannot make a freezer cgroup: {exc}")
+    try:
+        (group / "cgroup.procs").write_text(str(pid))
+        (group / state).write_text(frozen_value)
+        yield
+    finally:
+        (group / state).write_text(thawed_value)
+        for left in (group / "cgroup.procs").read_text().split():
+            with contextlib.suppress(OSError):
+                (root / "cgroup.procs").write_text(left)
+        for _ in range(50):
+            with contextlib.suppress(OSError):
+                group.rmdir()
+                break
+            time.sleep(0.1)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the cgroup freezer needs root")
+def test_a_reader_stalled_past_the_node_deadline_still_stops_its_command(tmp_path, monkeypatch):
+    """The reader runs each command in a process group of its own and stops it itself on TERM. A node that
+    stalls the reader through the deadline (load, a paused VM) must not get it KILLed before it has run: that
+    left the command and its children running for good (seen once in CI, with the TERM -> KILL grace at 0.5 s)."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    length = token(50)
+    stubborn = Command(("sh", "-c", f"trap '' TERM; (trap '' TERM; exec sleep {length}) & exec sleep {length}"),
+                       timeout_s=30)
+    got, started = {}, time.monotonic()
+    run = threading.Thread(target=lambda: got.update(
+        gather(LocalTransport("here"), [stubborn], command_timeout_s=30, deadline_s=2)))
+    run.start()
+    while not sleepers(length) and time.monotonic() - started < 10:
+        time.sleep(0.02)
+    readers = {p.parent() for p in sleepers(length)} - {None}
+    reader = next(p for p in readers if p.name().startswith("python"))
+    with frozen(reader.pid):
+        time.sleep(max(0.0, started + 3.5 - time.monotonic()))  # past the deadline and the old 0.5 s grace
+    run.join(30)
+    assert isinstance(got[stubborn], Unavailable) and "node deadline of 2s" in got[stubborn].reason
+    assert psutil.wait_procs(sleepers(length), timeout=5)[1] == []
+    assert not reader.is_running()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the cgroup freezer needs root")
+def test_a_cancel_while_the_reader_is_stalled_still_stops_its_command(tmp_path, monkeypatch):
+    """Ctrl-C gives the reader STOP_GRACE_S to stop its command, then KILLs every process group of the
+    session: the command's group is in that session too, so a stalled reader cannot leave it behind."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    length = token(70)
+    transport = LocalTransport("here")
+    hung = Command(("sh", "-c", f"trap '' TERM; (trap '' TERM; exec sleep {length}) & exec sleep {length}"),
+                   timeout_s=300)
+    outcome = {}
+
+    def read():
+        try:
+            outcome["got"] = gather(transport, [hung], command_timeout_s=300, deadline_s=300)
+        except TransportError as exc:
+            outcome["error"] = str(exc)
+
+    run = threading.Thread(target=read, daemon=True)
+    run.start()
+    end = time.monotonic() + 30
+    while not sleepers(length) and time.monotonic() < end:
+        time.sleep(0.02)
+    reader = next(p for p in {s.parent() for s in sleepers(length)} - {None} if p.name().startswith("python"))
+    with frozen(reader.pid):
+        transport.cancel()
+        assert psutil.wait_procs(sleepers(length), timeout=5)[1] == []
+    run.join(30)
+    assert "interrupted" in outcome.get("error", ""), outcome
     assert list(tmp_path.iterdir()) == []
 
 
