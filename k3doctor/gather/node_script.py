@@ -40,6 +40,14 @@ ARCHIVE_RESERVE_S = 5.0  # of the node deadline, kept for a launch script's arch
 DOCKER_STOP_MARGIN_S = 10.0  # past the deadline, for the Docker reader to stop its channels on the node
 GROUP_KILL_GRACE_S = 0.5  # TERM -> KILL of a reading's group; well inside the node-side KILL_GRACE_S
 KILL_AFTER_S = 2.0  # a reading's `timeout -k`: KILL this long after its TERM
+# How long after the node deadline the reader may be KILLed. It stops its command itself on TERM (the gather
+# script's, at the deadline), so it is given time to run first: only a reader stalled this long can leave its
+# command running, and one that TERM cannot wake (a read sleeping killable on a hard NFS or FUSE mount) still
+# ends then. Its own `timeout` runs this much past the deadline, not to it: GNU timeout (coreutils 9.1) that
+# got a TERM first KILLs at once when its own time comes (the first signal turns its next one into KILL and
+# the deadline's timer still runs), which left the reader a few milliseconds - the gap between the two
+# timeouts' starts - to stop its command.
+READER_KILL_AFTER_S = 10.0
 NODE_PYTHON = "python3"  # takes every reading in one process where the node has it (amd-smi needs it)
 NODE_READER = (Path(__file__).parents[1] / "remote" / "node_reader.py").read_text()
 # In a container the reader's source comes on the exec's stdin, not in its command line: an engine keeps an
@@ -63,19 +71,19 @@ _PRELUDE = r"""
 LC_ALL=C; export LC_ALL
 t=
 w=
-p=
+reader=
 # The shell's scratch directory, made only where the shell takes the readings itself (no python3).
 scratch() { t=$(mktemp -d "${TMPDIR:-/tmp}/k3doctor.XXXXXXXX") || exit 97; }
 trap '[ -z "$t" ] || rm -rf "$t"' EXIT
 # At the node deadline the outer timeout signals this shell (on Ctrl-C the client does; when the client
 # is gone the next frame raises PIPE). The in-flight reading's `timeout` leads a process group of its
 # own and exits as soon as its direct child dies, so the whole group gets TERM, then KILL: descendants
-# that ignore TERM die too. The reader (`batch`, $p set) is waited for instead, never KILLed: its command
+# that ignore TERM die too. The reader (`batch`, $reader set) is waited for instead of KILLed: its command
 # runs in a process group of its own that only the reader knows, and the reader stops it on TERM as soon
 # as it gets the CPU; a KILL after a fixed grace would, on a node stalled for longer, leave it running.
 stop() {
   if [ -n "$w" ]; then kill -TERM "-$w" 2>/dev/null || kill -TERM "$w" 2>/dev/null
-    if [ -n "$p" ]; then kill -CONT "-$w" 2>/dev/null; wait "$w"; else sleep {grace}; fi
+    if [ -n "$reader" ]; then kill -CONT "-$w" 2>/dev/null; wait "$w"; else sleep {grace}; fi
     kill -KILL "-$w" 2>/dev/null; fi
   [ -z "$t" ] || rm -rf "$t"; exit 143
 }
@@ -87,7 +95,8 @@ bg() { ( ulimit -f {blocks}; exec "$@" ) > "$t/o" 2> "$t/e" < /dev/null & w=$!; 
   kill -9 "-$w" 2>/dev/null; w=; return $r; }
 {emit}# Every reading in one process (k3doctor/remote/node_reader.py), in a process group of its own like any reading
 # (it stops the command in flight itself when signalled); it writes whole frames itself.
-batch() { p=1; ( exec "$@" ) < /dev/null & w=$!; wait "$w"; r=$?; kill -9 "-$w" 2>/dev/null; w=; p=; return $r; }
+batch() { reader=1; ( exec "$@" ) < /dev/null & w=$!; wait "$w"; r=$?; kill -9 "-$w" 2>/dev/null; w=; reader=
+  return $r; }
 none() { printf '@@{nonce} %s %s 0 0 0 %s\n%s' "$1" "$2" ${#3} "$3"; }
 readf() {
   if [ -d "$2" ]; then none "$1" D "$2"
@@ -101,12 +110,14 @@ readf() {
 # the container's python3, as on the node) where the image has python3, else by the container's shell
 # (BODY below, `run INDEX TIMEOUT ARGV...`), framed like the node's: each command's output capped where it is
 # written, each under its own timeout, the whole under one (where the image has a coreutils-style `timeout`:
-# coreutils, busybox >= 1.30; the reader's with a TERM only, which it answers by stopping its command: a KILL
-# could come before it got the CPU and leave that command running), nothing left behind. WRAPPER gets BODY,
-# the line that runs the reader's source from stdin (_READER_FROM_STDIN) and the reader's words.
+# coreutils, busybox >= 1.30; the reader's KILL comes READER_KILL_AFTER_S after its TERM, which it answers by
+# stopping its command: an early KILL could come before it got the CPU and leave that command running),
+# nothing left behind. WRAPPER gets BODY, the line that runs the reader's source from stdin
+# (_READER_FROM_STDIN) and the reader's words.
 _IN_CONTAINER_WRAPPER = (
-    'b=$1; r=$2; shift 2; t=; if timeout -k 1 5 true 2>/dev/null; then t="timeout -k {kill_after} {total}"; fi; '
-    'if command -v {python} >/dev/null 2>&1; then exec ${t:+timeout {total}} {python} -I -S -c "$r" "$@"; fi; '
+    'b=$1; r=$2; shift 2; t=; x=; if timeout -k 1 5 true 2>/dev/null; then t="timeout -k {kill_after} {total}"; '
+    'x="timeout -k {reader_kill_after} {total}"; fi; '
+    'if command -v {python} >/dev/null 2>&1; then exec $x {python} -I -S -c "$r" "$@"; fi; '
     'exec $t sh -c "$b" k3doctor "${t:+1}"')
 _IN_CONTAINER_BODY = r"""to=$1
 t=$(mktemp -d "${TMPDIR:-/tmp}/k3doctor.XXXXXXXX" 2>/dev/null || mktemp -d /dev/shm/k3doctor.XXXXXXXX 2>/dev/null) ||
@@ -139,7 +150,7 @@ def _exec_script(members: list, nonce: str, command_timeout_s: float, cap_bytes:
     words += [w for (i, spec), t in zip(members, timeouts, strict=True)
               for w in _reader_words(i, Command(spec.inner, t))]
     wrapper = (_IN_CONTAINER_WRAPPER.replace("{kill_after}", f"{KILL_AFTER_S:g}").replace("{total}", f"{inner:g}")
-               .replace("{python}", quote(python)))
+               .replace("{reader_kill_after}", f"{READER_KILL_AFTER_S:g}").replace("{python}", quote(python)))
     return (["sh", "-c", wrapper, "k3doctor-in-container", body, _READER_FROM_STDIN, *words], NODE_READER.encode(),
             inner + KILL_AFTER_S + CONTAINER_EXEC_MARGIN_S)
 
@@ -209,7 +220,7 @@ def build_script(specs: list, nonce: str, command_timeout_s: float, cap_bytes: i
     reader = join([python, "-I", "-S", "-c", NODE_READER, *words])
     one_by_one = "\n".join(_shell_step(index, spec) for index, spec in steps)
     return (fill(_PRELUDE) + f"if command -v {quote(python)} >/dev/null 2>&1; then "
-            f"batch timeout {seconds(deadline_s, 120.0):g} {reader}\n"
+            f"batch timeout -k {READER_KILL_AFTER_S:g} {seconds(deadline_s, 120.0) + READER_KILL_AFTER_S:g} {reader}\n"
             f"else\nscratch\n{one_by_one}\nfi\n")
 
 

@@ -303,8 +303,9 @@ class Commands:
         try:
             _signal.pthread_sigmask(_signal.SIG_UNBLOCK, STOPS)
             status = _wait(self.child, timeout)
-            if status is None:
+            if status is None:  # TERM, and CONT for a stopped command to see it, as `timeout` does
                 _kill_group(self.child, _signal.SIGTERM)
+                _kill_group(self.child, _signal.SIGCONT)
                 status = 124 if _wait(self.child, self.kill_after) is not None else None
                 if status is None:
                     _kill_group(self.child, _signal.SIGKILL)

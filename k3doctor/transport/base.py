@@ -14,7 +14,7 @@ if TYPE_CHECKING:  # at run time imported where first used: not needed to open a
 KILL_GRACE_S = 2.0  # node-side SIGKILL follows SIGTERM after this
 DOCKER_OP_TIMEOUT_S = 30.0  # one Docker API call at most (and never past the node deadline)
 CLIENT_GRACE_S = 5.0  # client gives the node this long to report its own kill
-STOP_GRACE_S = 2.0  # clean-up on a node: TERM, this long to go (gather's trap takes 0.5 s), then KILL
+STOP_GRACE_S = 2.0  # clean-up on a node: TERM, this long to go (gather's trap stops its reading), then KILL
 
 
 class TransportError(Exception):

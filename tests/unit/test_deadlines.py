@@ -13,10 +13,11 @@ import psutil
 import pytest
 
 from k3doctor.deadline import MAX_SECONDS, Deadline, seconds
+from k3doctor.gather import node_script
 from k3doctor.gather.node_script import build_script, gather
-from k3doctor.readings import OUTPUT_CAP_BYTES, Command, File, ReadingUnavailable, Unavailable
+from k3doctor.readings import OUTPUT_CAP_BYTES, Command, File, Glob, ReadingUnavailable, Unavailable
 from k3doctor.shell import with_timeout
-from k3doctor.transport.base import TransportError
+from k3doctor.transport.base import KILL_GRACE_S, TransportError
 from k3doctor.transport.local import LocalTransport
 
 
@@ -70,9 +71,10 @@ def test_at_the_node_deadline_descendants_that_ignore_term_die_too(tmp_path, mon
 @contextlib.contextmanager
 def frozen(pid: int):
     """``pid`` stopped by the kernel's cgroup freezer, as a node that stalls stops it: unlike SIGSTOP, no
-    SIGCONT (which `timeout` sends after its TERM) wakes it, and its signals wait until it is thawed."""
+    SIGCONT (which `timeout` sends after its TERM) wakes it; its TERM waits until it is thawed (a KILL ends
+    it at once on cgroup v2, at the thaw on v1, before any handler runs)."""
     v1, v2 = Path("/sys/fs/cgroup/freezer"), Path("/sys/fs/cgroup")
-    if (v1 / "freezer.state").exists() or (v1 / "cgroup.procs").exists():
+    if (v1 / "cgroup.procs").exists():
         root, state, frozen_value, thawed_value = v1, "freezer.state", "FROZEN", "THAWED"
     elif (v2 / "cgroup.controllers").exists():
         root, state, frozen_value, thawed_value = v2, "cgroup.freeze", "1", "0"
@@ -90,7 +92,7 @@ def frozen(pid: int):
     finally:
         (group / state).write_text(thawed_value)
         for left in (group / "cgroup.procs").read_text().split():
-            with contextlib.suppress(OSError):
+            with contextlib.suppress(OSError):  # gone meanwhile
                 (root / "cgroup.procs").write_text(left)
         for _ in range(50):
             with contextlib.suppress(OSError):
@@ -99,29 +101,67 @@ def frozen(pid: int):
             time.sleep(0.1)
 
 
+@contextlib.contextmanager
+def reaped(length: str):
+    """Whatever sleeper of ``length`` a failing test leaves is killed after it."""
+    try:
+        yield
+    finally:
+        for left in sleepers(length):
+            with contextlib.suppress(psutil.Error):
+                left.kill()
+
+
+def survivors(length: str, within_s: float = 10) -> list:
+    """What still runs of the sleepers of ``length`` after ``within_s``, described for the failure message."""
+    end = time.monotonic() + within_s
+    while sleepers(length) and time.monotonic() < end:
+        time.sleep(0.05)
+    found = []
+    for left in sleepers(length):
+        with contextlib.suppress(psutil.Error):
+            found.append(f"pid {left.pid} {left.status()} ppid {left.ppid()} pgid {os.getpgid(left.pid)} "
+                         f"sid {os.getsid(left.pid)}")
+    return found
+
+
+def reader_of(length: str) -> psutil.Process:
+    """The k3doctor reader running the reading whose sleepers sleep ``length`` (their python3 parent)."""
+    end = time.monotonic() + 30
+    while time.monotonic() < end:
+        with contextlib.suppress(psutil.Error):
+            for parent in {s.parent() for s in sleepers(length)} - {None}:
+                if parent.name().startswith("python"):
+                    return parent
+        time.sleep(0.02)
+    raise AssertionError(f"no reader with a running `sleep {length}` within 30 s")
+
+
+STUBBORN = "trap '' TERM; (trap '' TERM; exec sleep {0}) & exec sleep {0}"  # both ignore TERM
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="the cgroup freezer needs root")
 def test_a_reader_stalled_past_the_node_deadline_still_stops_its_command(tmp_path, monkeypatch):
     """The reader runs each command in a process group of its own and stops it itself on TERM. A node that
     stalls the reader through the deadline (load, a paused VM) must not get it KILLed before it has run: that
     left the command and its children running for good (seen once in CI, with the TERM -> KILL grace at 0.5 s)."""
     monkeypatch.setenv("TMPDIR", str(tmp_path))
-    length = token(50)
-    stubborn = Command(("sh", "-c", f"trap '' TERM; (trap '' TERM; exec sleep {length}) & exec sleep {length}"),
-                       timeout_s=30)
+    length, deadline_s = token(50), 4
+    stubborn = Command(("sh", "-c", STUBBORN.format(length)), timeout_s=30)
     got, started = {}, time.monotonic()
     run = threading.Thread(target=lambda: got.update(
-        gather(LocalTransport("here"), [stubborn], command_timeout_s=30, deadline_s=2)))
-    run.start()
-    while not sleepers(length) and time.monotonic() - started < 10:
-        time.sleep(0.02)
-    readers = {p.parent() for p in sleepers(length)} - {None}
-    reader = next(p for p in readers if p.name().startswith("python"))
-    with frozen(reader.pid):
-        time.sleep(max(0.0, started + 3.5 - time.monotonic()))  # past the deadline and the old 0.5 s grace
-    run.join(30)
-    assert isinstance(got[stubborn], Unavailable) and "node deadline of 2s" in got[stubborn].reason
-    assert psutil.wait_procs(sleepers(length), timeout=5)[1] == []
-    assert not reader.is_running()
+        gather(LocalTransport("here"), [stubborn], command_timeout_s=30, deadline_s=deadline_s)), daemon=True)
+    with reaped(length):
+        run.start()
+        reader = reader_of(length)
+        with frozen(reader.pid):
+            assert time.monotonic() - started < deadline_s - 1, "the reader was frozen too late to stall the deadline"
+            time.sleep(max(0.0, started + deadline_s + 2 - time.monotonic()))  # the old grace passed, the KILL too
+            assert len(sleepers(length)) == 2  # the reading still runs: stalled through the deadline
+        run.join(30)
+        assert isinstance(got[stubborn], Unavailable) and f"node deadline of {deadline_s}s" in got[stubborn].reason
+        assert survivors(length) == []
+        assert psutil.wait_procs([reader], timeout=5)[1] == []
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the cgroup freezer needs root")
@@ -131,8 +171,7 @@ def test_a_cancel_while_the_reader_is_stalled_still_stops_its_command(tmp_path, 
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     length = token(70)
     transport = LocalTransport("here")
-    hung = Command(("sh", "-c", f"trap '' TERM; (trap '' TERM; exec sleep {length}) & exec sleep {length}"),
-                   timeout_s=300)
+    hung = Command(("sh", "-c", STUBBORN.format(length)), timeout_s=300)
     outcome = {}
 
     def read():
@@ -142,16 +181,35 @@ def test_a_cancel_while_the_reader_is_stalled_still_stops_its_command(tmp_path, 
             outcome["error"] = str(exc)
 
     run = threading.Thread(target=read, daemon=True)
-    run.start()
-    end = time.monotonic() + 30
-    while not sleepers(length) and time.monotonic() < end:
-        time.sleep(0.02)
-    reader = next(p for p in {s.parent() for s in sleepers(length)} - {None} if p.name().startswith("python"))
-    with frozen(reader.pid):
-        transport.cancel()
+    with reaped(length):
+        run.start()
+        reader = reader_of(length)
+        with frozen(reader.pid):
+            transport.cancel()
+            left = survivors(length)
+            assert left == [], f"{left}; reader {reader.pid} pgid {os.getpgid(reader.pid)} sid {os.getsid(reader.pid)}"
+        run.join(30)
+    assert not run.is_alive() and "interrupted" in outcome.get("error", ""), outcome
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_without_python3_the_deadline_stops_a_stubborn_reading_after_a_glob_within_the_grace(tmp_path, monkeypatch):
+    """The shell path (a node without python3) at the deadline: TERM, GROUP_KILL_GRACE_S and KILL for the
+    reading's group, then the scratch directory is removed. A glob step before it must not be taken for the
+    reader's flag (its loop variable once had the flag's name): the trap then waited for the reading's own
+    KILL instead, made here to come KILL_GRACE_S + 3 s after its TERM."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(node_script, "KILL_AFTER_S", KILL_GRACE_S + 3)
+    length = token(80)
+    specs = [Glob("/etc/hostnam?"), Command(("sh", "-c", STUBBORN.format(length)), timeout_s=30)]
+    script = build_script(specs, "n0nce", 30, 1 << 20, python="k3doctor-no-such-python3", deadline_s=2)
+    with reaped(length):
+        started = time.monotonic()
+        result = LocalTransport("here").run_bytes("sh -s", timeout_s=2, stdin=script.encode())
+        took = time.monotonic() - started
+        assert result.timed_out and b"@@n0nce 0 0 " in result.stdout  # the glob was read, then the deadline hit
+        assert took < 2 + KILL_GRACE_S + 1, f"the trap waited {took:.1f}s: for the reading's own KILL?"
         assert psutil.wait_procs(sleepers(length), timeout=5)[1] == []
-    run.join(30)
-    assert "interrupted" in outcome.get("error", ""), outcome
     assert list(tmp_path.iterdir()) == []
 
 
