@@ -112,6 +112,22 @@ def reaped(length: str):
                 left.kill()
 
 
+def gather_in_background(transport, hung: Command) -> tuple:
+    """(thread, outcome) of a gather of ``hung`` started on a thread (far from its deadlines); ``outcome``
+    gets its readings as "got", or the TransportError's message as "error"."""
+    outcome = {}
+
+    def read():
+        try:
+            outcome["got"] = gather(transport, [hung], command_timeout_s=300, deadline_s=300)
+        except TransportError as exc:
+            outcome["error"] = str(exc)
+
+    thread = threading.Thread(target=read, daemon=True)
+    thread.start()
+    return thread, outcome
+
+
 def survivors(length: str, within_s: float = 10) -> list:
     """What still runs of the sleepers of ``length`` after ``within_s``, described for the failure message."""
     end = time.monotonic() + within_s
@@ -171,18 +187,8 @@ def test_a_cancel_while_the_reader_is_stalled_still_stops_its_command(tmp_path, 
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     length = token(70)
     transport = LocalTransport("here")
-    hung = Command(("sh", "-c", STUBBORN.format(length)), timeout_s=300)
-    outcome = {}
-
-    def read():
-        try:
-            outcome["got"] = gather(transport, [hung], command_timeout_s=300, deadline_s=300)
-        except TransportError as exc:
-            outcome["error"] = str(exc)
-
-    run = threading.Thread(target=read, daemon=True)
     with reaped(length):
-        run.start()
+        run, outcome = gather_in_background(transport, Command(("sh", "-c", STUBBORN.format(length)), timeout_s=300))
         reader = reader_of(length)
         with frozen(reader.pid):
             transport.cancel()
@@ -232,25 +238,16 @@ def test_cancel_stops_a_gather_in_flight_and_cleans_up(tmp_path, monkeypatch):
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     length = token(60)
     transport = LocalTransport("here")
-    hung = Command(("sh", "-c", f"trap '' TERM; exec sleep {length}"), timeout_s=300)
-    outcome = {}
-
-    def read():
-        try:
-            outcome["got"] = gather(transport, [hung], command_timeout_s=300, deadline_s=300)
-        except TransportError as exc:
-            outcome["error"] = str(exc)
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
+    run, outcome = gather_in_background(transport, Command(("sh", "-c", f"trap '' TERM; exec sleep {length}"),
+                                                           timeout_s=300))
     end = time.monotonic() + 30
     while not sleepers(length) and time.monotonic() < end:
         time.sleep(0.05)
     assert sleepers(length), "the reading never started"
     started = time.monotonic()
     transport.cancel()
-    reader.join(30)
-    assert not reader.is_alive() and time.monotonic() - started < 15
+    run.join(30)
+    assert not run.is_alive() and time.monotonic() - started < 15
     assert "interrupted" in outcome.get("error", ""), outcome
     assert psutil.wait_procs(sleepers(length), timeout=5)[1] == []
     assert list(tmp_path.iterdir()) == []
