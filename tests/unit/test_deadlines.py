@@ -112,14 +112,14 @@ def reaped(length: str):
                 left.kill()
 
 
-def gather_in_background(transport, hung: Command) -> tuple:
-    """(thread, outcome) of a gather of ``hung`` started on a thread (far from its deadlines); ``outcome``
-    gets its readings as "got", or the TransportError's message as "error"."""
+def gather_in_background(transport, hung: Command, deadline_s: float = 300) -> tuple:
+    """(thread, outcome) of a gather of ``hung`` started on a thread (by default far from its deadlines);
+    ``outcome`` gets its readings as "got", or the TransportError's message as "error"."""
     outcome = {}
 
     def read():
         try:
-            outcome["got"] = gather(transport, [hung], command_timeout_s=300, deadline_s=300)
+            outcome["got"] = gather(transport, [hung], command_timeout_s=300, deadline_s=deadline_s)
         except TransportError as exc:
             outcome["error"] = str(exc)
 
@@ -164,17 +164,16 @@ def test_a_reader_stalled_past_the_node_deadline_still_stops_its_command(tmp_pat
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     length, deadline_s = token(50), 4
     stubborn = Command(("sh", "-c", STUBBORN.format(length)), timeout_s=30)
-    got, started = {}, time.monotonic()
-    run = threading.Thread(target=lambda: got.update(
-        gather(LocalTransport("here"), [stubborn], command_timeout_s=30, deadline_s=deadline_s)), daemon=True)
+    started = time.monotonic()
     with reaped(length):
-        run.start()
+        run, outcome = gather_in_background(LocalTransport("here"), stubborn, deadline_s=deadline_s)
         reader = reader_of(length)
         with frozen(reader.pid):
             assert time.monotonic() - started < deadline_s - 1, "the reader was frozen too late to stall the deadline"
             time.sleep(max(0.0, started + deadline_s + 2 - time.monotonic()))  # the old grace passed, the KILL too
             assert len(sleepers(length)) == 2  # the reading still runs: stalled through the deadline
         run.join(30)
+        got = outcome["got"]
         assert isinstance(got[stubborn], Unavailable) and f"node deadline of {deadline_s}s" in got[stubborn].reason
         assert survivors(length) == []
         assert psutil.wait_procs([reader], timeout=5)[1] == []

@@ -79,6 +79,17 @@ def test_one_reader_gives_the_frames_the_shell_gives(tree, python):
     assert script.count("then batch timeout") == 1  # one reader for every reading
 
 
+def test_a_command_stopped_by_a_signal_ends_at_its_timeout_as_under_timeout(python):
+    """A command that is stopped (SIGSTOP, a debugger) when its time comes gets TERM and CONT, as GNU
+    `timeout` sends them on the shell's path: it ends by the TERM (124), not by the KILL after it (137)."""
+    from k3doctor.readings import Command
+
+    stopped = [Command(("sh", "-c", "kill -STOP $$; echo resumed"), timeout_s=1)]
+    fast, _ = frames(stopped, python)
+    slow, _ = frames(stopped, "no-such-python-k3")
+    assert fast[0] == slow[0] == [("124", "", "", "", False)]
+
+
 def test_the_reader_starts_each_command_itself(tree):
     """No shell, `timeout`, `wc` or `cat` between the reader and a command: the command's parent is the reader."""
     from k3doctor.readings import Command
