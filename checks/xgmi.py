@@ -79,7 +79,9 @@ def _gpu_findings(report, minimum: float) -> list:
             out.append(fail(f"GPU{g.gpu} ({g.bdf}) links report link_type {g.link_type}, bit_rate "
                             f"{gbps(g.bit_rate_gbps)} Gb/s: not XGMI (a "
                             "PCIe-only path, or no XGMI at all on this GPU)", gpu=g.gpu, remediation=DOWN))
-        elif rates[g.gpu] < best or rates[g.gpu] < minimum:
+        # 0 Gb/s reaches here only with no link of the GPU up (the parser refuses it otherwise): its pairs are
+        # down and named so, once; "degraded" would name that fault twice.
+        elif rates[g.gpu] and (rates[g.gpu] < best or rates[g.gpu] < minimum):
             floor = (f"the configured minimum {minimum:g} Gb/s" if rates[g.gpu] < minimum
                      else f"{best:g} Gb/s on the node's fastest GPUs")
             out.append(warn(f"GPU{g.gpu} ({g.bdf}) XGMI links trained at {rates[g.gpu]:g} Gb/s "

@@ -1,4 +1,4 @@
-"""Helpers shared by the parser modules (input validation, numbers, embedded JSON).
+r"""Helpers shared by the parser modules (input validation, numbers, embedded JSON).
 
 The number helpers accept only what the tools print: plain ASCII decimal digits (a float may have a
 fraction and an exponent), of a length a real counter can have.  ``nan``, ``inf``, ``1e999``,
