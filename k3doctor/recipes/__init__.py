@@ -128,7 +128,8 @@ POINT_KEYS = {"concurrency": _conc, "env": ("map", _value), "args": ("map", _arg
 TOP_KEYS = {"recipe": _text, "aliases": _names, "platform": _platform, "image": _text, "source": _text,
             "extends": _text, "tuning": _names, "why": ("map", _text), "env": ("map", _value),
             "args": ("map", _arg), "client_env": ("map", _value), "points": "points", "noops": "noops",
-            "deviations": "deviations", "host": ("map", _positive), "golden_acceptance_length": ("map", _positive, _draft_tokens),
+            "deviations": "deviations", "host": ("map", _positive),
+            "golden_acceptance_length": ("map", _positive, _draft_tokens),
             "dram_utilization": _fraction}
 NOOP_KEYS = {"same": "list", "why": _text}
 DEVIATION_KEYS = {"upstream": _text, "why": _text, "points": "conc-list"}

@@ -110,7 +110,7 @@ def test_the_real_capture_without_xgmi_still_parses_with_its_port_table():
 # ------------------------------------------------------------------------------------- 4: the lmcache probe
 
 @pytest.mark.parametrize("line, said", [
-    (" @ok /usr/lib/python3/site-packages/lmcache/c_ops.so\n", ("ok", "/usr/lib/python3/site-packages/lmcache/c_ops.so")),
+    (" @ok /usr/lib/python3/lmcache/c_ops.so\n", ("ok", "/usr/lib/python3/lmcache/c_ops.so")),
     ("\t@ok /x/c_ops.so  \r\n", ("ok", "/x/c_ops.so")),
     ("  @absent\n", ("absent", "")),
     (" @failed ImportError: libcudart.so.13\n", ("failed", "ImportError: libcudart.so.13")),
@@ -126,7 +126,8 @@ def test_an_ok_probe_line_with_a_leading_space_passes_and_never_fails_quoting_ok
 
 # ----------------------------------------------------------------------------- 5: meminfo and shared numbers
 
-MEMINFO = "MemTotal:       263842832 kB\nMemFree:        1234 kB\nSwapTotal:       8388604 kB\nHugePages_Total:       0\n"
+MEMINFO = ("MemTotal:       263842832 kB\nMemFree:        1234 kB\nSwapTotal:       8388604 kB\n"
+           "HugePages_Total:       0\n")
 
 
 @pytest.mark.parametrize("value, why", [
