@@ -24,7 +24,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 
-from k3doctor import recipes
+from k3doctor import localfiles, recipes
 from k3doctor.model.container import parse_flags
 from k3doctor.recipes import rules
 
@@ -77,8 +77,9 @@ kill() {
 
 def resolve_script(path: str, env: dict, timeout_s: float) -> ScriptRun:
     """Run the script's shell logic with every external command recorded instead of run."""
-    if not os.path.isfile(path):
-        raise DiffInputError(f"--script {path}: no such file")
+    why = localfiles.why_not_readable(path)
+    if why:
+        raise DiffInputError(f"--script {path}: {why}")
     bash, env_tool = shutil.which("bash"), shutil.which("env")
     if not bash or not env_tool:
         raise DiffInputError("bash and env are needed to resolve a launch script")
@@ -362,16 +363,20 @@ def diff_point(recipe, point, resolved: Resolved) -> PointDiff:
     return PointDiff(point.concurrency, differences, noops, deviations, findings, notes)
 
 
-def diff(recipe, resolved: Resolved, concurrency: int | None) -> list:
-    """One PointDiff per point judged: the one asked for, else every point of the recipe."""
+def points_judged(recipe, concurrency: int | None) -> list:
+    """The points a diff judges: the one asked for, else every point of the recipe; DiffInputError (exit 3,
+    naming the recipe's points) for a concurrency it has no point for - asked before anything runs."""
     if concurrency is not None or len(recipe.points) == 1:
         try:
-            points = [recipe.point(concurrency)]
+            return [recipe.point(concurrency)]
         except ValueError as exc:
             raise DiffInputError(str(exc)) from None
-    else:
-        points = list(recipe.points)
-    return [diff_point(recipe, p, resolved) for p in points]
+    return list(recipe.points)
+
+
+def diff(recipe, resolved: Resolved, concurrency: int | None) -> list:
+    """One PointDiff per point judged (:func:`points_judged`)."""
+    return [diff_point(recipe, p, resolved) for p in points_judged(recipe, concurrency)]
 
 
 def best(diffs: list) -> PointDiff:
@@ -448,6 +453,7 @@ def run_nodes(recipe_spec: str | None, concurrency: int | None, nodes: str, fmt:
     recipe = recipes.load(recipe_spec) if recipe_spec else recipes.cached(inv.cluster.recipe)
     if concurrency is None and not recipe_spec:
         concurrency = inv.cluster.concurrency
+    points_judged(recipe, concurrency)
     launches, missing = [], []
     for node, pid, found in recipe_nodes.read(inv, recipe, timeout_s):
         if isinstance(found, str):
@@ -474,6 +480,7 @@ def run(recipe_spec: str, concurrency: int | None, script: str | None, fmt: str,
     if recipe_spec is None:
         raise DiffInputError("give --recipe NAME|PATH (the recipe to compare with)")
     recipe = recipes.load(recipe_spec)
+    points_judged(recipe, concurrency)
     started = time.monotonic()
     resolved = resolved_from_script(resolve_script(script, dict(os.environ if env is None else env), timeout_s))
     diffs = diff(recipe, resolved, concurrency)
