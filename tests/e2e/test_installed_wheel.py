@@ -97,7 +97,7 @@ def installed(request, wheels, tmp_path_factory) -> tuple:
          str(wheels[kind]), str(wheels["rig"])], venv)
     purelib = Path(run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                        venv).stdout.strip())
-    deps = dict.fromkeys([*site.getsitepackages(), sysconfig.get_paths()["purelib"]])
+    deps = dict.fromkeys([*site.getsitepackages(), sysconfig.get_paths()["purelib"], site.getusersitepackages()])
     (purelib / "k3doctor-test-deps.pth").write_text("".join(f"{d}\n" for d in deps))
     return venv / "bin", tmp_path_factory.mktemp(f"cwd-{kind}")
 
