@@ -32,7 +32,11 @@ IDLE_VRAM_USED = 177 * 2**20  # "idle reads 0% / ~177 MB" (reference §3)
 # perf_setup's modprobe (reference §5): a healthy tuned tray reads 0 1 0 1.
 TUNED_AMDGPU_PARAMS = {"gpu_recovery": 0, "halt_if_hws_hang": 1, "mtype_local": 0, "noretry": 1}
 
-# Paths (relative to a tree, identical to the node's absolute path) bind-mounted into the node.
+# Paths (relative to a tree, identical to the node's absolute path) bind-mounted into the node. The kernel
+# files among them are regular files here, read as any file is (reference §31.1: /proc/sys refuses a read of
+# 4 MiB, sysfs gives a page): a boot id per node (its reboot scenarios), the host RAM of the node kind
+# (meminfo) and an MI355X's cmdline. Every other /proc file is the host kernel's own, and
+# tests/unit/test_kernel_reads.py reads these from the test machine's kernel, as a real node's are read.
 BIND_DIRS = ("sys/class", "sys/module", "opt", "root", "mnt")
 BIND_FILES = ("proc/sys/kernel/random/boot_id", "usr/bin/dmesg", "proc/meminfo", *field.STAND_INS)
 BIND_PATHS = BIND_DIRS + BIND_FILES
