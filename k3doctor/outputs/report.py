@@ -111,13 +111,15 @@ def render_junit(report, checks, remediations=None) -> str:
 
     GitLab keeps only the first of duplicate testcases, so results of one check on one place
     (several fabric pairs of a GPU) share their testcase. A finding's <failure> carries the
-    remediation text ``k3doctor explain`` prints. Node text is made XML-safe (NUL, escapes).
+    remediation text ``k3doctor explain`` prints; a node not read keeps one testcase per check, an <error> with
+    the node's cause id, words and fix. Node text is made XML-safe (NUL, escapes).
     """
     remediations = REGISTRY.remediations if remediations is None else remediations
     import xml.etree.ElementTree as ET  # only this format needs it
 
     suite = ET.Element("testsuite", name="k3doctor", time=f"{report.duration_s:.3f}")
     counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    not_read = unread.unread_nodes(report)
     for chk in checks:
         cells: dict = {}
         for r in report.results:
@@ -135,6 +137,8 @@ def render_junit(report, checks, remediations=None) -> str:
                 fixes = [remediations[c] for c in dict.fromkeys(r.remediation for r in cell if r.status == status)
                          if c in remediations]
                 detail = text + "".join(xml_safe(f"\n\n{f.code}: {f.title}\n{f.text}") for f in fixes)
+                if cell[0].node in not_read:  # the node's one cause: its fix, as a finding's remediation text
+                    detail += xml_safe(f"\n\nfix: {not_read[cell[0].node].fix}")
                 tag = "failure" if status == Status.FAIL else "error"
                 ET.SubElement(case, tag, message=message, type=status.value).text = detail
                 counts["failures" if status == Status.FAIL else "errors"] += 1
