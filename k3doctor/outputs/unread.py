@@ -65,8 +65,13 @@ def not_run(report) -> int:
 
 def groups(report) -> list:
     """The unread nodes grouped by cause, in the order their first node comes in the inventory."""
+    return groups_of(unread_nodes(report))
+
+
+def groups_of(unread: dict) -> list:
+    """Nodes (node -> Unread, in order) grouped by cause."""
     out: dict = {}
-    for node, why in unread_nodes(report).items():
+    for node, why in unread.items():
         group = out.setdefault((why.cause, why.summary), Group(why.cause, why.title, why.summary))
         group.nodes.append(node)
         group.fixes[node], group.messages[node] = why.fix, why.message
