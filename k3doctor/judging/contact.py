@@ -34,7 +34,8 @@ class Contact:
 
     @property
     def works(self) -> bool:
-        return self.why is None and self.found.get("python3") is not None
+        """Whether ``check`` can read the node (without python3 it can, the slower way)."""
+        return self.why is None
 
     def to_dict(self) -> dict:
         return {"node": self.node, "steps": self.steps, "found": self.found,

@@ -32,12 +32,13 @@ def render_table(report, checks, verbose: bool = False) -> str:
     """The checks x nodes table of the nodes that were read, their findings, the unread nodes once per cause
     (k3doctor/outputs/unread.py), the verdict."""
     results = unread.read_results(report)
-    columns = [n for n in report.nodes if n not in report.unreachable]
+    not_read = unread.unread_nodes(report)
+    columns = [n for n in report.nodes if n not in not_read]
     if any(r.node is None for r in results):
         columns.append(CLUSTER_COLUMN)
     rows = []
     not_run = set(report.not_for_platform)
-    for chk in (c for c in checks if c.name not in not_run and columns):
+    for chk in (c for c in checks if c.name not in not_run):
         mine = [r for r in results if r.check == chk.name]
         row = [chk.name]
         for col in columns:
@@ -48,7 +49,7 @@ def render_table(report, checks, verbose: bool = False) -> str:
 
     # Node names and messages come from inventories, bundles and node output: each is one field on one line
     # (a newline in a name would print a forged row, an ESC would drive the terminal).
-    lines = [tabulate(rows, headers=["check", *map(one_line, columns)], tablefmt="simple")] if rows else []
+    lines = [tabulate(rows, headers=["check", *map(one_line, columns)], tablefmt="simple")] if columns else []
     found = findings(results)
     if found and lines:
         lines.append("")
