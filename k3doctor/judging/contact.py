@@ -61,6 +61,8 @@ def contact(node: Node, inv: Inventory, opts) -> Contact:
     out = Contact(node.name, dict.fromkeys(STEPS, "-"), dict.fromkeys(_names(node.settings.tools)))
     if node.transport == "local":
         out.steps.update({"tcp": "n/a", "host key": "n/a", "auth": "n/a"})
+    if not node.sudo:
+        out.steps["sudo"] = "n/a"
     transport = None
     try:
         transport = make_transport(node, inv, opts)
@@ -73,8 +75,7 @@ def contact(node: Node, inv: Inventory, opts) -> Contact:
             raise TransportError(f"a plain `sh` command failed on {node.name} (exit {said.rc}): "
                                  f"{said.stderr.strip()[-200:] or 'no message'}", "NODE-NOT-READ",
                                  "a plain `sh` command failed", "log in by hand and see what the shell says")
-        out.steps["sudo"] = "ok" if node.sudo else "n/a"
-        out.steps["read"] = "ok"
+        out.steps.update({"sudo": "ok" if node.sudo else "n/a", "read": "ok"})
         for line in said.stdout.splitlines():
             name, _, path = line.partition(" ")
             out.found[name] = path.strip() or None
