@@ -138,11 +138,11 @@ def test_connect_only_says_per_node_what_works(first_day):
     doc = {n["node"]: n for n in json.loads(out)["nodes"]}
     steps = {n: [doc[n]["steps"][s] for s in ("tcp", "host key", "auth", "sudo", "read")] for n in names}
     assert steps[names[0]] == ["ok", "ok", "ok", "n/a", "ok"]
-    assert steps[names[1]] == ["-", "-", "FAILED", "-", "-"]  # no key file: nothing was tried
-    assert steps[names[3]] == ["ok", "FAILED", "-", "-", "-"]
-    assert steps[names[4]] == ["ok", "ok", "FAILED", "-", "-"]
+    assert steps[names[1]] == ["-", "-", "FAILED", "n/a", "-"]  # no key file: nothing was tried
+    assert steps[names[3]] == ["ok", "FAILED", "-", "n/a", "-"]
+    assert steps[names[4]] == ["ok", "ok", "FAILED", "n/a", "-"]
     assert steps[names[5]] == ["ok", "ok", "ok", "FAILED", "-"]
-    assert steps[names[7]] == ["FAILED", "-", "-", "-", "-"]
+    assert steps[names[7]] == ["FAILED", "-", "-", "n/a", "-"]
     assert doc[names[0]]["found"] == {"python3": "/usr/bin/python3", "amd-smi": "/opt/rocm/bin/amd-smi",
                                       "rocm-smi": "/opt/rocm/bin/rocm-smi"}
     assert doc[names[6]]["found"]["python3"] is None and doc[names[6]]["found"]["amd-smi"]
