@@ -40,7 +40,8 @@ def _reads(settings) -> dict:
 
 
 def offload_asked(container: ContainerView) -> str | None:
-    """Why the launch uses LMCache offload (its --kv-transfer-config, or an LMCACHE_* variable), else None."""
+    """Why the launch uses LMCache offload (its --kv-transfer-config in any spelling the engine takes, see
+    launch_options; or an LMCACHE_* variable), else None."""
     config = str(launch_options(container.launch).get("--kv-transfer-config") or "")
     if "lmcache" in config.lower():  # only that: its extra config may carry URLs or credentials
         return "--kv-transfer-config names an LMCache connector"
