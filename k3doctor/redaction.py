@@ -80,7 +80,16 @@ def redact_text(text: str, deadline=None) -> str:
     """Free text (a server log, a command line, a py-spy header) with credential values replaced, whole, lines
     cut to MAX_LINE_CHARS first. ``deadline`` (a ``deadline.Deadline``): RedactionTimeout once it has passed,
     checked between patterns and blocks of lines, so local work on a huge text ends too."""
-    text = _redact_private_keys(capped_lines(text))
+    return redact_secrets_counted(capped_lines(text), deadline)[0]
+
+
+def redact_secrets_counted(text: str, deadline=None) -> tuple:
+    """(``text`` with credential values replaced, how many were), its lines as they are: a saved reading
+    (amd-smi's one-line JSON) is judged again, so it is not cut; each shape stays linear on a line of any
+    length (the rules above), so the cost is linear in the text."""
+    before = text
+    text = _redact_private_keys(text)
+    found = int(text != before)
     out, pos, block = [], 0, 1 << 20
     while pos < len(text):  # blocks end at a line break: a secret is never split
         end = len(text) if pos + block >= len(text) else (text.rfind("\n", pos, pos + block) + 1 or pos + block)
@@ -88,9 +97,10 @@ def redact_text(text: str, deadline=None) -> str:
         for _what, pattern, replacement in SECRET_SHAPES:
             if deadline is not None and deadline.expired:
                 raise RedactionTimeout(f"redacting took longer than the deadline ({deadline.budget_s:g}s)")
-            piece = pattern.sub(replacement, piece)
+            piece, n = pattern.subn(replacement, piece)
+            found += n
         out.append(piece)
-    return "".join(out)
+    return "".join(out), found
 
 
 def _redact_private_keys(text: str) -> str:

@@ -24,7 +24,8 @@ EVENTS = [{"Type": "container", "Action": "create", "time": 5, "timeNano": 5_000
 
 def dumped(readings: dict) -> str:
     report = RunReport(results=[], nodes=["ct13"], duration_s=0.1, readings={"ct13": readings})
-    return snapshot.dump(report, "nodes:\n  - {name: ct13, host: h}\n")
+    # identifiers kept: these tests are about each reading's own policy (test_shareable.py: the pseudonyms)
+    return snapshot.dump(report, "nodes:\n  - {name: ct13, host: h}\n", keep_identifiers=True)
 
 
 def test_env_keeps_every_name_and_only_the_values_a_rule_names():
