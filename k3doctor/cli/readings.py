@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from k3doctor.cli.options import bad_input
+from k3doctor.cli.options import bad_input, load_plugins
 from k3doctor.outputs import OutputPath, write_output
 
 
@@ -18,6 +18,7 @@ def _document(path: str) -> dict:
     from k3doctor import localfiles
     from k3doctor.gather import snapshot
 
+    load_plugins()  # the saved inventory names the checks' parameters
     try:
         snapshot.load_file(path)  # refused as `judge` refuses it
         return snapshot.strict_json(localfiles.read_text(path))

@@ -48,6 +48,9 @@ _UUID = re.compile(r"(?i)(ppod[_ ]?id\W{0,6})?(?<![\w-])([0-9a-f]{8}-[0-9a-f]{4}
 # not a driver's name ("Serial: 8250/16550 driver" in every boot log).
 _KEYED_ID = re.compile(r"(?i)((?<![a-z])(?:[a-z]+_)?(?:serial(?:_?number)?|unique[ _]?id|hive[ _]?id|uuid|guid)\b[\"']?"
                        r"\s{0,8}[:=,]?\s{0,8}[\"']?)(0x[0-9a-f]{4,32}|[0-9a-f]{8,32}|\d{5,32})(?![\w/-])")
+_SELF_LINE = re.compile(r"(?m)^(@host )(\S++)")
+_SELF_FILES = ("/etc/hostname", "/proc/sys/kernel/hostname")
+_FABRIC_IDS = ("/ppod_id", "/vpod_id")  # sysfs files of the UALink fabric domain (kept: see the module's doc)
 _TCP_HEX = re.compile(r"(?<![0-9A-Fa-f])([0-9A-F]{8}|[0-9A-F]{32}):([0-9A-F]{4})(?![0-9A-Fa-f])")
 _HOME = re.compile(r"(?<![\w.-])(/home/|/Users/)([A-Za-z0-9_][A-Za-z0-9_.-]{0,63})")
 _KEPT_IPS = {ipaddress.ip_address(a) for a in ("0.0.0.0", "127.0.0.1", "127.0.1.1", "127.0.0.0", "127.255.255.255",
@@ -154,6 +157,8 @@ class Pseudonyms:
         names = self._names if names_anywhere else self._free_names
         if names is not None:
             text = names.sub(lambda m: self.maps["host names"][m[0]], text)
+        if "@host " in text:  # a container says its host's name (aiter-jit-locks), short or not
+            text = _SELF_LINE.sub(lambda m: m[1] + self.maps["host names"].get(m[2], m[2]), text)
         text = _HOME.sub(lambda m: m[1] + self.user(m[2]), text)
         if self._users is not None:
             text = self._users.sub(lambda m: self.maps["user names"][m[0]], text)
@@ -256,9 +261,9 @@ def _self_names(doc: dict) -> list:
             if tuple(spec.get("argv") or ()) == HOSTNAME_LOOKUP:
                 lines = text.split()
                 names += [w for w in lines if not _is_ip(w)]
-            elif spec.get("path") in ("/etc/hostname", "/proc/sys/kernel/hostname"):
+            elif spec.get("path") in _SELF_FILES:
                 names += text.split()[:1]
-            names += re.findall(r"(?m)^@host (\S+)", text)
+            names += [m[2] for m in _SELF_LINE.finditer(text)]
     return names
 
 
@@ -284,8 +289,12 @@ def pseudonymize(doc: dict) -> tuple:
         if e["spec"].get("path", "").startswith("/proc/net/tcp") and isinstance(reading.get("content"), str):
             reading["content"] = names.proc_net_tcp(reading["content"])
         # the hostname lookup, and k3doctor's own words ("Docker engine on vm not readable"), name the node
-        own = tuple(e["spec"].get("argv") or ()) == HOSTNAME_LOOKUP or reading.get("kind") == "Unavailable"
-        return {"spec": walk(e["spec"], True), "reading": walk(reading, own)}
+        own = tuple(e["spec"].get("argv") or ()) == HOSTNAME_LOOKUP or e["spec"].get("path") in _SELF_FILES \
+            or reading.get("kind") == "Unavailable"
+        out = walk(reading, own)
+        if reading.get("kind") == "Glob":  # a sysfs ppod_id is a UUID the path names, not its text: kept
+            out["value"] = {p: reading["value"][p] if p.endswith(_FABRIC_IDS) else v for p, v in out["value"].items()}
+        return {"spec": walk(e["spec"], True), "reading": out}
 
     out = dict(doc)
     out["inventory"] = yaml.safe_dump(walk(inventory, True), sort_keys=False) if inventory else ""

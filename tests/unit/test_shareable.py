@@ -46,6 +46,7 @@ def document() -> dict:
               stdout='{"card0": {"Unique ID": "0x6cdb410c2f219ac0"}}'),
         entry({"kind": "File", "path": "/proc/sys/kernel/random/boot_id"},
               content="3a6e2f64-5c2b-4a1e-9f0e-1b2c3d4e5f60\n", error=None, truncated=False),
+        entry({"kind": "Command", "argv": ["sh", "-c", "echo \"@host $(hostname)\""]}, stdout="@host vm\n@absent\n"),
         entry({"kind": "Command", "argv": ["dmesg"]},
               stdout="[ 0.4] Serial: 8250/16550 driver, 4 ports\n[ 9.1] nfs: server 8.8.4.4 not responding, vm size "
                      "is 512\n[ 9.2] peer 2a00:1450:4001:82b::200e at 14:25:56 HF_TOKEN=hf_abcdefghijklmnopqrstu\n"
@@ -66,7 +67,7 @@ def test_no_identifying_value_survives_anywhere_in_the_file():
     doc, replaced, _ = shared()
     text = json.dumps(doc)
     assert [s for s in SECRETS if s.lower() in text.lower()] == []
-    assert replaced == {"host names": 4, "IP addresses": 4, "MAC addresses": 1, "serial numbers and unique ids": 3,
+    assert replaced == {"host names": 5, "IP addresses": 4, "MAC addresses": 1, "serial numbers and unique ids": 3,
                         "UUIDs": 1, "user names": 2, "secrets": 1}
 
 
@@ -89,6 +90,7 @@ def test_an_address_is_the_same_pseudonym_in_routes_lookup_inventory_and_proc_ne
     assert str(own) == data_ip == str(listener.address) and own.is_private and listener.port == 8080
     lookup = readings[" ".join(HOSTNAME_LOOKUP)]["stdout"]
     assert lookup == "node1\n127.0.1.1 host1 node1\n"  # the loopback the §29 rule judges is kept
+    assert readings['sh -c echo "@host $(hostname)"']["stdout"] == "@host host2\n@absent\n"  # short, but its own
 
 
 def test_one_gpu_id_in_decimal_and_in_hex_gets_one_pseudonym_and_sentinels_stay():
