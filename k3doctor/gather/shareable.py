@@ -46,7 +46,8 @@ _UUID = re.compile(r"(?i)(ppod[_ ]?id\W{0,6})?(?<![\w-])([0-9a-f]{8}-[0-9a-f]{4}
 # A value named a serial or unique id (amd-smi SERIAL / ASIC_SERIAL, rocm-smi "Unique ID", kfd unique_id and hive_id, sysfs
 # serial_number): 0x hex, long hex or a decimal of 5+ digits, after `:`, `=`, `,` or spaces (JSON quotes allowed);
 # not a driver's name ("Serial: 8250/16550 driver" in every boot log).
-_KEYED_ID = re.compile(r"(?i)((?<![a-z])(?:[a-z]+_)?(?:serial(?:_?number)?|unique[ _]?id|hive[ _]?id|uuid|guid)\b[\"']?"
+_ID_WORDS = ("serial", "unique", "hive", "uuid", "guid")
+_KEYED_ID = re.compile(r"(?i)((?<![a-z])(?:serial(?:_?number)?|unique[ _]?id|hive[ _]?id|uuid|guid)\b[\"']?"
                        r"\s{0,8}[:=,]?\s{0,8}[\"']?)(0x[0-9a-f]{4,32}|[0-9a-f]{8,32}|\d{5,32})(?![\w/-])")
 _SELF_LINE = re.compile(r"(?m)^(@host )(\S++)")
 _SELF_FILES = ("/etc/hostname", "/proc/sys/kernel/hostname")
@@ -153,13 +154,15 @@ class Pseudonyms:
         text = _IPV6.sub(lambda m: self.ip(m[0]), text)
         text = _IPV4.sub(lambda m: self.ip(m[0]), text)
         text = _UUID.sub(lambda m: m[0] if m[1] else self.uuid(m[2]), text)
-        text = _KEYED_ID.sub(lambda m: m[1] + self.serial(m[2]), text)
+        if any(word in text.lower() for word in _ID_WORDS):
+            text = _KEYED_ID.sub(lambda m: m[1] + self.serial(m[2]), text)
         names = self._names if names_anywhere else self._free_names
         if names is not None:
             text = names.sub(lambda m: self.maps["host names"][m[0]], text)
         if "@host " in text:  # a container says its host's name (aiter-jit-locks), short or not
             text = _SELF_LINE.sub(lambda m: m[1] + self.maps["host names"].get(m[2], m[2]), text)
-        text = _HOME.sub(lambda m: m[1] + self.user(m[2]), text)
+        if "/home/" in text or "/Users/" in text:
+            text = _HOME.sub(lambda m: m[1] + self.user(m[2]), text)
         if self._users is not None:
             text = self._users.sub(lambda m: self.maps["user names"][m[0]], text)
         return text
