@@ -43,9 +43,9 @@ _MAC = re.compile(r"(?i)(?<![\w:])[0-9a-f]{2}(?::[0-9a-f]{2}){5}(?:(?::[0-9a-f]{
 _IPV6 = re.compile(r"(?i)(?<![\w:.])(?=[0-9a-f]{0,4}:[0-9a-f]{0,4}:)[0-9a-f:]{2,39}(?![\w:.])")
 _UUID = re.compile(r"(?i)(ppod[_ ]?id\W{0,6})?(?<![\w-])([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})"
                    r"(?![\w-])")
-# A value named a serial or unique id (amd-smi SERIAL / ASIC_SERIAL, rocm-smi "Unique ID", kfd unique_id and hive_id, sysfs
-# serial_number): 0x hex, long hex or a decimal of 5+ digits, after `:`, `=`, `,` or spaces (JSON quotes allowed);
-# not a driver's name ("Serial: 8250/16550 driver" in every boot log).
+# A value named a serial or unique id (amd-smi SERIAL / ASIC_SERIAL, rocm-smi "Unique ID", kfd unique_id and
+# hive_id, sysfs serial_number): 0x hex, long hex or a decimal of 5+ digits, after `:`, `=`, `,` or spaces (JSON
+# quotes allowed); not a driver's name ("Serial: 8250/16550 driver" in every boot log).
 _ID_WORDS = ("serial", "unique", "hive", "uuid", "guid")
 _KEYED_ID = re.compile(r"(?i)((?<![a-z])(?:serial(?:_?number)?|unique[ _]?id|hive[ _]?id|uuid|guid)\b[\"']?"
                        r"\s{0,8}[:=,]?\s{0,8}[\"']?)(0x[0-9a-f]{4,32}|[0-9a-f]{8,32}|\d{5,32})(?![\w/-])")
@@ -110,7 +110,7 @@ class Pseudonyms:
         seen = self.maps["IP addresses"]
         if address not in seen:
             ranges = _V4_RANGES if address.version == 4 else _V6_RANGES
-            base = next(start for kind, start in ranges if not kind or getattr(address, kind))
+            base = _base(address, ranges)
             if base is None:  # a multicast group names no host
                 return address
             same_kind = sum(1 for a in seen if a.version == address.version and _base(a, ranges) == base)
@@ -179,6 +179,7 @@ class Pseudonyms:
 
 
 def _base(address, ranges):
+    """The first address of the pseudonym range of ``address``'s kind (None: a multicast group, kept)."""
     return next(start for kind, start in ranges if not kind or getattr(address, kind))
 
 

@@ -97,7 +97,8 @@ SHAPE_EXAMPLES = {
 
 @pytest.mark.parametrize("what", [w for w, _, _ in SECRET_SHAPES] + ["PEM"])
 def test_every_secret_shape_passes_the_trigger_filter(what):
-    text = SHAPE_EXAMPLES.get(what, "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXk\n-----END OPENSSH PRIVATE KEY-----")
+    pem = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXk\n-----END OPENSSH PRIVATE KEY-----"
+    text = SHAPE_EXAMPLES.get(what, pem)
     shape = next((p for w, p, _ in SECRET_SHAPES if w == what), None)
     assert shape is None or shape.search(text), f"the example of {what!r} is not one"
     redacted, found = redact_secrets_counted(text)

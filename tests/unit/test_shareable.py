@@ -17,7 +17,8 @@ nodes:
 """
 SECRETS = ("gpu-node-017", "lab.example.com", "10.210.11.14", "alice", "bob", "ct13", "ct14", "id_ed25519",
            "b8:3f:d2:11:22:33", "AF54E92B0A5D57C8", "7843934696581995200", "6cdb410c2f219ac0",
-           "3a6e2f64-5c2b-4a1e-9f0e-1b2c3d4e5f60", "9034655720432782706", "8.8.4.4", "2a00:1450:4001:82b::200e", "hf_abcdefghijklmnopqrstu")
+           "3a6e2f64-5c2b-4a1e-9f0e-1b2c3d4e5f60", "9034655720432782706", "8.8.4.4", "2a00:1450:4001:82b::200e",
+           "hf_abcdefghijklmnopqrstu")
 ROUTES = "local 10.210.11.14 dev enp1s0f1 proto kernel scope host src 10.210.11.14\nlocal 127.0.0.0/8 dev lo\n"
 TCP = ("  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
        "   0: 0E0BD20A:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1\n")
@@ -39,7 +40,8 @@ def document() -> dict:
         entry({"kind": "Command", "argv": ["ip", "-o", "link", "show"]},
               stdout="2: enp1s0f1: <UP> mtu 9000\\    link/ether b8:3f:d2:11:22:33 brd ff:ff:ff:ff:ff:ff\n"),
         entry({"kind": "Command", "argv": ["amd-smi", "static"]},
-              stdout="        ASIC_SERIAL: 0xAF54E92B0A5D57C8\n        PPOD_ID: 4c8fab1c-fb8b-42aa-92ae-ea17ca953bdb\n"),
+              stdout="        ASIC_SERIAL: 0xAF54E92B0A5D57C8\n"
+                     "        PPOD_ID: 4c8fab1c-fb8b-42aa-92ae-ea17ca953bdb\n"),
         entry({"kind": "File", "path": "/sys/class/kfd/kfd/topology/nodes/1/properties"},
               content="unique_id 7843934696581995200\nhive_id 9034655720432782706\n", error=None, truncated=False),
         entry({"kind": "Command", "argv": ["rocm-smi", "--showuniqueid", "--json"]},
