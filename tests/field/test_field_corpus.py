@@ -37,7 +37,10 @@ def test_every_corpus_file_is_shareable(path):
     assert isinstance(doc["identifiers"], dict), f"{path.name} keeps its identifiers: save it without " \
                                                  "--keep-identifiers (or `k3doctor readings redact`)"
     assert set(doc["nodes"]) <= {f"node{i}" for i in range(1, 65)}
-    assert not re.search(r"\bct\d+\b|\b127\.0\.(?!0\.1\b|1\.1\b|0\.0\b)\d+\.\d+", path.read_text())  # the rig's
+    text = path.read_text()
+    assert not re.search(r"\bct\d+\b|\b127\.0\.(?!0\.1\b|1\.1\b|0\.0\b)\d+\.\d+", text)  # the rig's
+    said = set(re.findall(r"@host (\w[\w.-]*)", text))  # the name a node's container gives of its host
+    assert said <= {f"{p}{i}" for p in ("node", "host") for i in range(1, 65)}, said
 
 
 def validated_on_rows() -> list:
