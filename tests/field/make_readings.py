@@ -99,20 +99,27 @@ def taken_on(doc: dict) -> dict:
 
 # --- the seeds: node name (pseudonymized on save), the checks judged, and each reading by (check, name) ---------
 
-def ring_timeout(spec, check, name):
-    dmesg = body("dmesg-amdgpu-ring-timeout-gpu-reset.txt")
-    last = float(re.findall(r"^\[\s*([\d.]+)\]", dmesg, re.M)[-1])
-    uevent = "/sys/class/drm/card1/device/uevent"
-    made = {
-        "kfd": lambda: True, "ifoe": lambda: False,
-        "dmesg": lambda: command(spec, dmesg),
-        "errors": lambda: command(spec, dmesg),
-        "boot_id": lambda: rd.FileReading(spec.path, "6d1f0c2e-3b7a-4c55-9e1d-2a4b6c8d0e1f\n"),
-        "uptime": lambda: rd.FileReading(spec.path, f"{last + 60:.2f} 0.00\n"),
-        "uevents": lambda: {uevent: rd.FileReading(uevent, "DRIVER=amdgpu\nPCI_SLOT_NAME=0000:c5:00.0\n")},
-        "ualink": lambda: {},
-    }.get(name)
-    return made() if made else absent(spec)
+def kernel_log(source: str, card: int, bdf: str):
+    """A node whose kernel log is the paste ``source``, with the card at ``bdf`` it names."""
+    def fill(spec, check, name):
+        dmesg = body(source)
+        last = float(re.findall(r"^\[\s*([\d.]+)\]", dmesg, re.M)[-1])
+        uevent = f"/sys/class/drm/card{card}/device/uevent"
+        made = {
+            "kfd": lambda: True, "ifoe": lambda: False,
+            "dmesg": lambda: command(spec, dmesg),
+            "errors": lambda: command(spec, dmesg),
+            "boot_id": lambda: rd.FileReading(spec.path, "6d1f0c2e-3b7a-4c55-9e1d-2a4b6c8d0e1f\n"),
+            "uptime": lambda: rd.FileReading(spec.path, f"{last + 60:.2f} 0.00\n"),
+            "uevents": lambda: {uevent: rd.FileReading(uevent, f"DRIVER=amdgpu\nPCI_SLOT_NAME={bdf}\n")},
+            "ualink": lambda: {},
+        }.get(name)
+        return made() if made else absent(spec)
+    return fill
+
+
+KERNEL_LOG_BUILT = ["uptime: 60 s after the paste's last line", "dmesg --level=err+: every line of the paste (it "
+                    "has no levels)", "boot id: any (the paste has none; saved as a pseudonym)"]
 
 
 def absent(spec):
@@ -147,12 +154,19 @@ def xgmi_blog(spec, check, name):
 
 SEEDS = {
     "ring-timeout-gfx11": {
-        "node": "lrb-6273", "only": ["amdgpu-driver", "kernel-health"], "fill": ring_timeout,
+        "node": "lrb-6273", "only": ["amdgpu-driver", "kernel-health"],
+        "fill": kernel_log("dmesg-amdgpu-ring-timeout-gpu-reset.txt", 1, "0000:c5:00.0"),
         "sources": ["dmesg-amdgpu-ring-timeout-gpu-reset.txt"],
-        "built": ["uptime: 60 s after the paste's last line", "uevent of card1 at 0000:c5:00.0: the card the "
-                  "dmesg names (devcoredump path and BDF)", "dmesg --level=err+: every line of the paste (it has "
-                  "no levels)", "boot id: any (the paste has none; saved as a pseudonym)"],
+        "built": KERNEL_LOG_BUILT + ["uevent of card1 at 0000:c5:00.0: the card the dmesg names (devcoredump path "
+                                     "and BDF)"],
         "taken_on": {"ROCm": None, "amd-smi": None, "amdgpu driver": "2025/26 amdgpu (gfx_v11_0)", "ATOM": None}},
+    "page-fault-gfxhub": {
+        "node": "amdgpu-172", "only": ["amdgpu-driver", "kernel-health"],
+        "fill": kernel_log("dmesg-amdgpu-pagefault-noretry.txt", 0, "0000:c6:00.0"),
+        "sources": ["dmesg-amdgpu-pagefault-noretry.txt"],
+        "built": KERNEL_LOG_BUILT + ["uevent of card0 at 0000:c6:00.0: the BDF the dmesg names"],
+        "taken_on": {"ROCm": None, "amd-smi": None, "amdgpu driver": "gfx9.4.x amdgpu (gfxhub0 wording)",
+                     "ATOM": None}},
     "mi300a-kfd-topology": {
         "node": "mi300a-4gpu", "only": ["amdgpu-driver", "gpu-platform"], "fill": kfd_topology,
         "sources": ["kfd-topology-properties-mi300a-4gpu.txt"], "built": [],
