@@ -302,7 +302,7 @@ def pseudonymize(doc: dict) -> tuple:
 
     out = dict(doc)
     out["inventory"] = yaml.safe_dump(walk(inventory, True), sort_keys=False) if inventory else ""
-    out["overrides"] = walk(doc.get("overrides", []))
+    out["overrides"] = walk(doc.get("overrides", []), True)  # `--set` values name nodes as the inventory does
     out["unreachable"] = walk(doc.get("unreachable", {}), True)
     out["nodes"] = {walk(node, True): [entry(e) for e in entries] for node, entries in doc.get("nodes", {}).items()}
     return out, names.replaced()
