@@ -1,6 +1,7 @@
 """The commands that judge a rack: ``check``, ``node``, ``merge``, ``judge`` and ``baseline record``."""
 from __future__ import annotations
 
+import json
 import sys
 
 import click
@@ -52,16 +53,21 @@ from k3doctor.results import overall
 @click.option("--pairs", default=None, metavar="PLAN",
               help="Node pairs for the fabric probe: quick, all, or a,b;c,d (= --set ualoe-fabric.pairs=PLAN).")
 @click.option("--save-readings", type=OutputPath(stdout=False), default=None,
-              help="Also save every raw reading to this JSON file (re-judge it later with `k3doctor judge`).")
+              help="Also save every raw reading to this JSON file (re-judge it later with `k3doctor judge`); "
+                   "host names, addresses, serials and user names replaced by pseudonyms: shareable.")
+@click.option("--keep-identifiers", is_flag=True,
+              help="Save the readings with host names, addresses, serials and user names as read (private use).")
 @click.option("--connect-only", is_flag=True, help="Only reach every node and say per node what works (TCP, "
               "host key, login, sudo, python3, the GPU tools): the step before a first check. Exit 0 when all do.")
 @WAIVERS
 @report_options()
 @QUIET
 def check_cmd(inventory, ansible_inventory, only, skip, tier, parallel, timeout, connect_timeout, node_deadline,
-              accept_unknown_hosts, fix, baseline_path, overrides, pairs, save_readings, connect_only, waivers_path, fmt,
-              output, verbose, quiet):
+              accept_unknown_hosts, fix, baseline_path, overrides, pairs, save_readings, keep_identifiers, connect_only,
+              waivers_path, fmt, output, verbose, quiet):
     """Run the checks and report READY TO LAUNCH / DO NOT LAUNCH / INCONCLUSIVE."""
+    if keep_identifiers and not save_readings:
+        raise click.UsageError("--keep-identifiers applies to --save-readings")
     inv = read_inventory(inventory, logins=True, ansible_inventory=ansible_inventory)
     add_waivers(inv, waivers_path)
     if connect_only:
@@ -84,9 +90,13 @@ def check_cmd(inventory, ansible_inventory, only, skip, tier, parallel, timeout,
     with shown(quiet):
         report = run_checks(inv, checks, opts)
     if save_readings:  # checked when parsed; replaced only now, atomically, 0600
-        from k3doctor.gather import snapshot
+        from k3doctor.gather import shareable, snapshot
 
-        write_output(save_readings, snapshot.dump(report, inv.text, overrides), private=True)
+        text = snapshot.dump(report, inv.text, overrides, keep_identifiers=keep_identifiers)
+        write_output(save_readings, text, private=True)
+        if not quiet:
+            click.echo(f"k3doctor: readings saved to {save_readings}, {shareable.summary(json.loads(text))}; "
+                       f"`k3doctor readings kept {save_readings}` says what it keeps", err=True)
     emit(report, checks, fmt, output, verbose)
 
 
