@@ -1,5 +1,6 @@
 """The §31.3 field readings of a healthy node, at the hardware boundary: each GPU's PCIe link attributes,
-its RAS error counters and bad-page list in sysfs, and the node's ``kernel.numa_balancing``.
+its RAS error counters and bad-page list in sysfs (the card's ``retired_pages`` as R lines, the same list amd-smi
+bad-pages re-reads), amdgpu's default ``bad_page_threshold`` and the node's ``kernel.numa_balancing``.
 
 ``kernel.numa_balancing`` is a per-node kernel value (each real node has its own kernel); the rig's nodes
 share the host's, so each node gets a stand-in file bind-mounted over that one file (``STAND_INS``, as the boot
@@ -20,11 +21,18 @@ STAND_INS = (NUMA_BALANCING,)  # kernel files each node needs its own value of (
 LINK_SPEED = "32.0 GT/s PCIe"  # PCIe Gen5 x16, trained at its capability
 LINK_WIDTH = 16
 RAS_BLOCKS = ("umc", "gfx", "sdma", "xgmi_wafl")  # ras/<block>_err_count of an MI300-class GPU
+BAD_PAGE_THRESHOLD = -1  # amdgpu's default (auto) in mainline amdgpu_drv.c
+
+
+def bad_page_line(index: int, flag: str = "R") -> str:
+    """One ``ras/gpu_vram_bad_pages`` line as amdgpu_ras.c prints it (``0x%08x : 0x%08x : %c``)."""
+    return f"0x{0x27f5d43 + 8 * index:08x} : 0x00001000 : {flag}\n"
 
 
 def install(tree: Path, state: Any, write_file: Callable[..., None]) -> None:
     """Write the healthy §31.3 readings of every GPU of ``state`` and the node's stand-in kernel files."""
     write_file(tree, NUMA_BALANCING, "0\n")
+    write_file(tree, "sys/module/amdgpu/parameters/bad_page_threshold", f"{BAD_PAGE_THRESHOLD}\n")
     for card in range(state.gpus):
         dev = f"sys/class/drm/card{card}/device"
         for which in ("current", "max"):
@@ -32,4 +40,5 @@ def install(tree: Path, state: Any, write_file: Callable[..., None]) -> None:
             write_file(tree, f"{dev}/{which}_link_width", f"{LINK_WIDTH}\n")
         for block in RAS_BLOCKS:
             write_file(tree, f"{dev}/ras/{block}_err_count", "ue: 0\nce: 0\n")
-        write_file(tree, f"{dev}/ras/gpu_vram_bad_pages", "")
+        write_file(tree, f"{dev}/ras/gpu_vram_bad_pages",
+                   "".join(bad_page_line(i) for i in range(state.card(card)["retired_pages"])))

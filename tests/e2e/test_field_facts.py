@@ -8,7 +8,7 @@ from tests.e2e.cli import k3, k3json
 pytestmark = pytest.mark.e2e
 
 NODES = ("ct13", "ct14", "ct16", "ct17")
-CHECKS = ("numa-balancing", "gpu-pcie-link", "gpu-ras-counts")
+CHECKS = ("numa-balancing", "gpu-pcie-link", "gpu-ras-counts", "gpu-bad-pages")
 
 
 def field_findings(rig, *args):
@@ -29,6 +29,7 @@ def test_a_healthy_rack_is_quiet(rig):
     ("numa-balancing-on", [("numa-balancing", "ct14", None, "WARN", "NUMA-BALANCING")], 0),
     ("pcie-link-downtrained", [("gpu-pcie-link", "ct16", 1, "WARN", "PCIE-LINK-DOWNTRAINED")], 0),
     ("ras-ue-count", [("gpu-ras-counts", "ct17", 0, "FAIL", "GPU-RAS-UE-COUNT")], 1),
+    ("bad-pages-pending", [("gpu-bad-pages", "ct16", 3, "WARN", "GPU-BAD-PAGES")], 0),
 ])
 def test_each_field_fact_names_its_node_and_gpu_only(rig, scenario, expected, rc):
     rig.apply(scenario)
@@ -49,3 +50,13 @@ def test_correctable_ras_errors_rising_since_the_baseline_are_a_warn(rig, tmp_pa
     assert found == [("gpu-ras-counts", "ct13", 3, "WARN", "GPU-RAS-CE-RISING")], doc
     [warned] = [r for r in doc["results"] if r["status"] == "WARN"]
     assert "rose from 0 (baseline) to 40" in warned["message"]
+
+
+def test_bad_page_threshold_overridden_is_said_on_its_node_only(rig):
+    """§31.3: bad_page_threshold -2 (mainline: threshold ignored) is an INFO on ct16's line, not a finding."""
+    rig.apply("bad-pages-pending")
+    _, _, doc = field_findings(rig)
+    said = {r["node"]: r["message"] for r in doc["results"] if r["check"] == "gpu-bad-pages"}
+    assert [n for n, m in said.items() if "bad_page_threshold" in m] == ["ct16"], doc
+    assert "1 pending, 1 un-res HBM page(s) listed by ras/gpu_vram_bad_pages" in said["ct16"]
+    assert "bad_page_threshold=-2 (the threshold ignored" in said["ct16"]
