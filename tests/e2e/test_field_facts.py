@@ -8,7 +8,7 @@ from tests.e2e.cli import k3, k3json
 pytestmark = pytest.mark.e2e
 
 NODES = ("ct13", "ct14", "ct16", "ct17")
-CHECKS = ("numa-balancing", "gpu-pcie-link", "gpu-ras-counts", "gpu-bad-pages")
+CHECKS = ("numa-balancing", "gpu-pcie-link", "gpu-ras-counts", "gpu-bad-pages", "env-versions")
 
 
 def field_findings(rig, *args):
@@ -30,6 +30,7 @@ def test_a_healthy_rack_is_quiet(rig):
     ("pcie-link-downtrained", [("gpu-pcie-link", "ct16", 1, "WARN", "PCIE-LINK-DOWNTRAINED")], 0),
     ("ras-ue-count", [("gpu-ras-counts", "ct17", 0, "FAIL", "GPU-RAS-UE-COUNT")], 1),
     ("bad-pages-pending", [("gpu-bad-pages", "ct16", 3, "WARN", "GPU-BAD-PAGES")], 0),
+    ("hip-past-rocr", [("env-versions", "ct14", None, "FAIL", "ENV-VISIBLE-DEVICES")], 1),
 ])
 def test_each_field_fact_names_its_node_and_gpu_only(rig, scenario, expected, rc):
     rig.apply(scenario)
