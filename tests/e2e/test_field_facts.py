@@ -8,7 +8,8 @@ from tests.e2e.cli import k3, k3json
 pytestmark = pytest.mark.e2e
 
 NODES = ("ct13", "ct14", "ct16", "ct17")
-CHECKS = ("numa-balancing", "gpu-pcie-link", "gpu-ras-counts", "gpu-bad-pages", "env-versions")
+CHECKS = ("numa-balancing", "gpu-pcie-link", "gpu-ras-counts", "gpu-bad-pages", "env-versions",
+          "aiter-jit-locks")
 
 
 def field_findings(rig, *args):
@@ -31,6 +32,7 @@ def test_a_healthy_rack_is_quiet(rig):
     ("ras-ue-count", [("gpu-ras-counts", "ct17", 0, "FAIL", "GPU-RAS-UE-COUNT")], 1),
     ("bad-pages-pending", [("gpu-bad-pages", "ct16", 3, "WARN", "GPU-BAD-PAGES")], 0),
     ("hip-past-rocr", [("env-versions", "ct14", None, "FAIL", "ENV-VISIBLE-DEVICES")], 1),
+    ("torch-stale-lock", [("aiter-jit-locks", "ct13", None, "FAIL", "TORCH-STALE-LOCK")], 1),
 ])
 def test_each_field_fact_names_its_node_and_gpu_only(rig, scenario, expected, rc):
     rig.apply(scenario)
