@@ -6,5 +6,5 @@ reference's pre-launch checklist (§0.3), which is the order reports show them i
 """
 
 ORDER = ("rack", "amdgpu", "ifoe_bind", "platform", "iommu", "numa", "pcie_link", "xgmi", "kernel", "bad_pages",
-         "ras_counts", "ualink", "fabric", "peers", "host", "shm", "container", "launch", "env_versions", "aiter_locks",
-         "lmcache", "ualoe", "allreduce")
+         "ras_counts", "partitions", "ualink", "fabric", "peers", "host", "shm", "container", "launch", "env_versions",
+         "aiter_locks", "lmcache", "ualoe", "allreduce")

@@ -22,6 +22,8 @@ LINK_SPEED = "32.0 GT/s PCIe"  # PCIe Gen5 x16, trained at its capability
 LINK_WIDTH = 16
 RAS_BLOCKS = ("umc", "gfx", "sdma", "xgmi_wafl")  # ras/<block>_err_count of an MI300-class GPU
 BAD_PAGE_THRESHOLD = -1  # amdgpu's default (auto) in mainline amdgpu_drv.c
+CARD_FIELDS = ("compute_partition", "memory_partition")  # per-card overrides a scenario may set (``cards:``)
+PARTITION = {"compute_partition": "SPX", "memory_partition": "NPS1"}  # TP8 on a whole GPU (§31.4)
 
 
 def bad_page_line(index: int, flag: str = "R") -> str:
@@ -42,3 +44,10 @@ def install(tree: Path, state: Any, write_file: Callable[..., None]) -> None:
             write_file(tree, f"{dev}/ras/{block}_err_count", "ue: 0\nce: 0\n")
         write_file(tree, f"{dev}/ras/gpu_vram_bad_pages",
                    "".join(bad_page_line(i) for i in range(state.card(card)["retired_pages"])))
+
+
+def amd_smi_outputs(state: Any, as_json: Callable[..., str]) -> dict[str, str]:
+    """The fake amd-smi's recorded outputs of §31.3 (key: its arguments): each card's partition modes."""
+    partitions = [{"gpu": c, "partition": {key: state.card(c).get(key, value) for key, value in PARTITION.items()}
+                   | {"partition_id": 0}} for c in range(state.gpus)]
+    return {"static --partition --json": as_json(state, partitions)}

@@ -9,7 +9,7 @@ pytestmark = pytest.mark.e2e
 
 NODES = ("ct13", "ct14", "ct16", "ct17")
 CHECKS = ("numa-balancing", "gpu-pcie-link", "gpu-ras-counts", "gpu-bad-pages", "env-versions",
-          "aiter-jit-locks")
+          "aiter-jit-locks", "gpu-partitions")
 
 
 def field_findings(rig, *args):
@@ -33,6 +33,8 @@ def test_a_healthy_rack_is_quiet(rig):
     ("bad-pages-pending", [("gpu-bad-pages", "ct16", 3, "WARN", "GPU-BAD-PAGES")], 0),
     ("hip-past-rocr", [("env-versions", "ct14", None, "FAIL", "ENV-VISIBLE-DEVICES")], 1),
     ("torch-stale-lock", [("aiter-jit-locks", "ct13", None, "FAIL", "TORCH-STALE-LOCK")], 1),
+    ("partition-half-applied", [("gpu-partitions", "ct17", 1, "FAIL", "GPU-PARTITION"),
+                                ("gpu-partitions", "ct17", 3, "FAIL", "GPU-PARTITION")], 1),
 ])
 def test_each_field_fact_names_its_node_and_gpu_only(rig, scenario, expected, rc):
     rig.apply(scenario)
