@@ -12,6 +12,7 @@ which ``write_tree`` writes after these healthy values, e.g.::
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,11 @@ LINK_SPEED = "32.0 GT/s PCIe"  # PCIe Gen5 x16, trained at its capability
 LINK_WIDTH = 16
 RAS_BLOCKS = ("umc", "gfx", "sdma", "xgmi_wafl")  # ras/<block>_err_count of an MI300-class GPU
 BAD_PAGE_THRESHOLD = -1  # amdgpu's default (auto) in mainline amdgpu_drv.c
-CARD_FIELDS = ("compute_partition", "memory_partition")  # per-card overrides a scenario may set (``cards:``)
+# Per-card overrides a scenario may set (``cards:``): partition modes, and ``cper_fatal``, the fatal CPER records
+# amd-smi lists for the card as seconds after the node's boot (negative: before it, e.g. the 15 h old AFID 19).
+CARD_FIELDS = ("compute_partition", "memory_partition", "cper_fatal")
+CPER_WARNING = ("WARNING: No CPER files will be dumped unless --folder=<folder_name> is specified and cper entries "
+                "exist.\n")
 PARTITION = {"compute_partition": "SPX", "memory_partition": "NPS1"}  # TP8 on a whole GPU (§31.4)
 
 
@@ -46,8 +51,22 @@ def install(tree: Path, state: Any, write_file: Callable[..., None]) -> None:
                    "".join(bad_page_line(i) for i in range(state.card(card)["retired_pages"])))
 
 
+def boot_time() -> int:
+    """The host kernel's boot time (/proc/stat btime): the rig's nodes share it, so a record placed relative to
+    it is newer or older than the boot the check reads."""
+    for line in Path("/proc/stat").read_text().splitlines():
+        if line.startswith("btime "):
+            return int(line.split()[1])
+    raise RuntimeError("/proc/stat has no btime")
+
+
 def amd_smi_outputs(state: Any, as_json: Callable[..., str]) -> dict[str, str]:
-    """The fake amd-smi's recorded outputs of §31.3 (key: its arguments): each card's partition modes."""
+    """The fake amd-smi's recorded outputs of §31.3 (key: its arguments): each card's partition modes and its
+    fatal CPER records, in the table amd-smi prints without --folder."""
     partitions = [{"gpu": c, "partition": {key: state.card(c).get(key, value) for key, value in PARTITION.items()}
                    | {"partition_id": 0}} for c in range(state.gpus)]
-    return {"static --partition --json": as_json(state, partitions)}
+    boot = boot_time()
+    records = sorted((boot + after, c) for c in range(state.gpus) for after in state.card(c).get("cper_fatal", ()))
+    cper = CPER_WARNING + f"{'timestamp':<20} {'gpu_id':<7} {'severity':<20}\n" + "".join(
+        f"{time.strftime('%Y/%m/%d %H:%M:%S', time.gmtime(at)):<20} {c:<7} {'FATAL':<20}\n" for at, c in records)
+    return {"static --partition --json": as_json(state, partitions), "ras --cper --severity fatal": cper}

@@ -9,7 +9,7 @@ pytestmark = pytest.mark.e2e
 
 NODES = ("ct13", "ct14", "ct16", "ct17")
 CHECKS = ("numa-balancing", "gpu-pcie-link", "gpu-ras-counts", "gpu-bad-pages", "env-versions",
-          "aiter-jit-locks", "gpu-partitions")
+          "aiter-jit-locks", "gpu-partitions", "gpu-cper-fatal")
 
 
 def field_findings(rig, *args):
@@ -35,6 +35,7 @@ def test_a_healthy_rack_is_quiet(rig):
     ("torch-stale-lock", [("aiter-jit-locks", "ct13", None, "FAIL", "TORCH-STALE-LOCK")], 1),
     ("partition-half-applied", [("gpu-partitions", "ct17", 1, "FAIL", "GPU-PARTITION"),
                                 ("gpu-partitions", "ct17", 3, "FAIL", "GPU-PARTITION")], 1),
+    ("cper-fatal", [("gpu-cper-fatal", "ct16", 1, "FAIL", "GPU-CPER-FATAL")], 1),
 ])
 def test_each_field_fact_names_its_node_and_gpu_only(rig, scenario, expected, rc):
     rig.apply(scenario)
@@ -65,3 +66,12 @@ def test_bad_page_threshold_overridden_is_said_on_its_node_only(rig):
     assert [n for n, m in said.items() if "bad_page_threshold" in m] == ["ct16"], doc
     assert "1 pending, 1 un-res HBM page(s) listed by ras/gpu_vram_bad_pages" in said["ct16"]
     assert "bad_page_threshold=-2 (the threshold ignored" in said["ct16"]
+
+
+def test_a_fatal_cper_older_than_the_boot_is_said_not_judged(rig):
+    """§31.3 (device-metrics-exporter #506/#507): ct14's 15 h old record is an INFO on its PASS line only."""
+    rig.apply("cper-fatal")
+    _, _, doc = field_findings(rig)
+    said = {r["node"]: (r["status"], r["message"]) for r in doc["results"] if r["check"] == "gpu-cper-fatal"}
+    assert said["ct14"][0] == "PASS" and "INFO: 1 fatal CPER record(s) older than the boot on GPU 2" in said["ct14"][1]
+    assert [n for n, (_, m) in said.items() if "INFO" in m] == ["ct14"], doc
