@@ -1,6 +1,7 @@
-"""Reference §31.3's passive field facts end to end: the real CLI over real SSH reads each node's kernel and GPU
-sysfs (the rig's fake hardware boundary, k3rig.field) and names the one faulty node and GPU; a healthy rack
-is quiet. `kernel.numa_balancing` is a per-node stand-in file (each real node has its own kernel)."""
+"""Reference §31.3's passive field facts end to end: the real CLI over real SSH reads each node's kernel, GPU
+sysfs, PCI config space, amd-smi and container (the rig's fake hardware boundary, k3rig.field) and names the one
+faulty node and GPU; a healthy rack is quiet. `kernel.numa_balancing` and /sys/bus/pci/devices are per-node
+stand-ins (each real node has its own kernel and PCI tree)."""
 import pytest
 
 from tests.e2e.cli import k3, k3json
@@ -9,7 +10,7 @@ pytestmark = pytest.mark.e2e
 
 NODES = ("ct13", "ct14", "ct16", "ct17")
 CHECKS = ("numa-balancing", "gpu-pcie-link", "gpu-ras-counts", "gpu-bad-pages", "env-versions",
-          "aiter-jit-locks", "gpu-partitions", "gpu-cper-fatal")
+          "aiter-jit-locks", "gpu-partitions", "gpu-cper-fatal", "pcie-acs")
 
 
 def field_findings(rig, *args):
@@ -36,6 +37,7 @@ def test_a_healthy_rack_is_quiet(rig):
     ("partition-half-applied", [("gpu-partitions", "ct17", 1, "FAIL", "GPU-PARTITION"),
                                 ("gpu-partitions", "ct17", 3, "FAIL", "GPU-PARTITION")], 1),
     ("cper-fatal", [("gpu-cper-fatal", "ct16", 1, "FAIL", "GPU-CPER-FATAL")], 1),
+    ("pcie-acs-srcvalid", [("pcie-acs", "ct14", None, "WARN", "PCIE-ACS-SRCVALID")], 0),
 ])
 def test_each_field_fact_names_its_node_and_gpu_only(rig, scenario, expected, rc):
     rig.apply(scenario)
