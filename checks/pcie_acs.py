@@ -17,8 +17,9 @@ ACS_ON = remediation("PCIE-ACS-SRCVALID", "PCIe ACS Source Validation is on abov
 A PCIe bridge above a GPU or NIC has ACS Source Validation (and with it usually P2P request/completion
 redirect) enabled (`lspci -vvv`: `ACSCtl: SrcValid+`): P2P and RDMA traffic is forced up through the root
 complex, which hangs or slows GPU peer-to-peer and GPUDirect RDMA (§31.3; a BLOCK for multi-node RDMA). Turn
-it off for the bridges named (`setpci -s <bdf> ECAP_ACS+6.w=0000`, or the BIOS option "ACS Enable" /
-"PCIe ACS" off) and make it part of boot: the setting comes back after every reboot.
+it off for the bridges named (`setpci -s <bdf> ECAP_ACS+0x6.w=0000`, as NCCL's troubleshooting guide does, or
+the BIOS option "ACS Enable" / "PCIe ACS" off) and make it part of boot: the setting comes back after every
+reboot.
 """)
 
 # First every GPU (AMD, display or processing-accelerator class) and NIC (network class) as "@endpoint <bdf>"; then
