@@ -9,6 +9,12 @@ only since aiter #4153 (2026-07-09), and never another host's.  So, in the conta
 holder is dead (or on another host) with no compiler running is a stale lock - BLOCK before #4153
 (or when aiter's version is unknown), a note after it (aiter will break it), always BLOCK for another
 host's lock; a lock with a live holder or a compiler running is a build in progress (INFO).
+
+PyTorch's C++/HIP extension builds (``torch.utils.cpp_extension.load``, as vLLM's EP kernels use) take the same
+kind of baton: ``<build root>/<py..._rocm...>/<name>/lock`` under ``$TORCH_EXTENSIONS_DIR``, else
+``${XDG_CACHE_HOME:-~/.cache}/torch_extensions``. torch's ``FileBaton`` writes no holder into it and never breaks
+a stale one, whatever the version, so such a lock with no compiler running is always a BLOCK: the ~8 h vLLM EP
+startup deadlock of reference §31.3 (InferenceX #1964).
 """
 from __future__ import annotations
 
@@ -32,16 +38,27 @@ then start again. aiter breaks stale locks itself only since #4153, and never a 
 host (a shared JIT directory): those always need the delete (§29).
 """)
 
-# Each lock: "@lock <age_s>\t<holder pid or ->\t<holder alive 1|0>\t<holder host or ->\t<path>"; each running
-# compiler: "@compiler <pid> <comm>"; first "@host <hostname>". Content of a lock never leaves the node
+TORCH_STALE = remediation("TORCH-STALE-LOCK", "a stale torch_extensions build lock blocks the next start", """
+A PyTorch extension build lock (`<torch_extensions>/<py..._rocm...>/<name>/lock`) with nothing compiling: every
+rank that loads that extension waits on it for ever (`FileBaton.wait`; seen as a ~8 h startup deadlock of vLLM
+EP, §31.3). torch never breaks it and records no holder. With the engine stopped, delete the lock file named in
+the finding (`rm <path>` inside the container) and start again; keep TORCH_EXTENSIONS_DIR per container, not
+on a shared file system.
+""")
+
+# First "@host <hostname>" and "@torch <dir>" (the torch_extensions build root: locks below it are torch's); each
+# lock: "@lock <age_s>\t<holder pid or ->\t<holder alive 1|0>\t<holder host or ->\t<path>"; each running
+# compiler: "@compiler <pid> <comm>". Content of a lock never leaves the node
 # beyond the pid and host it names.
 _LIST = r"""echo "@host $(hostname 2>/dev/null || cat /etc/hostname 2>/dev/null)"
+torch=${TORCH_EXTENSIONS_DIR:-${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/torch_extensions}
+echo "@torch $torch"
 py=$(command -v python3 || command -v python)
 pkg=$([ -n "$py" ] && "$py" -c 'import importlib.util as u, os
 s = u.find_spec("aiter")
 print(os.path.join(os.path.dirname(s.origin), "jit") if s and s.origin else "")' 2>/dev/null)
 now=$(date +%s)
-for d in "${AITER_JIT_DIR:-}" "$pkg" "${HOME:-/root}/.aiter/jit"; do
+for d in "${AITER_JIT_DIR:-}" "$pkg" "${HOME:-/root}/.aiter/jit" "$torch"; do
   [ -n "$d" ] && [ -d "$d" ] || continue
   find "$d" -maxdepth 4 -type f \( -name 'lock_*' -o -name lock -o -name .ninja_lock \) 2>/dev/null
 done | sort -u | head -n 200 | while IFS= read -r f; do
@@ -75,11 +92,13 @@ class Lock:
 
 
 def parse_listing(text: str) -> tuple:
-    """(hostname, [Lock], [(pid, compiler)]) from the listing; any other line is a ParseError."""
-    host, locks, compilers = None, [], []
+    """(hostname, [Lock], [(pid, compiler)], torch_extensions dir) from the listing; any other line is a ParseError."""
+    host, locks, compilers, torch = None, [], [], None
     for line in text.splitlines():
         if line.startswith("@host "):
             host = line[6:].strip() or None
+        elif line.startswith("@torch "):
+            torch = line[7:].strip().rstrip("/") or None
         elif line.startswith("@lock "):
             fields = line[6:].split("\t")
             if len(fields) != 5 or not fields[0].lstrip("-").isdigit():
@@ -94,21 +113,22 @@ def parse_listing(text: str) -> tuple:
             raise ParseError(f"aiter lock listing: unexpected line {line[:100]!r}")
     if len(locks) >= MAX_LOCKS:
         raise ParseError(f"aiter lock listing: {len(locks)} locks or more (cut at {MAX_LOCKS}): not all read")
-    return host, locks, compilers
+    return host, locks, compilers, torch
 
 
 def _reads(settings) -> dict:
     return {"locks": in_container(settings.container, "sh", "-c", _LIST), "versions": probe(settings.container)}
 
 
-@check(CHECK, title="no stale aiter JIT build lock in the engine's container (§29)", scope="node", reads=_reads,
-       remediation=STALE, params={"version_edges": Param({}, validate=edges_problem)})
+@check(CHECK, title="no stale aiter JIT or torch_extensions build lock in the engine's container (§29, §31.3)",
+       scope="node", reads=_reads, remediation=(STALE, TORCH_STALE),
+       params={"version_edges": Param({}, validate=edges_problem)})
 def aiter_jit_locks(r, ctx):
     """§29: a lock with no live holder and no compiler running blocks the next start (strict unless aiter is known
     to break it, #4153); a lock with a live holder or a running compiler is a build in progress."""
-    host, locks, compilers = parse_listing(r["locks"].output("the aiter lock listing"))
+    host, locks, compilers, torch = parse_listing(r["locks"].output("the aiter lock listing"))
     if not locks:
-        return passed("no aiter JIT lock in the container")
+        return passed("no aiter JIT or torch_extensions lock in the container")
     edge = edges_from(ctx.param("version_edges"))[EDGE]
     where, why = side(edge, parse_probe(r["versions"].output("the version probe"), None))
     out, building = [], []
@@ -117,6 +137,12 @@ def aiter_jit_locks(r, ctx):
         if (lock.holder_alive and not foreign) or (compilers and not foreign):
             building.append(lock.path)
             continue
+        if torch and lock.path.startswith(torch + "/"):
+            out.append(fail(f"stale torch_extensions build lock {lock.path} (no holder recorded, no compiler running, "
+                            f"{lock.age_s}s old): torch never breaks it, the next start waits on it for ever - delete "
+                            "it (§31.3)", remediation=TORCH_STALE,
+                            evidence={"path": lock.path, "age_s": lock.age_s, "compilers": 0}))
+            continue
         holder = (f"holder pid {lock.holder} on {lock.holder_host}" if foreign else
                   f"holder pid {lock.holder} is gone" if lock.holder is not None else "no holder recorded")
         ev = {"path": lock.path, "age_s": lock.age_s, "holder": lock.holder, "holder_host": lock.holder_host,
@@ -124,10 +150,11 @@ def aiter_jit_locks(r, ctx):
         if foreign or where != "since":
             reason = ("another host's lock: aiter never breaks it" if foreign else why)
             out.append(fail(f"stale aiter JIT lock {lock.path} ({holder}, no compiler running, {lock.age_s}s old): "
-                            f"the next start waits on it for ever - delete it ({reason}; §29)", evidence=ev))
+                            f"the next start waits on it for ever - delete it ({reason}; §29)", remediation=STALE,
+                            evidence=ev))
         else:
             building.append(f"{lock.path} (stale, aiter breaks it itself: {why})")
     if out:
         return out
-    return passed(f"aiter JIT lock(s) with a build in progress or broken by aiter itself: {', '.join(building)} "
+    return passed(f"JIT build lock(s) with a build in progress or broken by aiter itself: {', '.join(building)} "
                   f"({len(compilers)} compiler process(es) running)", evidence={"locks": building})

@@ -9,6 +9,8 @@ the container's; only the values of the variables a row names leave the node.
 """
 from __future__ import annotations
 
+from collections import defaultdict
+
 from k3doctor import platforms
 from k3doctor.api import (
     ContainerInspect,
@@ -78,6 +80,13 @@ from its architecture table; RCCL_DDA_*, RCCL_CE_*, NCCL_MIN/MAX_CTAS override i
 reverts it (§29). Keep them only with a measurement that says they help.
 """)
 
+VISIBLE = remediation("ENV-VISIBLE-DEVICES", "HIP_VISIBLE_DEVICES names a GPU past ROCR_VISIBLE_DEVICES' list", """
+With both set, ROCr hides every GPU not in ROCR_VISIBLE_DEVICES first and HIP_VISIBLE_DEVICES then indexes
+what is left (0..count-1), not the node's GPU numbers (§31.3): `ROCR_VISIBLE_DEVICES=4,5,6,7` with
+`HIP_VISIBLE_DEVICES=4,5,6,7` leaves the process no GPU. Set one of
+the two (the scheduler's allocation usually sets ROCR_VISIBLE_DEVICES), or index HIP_VISIBLE_DEVICES from 0.
+""")
+
 SONAME_MIX = remediation("ENV-AMD-SMI-SONAME-MIX", "two amd-smi library generations on one library path", """
 amd-smi 27.0 (ROCm 10.0) renamed its library libamd_smi.so.26 -> libamd_smi.so.27 (§29). With both on the
 container's library path (the image's ROCm and a host ROCm mounted in through LD_LIBRARY_PATH), RCCL and the
@@ -86,10 +95,11 @@ tools can load a library of the other generation. Keep one ROCm: drop the host d
 """)
 
 
+_PLACEHOLDERS = defaultdict(lambda: "<value>")  # {env[NAME]} of a row's message, in its explain text
 for _rule in RULES:  # `k3doctor explain ENV-...` for every row, with the version range it holds for
     remediation(_rule.id, f"{', '.join(_rule.variables)}: {_rule.test} ({_rule.section})",
                 f"env-versions rule {_rule.id} ({_rule.status.upper()}, reference {_rule.section}): "
-                f"{_rule.message.format(name=' / '.join(_rule.variables), value='<value>')}.\n"
+                f"{_rule.message.format(name=' / '.join(_rule.variables), value='<value>', env=_PLACEHOLDERS)}.\n"
                 f"Applies: {_rule.applies}. What to do: `k3doctor explain {_rule.remediation}`.\n")
 
 
@@ -116,7 +126,7 @@ def _environments(r) -> list:
 
 
 @check(CHECK, title="environment rules for the RCCL, aiter, ATOM and ROCm versions installed (§29)", scope="node",
-       reads=_reads, remediation=(FABRIC, INERT, LOG_VALUE, TMPDIR, MORI, HIP_ALLOC, TUNING, SONAME_MIX),
+       reads=_reads, remediation=(FABRIC, INERT, LOG_VALUE, TMPDIR, MORI, HIP_ALLOC, TUNING, VISIBLE, SONAME_MIX),
        params={"version_edges": Param({}, validate=edges_problem)})
 def env_versions(r, ctx):
     """§29: one finding per variable, naming the version range the rule held for and how the node's version
@@ -133,7 +143,7 @@ def env_versions(r, ctx):
     verdicts, notes = [], []
     for label, env in environments:
         for rule, name, value, why in judge(env, found, edges, rules):
-            text = rule.message.format(name=name, value=value if value is not None else "(set)")
+            text = rule.message.format(name=name, value=value if value is not None else "(set)", env=env)
             if rule.status == "info":  # said in the PASS line, never a finding
                 notes.append(f"INFO: {label}: {text} [{rule.id}]")
                 continue

@@ -31,16 +31,36 @@ DSPARK_MOVED = ("ATOM_DSPARK_CONFIDENCE_SCHEDULE", "ATOM_DSPARK_DEBUG_SCHEDULE",
 RCCL_TUNING = ("RCCL_DDA_*", "RCCL_CE_*", "RCCL_IGNORE_ARCH_TABLE", "NCCL_MIN_CTAS", "NCCL_MAX_CTAS")
 MORI_WIDE_EP_WARN = ("MORI_VPOD_ID", "MORI_CCO_FABRIC_CROSSNODE_LSA", "MORI_CCO_FABRIC_LENIENT")
 
-# The tests a variable can fail: name -> fails(present, value); value None when unset or not read.
+
+
+def _devices(value) -> list | None:
+    """The entries of a ``*_VISIBLE_DEVICES`` list (``0,1,2``; ROCr also takes GPU UUIDs), None when unset/unread."""
+    return None if value is None or not value.strip() else [d.strip() for d in value.split(",")]
+
+
+def hip_past_rocr(hip, env: dict) -> bool:
+    """§31.3: HIP_VISIBLE_DEVICES indexes the list ROCR_VISIBLE_DEVICES left, so an index >= its length names
+    no GPU (a partial allocation that sees none). Quiet unless both lists were read and every HIP entry is an index."""
+    rocr, hip = _devices(env.get("ROCR_VISIBLE_DEVICES")), _devices(hip)
+    if rocr is None or hip is None or not all(d.isascii() and d.isdigit() for d in hip):
+        return False
+    return any(int(d) >= len(rocr) for d in hip)
+
+
+# The tests a variable can fail: name -> fails(present, value, env); value None when unset or not read; env the
+# whole environment, for a test of one variable against another (ALSO_READ names what else it reads).
 TESTS = {
-    "unset": lambda present, v: not present,
-    "set": lambda present, v: present,
-    "0": lambda present, v: present and (v or "").strip() == "0",
-    "1": lambda present, v: present and (v or "").strip() == "1",
-    "not an aiter log level": lambda present, v: bool(v) and v.strip().upper() not in AITER_LOG_LEVELS,
-    "under /dev/shm": lambda present, v: bool(v) and (v.rstrip("/") == "/dev/shm" or v.startswith("/dev/shm/")),
-    "expandable segments on": lambda present, v: bool(v) and "expandable_segments:true" in v.replace(" ", "").lower(),
+    "unset": lambda present, v, env: not present,
+    "set": lambda present, v, env: present,
+    "0": lambda present, v, env: present and (v or "").strip() == "0",
+    "1": lambda present, v, env: present and (v or "").strip() == "1",
+    "not an aiter log level": lambda present, v, env: bool(v) and v.strip().upper() not in AITER_LOG_LEVELS,
+    "under /dev/shm": lambda present, v, env: bool(v) and (v.rstrip("/") == "/dev/shm" or v.startswith("/dev/shm/")),
+    "expandable segments on":
+        lambda present, v, env: bool(v) and "expandable_segments:true" in v.replace(" ", "").lower(),
+    "an index past the ROCr list": lambda present, v, env: hip_past_rocr(v, env),
 }
+ALSO_READ = {"an index past the ROCr list": ("ROCR_VISIBLE_DEVICES",)}
 
 
 @dataclass(frozen=True)
@@ -53,7 +73,7 @@ class EnvVersionRule:
     applies: str  # "always" | "before <edge>" | "since <edge>"
     status: str  # fail | warn | info
     section: str
-    message: str  # {name} and {value} are filled in
+    message: str  # {name} and {value} are filled in, {env[NAME]} from the environment
     remediation: str
 
     @property
@@ -115,12 +135,16 @@ RULES = tuple(EnvVersionRule(*row) for row in (
     ("ENV-MORI-LENIENT", MORI_WIDE_EP_WARN[1:], "1", "always", "warn", "§29",
      "{name}=1 in a wide-EP environment: cross-node LSA / lenient mapping skips hipMemSetAccess failures",
      "ENV-MORI"),
+    ("ENV-HIP-PAST-ROCR", ("HIP_VISIBLE_DEVICES",), "an index past the ROCr list", "always", "fail", "§31.3",
+     "{name}={value} with ROCR_VISIBLE_DEVICES={env[ROCR_VISIBLE_DEVICES]}: HIP indexes the GPUs ROCr left, so an "
+     "index at or past their count names no GPU", "ENV-VISIBLE-DEVICES"),
 ))
 
 
 def names_read(rules=RULES) -> tuple:
     """The variables whose values the rows need (only those values leave the node)."""
-    return tuple(sorted({v for rule in rules for v in rule.variables if not v.endswith("*")}))
+    return tuple(sorted({v for rule in rules for v in (*rule.variables, *ALSO_READ.get(rule.test, ()))
+                         if not v.endswith("*")}))
 
 
 def judge(env: dict, found: dict, edges: dict, rules=RULES) -> list:
@@ -131,7 +155,7 @@ def judge(env: dict, found: dict, edges: dict, rules=RULES) -> list:
     for rule in rules:
         candidates = {n for n in env if rule.matches(n)} | {v for v in rule.variables if not v.endswith("*")}
         for name in sorted(candidates - named):
-            if not TESTS[rule.test](name in env, env.get(name)):
+            if not TESTS[rule.test](name in env, env.get(name), env):
                 continue
             applies, why = rule.holds(found, edges)
             if applies:

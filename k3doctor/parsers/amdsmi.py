@@ -304,3 +304,34 @@ def parse_bad_pages(text: str) -> dict:
                 raise ParseError(f"amd-smi bad-pages: GPU {gpu} {kind}: unexpected {shown(value, 80)}")
         result[gpu] = counts
     return result
+
+
+COMPUTE_PARTITIONS = ("SPX", "DPX", "TPX", "QPX", "CPX")  # amdsmi_compute_partition_type_t
+MEMORY_PARTITIONS = ("NPS1", "NPS2", "NPS4", "NPS8")  # amdsmi_memory_partition_type_t
+
+
+def parse_partitions(text: str) -> dict:
+    """``amd-smi static --partition`` (human or ``--json``) -> ``{gpu: (compute or None, memory or None)}``.
+
+    amdsmi_commands.py prints ``partition: {compute_partition, memory_partition, partition_id}`` per GPU (one
+    entry per partition in CPX/DPX); ``N/A`` (no partition support, or the half-applied change of legacy #4439)
+    is None, never a mode. A GPU without a partition section or a value outside the modes is a ParseError."""
+    result = {}
+    for entry in _gpu_entries(text, "amd-smi static --partition"):
+        gpu = to_int(entry["gpu"], "amd-smi static --partition: gpu")
+        section = entry.get("partition")
+        if not isinstance(section, dict) or not {"compute_partition", "memory_partition"} <= section.keys():
+            raise ParseError(f"amd-smi static --partition: GPU {gpu} has no compute/memory partition: "
+                             f"{shown(section, 80)}")
+        modes = []
+        for key, known in (("compute_partition", COMPUTE_PARTITIONS), ("memory_partition", MEMORY_PARTITIONS)):
+            value = section[key]
+            if is_na(value):
+                modes.append(None)
+            elif isinstance(value, str) and value.strip().upper() in known:
+                modes.append(value.strip().upper())
+            else:
+                raise ParseError(f"amd-smi static --partition: GPU {gpu} {key} {shown(value, 40)}: not one of "
+                                 f"{'/'.join(known)} or N/A")
+        result[gpu] = tuple(modes)
+    return result

@@ -1,25 +1,28 @@
 """A GPU's own sysfs attributes that reference §31.3 judges before launch: PCIe link training, RAS error
-counters and the driver's bad-page list.
+counters, the driver's bad-page list and its ``bad_page_threshold`` parameter.
 
 Shapes (drivers/pci/pci-sysfs.c, amdgpu_ras.c): ``current_link_speed`` / ``max_link_speed`` print
 ``"%s\\n"`` of ``pci_speed_string()`` (``32.0 GT/s PCIe``; ``8.0 GT/s PCIe`` on 5.x is ``8 GT/s``;
 ``Unknown`` when the link is down), ``*_link_width`` ``"%u\\n"``; ``ras/<block>_err_count`` prints
 ``ue: %lu\\nce: %lu\\n`` (``de: %lu`` too on newer kernels) or ``Query currently inaccessible`` during a
 RAS interrupt; ``ras/gpu_vram_bad_pages`` one ``0x%08x : 0x%08x : %c`` line per page (pfn : size : R
-reserved, P pending, F failed to reserve). Anything else is a ParseError, never a healthy value.
+reserved, P pending, F failed to reserve); ``/sys/module/amdgpu/parameters/bad_page_threshold`` ``%d``.
+Anything else is a ParseError, never a healthy value.
 """
 from __future__ import annotations
 
 import re
 
 from k3doctor.parsers import ParseError
+from k3doctor.parsers.amdsmi import BAD_PAGE_KINDS
 from k3doctor.parsers.common import MAX_DIGITS, require_text, shown
 
 _SPEED = re.compile(r"^(?P<gts>[0-9]{1,3}(?:\.[0-9]{1,2})?) GT/s(?: PCIe)?$")
 _WIDTH = re.compile(r"^[0-9]{1,2}$")
 _COUNT = re.compile(rf"^(?P<kind>ue|ce|de): ?(?P<n>[0-9]{{1,{MAX_DIGITS}}})$")
 _BAD_PAGE = re.compile(r"^0x[0-9a-fA-F]{1,16} : 0x[0-9a-fA-F]{1,16} : (?P<flag>[RPF])$")
-BAD_PAGE_FLAGS = {"R": "reserved", "P": "pending", "F": "unreservable"}
+BAD_PAGE_FLAGS = dict(zip("RPF", BAD_PAGE_KINDS))  # amd-smi's names of the same list (rocm_smi reads this file)
+_THRESHOLD = re.compile(r"^-?[0-9]{1,10}$")
 
 
 def parse_link_speed(text: str) -> float:
@@ -53,7 +56,8 @@ def parse_err_count(text: str) -> dict:
 
 
 def parse_vram_bad_pages(text: str) -> dict:
-    """``{"reserved": n, "pending": n, "unreservable": n}`` of ``ras/gpu_vram_bad_pages`` (empty: none)."""
+    """``{"retired": n, "pending": n, "un_res": n}`` of ``ras/gpu_vram_bad_pages`` (empty: none): R, P, F lines
+    under the names amd-smi bad-pages gives the same list."""
     if not isinstance(text, str):
         raise ParseError(f"gpu_vram_bad_pages: expected text, got {type(text).__name__}")
     counts = dict.fromkeys(BAD_PAGE_FLAGS.values(), 0)
@@ -65,3 +69,11 @@ def parse_vram_bad_pages(text: str) -> dict:
             raise ParseError(f"gpu_vram_bad_pages: unexpected line {shown(line)}")
         counts[BAD_PAGE_FLAGS[match.group("flag")]] += 1
     return counts
+
+
+def parse_bad_page_threshold(text: str) -> int:
+    """The amdgpu ``bad_page_threshold`` module parameter (``%d``: -2, -1, 0 or a page count)."""
+    value = require_text(text, "bad_page_threshold").strip()
+    if not _THRESHOLD.match(value) or int(value) < -2:
+        raise ParseError(f"bad_page_threshold {shown(value)}: not -2, -1 or a page count")
+    return int(value)

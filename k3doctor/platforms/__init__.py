@@ -26,6 +26,7 @@ class Platform:
     amdgpu_load_params: tuple  # (name, value) amdgpu must be loaded with here (gfx1250 bring-up, §5)
     ifoe: bool  # UALink over Ethernet: the ifoe module must be loaded before amdgpu (§5)
     env_rules_off: frozenset  # env-versions rule families (remediation codes) that do not apply here
+    tp_partition: tuple | None = None  # (compute, memory) partition every GPU must be in; None: uniform only
 
     def applies(self, check_name: str) -> bool:
         return check_name not in self.not_for_platform
@@ -45,7 +46,8 @@ def get(name: str) -> Platform:
                     not_for_platform=frozenset(data.get("not_for_platform", ())),
                     amdgpu_load_params=tuple((k, str(v)) for k, v in (data.get("amdgpu_load_params") or {}).items()),
                     ifoe=bool(data.get("ifoe", False)),
-                    env_rules_off=frozenset(data.get("env_rules_not_for_platform", ())))
+                    env_rules_off=frozenset(data.get("env_rules_not_for_platform", ())),
+                    tp_partition=tuple(data["tp_partition"]) if data.get("tp_partition") else None)
 
 
 def by_gfx_target(version: int) -> Platform | None:

@@ -50,7 +50,7 @@ MI355X_FAKE_TOOLS = {mi355x.SQUEUE: "squeue"}  # AgentX nodes run Slurm (§30); 
 TOOL_MODES = ("ok", "hang", "garbage", "truncated", "stubborn", "huge")
 RUNTIME_MODES = ("hang", "stubborn", "huge")  # decided by the fake when it runs (its @mode file)
 CARD_FIELDS = ("accel_state", "accel_id", "lane_bitmap", "ppod_id", "vpod_id", "link_type", "sclk_max_mhz",
-               "ifoe_driver", "retired_pages", "busy_pct")
+               "ifoe_driver", "retired_pages", "busy_pct", *field.CARD_FIELDS)
 FAKE_SCRIPT = Path(__file__).with_name("bin") / "k3rig-fake"
 AMD_SMI_GROUPS_WARNING = "WARNING: User is missing the following required groups: render, video\n"
 # Files `docker cp`-ed into our container (reference §2, §14) live under this root; the rig empties it on sync.
@@ -428,7 +428,7 @@ def _write_fake_tools(tree: Path, s: NodeState) -> None:
             write_file(tree, rel, script, 0o755)
         os.symlink("/bin/sleep", tree / f"opt/k3rig/bin/k3rig-hang.{tool}")
     outputs = {
-        "amd-smi": _amd_smi_outputs(s),
+        "amd-smi": {**_amd_smi_outputs(s), **field.amd_smi_outputs(s, _amd_smi_json)},
         "rocm-smi": _rocm_smi_outputs(s),
         "dmesg": {"@noargs": _dmesg(s), DMESG_ERRORS_KEY: _dmesg(s, errors_only=True)},
         **({"squeue": {mi355x.SQUEUE_ARGS: mi355x.squeue_text(s.slurm_jobs)}} if s.platform == "mi355x" else {}),

@@ -1,6 +1,7 @@
-"""Reference §31.3's passive field facts end to end: the real CLI over real SSH reads each node's kernel and GPU
-sysfs (the rig's fake hardware boundary, k3rig.field) and names the one faulty node and GPU; a healthy rack
-is quiet. `kernel.numa_balancing` is a per-node stand-in file (each real node has its own kernel)."""
+"""Reference §31.3's passive field facts end to end: the real CLI over real SSH reads each node's kernel, GPU
+sysfs, PCI config space, amd-smi and container (the rig's fake hardware boundary, k3rig.field) and names the one
+faulty node and GPU; a healthy rack is quiet. `kernel.numa_balancing` and /sys/bus/pci/devices are per-node
+stand-ins (each real node has its own kernel and PCI tree)."""
 import pytest
 
 from tests.e2e.cli import k3, k3json
@@ -8,7 +9,8 @@ from tests.e2e.cli import k3, k3json
 pytestmark = pytest.mark.e2e
 
 NODES = ("ct13", "ct14", "ct16", "ct17")
-CHECKS = ("numa-balancing", "gpu-pcie-link", "gpu-ras-counts")
+CHECKS = ("numa-balancing", "gpu-pcie-link", "gpu-ras-counts", "gpu-bad-pages", "env-versions",
+          "aiter-jit-locks", "gpu-partitions", "gpu-cper-fatal", "pcie-acs")
 
 
 def field_findings(rig, *args):
@@ -29,6 +31,13 @@ def test_a_healthy_rack_is_quiet(rig):
     ("numa-balancing-on", [("numa-balancing", "ct14", None, "WARN", "NUMA-BALANCING")], 0),
     ("pcie-link-downtrained", [("gpu-pcie-link", "ct16", 1, "WARN", "PCIE-LINK-DOWNTRAINED")], 0),
     ("ras-ue-count", [("gpu-ras-counts", "ct17", 0, "FAIL", "GPU-RAS-UE-COUNT")], 1),
+    ("bad-pages-pending", [("gpu-bad-pages", "ct16", 3, "WARN", "GPU-BAD-PAGES")], 0),
+    ("hip-past-rocr", [("env-versions", "ct14", None, "FAIL", "ENV-VISIBLE-DEVICES")], 1),
+    ("torch-stale-lock", [("aiter-jit-locks", "ct13", None, "FAIL", "TORCH-STALE-LOCK")], 1),
+    ("partition-half-applied", [("gpu-partitions", "ct17", 1, "FAIL", "GPU-PARTITION"),
+                                ("gpu-partitions", "ct17", 3, "FAIL", "GPU-PARTITION")], 1),
+    ("cper-fatal", [("gpu-cper-fatal", "ct16", 1, "FAIL", "GPU-CPER-FATAL")], 1),
+    ("pcie-acs-srcvalid", [("pcie-acs", "ct14", None, "WARN", "PCIE-ACS-SRCVALID")], 0),
 ])
 def test_each_field_fact_names_its_node_and_gpu_only(rig, scenario, expected, rc):
     rig.apply(scenario)
@@ -49,3 +58,22 @@ def test_correctable_ras_errors_rising_since_the_baseline_are_a_warn(rig, tmp_pa
     assert found == [("gpu-ras-counts", "ct13", 3, "WARN", "GPU-RAS-CE-RISING")], doc
     [warned] = [r for r in doc["results"] if r["status"] == "WARN"]
     assert "rose from 0 (baseline) to 40" in warned["message"]
+
+
+def test_bad_page_threshold_overridden_is_said_on_its_node_only(rig):
+    """§31.3: bad_page_threshold -2 (mainline: threshold ignored) is an INFO on ct16's line, not a finding."""
+    rig.apply("bad-pages-pending")
+    _, _, doc = field_findings(rig)
+    said = {r["node"]: r["message"] for r in doc["results"] if r["check"] == "gpu-bad-pages"}
+    assert [n for n, m in said.items() if "bad_page_threshold" in m] == ["ct16"], doc
+    assert "1 pending, 1 un-res HBM page(s) listed by ras/gpu_vram_bad_pages" in said["ct16"]
+    assert "bad_page_threshold=-2 (the threshold ignored" in said["ct16"]
+
+
+def test_a_fatal_cper_older_than_the_boot_is_said_not_judged(rig):
+    """§31.3 (device-metrics-exporter #506/#507): ct14's 15 h old record is an INFO on its PASS line only."""
+    rig.apply("cper-fatal")
+    _, _, doc = field_findings(rig)
+    said = {r["node"]: (r["status"], r["message"]) for r in doc["results"] if r["check"] == "gpu-cper-fatal"}
+    assert said["ct14"][0] == "PASS" and "INFO: 1 fatal CPER record(s) older than the boot on GPU 2" in said["ct14"][1]
+    assert [n for n, (_, m) in said.items() if "INFO" in m] == ["ct14"], doc

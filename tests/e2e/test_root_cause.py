@@ -32,14 +32,15 @@ def test_a_node_without_amdgpu_has_one_fail_and_every_dependant_says_why_it_was_
     assert rc == 1, err
     assert lines[0] == "FAIL  amdgpu-driver ct17: /dev/kfd does not exist: amdgpu is not loaded  [AMDGPU-NOT-LOADED]"
     assert sorted(lines[1:]) == [f"SKIP  {check} ct17: {NOT_EVALUATED}" for check in
-                                 ("fabric-domain", "gpu-bad-pages", "gpu-inventory", "hbm-uniform",
-                                                "ifoe-bound")] + [
+                                 ("fabric-domain", "gpu-bad-pages", "gpu-cper-fatal", "gpu-inventory",
+                                  "gpu-partitions", "gpu-pcie-link", "gpu-ras-counts", "hbm-uniform", "ifoe-bound")] + [
         f"SKIP  rack-free ct17: GPU processes and VRAM {NOT_EVALUATED}", f"SKIP  ualink-state ct17: {NOT_EVALUATED}"]
     assert out.rstrip().splitlines()[-1].endswith("see `k3doctor explain AMDGPU-NOT-LOADED`")
 
     rc, doc = k3json("check", "--nodes", rack.inventory_path)
     assert not_passed(doc) == [("amdgpu-driver", "ct17", "FAIL"), *(
-        (c, "ct17", "SKIP") for c in ("fabric-domain", "gpu-bad-pages", "gpu-inventory", "hbm-uniform", "ifoe-bound",
+        (c, "ct17", "SKIP") for c in ("fabric-domain", "gpu-bad-pages", "gpu-cper-fatal", "gpu-inventory",
+                                      "gpu-partitions", "gpu-pcie-link", "gpu-ras-counts", "hbm-uniform", "ifoe-bound",
                                       "rack-free", "ualink-state"))]
     judged = {(r["check"], r["node"]) for r in doc["results"] if r["status"] == "PASS"}
     for node in ("ct13", "ct14", "ct16"):  # the healthy nodes are judged as usual, also by the cluster checks

@@ -178,7 +178,7 @@ def test_hung_tool_is_recognisable(rig):
 # What a node shows over SSH of its simulated hardware, without running a (possibly hanging) fake tool:
 # the fake files, links (a driver binding), devices and boot id; then, from its engine, the containers and our
 # container's files (sizes), environment and log.
-NODE_FILES = r"""{ find /sys/class /sys/module /opt/k3rig /root/ubench -type f | sort | xargs -d '\n' tail -n +1
+NODE_FILES = r"""{ find /sys/class /sys/module /sys/bus/pci/devices /opt/k3rig /root/ubench -type f | sort | xargs -d '\n' tail -n +1
   find /sys/class -type l -printf '%p -> %l\n' | sort; ls /dev/dri /dev/shm; [ -e /dev/kfd ] && echo kfd
   cat /proc/sys/kernel/random/boot_id /proc/sys/kernel/numa_balancing; } 2>&1 | sha256sum"""
 # Host resources (§12): memory, the checkpoint's shards and sizes, the log directory's file system.

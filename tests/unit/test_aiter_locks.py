@@ -50,7 +50,7 @@ def dead_pid():
 
 
 def test_the_listing_script_reads_a_real_lock_and_its_dead_holder(tmp_path, dead_pid):
-    host, locks, _ = aiter_locks.parse_listing(listing(tmp_path, dead_pid))
+    host, locks, _, _ = aiter_locks.parse_listing(listing(tmp_path, dead_pid))
     [lock] = locks
     assert host and lock.path.endswith("/jit/build/lock_module_moe") and lock.holder == dead_pid
     assert not lock.holder_alive and lock.holder_host is None and 0 <= lock.age_s < 60
@@ -91,7 +91,7 @@ def test_a_live_holder_or_a_running_compiler_is_a_build_in_progress(tmp_path):
 
 def test_no_lock_passes_and_a_garbled_listing_is_an_error():
     [v] = judge("@host ct13\n")
-    assert v.status == Status.PASS and "no aiter JIT lock" in v.message
+    assert v.status == Status.PASS and "no aiter JIT or torch_extensions lock" in v.message
     [v] = judge("@host ct13\nsh: syntax error\n")
     assert v.status == Status.ERROR and "unexpected line" in v.message
 
@@ -108,5 +108,23 @@ def test_the_listing_names_a_compiler_running_beside_it(tmp_path):
                                  env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
         finally:
             proc.kill()
-    _, locks, compilers = aiter_locks.parse_listing(out.stdout)
+    _, locks, compilers, _ = aiter_locks.parse_listing(out.stdout)
     assert out.returncode == 0 and locks == [] and (str(proc.pid), "hipcc") in compilers, out
+
+
+@pytest.mark.parametrize("env, root", [({}, ".cache/torch_extensions"), ({"TORCH_EXTENSIONS_DIR": "ext"}, "ext"),
+                                       ({"XDG_CACHE_HOME": "xdg"}, "xdg/torch_extensions")])
+def test_a_torch_extensions_lock_with_no_compiler_blocks_whatever_aiters_version(tmp_path, env, root):
+    """§31.3 (InferenceX #1964): torch's FileBaton (`<root>/py312_rocm7/<name>/lock`, empty: no holder) is never
+    broken by torch; the listing script, run here, finds it under $TORCH_EXTENSIONS_DIR, else the XDG cache."""
+    env = {k: str(tmp_path / v) for k, v in env.items()}
+    lock = tmp_path / root / "py312_rocm7" / "deep_ep_cpp" / "lock"
+    lock.parent.mkdir(parents=True)
+    lock.write_text("")
+    out = subprocess.run(["sh", "-c", aiter_locks._LIST], capture_output=True, text=True, timeout=30, check=True,
+                         env={"PATH": os.environ["PATH"], "HOME": str(tmp_path), **env}).stdout
+    [v] = judge(no_compilers(out), NEW_AITER, **EDGE)
+    assert (v.status, v.remediation) == (Status.FAIL, "TORCH-STALE-LOCK"), v.message
+    assert f"stale torch_extensions build lock {lock}" in v.message and "torch never breaks it" in v.message
+    [v] = judge(out.replace("@host", "@compiler 4711 ninja\n@host", 1), NEW_AITER, **EDGE)
+    assert v.status == Status.PASS and "build in progress" in v.message

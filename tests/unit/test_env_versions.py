@@ -11,7 +11,7 @@ from k3doctor.checks import env_versions  # noqa: F401  (registers the check)
 
 from k3doctor import testing
 from k3doctor.model.container import record_from_inspect
-from k3doctor.model.env_rules import EDGES, RULES, judge
+from k3doctor.model.env_rules import EDGES, RULES, judge, names_read
 from k3doctor.model.versions import parse_probe
 from k3doctor.parsers import ParseError
 from k3doctor.readings import CommandReading, ContainerReading, FileReading
@@ -30,7 +30,7 @@ def readings(env: dict, probe: str = ROCM_714, probe_rc: int = 0, kernel: str | 
         "Image": "rocm/fw-bringup:gfx1250-atom-20260918-ep8", "Env": [f"{k}={v}" for k, v in env.items()],
         "Cmd": ["sleep", "infinity"]}, "State": {"Running": True, "Status": "running"}, "HostConfig": {},
         "Mounts": []}
-    keep = tuple(sorted({v for rule in RULES for v in rule.variables if not v.endswith("*")}))
+    keep = names_read()
     return {"container": ContainerReading(record_from_inspect(attrs, keep)),
             "ranks": CommandReading("sh", 0, ranks, ""),
             "versions": CommandReading("docker exec k3ep16 sh -c ...", probe_rc, probe,
@@ -228,3 +228,21 @@ def test_one_libamd_smi_generation_passes_and_an_unreadable_listing_is_an_error(
     assert [v.status for v in testing.judge(CHECK, r, **EDGE_SET)] == [Status.PASS]
     r["amdsmi_libs"] = CommandReading("docker exec k3ep16 sh -c ...", 0, "garbage\n", "")
     assert [v.status for v in testing.judge(CHECK, r, **EDGE_SET)] == [Status.ERROR]
+
+
+@pytest.mark.parametrize("rocr, hip, failed", [
+    ("4,5,6,7", "4,5,6,7", True),  # §31.3: the node's numbers given to HIP, which indexes ROCr's 4 GPUs
+    ("4,5,6,7", "0,1,2,3", False), ("0,1", "1, 2", True), ("GPU-aa11,GPU-bb22", "1", False),
+    ("4,5,6,7", None, False), (None, "4,5", False), ("", "3", False), ("0,1", "GPU-aa11", False)])
+def test_a_hip_index_past_the_rocr_list_fails(rocr, hip, failed):
+    env = {**HEALTHY, **({"ROCR_VISIBLE_DEVICES": rocr} if rocr is not None else {}),
+           **({"HIP_VISIBLE_DEVICES": hip} if hip is not None else {})}
+    verdicts = run(env)
+    assert rules_of(verdicts) == ([("FAIL", "ENV-HIP-PAST-ROCR", "HIP_VISIBLE_DEVICES")] if failed else [])
+    if failed:
+        assert f"HIP_VISIBLE_DEVICES={hip} with ROCR_VISIBLE_DEVICES={rocr}" in verdicts[0].message
+        assert verdicts[0].remediation == "ENV-VISIBLE-DEVICES"
+
+
+def test_rocr_visible_devices_is_read_for_the_two_variable_rule():
+    assert {"ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"} <= set(names_read())

@@ -47,7 +47,7 @@ def test_err_count_and_bad_pages_shapes():
     for bad in ("Query currently inaccessible", "ue: 1", "ue: 1\nue: 2\nce: 0", "ue: -1\nce: 0", "ue: " + "9" * 30):
         with pytest.raises(ParseError):
             parse_err_count(bad + "\n")
-    assert parse_vram_bad_pages("") == {"reserved": 0, "pending": 0, "unreservable": 0}
+    assert parse_vram_bad_pages("") == {"retired": 0, "pending": 0, "un_res": 0}
     assert parse_vram_bad_pages("0x00001234 : 0x00001000 : R\n0x00001235 : 0x00001000 : P\n")["pending"] == 1
     with pytest.raises(ParseError):
         parse_vram_bad_pages("0x00001234 : 0x00001000 : X\n")
