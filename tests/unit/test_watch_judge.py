@@ -143,3 +143,17 @@ def test_state_file_round_trip_and_refusal(tmp_path):
     path.write_text("{not json")
     with pytest.raises(StateFileError):
         load_state(str(path), ["n1"])
+
+
+class _Tty:
+    def isatty(self):
+        return True
+
+
+def test_live_colour_only_on_a_terminal_and_never_with_no_color(monkeypatch):
+    from k3doctor.watch.render import Sink
+
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    assert Sink("live", _Tty()).color and not Sink("jsonl", _Tty()).color
+    monkeypatch.setenv("NO_COLOR", "")
+    assert not Sink("live", _Tty()).color
