@@ -9,22 +9,26 @@ class Status(enum.Enum):
     """Outcome of one check on one node (or GPU, or the cluster).
 
     ERROR means "could not evaluate" (unreachable, auth refused, timeout, unparseable
-    output): it is never shown as PASS and makes the run inconclusive.
+    output): it is never shown as PASS and makes the run inconclusive. WAIVED is a FAIL or WARN that an
+    unexpired waiver accepts (k3doctor/judging/waivers.py): shown everywhere, counted in no verdict.
     """
 
     PASS = "PASS"
     SKIP = "SKIP"
+    WAIVED = "WAIVED"
     WARN = "WARN"
     ERROR = "ERROR"
     FAIL = "FAIL"
 
     @property
-    def severity(self) -> int:
-        """Order used to pick the worst result of a table cell."""
+    def severity(self) -> float:
+        """Order used to pick the worst result of a table cell (and Prometheus' status value)."""
         return _SEVERITY[self]
 
 
-_SEVERITY = {Status.PASS: 0, Status.SKIP: 1, Status.WARN: 2, Status.ERROR: 3, Status.FAIL: 4}
+# WAIVED sits between SKIP and WARN: a cell shows an accepted fault over a PASS, a live WARN over it; 1.5 keeps
+# every other status' value (Prometheus series, alerts on >= 2 or >= 3) as it was, below every threshold.
+_SEVERITY = {Status.PASS: 0, Status.SKIP: 1, Status.WAIVED: 1.5, Status.WARN: 2, Status.ERROR: 3, Status.FAIL: 4}
 
 
 @dataclass(frozen=True)
@@ -126,6 +130,7 @@ class Result:
     evidence: dict = field(default_factory=dict)
     remediation: str | None = None
     figures: list = field(default_factory=list)  # what a check measured or found, typed, for the outputs
+    waiver: dict | None = None  # the waiver that accepts it (WAIVED) or that expired (FAIL/WARN again)
 
     def to_dict(self) -> dict:
         out = {
@@ -139,6 +144,8 @@ class Result:
         }
         if self.figures:
             out["figures"] = [figure_to_dict(f) for f in self.figures]
+        if self.waiver:
+            out["waiver"] = self.waiver
         return out
 
 
@@ -180,11 +187,12 @@ class LaunchVerdict(enum.Enum):
 
 
 def overall(results) -> LaunchVerdict:
-    """FAIL anywhere beats ERROR: a known fault is more useful than an unknown."""
+    """FAIL anywhere beats ERROR: a known fault is more useful than an unknown. A WAIVED finding was
+    evaluated (it counts as verified) but decides nothing."""
     statuses = {r.status for r in results}
     if Status.FAIL in statuses:
         return LaunchVerdict.DO_NOT_LAUNCH
-    if Status.ERROR in statuses or not statuses & {Status.PASS, Status.WARN}:
+    if Status.ERROR in statuses or not statuses & {Status.PASS, Status.WARN, Status.WAIVED}:
         return LaunchVerdict.INCONCLUSIVE  # an error, or nothing was actually verified (all skipped)
     return LaunchVerdict.READY
 

@@ -78,6 +78,11 @@ QUIET = click.option("-q", "--quiet", is_flag=True,
                      help="No progress on stderr (it is shown only on a terminal anyway).")
 
 
+WAIVERS = click.option("--waivers", "waivers_path", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+                       help="Accepted findings (YAML `waivers:` list: code, node, gpu, reason, ticket, expires), "
+                            "added to the inventory's own; see README: CI gate: waivers.")
+
+
 def accept_unknown_hosts_option(help_text: str = "Accept host keys missing from known_hosts."):
     return click.option("--accept-unknown-hosts", is_flag=True, help=help_text)
 
@@ -137,6 +142,19 @@ def read_inventory(path, logins=False, ansible_inventory=None):
         bad_input(str(exc))
     except InventoryError as exc:
         bad_input(f"invalid inventory:\n{exc}")
+
+
+def add_waivers(inv, path) -> None:
+    """``--waivers FILE``'s waivers after the inventory's own; a bad file is one line per problem, exit 3."""
+    if not path:
+        return
+    from k3doctor.inventory import waivers
+    from k3doctor.inventory.safeyaml import YAMLInputError
+
+    try:
+        inv.waivers = tuple(inv.waivers) + waivers.load_file(path, waivers.known_codes(REGISTRY))
+    except YAMLInputError as exc:
+        bad_input(str(exc))  # file:line: key: message, a line each
 
 
 def apply_overrides(inv, overrides) -> None:

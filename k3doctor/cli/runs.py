@@ -1,14 +1,17 @@
 """The commands that judge a rack: ``check``, ``node``, ``merge``, ``judge`` and ``baseline record``."""
 from __future__ import annotations
 
+import json
 import sys
 
 import click
 
 from k3doctor.cli.options import (
     QUIET,
+    WAIVERS,
     Seconds,
     accept_unknown_hosts_option,
+    add_waivers,
     apply_overrides,
     bad_input,
     baseline_of,
@@ -50,16 +53,23 @@ from k3doctor.results import overall
 @click.option("--pairs", default=None, metavar="PLAN",
               help="Node pairs for the fabric probe: quick, all, or a,b;c,d (= --set ualoe-fabric.pairs=PLAN).")
 @click.option("--save-readings", type=OutputPath(stdout=False), default=None,
-              help="Also save every raw reading to this JSON file (re-judge it later with `k3doctor judge`).")
+              help="Also save every raw reading to this JSON file (re-judge it later with `k3doctor judge`); "
+                   "host names, addresses, serials and user names replaced by pseudonyms: shareable.")
+@click.option("--keep-identifiers", is_flag=True,
+              help="Save the readings with host names, addresses, serials and user names as read (private use).")
 @click.option("--connect-only", is_flag=True, help="Only reach every node and say per node what works (TCP, "
               "host key, login, sudo, python3, the GPU tools): the step before a first check. Exit 0 when all do.")
+@WAIVERS
 @report_options()
 @QUIET
 def check_cmd(inventory, ansible_inventory, only, skip, tier, parallel, timeout, connect_timeout, node_deadline,
-              accept_unknown_hosts, fix, baseline_path, overrides, pairs, save_readings, connect_only, fmt, output,
-              verbose, quiet):
+              accept_unknown_hosts, fix, baseline_path, overrides, pairs, save_readings, keep_identifiers, connect_only,
+              waivers_path, fmt, output, verbose, quiet):
     """Run the checks and report READY TO LAUNCH / DO NOT LAUNCH / INCONCLUSIVE."""
+    if keep_identifiers and not save_readings:
+        raise click.UsageError("--keep-identifiers applies to --save-readings")
     inv = read_inventory(inventory, logins=True, ansible_inventory=ansible_inventory)
+    add_waivers(inv, waivers_path)
     if connect_only:
         from k3doctor.judging.contact import contact_all
         from k3doctor.outputs.contact import render_contacts
@@ -80,9 +90,13 @@ def check_cmd(inventory, ansible_inventory, only, skip, tier, parallel, timeout,
     with shown(quiet):
         report = run_checks(inv, checks, opts)
     if save_readings:  # checked when parsed; replaced only now, atomically, 0600
-        from k3doctor.gather import snapshot
+        from k3doctor.gather import shareable, snapshot
 
-        write_output(save_readings, snapshot.dump(report, inv.text, overrides), private=True)
+        text = snapshot.dump(report, inv.text, overrides, keep_identifiers=keep_identifiers)
+        write_output(save_readings, text, private=True)
+        if not quiet:
+            click.echo(f"k3doctor: readings saved to {save_readings}, {shareable.summary(json.loads(text))}; "
+                       f"`k3doctor readings kept {save_readings}` says what it keeps", err=True)
     emit(report, checks, fmt, output, verbose)
 
 
@@ -146,8 +160,9 @@ def node_cmd(inventory, name, only, skip, overrides, timeout, node_deadline, as_
 @click.option("--nodes", "inventory", metavar="INVENTORY.yaml",
               help="The inventory the nodes ran with: every node of it is expected (and its racks: judged apart).")
 @selection("report")
+@WAIVERS
 @report_options()
-def merge_cmd(sources, inventory, only, skip, fmt, output, verbose):
+def merge_cmd(sources, inventory, only, skip, waivers_path, fmt, output, verbose):
     """Join `k3doctor node --json` results, judge the cluster checks across them, and report as `check` does.
 
     \b
@@ -173,6 +188,7 @@ def merge_cmd(sources, inventory, only, skip, fmt, output, verbose):
         by_node = merge.one_each(found)
     except merge.MergeError as exc:
         bad_input(f"merge: {exc}")
+    add_waivers(inv, waivers_path)
     checks = select(only, skip, passive_only=True)
     emit(merge.merge(inv, checks, by_node, started), checks, fmt, output, verbose)
 
@@ -183,15 +199,17 @@ def merge_cmd(sources, inventory, only, skip, fmt, output, verbose):
 @overrides_option()
 @click.option("--baseline", "baseline_path", type=click.Path(dir_okay=False), default=None,
               help="Baseline file for drift checks.")
+@WAIVERS
 @report_options()
-def judge_cmd(readings_file, only, skip, overrides, baseline_path, fmt, output, verbose):
+def judge_cmd(readings_file, only, skip, overrides, baseline_path, waivers_path, fmt, output, verbose):
     """Judge readings saved by `check --save-readings` (or a `triage -o x.tar.gz` bundle) again, offline."""
     from k3doctor.gather import snapshot
 
     load_plugins()
     if readings_file.endswith((".tar.gz", ".tgz")):
-        if only or skip or overrides or baseline_path:
-            raise click.UsageError("--only/--skip/--set/--baseline apply to saved readings, not to a triage bundle")
+        if only or skip or overrides or baseline_path or waivers_path:
+            raise click.UsageError("--only/--skip/--set/--baseline/--waivers apply to saved readings, not to a "
+                                   "triage bundle")
         from k3doctor import triage
         from k3doctor.triage import flow
 
@@ -205,6 +223,7 @@ def judge_cmd(readings_file, only, skip, overrides, baseline_path, fmt, output, 
     except snapshot.SnapshotError as exc:
         bad_input(f"cannot judge {readings_file}: {exc}")
     apply_overrides(inv, tuple(saved_overrides) + tuple(overrides))
+    add_waivers(inv, waivers_path)
     checks = select(only, skip)
     report = run_checks(inv, checks, RunOptions(replay=(saved, unreachable), baseline=baseline_of(baseline_path)))
     emit(report, checks, fmt, output, verbose)

@@ -29,6 +29,7 @@ from k3doctor.fleet.node_mode import SCHEMA, inventory_digest
 from k3doctor.gather import snapshot
 from k3doctor.inventory.types import Inventory, Node, Settings, SSHSettings
 from k3doctor.judging.causes import explained
+from k3doctor.judging.waivers import apply as apply_waivers
 from k3doctor.judging.prerequisites import blocking_findings
 from k3doctor.judging.runner import RunReport, judge_cluster, specs_of
 from k3doctor.judging.unread import unread_results
@@ -189,7 +190,8 @@ def _result(data: dict, node: str) -> Result:
         raise TypeError(f"gpu must be a number, got {gpu!r}")
     return Result(check=str(data["check"]), node=node, status=Status(data["status"]), message=str(data["message"]),
                   gpu=gpu, evidence=data.get("evidence") or {}, remediation=data.get("remediation"),
-                  figures=[figure_from_dict(f) for f in data.get("figures") or ()])
+                  figures=[figure_from_dict(f) for f in data.get("figures") or ()],
+                  waiver=data["waiver"] if isinstance(data.get("waiver"), dict) else None)
 
 
 def read_sources(sources, stdin) -> list:
@@ -292,5 +294,6 @@ def merge(inv: Inventory, checks: list, by_node: dict, started: float | None = N
             for specs in specs_by_node[node.name].values() if isinstance(specs, dict) for spec in specs.values()}
     cluster = [c for c in passive if c.scope == "cluster"]
     results += judge_cluster(inv, cluster, readings, specs_by_node, failed_by_node, {})
-    return RunReport(results=explained(results), nodes=[n.name for n in inv.nodes],
+    results, notes = apply_waivers(explained(results), inv.waivers)
+    return RunReport(results=results, nodes=[n.name for n in inv.nodes], notes=notes,
                      duration_s=round(time.monotonic() - started, 3), unreachable=unreachable, readings=readings)

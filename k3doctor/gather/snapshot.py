@@ -12,6 +12,7 @@ import math
 from k3doctor import localfiles, redaction
 from k3doctor import readings as rd
 from k3doctor.deadline import plausible_clock
+from k3doctor.gather import shareable
 from k3doctor.inventory.load import localhost_inventory, parse_inventory
 from k3doctor.inventory.types import InventoryError
 from k3doctor.parsers.common import shown
@@ -135,12 +136,23 @@ def decode_readings(entries: list) -> dict:
     return {_decode_spec(e["spec"]): _decode_reading(e["reading"]) for e in entries}
 
 
-def dump(report, inventory_text: str, overrides=()) -> str:
+def dump(report, inventory_text: str, overrides=(), keep_identifiers: bool = False) -> str:
     """JSON of every node's readings (as far as each spec lets them be saved) plus the inventory and
-    ``--set`` overrides they were taken with."""
+    ``--set`` overrides they were taken with; host names, addresses, serials and user names replaced by
+    pseudonyms (shareable.py) unless ``keep_identifiers``. Its ``identifiers`` key says which (the loader
+    does not read it)."""
     nodes = {node: encode_readings(got) for node, got in report.readings.items()}
-    return json.dumps({"schema": SCHEMA, "inventory": inventory_text, "overrides": list(overrides),
-                       "unreachable": report.unreachable, "nodes": nodes}, default=str)
+    doc = {"schema": SCHEMA, "inventory": inventory_text, "overrides": list(overrides),
+           "unreachable": report.unreachable, "nodes": nodes}
+    return json.dumps(identifiers(json.loads(json.dumps(doc, default=str)), keep_identifiers))
+
+
+def identifiers(doc: dict, keep: bool) -> dict:
+    """``doc`` (JSON values only) marked ``identifiers: kept``, or pseudonymized and marked with what was."""
+    if keep:
+        return {**doc, "identifiers": "kept"}
+    shared, replaced = shareable.pseudonymize(doc)
+    return {**shared, "identifiers": {"pseudonyms": replaced}}
 
 
 def _check_shape(doc: dict) -> None:

@@ -11,7 +11,7 @@ import os
 
 import yaml
 
-from k3doctor.inventory import ansible, nodesets
+from k3doctor.inventory import ansible, nodesets, waivers
 from k3doctor.inventory.safeyaml import SchemaReader, YAMLInputError, by_line, compose, load, pairs, plain
 from k3doctor.inventory.safeyaml import read_file as read_yaml_file
 from k3doctor.inventory.schema import (
@@ -53,6 +53,8 @@ class _Validator(SchemaReader):
             return self.checks(vnode, where)
         if rule == "skip":
             return self.skip(vnode, where)
+        if rule == "waivers":
+            return waivers.read(self, vnode, where, waivers.known_codes(self.registry))
         return super().named(vnode, where, rule)
 
     def nodes(self, node, key: str) -> list:
@@ -288,7 +290,8 @@ def parse_inventory(text: str, path: str = "<inventory>", registry=None, fast: b
     if v.problems:
         raise InventoryError(by_line(v.problems, path))
     ssh = SSHSettings(**top.get("ssh", {}))
-    return Inventory(path=path, nodes=nodes, ssh=ssh, cluster=cluster, text=text, racks=racks)
+    return Inventory(path=path, nodes=nodes, ssh=ssh, cluster=cluster, text=text, racks=racks,
+                     waivers=tuple(top.get("waivers", ())))
 
 
 def load_inventory(path: str, registry=None, fast: bool = False) -> Inventory:

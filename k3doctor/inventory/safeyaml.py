@@ -169,6 +169,11 @@ def _scalar_problem(node) -> str | None:
     wrong = control_character(node.value)
     if wrong:
         return wrong
+    if node.tag == _STD + "timestamp":  # 2027-13-01 looks like a date to YAML, and its reading raises ValueError
+        try:
+            SafeConstructor().construct_object(node)
+        except (ValueError, OverflowError) as exc:
+            return f"{node.value[:40]!r} is not a date ({exc})"
     if node.tag in (_STD + "int", _STD + "float"):
         try:
             value = SafeConstructor().construct_object(node)

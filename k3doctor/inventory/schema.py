@@ -104,4 +104,5 @@ LOGIN_KEYS = {"port": _port, "user": _user, "identity_file": _str, "password_env
 NODE_KEYS = {"name": node_name_rule, "host": host_rule, "data_ip": host_rule, **LOGIN_KEYS, **SETTINGS_KEYS}
 # `- hosts: ct[13-17]`: one node per name of the node set (name and SSH host), the entry's other keys for each
 NODE_SET_KEYS = {"hosts": _str, **LOGIN_KEYS, **SETTINGS_KEYS}
-TOP_KEYS = {"cluster": CLUSTER_KEYS, "ssh": SSH_KEYS, "defaults": LOGIN_KEYS, "nodes": "nodes", "racks": "racks"}
+TOP_KEYS = {"cluster": CLUSTER_KEYS, "ssh": SSH_KEYS, "defaults": LOGIN_KEYS, "nodes": "nodes", "racks": "racks",
+            "waivers": "waivers"}  # k3doctor/inventory/waivers.py

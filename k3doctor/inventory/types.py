@@ -88,6 +88,7 @@ class Inventory:
     cluster: Settings
     text: str = ""  # as loaded: saved with the readings, so `k3doctor judge` re-judges what was checked
     racks: dict = field(default_factory=dict)  # rack name -> node names; {}: the nodes are one rack
+    waivers: tuple = ()  # accepted findings (k3doctor/inventory/waivers.py): the inventory's, then --waivers FILE's
 
     def rack_groups(self) -> list:
         """(rack name, its nodes) for each rack, or (None, every node) without ``racks:``: the cluster checks'

@@ -27,6 +27,7 @@ from k3doctor.judging.connections import make_transport
 from k3doctor.judging.judge import NodeJudge, judge_across, to_results
 from k3doctor.judging.prerequisites import busy_rack
 from k3doctor.judging.unread import unread, unread_results
+from k3doctor.judging.waivers import apply as apply_waivers
 from k3doctor.parsers import ParseError
 from k3doctor.readings import Readings, ReadingUnavailable, Unavailable
 from k3doctor.registry import prerequisites_first
@@ -47,6 +48,7 @@ class RunOptions:
     replay: tuple | None = None  # ({node: {spec: reading}}, {node: why}) from a saved snapshot
     progress: Callable[[str], None] | None = None
     ahead: object = None  # the nodes' connections opened before the run (k3doctor/judging/connections.py Ahead)
+    today: object = None  # the date the inventory's waivers are judged on (None: today, UTC)
 
 
 @dataclass
@@ -60,6 +62,7 @@ class RunReport:
     platform: str | None = None
     not_for_platform: tuple = ()  # checks selected but not run: they do not apply on this platform
     records: dict = field(default_factory=dict)  # node -> check -> baseline data (record mode)
+    notes: list = field(default_factory=list)  # about the run's inputs, not the rack (a waiver that matched nothing)
 
 
 SKIPPED_HERE = "not run on this node: switched off by the inventory (skip:)"
@@ -219,7 +222,9 @@ def run_checks(inv: Inventory, checks: list, opts: RunOptions = None) -> RunRepo
             transport.close()
         if run.opts.ahead is not None:  # connections opened ahead that the run did not take
             run.opts.ahead.close()
-    report = run.report(explained(results), started)
+    results, notes = apply_waivers(explained(results), inv.waivers, run.opts.today)
+    report = run.report(results, started)
+    report.notes = notes
     progress.mark("judged")
     report.platform, report.not_for_platform = inv.cluster.platform, not_for_platform
     return report

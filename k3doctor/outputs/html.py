@@ -24,7 +24,7 @@ from k3doctor.registry import REGISTRY
 from k3doctor.results import LaunchVerdict, Status, human_bytes, overall, worst
 
 FILL = {Status.PASS: "#2e7d32", Status.SKIP: "#9e9e9e", Status.WARN: "#f2a900", Status.ERROR: "#7b1fa2",
-        Status.FAIL: "#d32f2f"}
+        Status.FAIL: "#d32f2f", Status.WAIVED: "#0277bd"}
 INK = {Status.WARN: "#1a1a1a"}  # dark text on amber; white on every other fill
 NO_RESULT = "#e6e6e6"  # a card no result speaks about (e.g. an unreachable node's)
 VERDICT_FILL = {LaunchVerdict.READY: FILL[Status.PASS], LaunchVerdict.DO_NOT_LAUNCH: FILL[Status.FAIL],
@@ -205,7 +205,7 @@ def rack_map(report) -> str:
 
 def _legend(pairs) -> str:
     items = "".join(f'<span><i style="background:{FILL[s]}"></i>{s.value}</span>'
-                    for s in (Status.PASS, Status.WARN, Status.FAIL, Status.ERROR, Status.SKIP))
+                    for s in (Status.PASS, Status.WARN, Status.FAIL, Status.ERROR, Status.SKIP, Status.WAIVED))
     gpus = sorted({g for p in pairs for g in p.gpus})
     on = f" measured on gpu{', gpu'.join(map(str, gpus))}" if gpus else ""
     edges = (f'<span class="muted">edges: fabric pairs{on} (bidir GB/s); dashed = TCP fallback, dotted = no '
@@ -436,6 +436,9 @@ def render(report, checks, verbose, remediations=None):
         body.append(f'<section id="busbw"><h2>Collective busbw per message size (deep tier)</h2>{plot}</section>')
     body.append(f'<section id="findings"><h2>Findings</h2>{findings_section(report, verbose, remediations, checks)}'
                 '</section>')
+    if report.notes:  # about the run's inputs (a waiver that matched nothing), not the rack
+        body.append('<section id="notes"><h2>Notes</h2><ul>' + "".join(f"<li>{text(n)}</li>" for n in report.notes)
+                    + "</ul></section>")
     if checks:
         body.append(f'<section id="checks"><h2>Checks x nodes</h2>{check_table(report, checks)}</section>')
     body.append(f"<footer>k3doctor {text(__version__)} &middot; generated {stamp}</footer></main>")

@@ -2,8 +2,9 @@
 
 Plugin API: OK 0, WARNING 1, CRITICAL 2, UNKNOWN 3. k3doctor's DO NOT LAUNCH is CRITICAL,
 INCONCLUSIVE (nothing could be evaluated somewhere) is UNKNOWN, a ready run with warnings
-is WARNING. The first line is ``K3DOCTOR STATE - summary | perfdata``; each finding follows
-as a line of long output (Nagios 3+ / Icinga show it as details).
+is WARNING; waived findings leave it OK (a ``waived`` perfdata count, each a WAIVED line with its
+reason, ticket and expiry). The first line is ``K3DOCTOR STATE - summary | perfdata``; each finding
+follows as a line of long output (Nagios 3+ / Icinga show it as details), then the notes.
 """
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ def exit_code(report) -> int:
 def render(report, checks, verbose):
     counts = Counter(r.status for r in report.results)
     perf = [f"{s.value.lower()}={counts[s]};;;0" for s in (Status.FAIL, Status.ERROR, Status.WARN, Status.SKIP,
-                                                            Status.PASS)]
+                                                            Status.PASS, Status.WAIVED)]
     perf += [f"unreachable={len(report.unreachable)};;;0;{len(report.nodes)}",
              f"duration={report.duration_s:.3f}s;;;0"]
     lines = [f"K3DOCTOR {state(report)} - {_plain(headline(report))} | {' '.join(perf)}"]
@@ -53,4 +54,5 @@ def render(report, checks, verbose):
         lines.append(_plain(f"{r.status.value} {r.check} {where(r)}: {r.message}{code}"))
     if len(found) > MAX_LONG_LINES:
         lines.append(f"... {len(found) - MAX_LONG_LINES} more finding(s): run `k3doctor check` for all")
+    lines += [_plain(f"NOTE {note}") for note in report.notes]
     return "\n".join(lines)

@@ -1,13 +1,16 @@
 """``--format prom``: node_exporter textfile-collector metrics (write with ``-o DIR/k3doctor.prom``).
 
 Every series is a gauge of the last run. Status values follow k3doctor's severity order, so
-``k3doctor_check_status >= 3`` alerts on ERROR and FAIL. A check with several results on one
-place (fabric pairs of a GPU) gives its worst, once: a duplicate series would make
-node_exporter drop the whole file. Bandwidths are in bytes/s (Prometheus base units), from
+``k3doctor_check_status >= 3`` alerts on ERROR and FAIL; a waived finding is 1.5 (WAIVED: between SKIP
+and WARN, under every alert) and ``k3doctor_waiver_expiry_timestamp_seconds`` says when its waiver
+ends. A check with several results on one place (fabric pairs of a GPU) gives its worst, once: a
+duplicate series would make node_exporter drop the whole file. Bandwidths are in bytes/s (Prometheus base units), from
 the evidence of the all_reduce probe (busbw per message size) and the fabric probe (per pair).
 """
 from __future__ import annotations
 
+import calendar
+import datetime
 import time
 
 from k3doctor.outputs.figures import busbw_points, fabric_pairs
@@ -71,8 +74,20 @@ def render(report, checks, verbose):
     finished = _Family("last_run_timestamp_seconds", "When the last k3doctor run finished (alert when stale)")
     finished.set(round(time.time(), 3))
     busbw, fabric = _bandwidths(report)
-    families = [verdict, status, reachable, cause, duration, finished, busbw, fabric]
+    families = [verdict, status, reachable, cause, duration, finished, busbw, fabric, _waivers(report)]
     return "\n".join(line for f in families if f.samples for line in f.lines()) + "\n"
+
+
+def _waivers(report):
+    """When the waiver of each waived finding ends: alert ahead of it (``... - time() < 7 * 86400``), not on it."""
+    ends = _Family("waiver_expiry_timestamp_seconds", "When the waiver accepting a finding (status WAIVED) expires "
+                                                      "(midnight UTC of its expires date)")
+    for r in report.results:
+        if r.status == Status.WAIVED and r.waiver:
+            day = datetime.date.fromisoformat(r.waiver["expires"])
+            ends.set(calendar.timegm(day.timetuple()), check=r.check, node=r.node or "",
+                     gpu="" if r.gpu is None else str(r.gpu), code=r.waiver["code"], ticket=r.waiver["ticket"])
+    return ends
 
 
 def _bandwidths(report):

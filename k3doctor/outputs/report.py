@@ -65,8 +65,10 @@ def render_table(report, checks, verbose: bool = False) -> str:
             lines += ["", f"not for this platform ({report.platform}, not run): {', '.join(sorted(not_run))}"]
     said = unread.lines(report, checks, verbose)
     lines += [""] * bool(lines and said) + said
+    if report.notes:  # about the run's inputs (a waiver that matched nothing), not the rack
+        lines += [""] + [f"NOTE  {one_line(note)}" for note in report.notes]
     verdict = overall(report.results)
-    first = next((r.remediation for r in found if r.remediation), None)  # the most severe finding's
+    first = next((r.remediation for r in found if r.remediation and r.status != Status.WAIVED), None)  # the worst's
     tail = f" - see `k3doctor explain {first}`" if first else ""
     read = unread.nodes_read(report)
     counts = [_counts(results)] if results or not read else []
@@ -98,6 +100,8 @@ def render_json(report) -> str:
                    **_cause(report.unreachable.get(n)), "round_trips": report.round_trips.get(n, 0)}
                   for n in report.nodes],
         "results": [r.to_dict() for r in report.results],
+        "waived": sum(r.status == Status.WAIVED for r in report.results),
+        "notes": list(report.notes),
     }
     return json_text(doc, indent=2, sort_keys=False, default=str)
 
@@ -143,10 +147,14 @@ def render_junit(report, checks, remediations=None) -> str:
                 tag = "failure" if status == Status.FAIL else "error"
                 ET.SubElement(case, tag, message=message, type=status.value).text = detail
                 counts["failures" if status == Status.FAIL else "errors"] += 1
-            elif status == Status.SKIP:
-                ET.SubElement(case, "skipped", message=message)
+            elif status in (Status.SKIP, Status.WAIVED):  # a waived finding: skipped, its message saying why
+                ET.SubElement(case, "skipped", message=message, **({"type": "WAIVED"} if status == Status.WAIVED
+                                                                    else {}))
                 counts["skipped"] += 1
             ET.SubElement(case, "system-out").text = text
     for key, value in counts.items():
         suite.set(key, str(value))
+    notes = report.notes
+    if notes:
+        ET.SubElement(suite, "system-out").text = xml_safe("\n".join(notes))
     return ET.tostring(suite, encoding="unicode", xml_declaration=True)  # every node text went through xml_safe

@@ -204,7 +204,7 @@ def test_saved_readings_hold_no_tokens_and_are_private_and_judge_the_same(tmp_pa
     report.write_text("old report, world-readable\n")
     os.chmod(report, 0o644)
     rc, out, err = k3("check", "--nodes", rig.inventory_path, "--only", "rack-free,rocjitsu-store",
-                      "--save-readings", saved, "--format", "json", "-o", report)
+                      "--save-readings", saved, "--keep-identifiers", "--format", "json", "-o", report)
     live = yaml.safe_load(report.read_text())
     assert rc == 1, err  # alice-bench makes ct13 busy
     assert any(r["check"] == "rack-free" and r["node"] == "ct13" and r["status"] == "FAIL" and

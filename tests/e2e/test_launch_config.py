@@ -122,7 +122,7 @@ def test_secret_values_never_reach_the_report_or_the_saved_readings(rack, tmp_pa
     """HF_TOKEN in the container env, exported by the launch script and in the ranks' live env, and an
     --api-key argument: only names reach the JSON report, the table and the saved readings."""
     saved = tmp_path / "state.json"
-    rc, doc = run(rack, "launch-secrets", None, "--save-readings", saved)
+    rc, doc = run(rack, "launch-secrets", None, "--save-readings", saved, "--keep-identifiers")  # ct13 by name
     report = json.dumps(doc)
     assert "k3rigSECRET" not in report and "k3rigSECRET" not in saved.read_text()
     assert "HF_TOKEN is set (value not read: no rule names it) here" in report  # the name is there
@@ -149,7 +149,7 @@ def test_engine_facts_start_no_docker_cli_on_the_node_and_read_what_the_cli_woul
     ct14, saved = rack.nodes[1], tmp_path / "state.json"
     with docker_cli_recorded(ct14) as starts:
         rc, doc = k3json("check", "--nodes", rack.inventory_path, "--only", f"{CHECK},host-resources",
-                         "--save-readings", saved)
+                         "--save-readings", saved, "--keep-identifiers")
         during_run = starts()
         facts = {e["spec"]["fact"]: e for e in json.loads(saved.read_text())["nodes"]["ct14"]
                  if e["spec"]["kind"] == "EngineFactCommand"}

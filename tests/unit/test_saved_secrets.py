@@ -6,7 +6,7 @@ import pytest
 from k3doctor.gather import snapshot
 from k3doctor.judging.runner import RunReport
 from k3doctor.readings import Command, CommandReading, Docker, DockerReading, Unavailable
-from k3doctor.redaction import REDACTED, EnvValues, redact_text
+from k3doctor.redaction import REDACTED, SECRET_SHAPES, EnvValues, redact_secrets_counted, redact_text
 
 ENV = ("PATH=/usr/bin\nHF_TOKEN=hf_SECRETSECRET\nLD_LIBRARY_PATH=/app/rjprefix/lib:/opt/rocm/lib\n"
        "MULTI=first line\nsecond line of a secret value\nHSA_TOOLS_LIB=/app/rjprefix/lib/libhsa_hotswap_rocjitsu.so\n")
@@ -24,7 +24,8 @@ EVENTS = [{"Type": "container", "Action": "create", "time": 5, "timeNano": 5_000
 
 def dumped(readings: dict) -> str:
     report = RunReport(results=[], nodes=["ct13"], duration_s=0.1, readings={"ct13": readings})
-    return snapshot.dump(report, "nodes:\n  - {name: ct13, host: h}\n")
+    # identifiers kept: these tests are about each reading's own policy (test_shareable.py: the pseudonyms)
+    return snapshot.dump(report, "nodes:\n  - {name: ct13, host: h}\n", keep_identifiers=True)
 
 
 def test_env_keeps_every_name_and_only_the_values_a_rule_names():
@@ -79,3 +80,26 @@ def test_free_text_loses_its_credentials(text, secret):
 def test_free_text_keeps_what_is_no_secret():
     text = "'max_num_batched_tokens': 2048, 'tokenizer': 'moonshotai/Kimi-K3', 'max_model_len': None"
     assert redact_text(text) == text
+
+
+# One example per secret shape: the cheap trigger test in front of the shapes must let each through.
+SHAPE_EXAMPLES = {
+    "url credentials": "git clone https://bob:s3cr3tpass@github.example/x.git",
+    "authorization header": "Proxy-Authorization: Basic QWxhZGRpbjpvcGVuIHNlc2FtZQ==",
+    "cookie header": "Set-Cookie: session=abcdef0123456789",
+    "NAME=value": "AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMIK7MDENG",
+    "--name value": "serve --api-key XYZ123secret --port 8000",
+    "NAME<whitespace>value": "aws configure set aws_secret_access_key AbCdEf0123456789",
+    "token shapes": "pushed with ghp_abcdefghijklmnopqrstuvwxyz0123 and AKIAIOSFODNN7EXAMPLE",
+    "bearer": "BEARER abcdefghijklmnopqrstuvwxyz",
+}
+
+
+@pytest.mark.parametrize("what", [w for w, _, _ in SECRET_SHAPES] + ["PEM"])
+def test_every_secret_shape_passes_the_trigger_filter(what):
+    pem = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXk\n-----END OPENSSH PRIVATE KEY-----"
+    text = SHAPE_EXAMPLES.get(what, pem)
+    shape = next((p for w, p, _ in SECRET_SHAPES if w == what), None)
+    assert shape is None or shape.search(text), f"the example of {what!r} is not one"
+    redacted, found = redact_secrets_counted(text)
+    assert found >= 1 and REDACTED in redacted
