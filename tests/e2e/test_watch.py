@@ -143,9 +143,9 @@ def test_watch_names_each_fault_once_on_its_node_and_rank(rack, engines, tmp_pat
 
         append_kernel_line(tree(rack, first), f"amdgpu {BDF}: amdgpu: ring gfx_0.0.0 timeout, signaled seq=10, "
                                               "emitted seq=12")
-        assert watch.wait_for("KERNEL-RING-TIMEOUT", first, f"gpu {BDF}", within_s=4) < 4
+        watch.wait_for("KERNEL-RING-TIMEOUT", first, f"gpu {BDF}", within_s=6)
         bump_ras(tree(rack, second), card=2, ue=1)
-        watch.wait_for("RAS-UE-RISING", second, "card2", within_s=4)
+        watch.wait_for("RAS-UE-RISING", second, "card2", within_s=6)
         engines[first][1].write_text(json.dumps({"stall": [2]}))
         took = watch.wait_for("ENGINE-STALLED", first, "dp_rank 2", within_s=float(STALL) + 4)
         assert took >= float(STALL) - 1  # not before the threshold: counters must stay frozen that long
@@ -172,6 +172,7 @@ def test_watch_names_each_fault_once_on_its_node_and_rank(rack, engines, tmp_pat
     summary = events[-1]
     assert summary["event"] == "summary" and summary["why"].startswith("stopped by signal 15"), summary
     assert rc == 1  # a problem active when it ended
+    assert watch.proc.stderr.read() == ""  # the lost node said once, as an event: no warning, no traceback
     families = {f.name: f for f in text_string_to_metric_families(prom.read_text())}
     unhealthy = {(s.labels["node"], s.labels["target"], s.labels["reason"])
                  for s in families["k3doctor_watch_health"].samples if s.value == 0}
