@@ -4,7 +4,7 @@ from __future__ import annotations
 import click
 
 from k3doctor import __version__
-from k3doctor.cli import info, oncall, readings, recipe, runs
+from k3doctor.cli import info, oncall, readings, recipe, runs, watch
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -17,5 +17,6 @@ def cli():
     """
 
 
-for _command in (*runs.COMMANDS, *oncall.COMMANDS, recipe.recipe_group, *readings.COMMANDS, *info.COMMANDS):
+for _command in (*runs.COMMANDS, *oncall.COMMANDS, *watch.COMMANDS, recipe.recipe_group, *readings.COMMANDS,
+                 *info.COMMANDS):
     cli.add_command(_command)

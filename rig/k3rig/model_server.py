@@ -2,7 +2,9 @@
 
 ``python -m k3rig.model_server --mode MODE`` serves ``/v1/models``, ``/v1/completions`` and
 ``/v1/chat/completions`` on 127.0.0.1 (port printed on stdout) in the answer patterns of reference
-§1, §21 and §22, and exits by itself after ``--lifetime`` seconds.
+§1, §21 and §22, and exits by itself after ``--lifetime`` seconds. ``/metrics`` is ATOM's page of
+``--ranks`` DP ranks (atom_engine.py, steered by ``--control``) and ``/health`` answers ok, whatever the
+engine does, as ATOM's API server does (§31.2).
 """
 from __future__ import annotations
 
@@ -12,6 +14,8 @@ import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from .atom_engine import AtomEngine
 
 SERVED = "moonshotai/Kimi-K3"
 HEALTHY = {
@@ -67,7 +71,8 @@ def chat(mode: str, max_tokens: int) -> dict:
             "choices": [{"index": 0, "message": message, "finish_reason": finish}]}
 
 
-def handler_for(mode: str):
+def handler_for(mode: str, engine: AtomEngine | None = None):
+    engine = engine or AtomEngine(1, None)
     served = "/models/Kimi-K3" if mode == "name-mismatch" else SERVED
 
     class Handler(BaseHTTPRequestHandler):
@@ -133,6 +138,10 @@ def handler_for(mode: str):
         def do_GET(self):
             if self._refused():
                 return None
+            if self.path == "/metrics":
+                return self._send(200, engine.page().encode(), "text/plain; version=0.0.4")
+            if self.path == "/health":
+                return self._send(200, b'{"status":"ok"}')
             if self.path.rstrip("/") == "/v1/models":
                 return self._answer({"object": "list", "data": [{"id": served, "object": "model"}]})
             return self._send(404, b'{"detail":"Not Found"}')
@@ -161,8 +170,10 @@ def main(argv=None) -> int:
     ap.add_argument("--mode", choices=MODES, default="healthy")
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--lifetime", type=float, default=300.0, help="exit after this many seconds")
+    ap.add_argument("--ranks", type=int, default=1, help="DP ranks of the /metrics page")
+    ap.add_argument("--control", default=None, help="JSON file of injected faults (atom_engine.py)")
     args = ap.parse_args(argv)
-    server = ThreadingHTTPServer(("127.0.0.1", args.port), handler_for(args.mode))
+    server = ThreadingHTTPServer(("127.0.0.1", args.port), handler_for(args.mode, AtomEngine(args.ranks, args.control)))
     server.daemon_threads = True
     print(server.server_address[1], flush=True)
     threading.Timer(args.lifetime, server.shutdown).start()

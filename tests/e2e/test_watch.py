@@ -1,0 +1,189 @@
+"""``k3doctor watch`` over real sshd (light nodes) and the rig's ATOM engine fake (k3rig.atom_engine), with faults
+landing while it watches (k3rig.live_faults): each named on its node and GPU/rank within its detection time, old
+lines not replayed, a lost node UNKNOWN, nothing left on the nodes after SIGTERM (reference §31.2)."""
+from __future__ import annotations
+
+import json
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from k3rig.light import LightRack
+from k3rig.live_faults import append_kernel_line, bump_ras, cut_sshd
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.conftest import rig_unavailable
+from tests.e2e.cli import k3
+
+pytestmark = pytest.mark.e2e
+INTERVAL, STALL = "1", "5"
+BDF = "0000:05:00.0"
+
+
+@pytest.fixture(scope="module")
+def rack(tmp_path_factory):
+    reason = rig_unavailable()
+    if reason:
+        pytest.skip(reason)
+    with LightRack(tmp_path_factory.mktemp("watch"), nodes=2, dead=1) as light:
+        yield light
+
+
+@pytest.fixture(scope="module")
+def engines(rack, tmp_path_factory):
+    """An engine fake per live node (4 DP ranks on the first, 2 on the second), each steered by its control file."""
+    folder = tmp_path_factory.mktemp("engines")
+    procs, out = [], {}
+    for (name, _, _), ranks in zip(rack.hosts, (4, 2), strict=True):
+        control = folder / f"{name}.json"
+        control.write_text("{}")
+        proc = subprocess.Popen([sys.executable, "-m", "k3rig.model_server", "--ranks", str(ranks), "--control",
+                                 str(control), "--lifetime", "900"], stdout=subprocess.PIPE, text=True)
+        procs.append(proc)
+        out[name] = (int(proc.stdout.readline()), control)
+    yield out
+    for proc in procs:
+        proc.kill()
+        proc.wait()
+
+
+def tree(rack, name) -> Path:
+    tray = next(t for n, _, t in rack.hosts if n == name)
+    return rack.workdir / f"tray{tray}" / "tree"
+
+
+def inventory(rack, tmp_path, names) -> Path:
+    doc = yaml.safe_load(rack.inventory_path.read_text())
+    doc["nodes"] = [n for n in doc["nodes"] if n["name"] in names]
+    path = tmp_path / "inventory.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def ports(engines) -> list:
+    """The engines' ports, and their processes (the rig's nodes share the host's PIDs: the default pattern
+    would see other tests' ranks come and go)."""
+    return [w for name, (port, _) in engines.items() for w in ("--metrics-port", f"{name}={port}")] + [
+        "--engine-process", "k3rig[.]model_server --ranks"]
+
+
+def test_once_follows_the_npd_plugin_contract(rack, engines, tmp_path):
+    """exit 0 with nothing new (the first run takes the baseline), 1 once a new RAS ue is counted, 2 with a node
+    that cannot be read; one message line each."""
+    first, second = (n for n, _, _ in rack.hosts)
+    inv, state = inventory(rack, tmp_path, {first, second}), tmp_path / "state.json"
+    once = ("watch", "--nodes", inv, "--once", "--state", state, *ports(engines))
+    for _ in range(2):
+        rc, out, err = k3(*once, timeout=60)
+        assert (rc, err) == (0, ""), out
+        assert out.startswith("ok: 2/2 node(s) read") and out.count("\n") == 1
+    bump_ras(tree(rack, first), card=1, ue=1)
+    rc, out, _ = k3(*once, timeout=60)
+    assert rc == 1 and out.count("\n") == 1, out
+    assert out.startswith(f"FAIL {first} card1 RAS-UE-RISING: card1 umc: uncorrectable errors 0 -> 1"), out
+    dead = rack.dead_hosts[0][0]
+    rc, out, _ = k3("watch", "--nodes", inventory(rack, tmp_path, {first, dead}), "--once", "--state",
+                    tmp_path / "other.json", timeout=60)
+    assert rc == 2 and out.startswith(f"UNKNOWN {dead} node NODE-UNREAD: not read: unreachable"), out
+
+
+class Watching:
+    """A `k3doctor watch --format jsonl` in the background; its events as they come."""
+
+    def __init__(self, *args):
+        self.proc = subprocess.Popen([sys.executable, "-m", "k3doctor.cli", "watch", *map(str, args)],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.lines, self.events = queue.Queue(), []
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self):
+        for line in self.proc.stdout:
+            self.lines.put(line)
+
+    def drain(self) -> list:
+        while not self.lines.empty():
+            self.events.append(json.loads(self.lines.get()))  # every line parses: jsonl
+        return self.events
+
+    def wait_for(self, code, node, where, within_s: float) -> float:
+        """Seconds until a start event of (code, node, where) came; fails after ``within_s``."""
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < within_s:
+            if any(e["event"] == "start" and (e["code"], e["node"], e["where"]) == (code, node, where)
+                   for e in self.drain()):
+                return time.monotonic() - t0
+            time.sleep(0.1)
+        pytest.fail(f"no {code} on {node} {where} within {within_s}s: {self.drain()}")
+
+
+def test_watch_names_each_fault_once_on_its_node_and_rank(rack, engines, tmp_path):
+    first, second = (n for n, _, _ in rack.hosts)
+    inv = inventory(rack, tmp_path, {first, second})
+    # before the watch: a BLOCK line that must not be replayed
+    append_kernel_line(tree(rack, first), f"amdgpu {BDF}: amdgpu: MES failed to respond to msg=REMOVE_QUEUE")
+    prom = tmp_path / "watch.prom"
+    watch = Watching("--nodes", inv, "--interval", INTERVAL, "--stall", STALL, "--format", "jsonl",
+                     "--prom-file", prom, *ports(engines))
+    try:
+        deadline = time.monotonic() + 20
+        while not prom.exists() and watch.proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)  # the first round (connections, baseline) written
+        time.sleep(2.5)  # two more intervals of a healthy, serving cluster: no event at all
+        assert watch.proc.poll() is None, watch.proc.stderr.read()
+        assert watch.drain() == []
+        families = {f.name: f for f in text_string_to_metric_families(prom.read_text())}
+        assert {s.labels["node"]: s.value for s in families["k3doctor_watch_health"].samples} == {first: 1, second: 1}
+        assert {s.value for s in families["k3doctor_watch_serving"].samples} == {1}
+
+        append_kernel_line(tree(rack, first), f"amdgpu {BDF}: amdgpu: ring gfx_0.0.0 timeout, signaled seq=10, "
+                                              "emitted seq=12")
+        watch.wait_for("KERNEL-RING-TIMEOUT", first, f"gpu {BDF}", within_s=6)
+        bump_ras(tree(rack, second), card=2, ue=1)
+        watch.wait_for("RAS-UE-RISING", second, "card2", within_s=6)
+        engines[first][1].write_text(json.dumps({"stall": [2]}))
+        took = watch.wait_for("ENGINE-STALLED", first, "dp_rank 2", within_s=float(STALL) + 4)
+        assert took >= float(STALL) - 1  # not before the threshold: counters must stay frozen that long
+
+        config = f"sshd-{second}.conf"
+        assert cut_sshd(rack.listener_pids(), config) >= 1
+        watch.wait_for("NODE-UNREAD", second, "node", within_s=6)
+        engines[first][1].write_text(json.dumps({"die": True}))
+        watch.wait_for("ENGINE-DOWN", first, "engine", within_s=4)
+        watch.wait_for("ENGINE-PROCESS-GONE", first, "engine", within_s=4)
+        time.sleep(1.5)
+    finally:
+        watch.proc.send_signal(signal.SIGTERM)
+        rc = watch.proc.wait(timeout=30)
+    time.sleep(0.5)
+    events = watch.drain()
+    starts = [(e["code"], e["node"], e["where"]) for e in events if e["event"] == "start"]
+    assert sorted(starts) == sorted([("KERNEL-RING-TIMEOUT", first, f"gpu {BDF}"), ("RAS-UE-RISING", second, "card2"),
+                                     ("ENGINE-STALLED", first, "dp_rank 2"), ("NODE-UNREAD", second, "node"),
+                                     ("ENGINE-DOWN", first, "engine"), ("ENGINE-PROCESS-GONE", first, "engine")]), starts
+    # a lost node's faults are held, never cleared; a dead engine's stall is over (it is down instead)
+    clears = [(e["code"], e["node"], e["where"]) for e in events if e["event"] == "clear"]
+    assert clears == [("ENGINE-STALLED", first, "dp_rank 2")], clears
+    summary = events[-1]
+    assert summary["event"] == "summary" and summary["why"].startswith("stopped by signal 15"), summary
+    assert rc == 1  # a problem active when it ended
+    assert watch.proc.stderr.read() == ""  # the lost node said once, as an event: no warning, no traceback
+    families = {f.name: f for f in text_string_to_metric_families(prom.read_text())}
+    unhealthy = {(s.labels["node"], s.labels["target"], s.labels["reason"])
+                 for s in families["k3doctor_watch_health"].samples if s.value == 0}
+    assert (first, "engine", "ENGINE-DOWN") in unhealthy and (second, "card2", "RAS-UE-RISING") in unhealthy
+    assert {s.labels["node"]: s.value for s in families["k3doctor_watch_up"].samples} == {first: 1, second: 0}
+    assert {s.labels["node"] for s in families["k3doctor_watch_last_success_timestamp_seconds"].samples} == {
+        first, second}
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:  # nothing of the watch stays on the nodes
+        left = set(rack.pids()) - set(rack.listener_pids()) - {rack.namespace_pid(n) for n in (first, second)}
+        if not left:
+            break
+        time.sleep(0.2)
+    assert not left, [Path(f"/proc/{p}/cmdline").read_text().replace("\0", " ") for p in left]
