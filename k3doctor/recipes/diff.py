@@ -26,6 +26,7 @@ from k3doctor.redaction import REDACTED, redact_text
 EXIT_SAME, EXIT_DIFFERENT, EXIT_NOT_READ, EXIT_BAD_INPUT = 0, 1, 2, 3
 SERVER_ENTRY_POINTS = launches.SERVER_MODULES
 NOT_NAMED = "(not named)"
+NOT_READ = "(set; value not read: no rule names it)"  # --nodes: the value stayed on the node
 
 
 class DiffInputError(Exception):
@@ -66,7 +67,8 @@ def resolved_from_script(run: sandbox.ScriptRun) -> list:
         programs = sorted({os.path.basename(c.argv[0]) for c in run.calls if c.argv})
         raise DiffInputError("the script starts no model server (no " + " / ".join(SERVER_ENTRY_POINTS) +
                              " entry point)" + (f"; it called {', '.join(programs[:12])}" if programs else "") +
-                             ("" if run.returncode is not None else "; it was still running at the deadline"))
+                             ("; it was still running at the deadline" if run.returncode is None else
+                              f"; the script exited {run.returncode}" if run.returncode else ""))
     client = next((u for c in run.calls
                    for u in launches.launches(c.argv, c.env, c.files, launches.client_words)), None)
     notes = []
@@ -133,6 +135,8 @@ def _shown(value, arg: bool, name: str = "") -> str:
     if value is True:
         return "(flag)"
     text = str(value)
+    if text == NOT_READ:
+        return text
     probe = f"{name} {text}" if arg else f"{name}={text}"
     return REDACTED if redact_text(probe) != probe or redact_text(text) != text else text
 

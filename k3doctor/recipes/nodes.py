@@ -21,7 +21,7 @@ RULE_NAMES = {"EVAL_ONLY", "HF_HUB_OFFLINE", "HF_HUB_CACHE", "HF_HOME", "HSA_OVE
               "OFFLOAD_STATE_CPU_SIZE", "LMCACHE_MAX_LOCAL_CPU_SIZE", "OFFLOAD_STATE", "OFFLOAD_GPU_STAGING_CHUNKS",
               "AITER_LOG_LEVEL"}
 _NEWLINE = "\x01"
-NOT_READ = "(set; value not read: no rule names it)"
+NOT_READ = recipe_diff.NOT_READ
 
 
 def kept_names(recipe) -> set:

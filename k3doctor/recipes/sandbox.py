@@ -37,11 +37,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 # Programs that run as themselves: the shell and the text tools a launch script computes with (coreutils, sed,
-# awk, grep, bc, jq), and the coreutils wrappers that only exec their argument (env, nohup, timeout, nice, xargs):
+# awk, grep, bc, jq), and the coreutils wrappers that pass their whole environment on (nohup, timeout, nice, xargs):
 # what they start is looked up in the sandbox, so it is recorded with the environment they give it.
 ALLOWED = ("bash", "sh", "awk", "sed", "grep", "egrep", "fgrep", "bc", "jq", "cut", "tr", "expr", "basename",
            "dirname", "head", "tail", "wc", "seq", "sort", "uniq", "cat", "date", "numfmt", "nproc", "hostname",
-           "uname", "id", "whoami", "env", "printenv", "nohup", "timeout", "nice", "xargs", "mkdir", "rm", "mv", "cp",
+           "uname", "id", "whoami", "printenv", "nohup", "timeout", "nice", "xargs", "mkdir", "rm", "mv", "cp",
            "ln", "touch", "ls", "readlink", "realpath", "tee", "paste", "join", "comm", "tac", "rev", "fold", "od",
            "mktemp", "chmod", "stat", "yes", "printf", "echo", "true", "false", "test", "[", "pwd", "getconf",
            "sha256sum", "md5sum", "base64", "shuf", "find")
