@@ -10,8 +10,8 @@ Wrappers are peeled one by one, each with what it does to the environment: ``doc
 ``--export=NONE`` nothing, ``--export=ALL,A=1`` everything plus A, ``--export=A,B=2`` only those; ``ssh host CMD``
 passes nothing (the remote shell's), ``mpirun -x A[=v]`` / ``mpiexec -genv A v`` add; ``env -i A=1``, ``bash -c``
 and ``export`` in a command string are read; numactl, taskset, chrt, stdbuf, setsid, torchrun pass everything.
-(nohup, timeout and nice run for real in the sandbox and pass everything; env is recorded, so its -i is named.) A variable the
-script exported that a wrapper did not pass is *dropped by* that wrapper, and the diff says so.
+(nohup, timeout and nice run for real in the sandbox and pass everything; env is recorded, so its -i is named.)
+A variable the script exported that a wrapper did not pass is *dropped by* that wrapper, and the diff says so.
 """
 from __future__ import annotations
 

@@ -45,6 +45,7 @@ ALLOWED = ("bash", "sh", "awk", "sed", "grep", "egrep", "fgrep", "bc", "jq", "cu
            "ln", "touch", "ls", "readlink", "realpath", "tee", "paste", "join", "comm", "tac", "rev", "fold", "od",
            "mktemp", "chmod", "stat", "yes", "printf", "echo", "true", "false", "test", "[", "pwd", "getconf",
            "sha256sum", "md5sum", "base64", "shuf", "find")
+RUNNER_TOOLS = ("sleep",)  # the runner's own, bound under /.k3/tools only: to the script `sleep` is the recorder
 SYSTEM_BIN = "/usr/bin:/bin"  # where the real tools are taken from (never the caller's PATH: it may shadow them)
 BIN_DIRS = ("/usr/bin", "/bin", "/usr/sbin", "/sbin", "/usr/local/bin", "/usr/local/sbin")
 SCRATCH_DIRS = ("/tmp", "/var/tmp", "/run", "/scratch")  # /scratch: the working directory
@@ -113,8 +114,8 @@ command_not_found_handle() { /.k3/recorder "$@"; }
 kill() { [ "$1" = "-0" ] && return 1; return 0; }
 """
 
-_RUNNER = r"""# The runner (bash -p): limits, the script under timeout, its background recorders given the rest of the budget,
-# then everything KILLed and the records streamed out. $1 script, $2 budget (s), $3 CPU (s), $4 deadline (us).
+_RUNNER = r"""# The runner (bash -p): limits, the script under timeout, its background recorders given the rest of the
+# budget, then everything KILLed and the records streamed out. $1 script, $2 budget (s), $3 CPU (s), $4 deadline (us).
 T=/.k3/tools
 ulimit -u __NPROC__ -f __FSIZE__ -v __AS__ -t "$3" 2>/dev/null || { echo "LIMITS"; exit 0; }
 BASH_ENV=/.k3/prelude.sh "$T/timeout" -k 0.2 "$2" "$T/bash" --noprofile --norc "$1" </dev/null >/dev/null 2>&1
@@ -129,15 +130,19 @@ others() {
     return 1
 }
 while others && (( ${EPOCHREALTIME//[.,]/} < $4 )); do "$T/sleep" 0.02; done
-kill -KILL -1 2>/dev/null
+for i in 1 2 3 4 5 6 7 8; do kill -KILL -1 2>/dev/null; done  # again: what a fork bomb forked meanwhile
 printf 'X %d\n' "$rc"
 [[ -e /.k3/calls/OVERFLOW ]] && printf 'O\n'
-for f in /.k3/calls/*; do
-    [[ -f $f && $f != */OVERFLOW ]] || continue
-    printf 'F %s %d\n' "${f##*/}" "$("$T/wc" -c < "$f")"
-    "$T/cat" "$f"
-done
-printf 'END\n'
+files=()
+for f in /.k3/calls/*; do [[ -f $f && $f != */OVERFLOW ]] && files+=("$f"); done
+if (( ${#files[@]} )); then  # two forks for any number of records: an index of sizes, then the bytes
+    "$T/wc" -c -- "${files[@]}" | while read -r size name; do
+        [[ $name == /.k3/calls/* ]] && printf 'I %s %d\n' "${name##*/}" "$size"
+    done
+    printf 'D\n'
+    "$T/cat" -- "${files[@]}"
+fi
+printf '\nEND\n'
 """
 
 
@@ -153,7 +158,7 @@ def bwrap() -> str:
 def _tools() -> dict:
     """{name: real path} of the allowed tools this machine has."""
     out = {}
-    for name in ALLOWED:
+    for name in (*ALLOWED, *RUNNER_TOOLS):
         found = shutil.which(name, path=SYSTEM_BIN)
         if found:
             out[name] = os.path.realpath(found)
@@ -224,7 +229,8 @@ def _layout(text: str, env: dict, host: str) -> list:
     links = os.path.join(host, "bin")
     os.mkdir(links)
     for name in names:
-        os.symlink(f"{K3}/tools/{name}" if name in tools else f"{K3}/recorder", os.path.join(links, name))
+        real = name in ALLOWED and name in tools
+        os.symlink(f"{K3}/tools/{name}" if real else f"{K3}/recorder", os.path.join(links, name))
     for d in bin_dirs:
         args += ["--ro-bind", links, d]
     args += ["--size", str(CALLS_BYTES), "--tmpfs", f"{K3}/calls"]
@@ -295,7 +301,7 @@ def _open_to_others(path: str) -> bool:
 def _read(path: str, bwrap_rc: int, err: bytes, env: dict) -> ScriptRun:
     with open(path, "rb") as fh:
         data = fh.read(OUTPUT_BYTES + 1)
-    if not data and bwrap_rc != 0:
+    if not data and bwrap_rc != 0 and err.startswith(b"bwrap:"):
         line = next((ln for ln in err.decode("utf-8", "replace").splitlines() if ln.strip()), f"exit {bwrap_rc}")
         raise SandboxError(f"the bubblewrap sandbox could not start ({line[:200]}); user namespaces may be off "
                            "(sysctl kernel.unprivileged_userns_clone / user.max_user_namespaces, AppArmor's "
@@ -307,7 +313,7 @@ def _read(path: str, bwrap_rc: int, err: bytes, env: dict) -> ScriptRun:
 
 def parse_records(data: bytes, env: dict) -> ScriptRun:
     """The runner's stream: ``X rc``, ``O`` (overflow), ``F name size`` + bytes per record file, ``END``."""
-    pos, rc, overflow, files = 0, None, False, {}
+    pos, rc, overflow, files, index = 0, None, False, {}, []
     lost = True
     while pos < len(data):
         nl = data.find(b"\n", pos)
@@ -318,9 +324,13 @@ def parse_records(data: bytes, env: dict) -> ScriptRun:
             rc = int(head[1])
         elif head == ["O"]:
             overflow = True
-        elif head[:1] == ["F"] and len(head) == 3 and head[2].isdigit():
-            size = int(head[2])
-            files[head[1]], pos = data[pos:pos + size], pos + size
+        elif head[:1] == ["I"] and len(head) == 3 and head[2].isdigit():
+            index.append((head[1], int(head[2])))
+        elif head == ["D"]:
+            for name, size in index:
+                files[name], pos = data[pos:pos + size], pos + size
+        elif head == [] and files:
+            continue
         elif head == ["END"]:
             lost = False
             break
