@@ -5,5 +5,6 @@ with :func:`k3doctor.registry.check`. ``ORDER`` lists the modules in the order o
 reference's pre-launch checklist (§0.3), which is the order reports show them in.
 """
 
-ORDER = ("rack", "amdgpu", "ifoe_bind", "platform", "iommu", "xgmi", "kernel", "bad_pages", "ualink", "fabric",
-         "peers", "host", "shm", "container", "launch", "env_versions", "aiter_locks", "lmcache", "ualoe", "allreduce")
+ORDER = ("rack", "amdgpu", "ifoe_bind", "platform", "iommu", "numa", "pcie_link", "xgmi", "kernel", "bad_pages",
+         "ras_counts", "ualink", "fabric", "peers", "host", "shm", "container", "launch", "env_versions", "aiter_locks",
+         "lmcache", "ualoe", "allreduce")

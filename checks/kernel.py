@@ -42,6 +42,7 @@ from k3doctor.model.kernel_log import (
     KernelLog,
     error_lines,
     message_shape,
+    read_boot_id,
 )
 from k3doctor.parsers.dmesg import BLOCK, WARN, SignatureHit, scan
 from k3doctor.rules.kernel_log import (
@@ -89,14 +90,14 @@ class NodeLog:
     window: str  # the window of the amdgpu-load rules, said in the PASS
 
 
-def _read_node(node: str, r, params) -> NodeLog:
+def _read_node(node: str, r, params, boot_id: str) -> NodeLog:
     rules = rules_for(params)
     window = str(params.param("window"))
     check_window(window)
     dmesg = r["dmesg"]
     if dmesg.truncated:
         raise ParseError(f"`{dmesg.command}` output was cut at the gather's size cap: the log was not fully read")
-    log = KernelLog.read(dmesg, r.get("uptime"), r.get("boot_id"))
+    log = KernelLog.read(dmesg, r.get("uptime"), boot_id)
     site = tuple((rule.id, BLOCK if rule.severity == "fail" else WARN, re.compile(rule.pattern))
                  for rule in rules if rule.pattern is not None)
     benign = {m.lower() for m in params.param("benign_bert_msrs")}
@@ -233,8 +234,14 @@ def kernel_health(per_node, ctx):
             owners[node] = accel_ids(r["ualink"])
         except ReadingUnavailable:
             owners[node] = {}
+        try:  # §31.1: a boot id the kernel did not give leaves which boot the log shows unknown
+            boot_id = read_boot_id(r["boot_id"])
+        except (ReadingUnavailable, ParseError) as exc:
+            verdicts.append(error(f"kernel log not judged: the boot id was not read, so whether the log is this "
+                                  f"boot's cannot be told: {exc}", node=node))
+            continue
         try:
-            logs[node] = _read_node(node, r, params)
+            logs[node] = _read_node(node, r, params, boot_id)
         except RuleError as exc:
             verdicts.append(error(f"kernel-health parameters: {exc}", node=node))
         except ReadingUnavailable as exc:

@@ -50,12 +50,14 @@ def offload_asked(container: ContainerView) -> str | None:
 
 def parse_probe(text: str) -> tuple:
     """(outcome: ok | absent | failed | nopython, detail) from the probe's one line (what an import printed
-    besides it is not the probe's); else ParseError."""
-    lines = [ln for ln in text.splitlines() if ln.split()[:1] and ln.split()[0] in ("@ok", "@absent", "@failed",
-                                                                                       "@nopython")]
+    besides it is not the probe's); else ParseError. The line is found by its first word, so the word is what
+    it says, whatever blank surrounds it: a parser returns what the probe said or raises, never a FAIL quoting
+    "@ok"."""
+    lines = [ln.split(None, 1) for ln in text.splitlines()]
+    lines = [words for words in lines if words and words[0] in ("@ok", "@absent", "@failed", "@nopython")]
     if len(lines) != 1:
         raise ParseError(f"LMCache probe: expected one @ok/@absent/@failed/@nopython line, got {text[:120]!r}")
-    word, _, detail = lines[0].partition(" ")
+    word, detail = lines[0][0], lines[0][1] if len(lines[0]) > 1 else ""
     return word[1:], detail.strip()
 
 

@@ -7,13 +7,17 @@ D in either status table" is a BLOCK) or only X, or no link to the other GPU, an
 not XGMI at all; degraded (WARN) when only one end sees the pair, or when a GPU's links trained slower than
 its peers'. A table of nothing but N/A is not a PASS:
 amd-smi could not read the link state there (a VF, or every link down - rocm-systems PR #2053).
+A D in the GPU LINK PORT STATUS table that the pair table does not account for (a down port whose peer the
+pair table cannot place) is a down link of that GPU too (§30: "a D in either status table"). What cannot be a
+reading - a port table all D under a pair table all U, links up at 0 Gb/s, a link_type amd-smi never prints -
+the parser refuses, so the check is an ERROR there, never a PASS or a FAIL it did not read.
 """
 from __future__ import annotations
 
 from itertools import combinations
 
 from k3doctor.api import Command, Param, check, error, fail, passed, remediation, warn
-from k3doctor.parsers.xgmi import NO_XGMI_RATES, parse_xgmi
+from k3doctor.parsers.xgmi import NO_XGMI_RATES, gbps, parse_xgmi
 
 DOWN = remediation("XGMI-LINK-DOWN", "an XGMI link between two GPUs of the node is down", """
 The 8 GPUs of an MI355X node are fully connected by XGMI, one hop, and TP8 spans all of them (§30): a pair
@@ -51,6 +55,19 @@ def _pair_state(a: str | None, b: str | None) -> str:
     return "up"
 
 
+def _port_findings(report) -> list:
+    """Per GPU: ports that read D beyond the D links its pair row shows (those are named per pair)."""
+    out = []
+    for g, ports in report.ports.items():
+        named = sum(cell.split("/").count("D") for (src, _), cell in report.links.items() if src == g)
+        down = [i for i, cell in enumerate(ports) if cell == "D"]
+        if len(down) > named:
+            out.append(fail(f"GPU{g} ({report.gpus[g].bdf}) XGMI link down: GPU LINK PORT STATUS reads D on port(s) "
+                            f"{', '.join(map(str, down))}, {len(down) - named} more than its XGMI LINK STATUS row "
+                            "names (§30: a D in either status table)", gpu=g, remediation=DOWN))
+    return out
+
+
 def _gpu_findings(report, minimum: float) -> list:
     """Per GPU: links that are not XGMI, or trained below the node's fastest (or the configured minimum)."""
     rates = {g.gpu: g.bit_rate_gbps for g in report.gpus.values()
@@ -60,15 +77,17 @@ def _gpu_findings(report, minimum: float) -> list:
     for g in report.gpus.values():
         if g.link_type != "XGMI" or g.gpu not in rates:
             out.append(fail(f"GPU{g.gpu} ({g.bdf}) links report link_type {g.link_type}, bit_rate "
-                            f"{g.bit_rate_gbps if g.bit_rate_gbps is not None else 'N/A'} Gb/s: not XGMI (a "
+                            f"{gbps(g.bit_rate_gbps)} Gb/s: not XGMI (a "
                             "PCIe-only path, or no XGMI at all on this GPU)", gpu=g.gpu, remediation=DOWN))
-        elif rates[g.gpu] < best or rates[g.gpu] < minimum:
+        # 0 Gb/s reaches here only with no link of the GPU up (the parser refuses it otherwise): its pairs are
+        # down and named so, once; "degraded" would name that fault twice.
+        elif rates[g.gpu] and (rates[g.gpu] < best or rates[g.gpu] < minimum):
             floor = (f"the configured minimum {minimum:g} Gb/s" if rates[g.gpu] < minimum
                      else f"{best:g} Gb/s on the node's fastest GPUs")
-            most = "N/A" if g.max_bandwidth_gbps is None else f"{g.max_bandwidth_gbps:g}"
             out.append(warn(f"GPU{g.gpu} ({g.bdf}) XGMI links trained at {rates[g.gpu]:g} Gb/s "
-                            f"(max_bandwidth {most} Gb/s), below {floor}: degraded", gpu=g.gpu, remediation=DEGRADED))
-    return out
+                            f"(max_bandwidth {gbps(g.max_bandwidth_gbps)} Gb/s), below {floor}: degraded", gpu=g.gpu,
+                            remediation=DEGRADED))
+    return out + _port_findings(report)
 
 
 @check("xgmi-links", title="every XGMI link between the node's GPUs up, none degraded (MI355X)", scope="node",

@@ -25,6 +25,18 @@ def not_regular(path: str) -> str | None:
     return None if stat.S_ISREG(mode) else f"is {kind(mode)}, not a regular file"
 
 
+def why_not_readable(path: str) -> str | None:
+    """Why ``path`` is not a regular file another program could be given to read ("no such file", "is a
+    FIFO (named pipe), not a regular file", "Permission denied"), or None; never opens it, so a FIFO
+    without a writer cannot block the asking (``os.path.isfile`` said "no such file" for a FIFO)."""
+    try:
+        return not_regular(path)
+    except FileNotFoundError:
+        return "no such file"
+    except OSError as exc:
+        return exc.strerror or str(exc)
+
+
 def read_bytes(path: str) -> bytes:
     """The content of the regular file ``path``; OSError (errno EINVAL, with what it is) for anything else."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)

@@ -14,6 +14,7 @@ from k3doctor import readings as rd
 from k3doctor.deadline import plausible_clock
 from k3doctor.inventory.load import localhost_inventory, parse_inventory
 from k3doctor.inventory.types import InventoryError
+from k3doctor.parsers.common import shown
 from k3doctor.registry import REGISTRY
 
 SCHEMA = "k3doctor.readings/1"
@@ -142,6 +143,23 @@ def dump(report, inventory_text: str, overrides=()) -> str:
                        "unreachable": report.unreachable, "nodes": nodes}, default=str)
 
 
+def _check_shape(doc: dict) -> None:
+    """The file's top level has the shape :func:`dump` writes, checked once here: a list where a mapping
+    belongs (``"unreachable": ["here"]``) would otherwise reach every check as an AttributeError, not as
+    one "damaged readings file" line."""
+    strings = (lambda v: isinstance(v, str))
+    shapes = (("inventory", str, None, "text"), ("overrides", list, strings, "a list of NAME=VALUE strings"),
+              ("unreachable", dict, strings, "a mapping of node name to why it was not read"),
+              ("nodes", dict, lambda v: isinstance(v, list), "a mapping of node name to a list of readings"))
+    for key, kind, each, words in shapes:
+        if key in ("inventory", "nodes") and key not in doc:
+            raise SnapshotError(f"damaged readings file: no {key}")
+        value = doc.get(key, kind())
+        items = value.values() if isinstance(value, dict) else value
+        if not isinstance(value, kind) or (each and not all(each(v) for v in items)):
+            raise SnapshotError(f"damaged readings file: {key} must be {words}, got {shown(value)}")
+
+
 def load(text: str) -> tuple:
     """(inventory text, overrides, {node: {spec: reading}}, {node: why unreachable})."""
     try:
@@ -149,8 +167,7 @@ def load(text: str) -> tuple:
         if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
             schema = doc.get("schema") if isinstance(doc, dict) else None
             raise SnapshotError(f"not a k3doctor readings file (schema {schema!r}, want {SCHEMA})")
-        if not isinstance(doc["inventory"], str) or not isinstance(doc.get("overrides", []), list):
-            raise SnapshotError("damaged readings file: inventory must be text, overrides a list")
+        _check_shape(doc)
         nodes = {node: decode_readings(entries) for node, entries in doc["nodes"].items()}
         return doc["inventory"], doc.get("overrides", []), nodes, doc.get("unreachable", {})
     except RecursionError:

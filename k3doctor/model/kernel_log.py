@@ -35,6 +35,7 @@ _SHAPE_PARTS = (  # what varies between two lines of one message: addresses, ids
 UPTIME = File("/proc/uptime")
 BOOT_ID = File("/proc/sys/kernel/random/boot_id")
 CLOCK_SLACK_S = 5.0  # dmesg and /proc/uptime are read moments apart: a stamp this far past uptime is fine
+BOOT_ID_SHAPE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")  # as the kernel prints it
 
 
 def is_amdgpu_load(line) -> bool:
@@ -55,6 +56,16 @@ def read_uptime(reading):
     return value, f"up {value:.0f}s"
 
 
+def read_boot_id(reading) -> str:
+    """The current boot's id from its reading. One that did not read (missing, cut off, or an error such as the
+    ENOMEM a reader asking /proc/sys for 4 MiB gets, reference §31.1) raises ReadingUnavailable, one that is
+    not a boot id ParseError: a log judged without it could be another boot's (§10)."""
+    text = reading.text()
+    if not BOOT_ID_SHAPE.fullmatch(text):
+        raise ParseError(f"{BOOT_ID.path} read {text[:60]!r}, not a boot id")
+    return text
+
+
 @dataclass
 class KernelLog:
     """A node's kernel log lines of the current boot, with what is known about the clock."""
@@ -65,10 +76,11 @@ class KernelLog:
     earlier_boots: int = 0  # lines of previous boots left out (journalctl captures)
 
     @classmethod
-    def read(cls, dmesg, uptime=None, boot_id=None) -> KernelLog:
-        """From the readings; an unreadable dmesg raises ReadingUnavailable, a non-log ParseError."""
+    def read(cls, dmesg, uptime=None, boot_id: str | None = None) -> KernelLog:
+        """From the readings and the current boot's id (``read_boot_id``; None: a capture that names another
+        boot is not looked for); an unreadable dmesg raises ReadingUnavailable, a non-log ParseError."""
         lines = parse_log(dmesg.output())
-        current = boot_id.content.strip() if boot_id is not None and boot_id.content else None
+        current = boot_id
         cut, last_boot = 0, None
         for index, line in enumerate(lines):
             marker = boot_marker(line)

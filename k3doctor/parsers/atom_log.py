@@ -89,6 +89,12 @@ SIGNALS = tuple(Signal(kind, re.compile(pattern), section) for kind, pattern, se
     # ROCr names the GPU by its KFD topology node, CPU agents first (§29)
     ("rocr_gpu_hang", r"HW Exception by GPU node-(?P<node>\d{1,4})\b.{0,80}reason :\s?GPU Hang", "§29, §10"),
     ("rocr_memory_fault", r"Memory access fault by GPU node-(?P<node>\d{1,4})\b", "§29, §10"),
+    # MI300X / MI325X / MI355X field failures (§31.3)
+    ("hip_ipc_handle", r"hipIpcGetMemHandle failed", "§31.3, §29"),
+    ("gfx950_only_kernel", r"mla_gluon requires gfx950(?: \(CDNA4\))?, got (?P<arch>gfx\w{1,20})", "§31.3"),
+    ("hsa_exception_1016", r"HSA_STATUS_ERROR_EXCEPTION.{0,200}code: 0x1016\b", "§31.3"),
+    ("aperture_violation", r"HSA_STATUS_ERROR_MEMORY_APERTURE_VIOLATION.{0,200}code: 0x29\b", "§31.3"),
+    ("numa_balancing", r"NUMA auto balancing enabled", "§31.3"),
 ))
 # Startup stages in order; a rank's stage is the furthest one its lines reached.
 STAGES = (("start", None), ("rccl-init", "rccl_load"), ("ep-transport", "ep_ready"),

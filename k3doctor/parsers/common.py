@@ -1,10 +1,13 @@
-"""Helpers shared by the parser modules (input validation, numbers, embedded JSON).
+r"""Helpers shared by the parser modules (input validation, numbers, embedded JSON).
 
-The number helpers accept only what the tools print: plain decimal digits (a float may have a
+The number helpers accept only what the tools print: plain ASCII decimal digits (a float may have a
 fraction and an exponent), of a length a real counter can have.  ``nan``, ``inf``, ``1e999``,
 hex, ``1_000``, a negative percentage or a 5000-digit string is garbled output: ParseError,
 never a number a judge could compare, and never another exception (``int()`` refuses more
-than 4300 digits with ValueError; a float that big overflows).
+than 4300 digits with ValueError; a float that big overflows).  Python's ``int()``, ``\d`` and
+``str.isdigit`` also take other scripts' digits (``int("١٢٣")`` is 123): no tool here prints
+those, so a parser turns a number's text into a value through these helpers, never ``int()``
+on what a ``\d`` matched.
 """
 from __future__ import annotations
 
@@ -65,9 +68,11 @@ def is_na(value: Any) -> bool:
     return value is None or (isinstance(value, str) and value.strip().upper() in ("", "N/A"))
 
 
-def to_int(value: Any, what: str, minimum: int = 0) -> int | None:
+def to_int(value: Any, what: str, minimum: int = 0, maximum: int | None = None) -> int | None:
     """Integer from an int or a decimal string, at least ``minimum`` (counters, sizes, indices
-    are never negative; nccl-tests' ``root`` -1 is the one signed value); ``N/A`` -> None."""
+    are never negative; nccl-tests' ``root`` -1 is the one signed value) and at most ``maximum``
+    where the caller knows no real value can be larger (an absurd value is garbled output, not a
+    figure to judge); ``N/A`` -> None."""
     if is_na(value):
         return None
     if isinstance(value, bool) or not isinstance(value, (int, str)):
@@ -80,6 +85,8 @@ def to_int(value: Any, what: str, minimum: int = 0) -> int | None:
         raise ParseError(f"{what}: {value} is below {minimum}: no tool prints that here")
     if value >= 10 ** MAX_DIGITS:
         raise ParseError(f"{what}: {shown(value)} has more than {MAX_DIGITS} digits")
+    if maximum is not None and value > maximum:
+        raise ParseError(f"{what}: {value} is above {maximum}: no real reading is that large")
     return value
 
 

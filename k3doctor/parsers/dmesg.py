@@ -92,6 +92,18 @@ _SIGNATURES = tuple((name, severity, re.compile(pattern, flags)) for name, sever
      r"(?:\{(?P<event>\d{1,20})\} ?)?[Uu]ncorrectable hardware error\((?P<source>\w{1,40})\) detected", 0),
     # smu_cmn.c: the SMU did not answer (its mailbox still holds the previous command) or is hung.
     ("smu_hung", BLOCK, r"SMU: I'm not done with your previous command|SMU is in hanged state", 0),
+    # §31.3 the MI325X hard hang (aiter #3139): the SMU mailbox reads all ones (the device is off the bus),
+    # the KIQ stops answering, KFD cannot quiesce, the device drops off the bus or RAS disables it.  Before
+    # smu_message_failed: the same "SMU: response:" line with 0xFFFFFFFF is this hang, not a refused message.
+    ("smu_response_lost", BLOCK, r"SMU: response:0x[Ff]{8}\b", 0),
+    ("kiq_fence_timeout", BLOCK, r"timeout waiting for kiq fence", 0),
+    ("kfd_quiesce_failed", BLOCK, r"Failed to quiesce KFD", 0),
+    ("device_lost_from_bus", BLOCK, r"device lost from bus!", 0),
+    ("ras_device_disabled", BLOCK, r"RAS Intr triggered, device disabled!", 0),
+    # §31.3 bad-page retirement past the threshold at load: the GPU is not initialised (missing from the node)
+    ("ras_records_exceed_threshold", BLOCK,
+     r"RAS records:\s?(?P<bad_pages>\d{1,10}) exceed threshold:\s?(?P<threshold>\d{1,10})"
+     r"|GPU will not be initialized\. Replace this GPU or increase the threshold", 0),
     ("smu_message_failed", WARN, r"SMU: (?:unknown command|valid command, bad prerequisites|I'm very busy for your "
                                  r"command|I'm debugging!|response:0x[0-9A-Fa-f]{1,8} for index)", 0),
     # §8 fabric data path (importer side)

@@ -13,13 +13,14 @@ import re
 from dataclasses import dataclass
 
 from k3doctor.parsers import ParseError
+from k3doctor.parsers.common import to_int
 
 STATFS_FORMAT = "%i %S %b %a %f %n"
 FIND_FORMAT = "%y %s %f\\0"
 STAT_SIZE_FORMAT = "%s %n"
-_STATFS = re.compile(r"^([0-9a-f]+) (\d+) (\d+) (\d+) (\d+) (/.*)$")
-_STAT_LINE = re.compile(r"^(\d+) (/.*)$")
-_FIND = re.compile(r"^([a-zA-Z]) (\d+) ([^/]+)$", re.DOTALL)
+_STATFS = re.compile(r"^([0-9a-f]+) ([0-9]+) ([0-9]+) ([0-9]+) ([0-9]+) (/.*)$")
+_STAT_LINE = re.compile(r"^([0-9]+) (/.*)$")
+_FIND = re.compile(r"^([a-zA-Z]) ([0-9]+) ([^/]+)$", re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,8 @@ def parse_statfs_line(line: str) -> StatFs:
     if not match:
         raise ParseError(f"stat -f: unexpected line {line!r:.120}")
     fsid, size, blocks, avail, free, path = match.groups()
-    fs = StatFs(path, fsid, int(size), int(blocks), int(avail), int(free))
+    size, blocks, avail, free = (to_int(n, f"stat -f {path}") for n in (size, blocks, avail, free))
+    fs = StatFs(path, fsid, size, blocks, avail, free)
     if fs.block_size == 0 or fs.available_blocks > fs.blocks or fs.free_blocks > fs.blocks:
         raise ParseError(f"stat -f: absurd figures for {path}: {line!r:.120}")
     return fs
@@ -72,7 +74,7 @@ def parse_find_listing(text: str) -> list:
         match = _FIND.match(record)
         if not match:
             raise ParseError(f"find listing: unexpected record {record!r:.120}")
-        out.append(ListedFile(match.group(3), match.group(1), int(match.group(2))))
+        out.append(ListedFile(match.group(3), match.group(1), to_int(match.group(2), "find listing size")))
     return out
 
 
@@ -83,13 +85,14 @@ def parse_stat(text: str) -> dict:
         match = _STAT_LINE.match(line)
         if not match:
             raise ParseError(f"stat: unexpected line {line!r:.120}")
-        sizes[match.group(2)] = int(match.group(1))
+        sizes[match.group(2)] = to_int(match.group(1), f"stat: size of {match.group(2)}")
     return sizes
 
 
 def parse_count(text: str, what: str) -> int:
     """The one count ``wc -l`` or ``grep -c`` printed; anything else is a ParseError."""
     value = text.strip()
-    if not value.isdigit():
+    number = to_int(value, what) if value else None
+    if number is None:  # empty, or N/A (which to_int reads as "unknown"): neither is a count
         raise ParseError(f"{what}: expected a count, got {value!r:.80}")
-    return int(value)
+    return number

@@ -70,8 +70,11 @@ class Recipe:
                 raise ValueError(f"recipe {self.name} has points for concurrency "
                                  f"{', '.join(map(str, self.concurrencies))}: say which one is launched")
             return self.points[0]
+        if not self.concurrencies:  # a concurrency asked of a recipe that has none is a mistake, not "any"
+            raise ValueError(f"recipe {self.name} has one point, for no particular concurrency: "
+                             f"concurrency {concurrency} names none of its points (leave the concurrency out)")
         for p in self.points:
-            if p.concurrency == concurrency or (p.concurrency is None and len(self.points) == 1):
+            if p.concurrency == concurrency:
                 return p
         raise ValueError(f"recipe {self.name} has no point for concurrency {concurrency} (it has "
                          f"{', '.join(map(str, self.concurrencies))})")
@@ -108,6 +111,12 @@ def _positive(v):
     return isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0, "a positive number"
 
 
+def _draft_tokens(k):
+    """A golden_acceptance_length key: the number of draft tokens (§25), a positive integer as YAML reads it
+    (``1.5``, ``-3``, ``true`` and ``x`` are not one; rules look the AL up by the launch's integer count)."""
+    return isinstance(k, int) and not isinstance(k, bool) and k > 0, "a positive integer (draft tokens)"
+
+
 def _platform(v):
     from k3doctor import platforms
 
@@ -119,7 +128,8 @@ POINT_KEYS = {"concurrency": _conc, "env": ("map", _value), "args": ("map", _arg
 TOP_KEYS = {"recipe": _text, "aliases": _names, "platform": _platform, "image": _text, "source": _text,
             "extends": _text, "tuning": _names, "why": ("map", _text), "env": ("map", _value),
             "args": ("map", _arg), "client_env": ("map", _value), "points": "points", "noops": "noops",
-            "deviations": "deviations", "host": ("map", _positive), "golden_acceptance_length": ("map", _positive),
+            "deviations": "deviations", "host": ("map", _positive),
+            "golden_acceptance_length": ("map", _positive, _draft_tokens),
             "dram_utilization": _fraction}
 NOOP_KEYS = {"same": "list", "why": _text}
 DEVIATION_KEYS = {"upstream": _text, "why": _text, "points": "conc-list"}
@@ -129,13 +139,17 @@ class _Reader(SchemaReader):
     """A recipe file against TOP_KEYS: its maps of free names, its points, no-ops and deviations."""
 
     def named(self, vnode, here: str, rule):
-        if isinstance(rule, tuple):  # ("map", rule for each value): names are free
-            _, each = rule
+        if isinstance(rule, tuple):  # ("map", rule for each value[, rule for each key]): names free unless ruled
+            each, key_rule = rule[1], (rule[2] if len(rule) > 2 else None)
             if not isinstance(vnode, yaml.MappingNode):
                 self.problem(vnode, here, "expected a mapping")
                 return {}
             merged = {}
             for k, v in pairs(vnode):
+                if key_rule is not None and not key_rule(plain(k))[0]:
+                    self.problem(k, f"{here}.{plain(k)}", f"expected a key that is {key_rule(plain(k))[1]}, "
+                                 f"got {plain(k)!r}")
+                    continue
                 value = plain(v)
                 ok, expected = each(value)
                 if not ok:
@@ -202,6 +216,10 @@ def parse_recipe(text: str, path: str, resolve=None, fast: bool = False) -> Reci
             base = (resolve or builtin)(top["extends"])
         except RecipeError as exc:
             r.problems.append(f"{path}:{_line(root, 'extends')}: extends: {exc.problems[0]}")
+    if base is not None and top.get("platform") and top["platform"] != base.platform:
+        r.problems.append(f"{path}:{_line(root, 'platform')}: platform: {top['platform']}, but it extends "
+                          f"{base.name}, a {base.platform} recipe: a recipe inherits its base's launch, which is "
+                          f"for {base.platform} only")
     for key in ("recipe",) + (() if base else ("platform",)):
         if key not in top and not r.problems:
             r.problems.append(f"{path}:1: {key}: missing")
@@ -221,12 +239,23 @@ def _build(top: dict, path: str, base: Recipe | None) -> Recipe:
     common_env = {**_common(base, "env"), **top.get("env", {})}
     common_args = {**_common(base, "args"), **top.get("args", {})}
     common_client = {**_common(base, "client_env"), **top.get("client_env", {})}
+    if base is not None and base.concurrencies and not top.get("points"):
+        # A recipe that extends a multi-point one keeps its points (their per-point values under its own
+        # changes): it launches at the same concurrencies, not at one point made of the base's first.
+        return _built(top, path, base, tuple(Point(
+            concurrency=p.concurrency, env={**p.env, **top.get("env", {})}, args={**p.args, **top.get("args", {})},
+            client_env={**p.client_env, **top.get("client_env", {})},
+            dram_utilization=top.get("dram_utilization", p.dram_utilization)) for p in base.points))
     raw_points = top.get("points") or [{}]
     points = tuple(Point(concurrency=p.get("concurrency"), env={**common_env, **p.get("env", {})},
                          args={**common_args, **p.get("args", {})},
                          client_env={**common_client, **p.get("client_env", {})},
                          dram_utilization=p.get("dram_utilization", top.get("dram_utilization")))
                    for p in raw_points)
+    return _built(top, path, base, points)
+
+
+def _built(top: dict, path: str, base: Recipe | None, points: tuple) -> Recipe:
     inherit = base.__dict__ if base else {}
     return Recipe(
         name=top["recipe"], path=path, platform=top.get("platform") or inherit.get("platform"),

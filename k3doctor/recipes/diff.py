@@ -18,7 +18,7 @@ import os
 import time
 from dataclasses import asdict, dataclass, field
 
-from k3doctor import recipes
+from k3doctor import localfiles, recipes
 from k3doctor.model.container import parse_flags
 from k3doctor.recipes import launches, rules, sandbox
 from k3doctor.redaction import REDACTED, redact_text
@@ -224,16 +224,20 @@ def diff_point(recipe, point, resolved: Resolved) -> PointDiff:
     return PointDiff(point.concurrency, differences, noops, deviations, findings, notes)
 
 
-def diff(recipe, resolved: Resolved, concurrency: int | None) -> list:
-    """One PointDiff per point judged: the one asked for, else every point of the recipe."""
+def points_judged(recipe, concurrency: int | None) -> list:
+    """The points a diff judges: the one asked for, else every point of the recipe; DiffInputError (exit 3,
+    naming the recipe's points) for a concurrency it has no point for - asked before anything runs."""
     if concurrency is not None or len(recipe.points) == 1:
         try:
-            points = [recipe.point(concurrency)]
+            return [recipe.point(concurrency)]
         except ValueError as exc:
             raise DiffInputError(str(exc)) from None
-    else:
-        points = list(recipe.points)
-    return [diff_point(recipe, p, resolved) for p in points]
+    return list(recipe.points)
+
+
+def diff(recipe, resolved: Resolved, concurrency: int | None) -> list:
+    """One PointDiff per point judged (:func:`points_judged`)."""
+    return [diff_point(recipe, p, resolved) for p in points_judged(recipe, concurrency)]
 
 
 def best(diffs: list) -> PointDiff:
@@ -312,6 +316,7 @@ def run_nodes(recipe_spec: str | None, concurrency: int | None, nodes: str, fmt:
     recipe = recipes.load(recipe_spec) if recipe_spec else recipes.cached(inv.cluster.recipe)
     if concurrency is None and not recipe_spec:
         concurrency = inv.cluster.concurrency
+    points_judged(recipe, concurrency)
     launches, missing = [], []
     for node, pid, found in recipe_nodes.read(inv, recipe, timeout_s):
         if isinstance(found, str):
@@ -340,8 +345,10 @@ def run(recipe_spec: str, concurrency: int | None, script: str | None, fmt: str,
     if not (isinstance(timeout_s, (int, float)) and math.isfinite(timeout_s) and timeout_s > 0):
         raise DiffInputError(f"--timeout {timeout_s!r}: a finite number of seconds is needed")
     recipe = recipes.load(recipe_spec)
-    if not os.path.isfile(script):
-        raise DiffInputError(f"--script {script}: no such file")
+    why = localfiles.why_not_readable(script)
+    if why:
+        raise DiffInputError(f"--script {script}: {why}")
+    points_judged(recipe, concurrency)
     started = time.monotonic()
     try:
         ran = sandbox.run(script, dict(os.environ if env is None else env), timeout_s)

@@ -33,6 +33,9 @@ STOPS = (_signal.SIGTERM, _signal.SIGHUP, _signal.SIGINT)
 RESTORED = (_signal.SIGPIPE, _signal.SIGXFSZ)
 DEFAULTED = STOPS + RESTORED + (_signal.SIGALRM,)  # in a command, whatever this process set them to
 STAR, ANY = ord("*"), ord("?")
+# One read's size, what `cat` asks for (reference §31.1): far below the 4 MiB at which /proc/sys refuses a
+# read, and 65 reads at most for the 4 MiB cap
+CHUNK = 64 * 1024
 
 
 class _TimedOut(Exception):
@@ -122,14 +125,25 @@ def read_one(path, cap, read_timeout):
 
 
 def _read_up_to(path, limit):
-    with open(path, "rb", buffering=0) as fh:
-        parts, size = [], 0
-        while size < limit:
-            data = fh.read(limit - size)
-            if not data:
-                break
-            parts.append(data)
-            size += len(data)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return read_fd(fd, limit)
+    finally:
+        os.close(fd)
+
+
+def read_fd(fd, limit):
+    """Up to ``limit`` bytes from ``fd``, in reads of at most CHUNK (reference §31.1): /proc/sys answers a
+    read of KMALLOC_MAX_SIZE (4 MiB) or more with ENOMEM, whatever the file holds, so one read of the whole
+    cap + 1 failed on every real kernel (the shell's path reads with ``cat``, in such chunks already).
+    Used for the commands' scratch files too, so no read of any kind asks the kernel for the whole cap."""
+    parts, size = [], 0
+    while size < limit:
+        data = os.read(fd, min(CHUNK, limit - size))
+        if not data:
+            break
+        parts.append(data)
+        size += len(data)
     return b"".join(parts)
 
 
@@ -323,14 +337,7 @@ class Commands:
 
     def _head(self, fd):
         os.lseek(fd, 0, os.SEEK_SET)
-        parts, size = [], 0
-        while size < self.cap:
-            data = os.read(fd, self.cap - size)
-            if not data:
-                break
-            parts.append(data)
-            size += len(data)
-        return b"".join(parts)
+        return read_fd(fd, self.cap)
 
     def reap(self):
         """KILL whatever of the command's group is left: a child that escaped the TERM, a daemon it left,

@@ -1,4 +1,4 @@
-"""kernel-health's rules as rows (reference §6, §8, §10, §28, §29): parser signature -> rule id,
+"""kernel-health's rules as rows (reference §6, §8, §10, §28, §29, §31.3): parser signature -> rule id,
 severity, reference section, remediation code; the §10 noise that is never a finding; and the
 site's own rules and silences from the inventory, validated when the inventory is read.
 
@@ -85,6 +85,14 @@ the load means it went down again. Confirm `lsmod | grep ^ifoe` (ifoe must load 
 read `active` (ualink-state); if it persists, reset the tray (§11).
 """)
 
+HARD_HANG = remediation("GPU-HARD-HANG", "a GPU hung hard: off the bus, SMU/KIQ silent, disabled by RAS", """
+`timeout waiting for kiq fence`, `SMU: response:0xFFFFFFFF` (the SMU mailbox reads all ones), `Failed to quiesce
+KFD`, `device lost from bus!` and `RAS Intr triggered, device disabled!!` are the MI325X hard hang (aiter #3139:
+the `MI300/` fmha_v3 kernels at long prefill; §31.3). The GPU no longer answers on PCIe: no reset or driver
+reload brings it back. Cold-reboot the node (BMC power cycle, not a warm reboot), then check it again; until the
+aiter fix is in the image, keep long-prefill runs off the fmha_v3 path on MI325X.
+""")
+
 
 UNKNOWN = remediation("KERNEL-UNKNOWN-LINE", "an amdgpu/KFD/fabric error line that no rule knows", """
 The driver logged a line at err, crit, alert or emerg level since amdgpu loaded, and none of the
@@ -148,6 +156,17 @@ RULES = tuple(Rule(*fields) for fields in (
      "KFD failed to evict a queue: the GPU's scheduler is wedged"),
     ("KERNEL-RAS-BAD-PAGES", "ras_bad_page_threshold", "fail", "§28", RAS, "RAS: bad pages reached the threshold"),
     ("KERNEL-ACA-UNCORRECTABLE", "aca_uncorrectable", "fail", "§28", RAS, "ACA bank with an uncorrectable error"),
+    ("KERNEL-RAS-RECORDS-THRESHOLD", "ras_records_exceed_threshold", "fail", "§31.3", RAS,
+     "RAS: retired pages exceed the bad-page threshold: the GPU was not initialised"),
+    ("KERNEL-KIQ-FENCE-TIMEOUT", "kiq_fence_timeout", "fail", "§31.3", HARD_HANG,
+     "KIQ fence timeout: the GPU stopped answering (MI325X hard hang)"),
+    ("KERNEL-SMU-RESPONSE-LOST", "smu_response_lost", "fail", "§31.3", HARD_HANG,
+     "SMU answered 0xFFFFFFFF: the GPU is off the bus (MI325X hard hang)"),
+    ("KERNEL-KFD-QUIESCE-FAILED", "kfd_quiesce_failed", "fail", "§31.3", HARD_HANG,
+     "KFD could not quiesce the GPU (MI325X hard hang)"),
+    ("KERNEL-DEVICE-LOST", "device_lost_from_bus", "fail", "§31.3", HARD_HANG, "the GPU was lost from the PCIe bus"),
+    ("KERNEL-RAS-DEVICE-DISABLED", "ras_device_disabled", "fail", "§31.3", HARD_HANG,
+     "a RAS interrupt disabled the GPU (MI325X hard hang)"),
     ("KERNEL-HW-ERROR-RECOVERABLE", "recoverable_hw_error", "warn", "§28", RAS,
      "APEI hardware error record, severity recoverable"),
     ("KERNEL-BERT-FATAL", "fatal_hw_error", "fail", "§10", HOST_CRASH,
@@ -179,7 +198,7 @@ for _rule in RULES:  # `k3doctor explain RULE` for every built-in rule
                 f"parser signature `{_rule.signature}`, {_rule.severity.upper()}, judged since "
                 f"{'boot' if _rule.since == 'boot' else 'amdgpu last loaded (window parameter)'}.\n"
                 f"What to do ({_rule.remediation}):\n{REGISTRY.remediations[_rule.remediation].text}", unique=True)
-REMEDIATIONS = (WEDGED, PAGE_FAULT, RESET, RAS, HOST_CRASH, FABRIC, UALINK_INIT, UNKNOWN)
+REMEDIATIONS = (WEDGED, PAGE_FAULT, RESET, RAS, HOST_CRASH, FABRIC, UALINK_INIT, HARD_HANG, UNKNOWN)
 
 
 class RuleError(ValueError):

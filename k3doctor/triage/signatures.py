@@ -1,4 +1,4 @@
-"""Field signatures of reference §29 that on-call triage names in a rank's log: RCCL, MORI cco, Gloo, the c10d
+"""Field signatures of reference §29 and §31.3 that on-call triage names in a rank's log: RCCL, MORI cco, Gloo, the c10d
 rendezvous and aiter, each a row of (signal kind, step, finding, what it means, remediation). The line shapes are
 k3doctor.parsers.atom_log's SIGNALS of the same kind; the first matching line of a rank is shown."""
 from __future__ import annotations
@@ -67,6 +67,27 @@ is its second card (§29). Confirm the card in `/sys/class/kfd/kfd/topology/node
 wedged GPU (reset the tray, §11). `Memory access fault ... on address (nil). Reason: unknown` with
 HSA_OVERRIDE_GFX_VERSION set is the stale override (§29): unset it or make it match the GPU.""")
 
+IPC_HANDLE = remediation("TRIAGE-IOMMU-NOT-PT", "hipIpcGetMemHandle failed: the IOMMU is not in pass-through", """
+`NCCL WARN hipIpcGetMemHandle failed : invalid argument` is RCCL failing to share GPU memory between processes
+with the IOMMU translating (§31.3, beside §29's `iommu=pt` rule). Add `iommu=pt` to the kernel command line
+(GRUB_CMDLINE_LINUX, update-grub, reboot) on every node; `k3doctor check` (iommu-pt) reads /proc/cmdline.""")
+GFX950_ONLY = remediation("TRIAGE-GFX950-ONLY-KERNEL", "a gfx950-only kernel was chosen on another GPU", """
+`AssertionError: mla_gluon requires gfx950 (CDNA4), got gfx942`: the recipe picks kernels built for MI355X
+(gfx950) on an MI300X/MI325X (gfx942) node (vLLM #51964, §31.3). Use a recipe and image for the node's GPU:
+ATOM's Kimi-K3 recipe targets MI355 only; on MI325X only vLLM's emulation or int4 path runs it (§31.4).""")
+HSA_1016 = remediation("TRIAGE-HSA-EXCEPTION-1016", "HSA exception 0x1016 killed a worker (long context)", """
+`HSA_STATUS_ERROR_EXCEPTION ... code: 0x1016`, then `Worker proc VllmWorker-N died unexpectedly`, is Kimi-K3 at
+TP8 on MI355X at ~337K tokens of context (vLLM #50347, §31.3). Lower --max-model-len below that length (or keep
+requests under it) until the image carries the fix, then relaunch.""")
+APERTURE = remediation("TRIAGE-AITER-VSKIP", "memory aperture violation (0x29): aiter's VSKIP on MI300X", """
+`HSA_STATUS_ERROR_MEMORY_APERTURE_VIOLATION ... code: 0x29` on MI300X is aiter's VSKIP path, on by default when
+AITER_ENABLE_VSKIP is unset (aiter #1143, §31.3). Set AITER_ENABLE_VSKIP=0 in the engine's environment on gfx942
+nodes and relaunch.""")
+NUMA = remediation("TRIAGE-NUMA-BALANCING", "automatic NUMA balancing is on", """
+`NCCL WARN NUMA auto balancing enabled which can lead to variability in the RCCL performance!`: the kernel moves
+pages between NUMA nodes under the job (kernel.numa_balancing=1, §31.3). `sysctl -w kernel.numa_balancing=0` on
+every node (and in /etc/sysctl.d to keep it); `k3doctor check` (numa-balancing) reads it before launch.""")
+
 
 def rocr_card(fields: dict, first_gpu_node: int, per_node: int) -> tuple:
     """(card index on the node or None, how it was mapped) for ROCr's ``GPU node-N`` (§29: KFD topology node,
@@ -95,4 +116,10 @@ FIELD_SIGNATURES = (
     ("no_code_objects", "triage-fatal", fail, "no code objects for this GPU", CODE_OBJECTS),
     ("rccl_diag_p2p_failed", "triage-fatal", fail, "RCCL diagnostics: a GPU pair's P2P path fails", DIAG_P2P),
     ("rccl_diag_multi_gpu", "triage-config", warn, "RCCL diagnostics ran several GPUs in one process", DIAG_MULTI),
+    ("hip_ipc_handle", "triage-config", fail, "hipIpcGetMemHandle failed: the IOMMU is not in pass-through",
+     IPC_HANDLE),
+    ("gfx950_only_kernel", "triage-config", fail, "a gfx950-only kernel (mla_gluon) on another GPU", GFX950_ONLY),
+    ("hsa_exception_1016", "triage-fatal", fail, "HSA exception 0x1016 (long context on MI355X TP8)", HSA_1016),
+    ("aperture_violation", "triage-fatal", fail, "memory aperture violation 0x29 (aiter VSKIP on MI300X)", APERTURE),
+    ("numa_balancing", "triage-config", warn, "automatic NUMA balancing is on", NUMA),
 )

@@ -21,7 +21,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from . import mi355x, ubench
+from . import field, mi355x, ubench
 
 GPUS_PER_NODE = 4
 DEFAULT_TRAYS = (13, 14, 16, 17)  # CT13, CT14, CT16, CT17: the validated 4-node set (reference §4)
@@ -32,9 +32,13 @@ IDLE_VRAM_USED = 177 * 2**20  # "idle reads 0% / ~177 MB" (reference §3)
 # perf_setup's modprobe (reference §5): a healthy tuned tray reads 0 1 0 1.
 TUNED_AMDGPU_PARAMS = {"gpu_recovery": 0, "halt_if_hws_hang": 1, "mtype_local": 0, "noretry": 1}
 
-# Paths (relative to a tree, identical to the node's absolute path) bind-mounted into the node.
+# Paths (relative to a tree, identical to the node's absolute path) bind-mounted into the node. The kernel
+# files among them are regular files here, read as any file is (reference §31.1: /proc/sys refuses a read of
+# 4 MiB, sysfs gives a page): a boot id per node (its reboot scenarios), the host RAM of the node kind
+# (meminfo) and an MI355X's cmdline. Every other /proc file is the host kernel's own, and
+# tests/unit/test_kernel_reads.py reads these from the test machine's kernel, as a real node's are read.
 BIND_DIRS = ("sys/class", "sys/module", "opt", "root", "mnt")
-BIND_FILES = ("proc/sys/kernel/random/boot_id", "usr/bin/dmesg", "proc/meminfo")
+BIND_FILES = ("proc/sys/kernel/random/boot_id", "usr/bin/dmesg", "proc/meminfo", *field.STAND_INS)
 BIND_PATHS = BIND_DIRS + BIND_FILES
 MI355X_BIND_FILES = ("proc/cmdline",)  # iommu-pt reads it there (§29); a gfx1250 node keeps the host's view
 PLATFORMS = ("gfx1250", "mi355x")
@@ -222,6 +226,7 @@ def write_tree(tree: Path, state: NodeState) -> None:
     write_file(tree, "proc/sys/kernel/random/boot_id", state.boot_id + "\n")
     _write_fake_tools(tree, state)
     ubench.install(tree, state.tray, write_file)  # fake ualoe_p2p.exe / ualoe_bw.exe (rig/k3rig/ubench)
+    field.install(tree, state, write_file)  # §31.3: PCIe link, RAS counters, bad pages, kernel.numa_balancing
     _write_host(tree, state)
     if state.platform == "mi355x":
         write_file(tree, "proc/cmdline", KERNEL_CMDLINE + "\n")
@@ -302,8 +307,7 @@ def _write_sysfs(tree: Path, s: NodeState) -> None:
             "vpod_size": len(s.vpod_members()),
             "vpod_active_accels": " ".join(map(str, s.vpod_members())),
             "addr_mode": s.addr_mode,
-            "bandwidth": UNSET_U32,
-            "latency": UNSET_U32,
+            "bandwidth": UNSET_U32, "latency": UNSET_U32,
         }
         local_accels = " ".join(map(str, s.local_accels()))
         if s.layout == "new":

@@ -70,8 +70,11 @@ def xgmi_text(links: dict | None = None, bit_rates: dict | None = None, link_typ
             out.append(f" {what}".ljust(57) + "".join(c.ljust(13) for c in cells).rstrip())
     out += ["", "GPU LINK PORT STATUS:", "       " + "bdf".ljust(14) + "port_num".ljust(20)]
     for g in gpus:
-        ports = [_cell(links, g, peer).split("/")[0] for peer in gpus if peer != g]
-        ports = [p if p in "UDX" else "X" for p in ports] + ["X"] * (XGMI_PORTS - GPUS + 1)
+        # amd-smi prints this table and the pair table from one status array: a port per link of the pair row
+        # ("U/D" is two links to one peer, N/A none), the ports left over unused (X).
+        ports = [x for peer in gpus if peer != g and _cell(links, g, peer) != "N/A"
+                 for x in _cell(links, g, peer).split("/")]
+        ports += ["X"] * (XGMI_PORTS - len(ports))
         out.append(f"GPU{g}".ljust(7) + bdf(g).ljust(14) + "  ".join(ports))
     out += ["", "XGMI LINK STATUS:", "       " + "bdf".ljust(14) + "".join(f"GPU{g}".ljust(14) for g in gpus)]
     for g in gpus:

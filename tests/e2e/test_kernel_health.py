@@ -38,6 +38,10 @@ def passing(doc):
         ("ct13", 3, "FAIL", "GPU-RAS-ERROR", "KERNEL-ACA-UNCORRECTABLE", "KERNEL-RAS-BAD-PAGES", "KERNEL-RAS-POISON",
          "KERNEL-RAS-UNCORRECTABLE")]),
     ("kernel-host-crash", [("ct14", -1, "FAIL", "HOST-CRASHED", "KERNEL-BERT-FATAL")]),
+    ("kernel-hard-hang", [  # §31.3: the MI325X hard hang's five wordings are one finding on the card
+        ("ct16", 2, "FAIL", "GPU-HARD-HANG", "KERNEL-DEVICE-LOST", "KERNEL-KFD-QUIESCE-FAILED",
+         "KERNEL-KIQ-FENCE-TIMEOUT", "KERNEL-RAS-DEVICE-DISABLED", "KERNEL-SMU-RESPONSE-LOST")]),
+    ("kernel-ras-threshold", [("ct17", 1, "FAIL", "GPU-RAS-ERROR", "KERNEL-RAS-RECORDS-THRESHOLD")]),
     ("kernel-ualink-init", [
         ("ct16", 0, "WARN", "UALINK-INIT-FAILED", "KERNEL-UALINK-DEACTIVATED"),
         ("ct16", 3, "FAIL", "UALINK-INIT-FAILED", "KERNEL-UALINK-SW-INIT")]),

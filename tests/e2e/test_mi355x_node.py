@@ -133,6 +133,16 @@ def test_amd_smi_output_cut_or_garbled_is_an_error_for_the_node_never_a_pass(mi3
     assert (xgmi["node"], xgmi["status"]) == ("ct13", "ERROR") and "unparseable output" in xgmi["message"], xgmi
 
 
+def test_xgmi_links_up_at_0_gbps_are_an_error_for_the_node_never_a_pass(mi355x, tmp_path):
+    """A link that is up moves bits: amd-smi reading 0 Gb/s on every GPU while every pair is U is not a reading
+    of the links (issue 32), so the node is not judged on it - an ERROR there, exit 2, nothing passed."""
+    apply(mi355x, tmp_path, xgmi_bit_rates={g: 0 for g in range(8)})
+    rc, doc = k3json("check", "--nodes", mi355x.inventory_path, "--only", "xgmi-links")
+    [xgmi] = [r for r in doc["results"] if r["check"] == "xgmi-links"]
+    assert (rc, xgmi["node"], xgmi["status"]) == (2, "ct13", "ERROR"), xgmi
+    assert "GPU0 has links up (U) at bit_rate 0 Gb/s" in xgmi["message"], xgmi
+
+
 def test_a_job_holding_a_gpu_through_kfd_makes_the_node_busy_whatever_docker_ps_says(mi355x, tmp_path):
     """§30: an AgentX job often runs under Slurm + pyxis/enroot, which `docker ps` does not show; rack-free
     names the KFD holder (sysfs /sys/class/kfd/kfd/proc and rocm-smi --showpids) on its node."""

@@ -97,6 +97,24 @@ def test_config_and_fatal_lines_on_one_node_only(fresh):
         ("triage-fatal", "ct17", 1, "FAIL", "TRIAGE-TRITON-CODE-OBJECT")]
 
 
+@pytest.mark.parametrize("line, step, status, code", [  # §31.3's MI3xx field failures, one rank each
+    ("NCCL WARN hipIpcGetMemHandle failed : invalid argument", "triage-config", "FAIL", "TRIAGE-IOMMU-NOT-PT"),
+    ("AssertionError: mla_gluon requires gfx950 (CDNA4), got gfx942", "triage-config", "FAIL",
+     "TRIAGE-GFX950-ONLY-KERNEL"),
+    ("HSA_STATUS_ERROR_EXCEPTION: An HSAIL operation resulted in a hardware exception. code: 0x1016", "triage-fatal",
+     "FAIL", "TRIAGE-HSA-EXCEPTION-1016"),
+    ("HSA_STATUS_ERROR_MEMORY_APERTURE_VIOLATION: The agent attempted to access memory beyond the largest legal "
+     "address. code: 0x29", "triage-fatal", "FAIL", "TRIAGE-AITER-VSKIP"),
+    ("NCCL WARN NUMA auto balancing enabled which can lead to variability in the RCCL performance!",
+     "triage-config", "WARN", "TRIAGE-NUMA-BALANCING"),
+])
+def test_a_field_failure_of_section_31_is_named_on_its_rank_only(fresh, line, step, status, code):
+    write_logs(fresh, L.node_logs(extra={6: [line]}))
+    rc, doc = triage(fresh)
+    assert findings(doc) == [(step, "ct14", 2, status, code)], doc
+    assert rc == (1 if status == "FAIL" else 0)
+
+
 def test_a0_declared_and_nothing_translated(fresh, tmp_path):
     inv = yaml.safe_load(fresh.inventory_path.read_text())
     inv["cluster"]["stepping"] = "A0"

@@ -180,7 +180,7 @@ def test_hung_tool_is_recognisable(rig):
 # container's files (sizes), environment and log.
 NODE_FILES = r"""{ find /sys/class /sys/module /opt/k3rig /root/ubench -type f | sort | xargs -d '\n' tail -n +1
   find /sys/class -type l -printf '%p -> %l\n' | sort; ls /dev/dri /dev/shm; [ -e /dev/kfd ] && echo kfd
-  cat /proc/sys/kernel/random/boot_id; } 2>&1 | sha256sum"""
+  cat /proc/sys/kernel/random/boot_id /proc/sys/kernel/numa_balancing; } 2>&1 | sha256sum"""
 # Host resources (§12): memory, the checkpoint's shards and sizes, the log directory's file system.
 NODE_HOST = r"""{ cat /proc/meminfo; find /mnt -printf '%p %s %y\n' | sort; ls -d /root/k3ep16-logs;
   stat -f -c '%T %b' /root/k3ep16-logs; } 2>&1 | sha256sum"""

@@ -16,7 +16,7 @@ from k3doctor import testing
 from k3doctor.inventory.load import parse_inventory
 from k3doctor.inventory.types import InventoryError, Node, Settings
 from k3doctor.parsers.dmesg import parse_line
-from k3doctor.readings import CommandReading, FileReading, Readings
+from k3doctor.readings import CommandReading, FileReading, Readings, Unavailable
 from k3doctor.registry import REGISTRY
 from k3doctor.results import Status
 from tests.corpus import load
@@ -25,6 +25,7 @@ CHECK = REGISTRY.checks["kernel-health"]
 FLAVOURS = ("default", "ctime", "iso", "journal")
 BASE = datetime.datetime(2026, 10, 9, 10, 0, 0)
 BOOT = "0b7c1f5e-8f0a-4d5e-9a51-2f6c3b9d1e77"
+BOOT_ID = "/proc/sys/kernel/random/boot_id"
 NODES = {"ct13": 13, "ct14": 14, "ct16": 16, "ct17": 17}
 
 # §8 importer-side fabric lines, §10 wedged/residue/reset lines, §28 RAS count, §6 UALink failures:
@@ -109,7 +110,7 @@ def node_readings(log: str, tray: int = 13, uptime: float = 200000.0, rc: int = 
                      "errors": CommandReading("dmesg --level=err,crit,alert,emerg", errors_rc, errors,
                                               "" if errors_rc == 0 else "dmesg: unknown level 'err'"),
                      "uptime": FileReading("/proc/uptime", f"{uptime:.2f} 1.00\n"),
-                     "boot_id": FileReading("/proc/sys/kernel/random/boot_id", f"{BOOT}\n"),
+                     "boot_id": FileReading(BOOT_ID, f"{BOOT}\n"),
                      "uevents": uevents, "ualink": ualink})
 
 
@@ -281,6 +282,22 @@ def test_truncated_log_is_an_error():
     r.raw()["dmesg"].truncated = True
     [v] = judge({"ct13": r})
     assert v.status == Status.ERROR and "size cap" in v.message
+
+
+@pytest.mark.parametrize("boot_id, why", [
+    (FileReading(BOOT_ID, None, error="Cannot allocate memory"), "Cannot allocate memory"),  # §31.1: a 4 MiB read
+    (FileReading(BOOT_ID, None), "no such file"),
+    (FileReading(BOOT_ID, BOOT[:20], truncated=True), "cut off"),
+    (FileReading(BOOT_ID, "\n"), "not a boot id"),
+    (FileReading(BOOT_ID, "@@ not a boot id\n"), "not a boot id"),
+    (Unavailable("node deadline of 60s reached"), "node deadline"),
+], ids=["error", "missing", "cut", "empty", "garbled", "unavailable"])
+def test_a_boot_id_that_did_not_read_is_an_error_never_a_pass(boot_id, why):
+    """§31.1: without the boot id a capture of another boot would be judged as this one's."""
+    r = node_readings(clean(), 13)
+    [v] = judge({"ct13": Readings({**r.raw(), "boot_id": boot_id})})
+    assert v.status == Status.ERROR and v.node == "ct13" and "the boot id was not read" in v.message, v
+    assert why in v.message
 
 
 def test_journal_capture_of_another_boot_is_refused_and_old_boots_are_cut():

@@ -27,7 +27,9 @@ HEALTHY = sample("amd-smi-xgmi-mi355x-healthy.txt")
 
 
 def with_cell(text: str, src: int, dst: int, cell: str) -> str:
-    """The XGMI LINK STATUS cell GPU ``src`` prints for GPU ``dst`` set to ``cell`` (columns kept)."""
+    """The XGMI LINK STATUS cell GPU ``src`` prints for GPU ``dst`` set to ``cell`` (columns kept), and GPU
+    ``src``'s GPU LINK PORT STATUS row made to match, as amd-smi prints both from one status array: one port per
+    link of the pair row (``U/D`` is two; N/A none), the unused ports X (rig/k3rig/mi355x.py does the same)."""
     head, table = text.split("XGMI LINK STATUS:\n")
     lines = table.split("\n")
     for i, line in enumerate(lines):
@@ -35,6 +37,9 @@ def with_cell(text: str, src: int, dst: int, cell: str) -> str:
             prefix, cells = line[:21], re.findall(r"\S+\s*", line[21:])
             cells[dst] = cell.ljust(14)
             lines[i] = (prefix + "".join(cells)).rstrip()
+            links = [x for c in cells for x in c.strip().split("/") if x in ("U", "D", "X")]
+            ports = "  ".join(links + ["X"] * (8 - len(links)))
+            head = re.sub(rf"(?m)^(GPU{src}   \S+  )[UDX](?:  [UDX]){{7}}$", lambda m: m.group(1) + ports, head)
     return head + "XGMI LINK STATUS:\n" + "\n".join(lines)
 
 

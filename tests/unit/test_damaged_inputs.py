@@ -86,7 +86,7 @@ def test_saved_overrides_that_are_not_text_are_one_line(saved, tmp_path, overrid
     _, doc, node, _ = saved
     path = tmp_path / "r.json"
     path.write_text(json.dumps({**doc, "overrides": overrides}))
-    one_usage_line(*k3("judge", path)[::2], "expected CHECK.PARAM=VALUE")
+    one_usage_line(*k3("judge", path)[::2], "overrides must be a list of NAME=VALUE strings")
     path = tmp_path / "n.jsonl"
     path.write_text(json.dumps({**node, "overrides": overrides}) + "\n")
     rc, out, err = k3("merge", path, "--format", "json")  # a damaged node document: that node's ERROR

@@ -126,6 +126,16 @@ FORMATS = (
     ("SMU", "smu_message_failed", DEV, "5.15+", "SMU: I'm debugging!", ()),
     ("SMU", "smu_message_failed", DEV, "5.15+", "SMU: response:0x%08X for index:%d param:0x%08X message:%s?",
      ("GetMetricsTable",)),
+    # §31.3's MI325X hard hang (aiter #3139) and the bad-page threshold at load: the field wordings
+    ("hard hang", "smu_response_lost", DEV, "§31.3", "SMU: response:0xFFFFFFFF for index:%d param:0x%08X message:%s?",
+     ("GetMetricsTable",)),
+    ("hard hang", "kiq_fence_timeout", DEV, "§31.3", "timeout waiting for kiq fence\n", ()),
+    ("hard hang", "kfd_quiesce_failed", DEV, "§31.3", "Failed to quiesce KFD\n", ()),
+    ("hard hang", "device_lost_from_bus", DEV, "§31.3", "device lost from bus!\n", ()),
+    ("hard hang", "ras_device_disabled", DEV, "§31.3", "RAS Intr triggered, device disabled!!\n", ()),
+    ("RAS count", "ras_records_exceed_threshold", DEV, "§31.3", "RAS records:%d exceed threshold:%d\n", ()),
+    ("RAS count", "ras_records_exceed_threshold", DEV, "§31.3",
+     "GPU will not be initialized. Replace this GPU or increase the threshold\n", ()),
 )
 
 # ACA bank dumps (amdgpu_mca.c amdgpu_mca_smu_mca_bank_dump(), amdgpu_aca.c aca_smu_bank_dump()):
@@ -178,8 +188,9 @@ def test_every_format_string_gives_its_signature(family, signature, prefix, kern
 def test_the_table_covers_every_family_the_issue_names():
     """Guards the table itself: a family dropped from it would silently stop being tested."""
     families = {row[0] for row in FORMATS}
-    assert {"ring timeout", "recovery", "devcoredump", "ERREVENT", "RAS count", "MES", "page fault", "SMU"} <= families
-    assert len(FORMATS) == 53 and len(ACA_DUMPS) == 6
+    assert {"ring timeout", "recovery", "devcoredump", "ERREVENT", "RAS count", "MES", "page fault", "SMU",
+            "hard hang"} <= families
+    assert len(FORMATS) == 60 and len(ACA_DUMPS) == 6
 
 
 def aca_dump(prefix: str, fmt: str, regs, banks) -> list:

@@ -57,6 +57,15 @@ SAMPLES = {
     "rocr-gpu-hang": (["HW Exception by GPU node-4 (Agent handle: 0x5581f5c0e2a0) reason :GPU Hang"], {}, None),
     "rocr-memory-fault": (["Memory access fault by GPU node-2 (Agent handle: 0x55d0c2a1b7e0) on address (nil). "
                            "Reason: unknown."], {}, None),
+    # §31.3's MI3xx field failures
+    "hip-ipc-handle": (["ct14:1234:1300 [2] NCCL WARN hipIpcGetMemHandle failed : invalid argument"], {}, None),
+    "gfx950-only-kernel": (["AssertionError: mla_gluon requires gfx950 (CDNA4), got gfx942"], {}, None),
+    "hsa-exception-1016": (["HSA_STATUS_ERROR_EXCEPTION: An HSAIL operation resulted in a hardware exception. "
+                            "code: 0x1016"], {}, None),
+    "aperture-violation": (["HSA_STATUS_ERROR_MEMORY_APERTURE_VIOLATION: The agent attempted to access memory "
+                            "beyond the largest legal address. code: 0x29"], {}, None),
+    "numa-balancing": (["ct14:1234:1234 [0] NCCL WARN NUMA auto balancing enabled which can lead to variability in "
+                        "the RCCL performance! Disable by \"sudo sysctl -w kernel.numa_balancing=0\""], {}, None),
     "rccl-diag-no-p2p": (["ct14:4321 NCCL DIAG [INFO] intra-node diagnostics: 4 GPUs, 1 process per GPU"], {}, None),
     "double-free": (L.rank_lines(0) + ["double free or corruption (out)"], {}, None),
     "drafter-downloading": (L.rank_lines(0, stop_at="config") + L.DRAFTER, {}, None),
