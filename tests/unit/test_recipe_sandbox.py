@@ -214,10 +214,13 @@ def test_secret_flags_are_never_printed_in_nodes_mode():
     assert "<redacted>" in text and not [s for s in SECRETS if s in text]
 
 
-def _script_for(point) -> str:
-    """A launch that sets exactly what the recipe point names (a real NIC name for the placeholder)."""
+def _script_for(point, level="WARNING") -> str:
+    """A launch that sets exactly what the recipe point names (a real NIC name for the placeholder; for "*" any
+    value, but AITER_LOG_LEVEL a level aiter knows, which the aiter-log-level rule judges (§16, §29))."""
     value = {recipes.ANY: "x", recipes.DATA_IF: "ens51f0np0"}
-    lines = [f"export {n}='{value.get(v, v)}'" for n, v in point.env.items() if v is not None]
+    chosen = {n: value.get(v, v) for n, v in point.env.items() if v is not None}
+    chosen.update({"AITER_LOG_LEVEL": level} if "AITER_LOG_LEVEL" in point.env else {})
+    lines = [f"export {n}='{v}'" for n, v in chosen.items() if v is not None]
     args = [a for n, v in point.args.items() if v is not None
             for a in ([n] if v is True else [n, f"'{value.get(v, v)}'"])]
     return "\n".join(lines + [f"{SERVER} {' '.join(args)}"]) + "\n"
@@ -232,3 +235,16 @@ def test_the_gfx1250_recipes_with_a_real_nic_name_are_identical(place, name):
     run = diff(write(place, _script_for(point)), *args)
     assert run.returncode == 0 and "identical on every server flag" in run.stdout, run.stdout + run.stderr
     assert "<data-plane interface> taken as any non-empty interface name" in run.stdout
+
+
+@pytest.mark.parametrize("level, kind", [(None, "missing"), ("WARN", "rule")])
+def test_a_gfx1250_launch_without_a_valid_aiter_log_level_warns_once(place, level, kind):
+    """§16: AITER_LOG_LEVEL is absent from the wide-EP recipe's env but wanted set (WARN if unset); §29: the value
+    must be a level aiter knows. Named once: on its difference, or as the rule's finding."""
+    point = recipes.load("gfx1250-config-a").points[0]
+    run = diff(write(place, _script_for(point, level)), "--recipe", "gfx1250-config-a", "--format", "json")
+    assert run.returncode == 1, run.stdout + run.stderr
+    [judged] = json.loads(run.stdout)["points"]
+    missing = [d["name"] for d in judged["differences"]]
+    warned = [r["subject"] for r in judged["rules"] if r["status"] == "WARN"]
+    assert (missing, warned) == ((["AITER_LOG_LEVEL"], []) if kind == "missing" else ([], ["AITER_LOG_LEVEL"]))
