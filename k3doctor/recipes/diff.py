@@ -33,6 +33,11 @@ class DiffInputError(Exception):
     """Input the diff cannot work from: one line, exit 3."""
 
 
+class ScriptNotRead(Exception):
+    """The script ran, but the sandbox's bounds (or its runner's deadline) cut it short before a server was seen:
+    an ERROR, exit 2 - not bad input."""
+
+
 def parse_args(words) -> dict:
     """The server's or client's flags: ``--flag value`` / ``--flag=value`` / bare ``--flag`` (True); a
     value may start with one dash (-1)."""
@@ -60,21 +65,22 @@ def _launch_env(env: dict) -> dict:
 def resolved_from_script(run: sandbox.ScriptRun) -> list:
     """One Resolved per model server the script starts (in the order started)."""
     if run.lost:
-        raise DiffInputError("the sandbox's runner did not report (the script killed it?): nothing was read")
+        raise ScriptNotRead("the sandbox's runner did not report within the deadline: nothing the script started "
+                            "was read")
     servers = [(launch, call) for call in run.calls
                for launch in launches.launches(call.argv, call.env, call.files, launches.server_words)]
     if not servers:
         programs = sorted({os.path.basename(c.argv[0]) for c in run.calls if c.argv})
-        raise DiffInputError("the script starts no model server (no " + " / ".join(SERVER_ENTRY_POINTS) +
-                             " entry point)" + (f"; it called {', '.join(programs[:12])}" if programs else "") +
-                             ("; it was still running at the deadline" if run.returncode is None else
-                              f"; the script exited {run.returncode}" if run.returncode else ""))
+        said = ("the script starts no model server (no " + " / ".join(SERVER_ENTRY_POINTS) + " entry point)" +
+                (f"; it called {', '.join(programs[:12])}" if programs else "") +
+                ("; it was still running at the deadline" if run.returncode is None else
+                 f"; the script exited {run.returncode}" if run.returncode else ""))
+        if run.errors:  # a bound or a missing program, not the script's content, may be why none was seen
+            raise ScriptNotRead(redact_text(f"{'; '.join(run.errors)}; among what was read, {said}"))
+        raise DiffInputError(said)
     client = next((u for c in run.calls
                    for u in launches.launches(c.argv, c.env, c.files, launches.client_words)), None)
-    notes = []
-    if run.overflow:
-        notes.append(f"ERROR the script made more than {sandbox.MAX_CALLS} program calls: the calls past that "
-                     "were not read, a launch among them is not compared")
+    notes = [redact_text(f"ERROR {e}") for e in run.errors]
     if run.returncode is None:
         notes.append("the script was still running at the deadline (killed); what it had started is compared")
     elif run.returncode != 0:
@@ -354,7 +360,13 @@ def run(recipe_spec: str, concurrency: int | None, script: str | None, fmt: str,
         ran = sandbox.run(script, dict(os.environ if env is None else env), timeout_s)
     except sandbox.SandboxError as exc:
         raise DiffInputError(str(exc)) from None
-    servers = resolved_from_script(ran)
+    try:
+        servers = resolved_from_script(ran)
+    except ScriptNotRead as exc:
+        if fmt == "json":
+            return EXIT_NOT_READ, json.dumps({"recipe": recipe.name, "launch": f"script {script}",
+                                              "error": str(exc)}, indent=2) + "\n"
+        return EXIT_NOT_READ, f"script {script}: ERROR {exc}\n"
     took = f"resolved in {time.monotonic() - started:.1f} s"
     judged = [(f"script {script}, {r.label} ({took})", diff(recipe, r, concurrency)) for r in servers]
     if fmt == "json":
@@ -365,4 +377,4 @@ def run(recipe_spec: str, concurrency: int | None, script: str | None, fmt: str,
         text = "\n".join(render_table(recipe, source, diffs) for source, diffs in judged)
     if any(best(diffs).matters for _, diffs in judged):
         return EXIT_DIFFERENT, text
-    return (EXIT_NOT_READ if ran.overflow else EXIT_SAME), text
+    return (EXIT_NOT_READ if ran.errors else EXIT_SAME), text

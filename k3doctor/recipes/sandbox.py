@@ -20,9 +20,20 @@ Inside (everything private to the run, gone with it):
   host bin directory has or the script mentions points at the recorder, which writes its argv and environment
   and exits 0 (so ``until curl .../health`` ends at once); a name found nowhere reaches bash's
   ``command_not_found_handle``, which records it too;
-- the runner (bash -p: the caller's BASH_ENV and exported functions do not touch it) sets the limits (processes,
-  file size, CPU time, address space), runs the script under ``timeout``, lets background recorders finish,
-  KILLs everything left and streams the records back through one capped file.
+- the root, /dev and every directory bwrap made are read-only (--remount-ro): nothing is written outside the
+  size-capped tmpfs mounts, /dev/shm included;
+- the recorder is O(1) and never forks: it writes one record file per call with bash builtins (mapfile of its
+  /proc/PID/environ, read -N of an --env-file) on a size-capped tmpfs; the records are counted by k3doctor;
+- the runner is the sandbox's PID 1 (--as-pid-1: nothing inside can signal it; when it ends, the kernel KILLs
+  everything left) and bash -p (the caller's BASH_ENV and exported functions do not touch it): it sets the limits
+  (processes, file size, CPU time, address space), runs the script under ``timeout`` with its stderr in a capped
+  file, lets background recorders finish, KILLs everything left and copies the records and the stderr's head out
+  with builtins only - under a fork bomb nothing can fork, and nothing of that needs to.
+The stderr's head is never shown: k3doctor reads from it only bash's own messages for a bound the script ran
+into (process limit, file size, CPU time) and for an absolute path it could not run (a path built at run time,
+``p=/opt/venv; $p/bin/python3``, names a directory the sandbox did not make): those directories are made into bin
+directories of the recorder and the script is run once more, so the call is recorded; a path still missing is an
+ERROR naming it.
 """
 from __future__ import annotations
 
@@ -31,9 +42,10 @@ import os
 import re
 import shutil
 import stat
+import struct
 import subprocess
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 # Programs that run as themselves: the shell and the text tools a launch script computes with (coreutils, sed,
@@ -45,7 +57,6 @@ ALLOWED = ("bash", "sh", "awk", "sed", "grep", "egrep", "fgrep", "bc", "jq", "cu
            "ln", "touch", "ls", "readlink", "realpath", "tee", "paste", "join", "comm", "tac", "rev", "fold", "od",
            "mktemp", "chmod", "stat", "yes", "printf", "echo", "true", "false", "test", "[", "pwd", "getconf",
            "sha256sum", "md5sum", "base64", "shuf", "find")
-RUNNER_TOOLS = ("sleep",)  # the runner's own, bound under /.k3/tools only: to the script `sleep` is the recorder
 SYSTEM_BIN = "/usr/bin:/bin"  # where the real tools are taken from (never the caller's PATH: it may shadow them)
 BIN_DIRS = ("/usr/bin", "/bin", "/usr/sbin", "/sbin", "/usr/local/bin", "/usr/local/sbin")
 SCRATCH_DIRS = ("/tmp", "/var/tmp", "/run", "/scratch")  # /scratch: the working directory
@@ -53,11 +64,20 @@ SYSTEM_TOPS = {"", "usr", "etc", "proc", "dev", "sys", "lib", "lib32", "lib64", 
 ETC_FILES = ("/etc/passwd", "/etc/group", "/etc/nsswitch.conf", "/etc/localtime", "/etc/ld.so.cache")
 K3 = "/.k3"  # the sandbox's own files: tools, recorder, runner, records
 NOBODY = 65534
-MAX_CALLS = 2000  # records kept; past it the recorder writes an OVERFLOW mark, and the diff is an ERROR
+MAX_CALLS = 2000  # records judged; past it the diff is an ERROR that says so (k3doctor counts, not the recorder)
 MAX_SCRATCH_DIRS = 16
 SCRATCH_BYTES = 16 << 20  # each writable tmpfs
-CALLS_BYTES = 32 << 20
+CALLS_BYTES = 32 << 20  # the record store: full, a call is cut or lost, and the diff is an ERROR that says so
+STDERR_BYTES = 1 << 20  # the script's stderr (its head is read for bash's messages, never shown)
+STDERR_HEAD = 65536
+MAX_RERUN_DIRS = 16  # directories of absolute paths the script could not run, made bin directories on a rerun
 LIMITS = {"nproc": 256, "fsize_kb": 32 << 10, "as_kb": 2 << 20}  # CPU: the timeout, rounded up, + 1 s
+# bash's own words when the script runs into a limit (the sandbox binds no translations: they are English)
+BOUNDS = ((f"the process limit ({LIMITS['nproc']} processes)", (b"fork: retry: Resource temporarily unavailable",
+                                                                b"fork: Resource temporarily unavailable")),
+          (f"the file size limit ({LIMITS['fsize_kb'] >> 10} MiB)", (b"File size limit exceeded",)),
+          ("the CPU time limit", (b"CPU time limit exceeded",)))
+_NOT_RUN = re.compile(rb"^[^\n]*?: line \d+: (/[^\n]{1,4096}?): No such file or directory$", re.M)
 OUTPUT_BYTES = 64 << 20  # the runner's stream of records (a file: a script that floods it is cut, never read whole)
 _PATH_TOKEN = re.compile(r"(?<![\w$}.])(/[A-Za-z0-9_.+@-]+(?:/[A-Za-z0-9_.+@-]+)*)")
 _WORD = re.compile(r"(?<![\w./$-])([A-Za-z_][A-Za-z0-9_.+-]{0,63})(?![\w/=])")
@@ -79,31 +99,33 @@ class ScriptRun:
     calls: list
     returncode: int | None  # None: ended by the deadline
     base_env: dict
-    overflow: bool = False  # more calls than MAX_CALLS (or the record store filled): not all were read
-    lost: bool = False  # the runner did not report (the script killed it): nothing it recorded is trusted
+    errors: list = field(default_factory=list)  # what was not read, or a bound that cut the script short
+    lost: bool = False  # the runner did not report: nothing was read
+    missing: list = field(default_factory=list)  # absolute paths the script tried to run that did not exist
 
 
 _RECORDER = r"""#!/.k3/tools/bash -p
 # The recorder: every program that is not an allowed text tool. A `source`d copy (`. /opt/venv/bin/activate`)
-# returns at once; run, it writes argv, the environment it got and any --env-file it names, and succeeds.
-(return 0 2>/dev/null) && return 0
-trap '' TERM INT HUP QUIT
-d=/.k3/calls
-n=("$d"/*.argv)
-if (( ${#n[@]} > __MAX__ )); then : > "$d/OVERFLOW"; exit 0; fi
-id=${EPOCHREALTIME//[.,]/}-$$
-f=0 prev=
+# returns at once; run, it writes argv, the environment it got and any --env-file it names as one record file, and
+# succeeds. Builtins only and no count of the records: one fork per call (the caller's), whatever came before.
+return 0 2>/dev/null
+trap '' TERM INT HUP QUIT XFSZ
+if [[ $0 == /.k3/recorder ]]; then argv=("$@"); else argv=("$0" "$@"); fi  # via command_not_found_handle
+files=() prev=
 for a in "$@"; do
     p=
     [[ $prev == --env-file ]] && p=$a
     [[ $a == --env-file=* ]] && p=${a#--env-file=}
     if [[ -n $p && -f $p && -r $p ]]; then
-        { printf '%s\0' "$p"; /.k3/tools/head -c 65536 -- "$p"; } > "$d/$id.file$f" || : > "$d/OVERFLOW"
-        f=$((f + 1))
+        text=
+        IFS= read -r -d '' -N 65536 text < "$p"
+        files+=("$p" "$text")
     fi
     prev=$a
 done
-/.k3/tools/cat /proc/$$/environ > "$d/$id.env" && printf '%s\0' "$0" "$@" > "$d/$id.argv" || : > "$d/OVERFLOW"
+mapfile -d '' -t env < /proc/$$/environ
+printf '%s\0' K3REC "${#argv[@]}" "${argv[@]}" "${#env[@]}" "${env[@]}" "$(( ${#files[@]} / 2 ))" "${files[@]}" \
+    END > "/.k3/calls/${EPOCHREALTIME//[.,]/}-$$.rec" 2>/dev/null || : > /.k3/calls/OVERFLOW
 exit 0
 """
 
@@ -114,35 +136,38 @@ command_not_found_handle() { /.k3/recorder "$@"; }
 kill() { [ "$1" = "-0" ] && return 1; return 0; }
 """
 
-_RUNNER = r"""# The runner (bash -p): limits, the script under timeout, its background recorders given the rest of the
-# budget, then everything KILLed and the records streamed out. $1 script, $2 budget (s), $3 CPU (s), $4 deadline (us).
+_RUNNER = r"""# The runner (bash -p, PID 1): limits, the script under timeout, its background recorders given the rest of the
+# budget, then everything KILLed and the records copied out - no fork after the script: a fork bomb leaves none.
+# $1 script, $2 budget (s), $3 CPU (s), $4 deadline (us); stdin: k3doctor's pipe, never written (read -t waits on it)
 T=/.k3/tools
 ulimit -u __NPROC__ -f __FSIZE__ -v __AS__ -t "$3" 2>/dev/null || { echo "LIMITS"; exit 0; }
-BASH_ENV=/.k3/prelude.sh "$T/timeout" -k 0.2 "$2" "$T/bash" --noprofile --norc "$1" </dev/null >/dev/null 2>&1
+BASH_ENV=/.k3/prelude.sh "$T/timeout" -k 0.2 "$2" "$T/bash" --noprofile --norc "$1" </dev/null >/dev/null \
+    2>/.k3/err/stderr
 rc=$?
 others() {
     local d s
     for d in /proc/[0-9]*; do
         [[ ${d#/proc/} == @(1|$$|$BASHPID) ]] && continue
-        read -r s 2>/dev/null < "$d/stat" || continue  # a builtin: no fork, so it works under a fork bomb
+        read -r s 2>/dev/null < "$d/stat" || continue
         [[ $s == *") Z "* ]] || return 0
     done
     return 1
 }
-while others && (( ${EPOCHREALTIME//[.,]/} < $4 )); do "$T/sleep" 0.02; done
+while others && (( ${EPOCHREALTIME//[.,]/} < $4 )); do read -r -t 0.02 -u 0; done
 for i in 1 2 3 4 5 6 7 8; do kill -KILL -1 2>/dev/null; done  # again: what a fork bomb forked meanwhile
 printf 'X %d\n' "$rc"
 [[ -e /.k3/calls/OVERFLOW ]] && printf 'O\n'
-files=()
-for f in /.k3/calls/*; do [[ -f $f && $f != */OVERFLOW ]] && files+=("$f"); done
-if (( ${#files[@]} )); then  # two forks for any number of records: an index of sizes, then the bytes
-    "$T/wc" -c -- "${files[@]}" | while read -r size name; do
-        [[ $name == /.k3/calls/* ]] && printf 'I %s %d\n' "${name##*/}" "$size"
-    done
-    printf 'D\n'
-    "$T/cat" -- "${files[@]}"
-fi
-printf '\nEND\n'
+err=
+IFS= read -r -d '' -N __HEAD__ err < /.k3/err/stderr
+printf 'E\n%s\0' "$err"
+for f in /.k3/calls/*.rec; do
+    [[ -f $f ]] || continue
+    r=()
+    mapfile -d '' -t r < "$f"
+    printf 'R %s %d\n' "${f##*/}" "${#r[@]}"
+    (( ${#r[@]} )) && printf '%s\0' "${r[@]}"
+done
+printf 'END\n'
 """
 
 
@@ -158,7 +183,7 @@ def bwrap() -> str:
 def _tools() -> dict:
     """{name: real path} of the allowed tools this machine has."""
     out = {}
-    for name in (*ALLOWED, *RUNNER_TOOLS):
+    for name in ALLOWED:
         found = shutil.which(name, path=SYSTEM_BIN)
         if found:
             out[name] = os.path.realpath(found)
@@ -167,15 +192,42 @@ def _tools() -> dict:
     return out
 
 
+def _interpreter(path: str) -> str | None:
+    """The ELF program interpreter (PT_INTERP) of a 64-bit little-endian executable, else None."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(64)
+            if len(head) < 64 or head[:6] != b"\x7fELF\x02\x01":
+                return None
+            (phoff,), (phentsize, phnum) = struct.unpack_from("<Q", head, 32), struct.unpack_from("<HH", head, 54)
+            fh.seek(phoff)
+            table = fh.read(phentsize * phnum)
+            for i in range(0, len(table) - 55, phentsize):
+                if struct.unpack_from("<I", table, i)[0] == 3:  # PT_INTERP
+                    offset, size = struct.unpack_from("<Q", table, i + 8)[0], struct.unpack_from("<Q", table, i + 32)[0]
+                    fh.seek(offset)
+                    return fh.read(min(size, 4096)).rstrip(b"\0").decode("utf-8", "replace")
+    except (OSError, struct.error):
+        return None
+    return None
+
+
 @functools.cache
 def _libraries() -> tuple:
-    """Every shared object the allowed tools load (ldd's paths and their targets): the only library files bound.
-    One ldd for all of them (one per tool cost a second)."""
+    """Every shared object the allowed tools load (their paths and targets): the only library files bound. Listed by
+    each tool's own program interpreter (``ld.so --list``, one exec a tool, ~0.1 s for all); ldd, which runs each
+    twice through a shell, took ~0.5 s of every `recipe diff --script` - still the fallback where a tool has no
+    readable interpreter."""
+    tools = sorted(set(_tools().values()))
+    loaders = {t: _interpreter(t) for t in tools}
     try:
-        out = subprocess.run(["ldd", *sorted(set(_tools().values()))], capture_output=True, text=True,
-                             timeout=30).stdout
+        if all(loaders.values()):
+            out = "".join(subprocess.run([loaders[t], "--list", t], capture_output=True, text=True, timeout=30).stdout
+                          for t in tools)
+        else:
+            out = subprocess.run(["ldd", *tools], capture_output=True, text=True, timeout=30).stdout
     except (OSError, subprocess.SubprocessError) as exc:
-        raise SandboxError(f"ldd could not list the libraries of the sandbox's tools ({exc})") from None
+        raise SandboxError(f"the libraries of the sandbox's tools could not be listed ({exc})") from None
     found = set()
     for line in out.splitlines():
         words = line.split()
@@ -200,18 +252,19 @@ def _host_names(dirs) -> set:
     return names
 
 
-def _layout(text: str, env: dict, host: str) -> list:
+def _layout(text: str, env: dict, host: str, extra: tuple = ()) -> list:
     """bwrap's arguments for the sandbox's filesystem (see the module docstring); ``host``/bin is filled with the
-    symlinks every bin directory shows (bound read-only at each: one mount per directory, not one per name)."""
+    symlinks every bin directory shows (bound read-only at each: one mount per directory, not one per name).
+    ``extra``: absolute paths a first run could not run (their directories become bin directories too)."""
     tools = _tools()
     paths, words = _mentioned(text)
     caller_path = [d for d in env.get("PATH", "").split(":") if d.startswith("/")]
-    commands = {p for p in paths if os.access(p, os.X_OK) and os.path.isfile(p) or "/bin/" in p}
-    bin_dirs = list(dict.fromkeys([*BIN_DIRS, *caller_path, *(os.path.dirname(p) for p in commands)]))
+    commands = {p for p in paths if os.access(p, os.X_OK) and os.path.isfile(p) or "/bin/" in p} | set(extra)
+    bin_dirs = list(dict.fromkeys([*BIN_DIRS, *caller_path, *(os.path.dirname(p) for p in sorted(commands))]))
     bin_dirs = [d for d in bin_dirs if d.split("/")[1] not in SYSTEM_TOPS - {"usr", "bin", "sbin"}
                 and not d.startswith(("/usr/lib", "/usr/share", "/usr/include", K3))]
     names = (_host_names(bin_dirs) | {w for w in words if len(w) > 1} | {os.path.basename(p) for p in commands}) \
-        - {".", ".."}
+        - {".", "..", ""}
     args = ["--dir", K3, "--dir", f"{K3}/tools"]
     for lib in _libraries():
         args += ["--ro-bind", lib, lib]
@@ -220,7 +273,8 @@ def _layout(text: str, env: dict, host: str) -> list:
     for f in ETC_FILES:
         if os.path.exists(f):
             args += ["--ro-bind", f, f]
-    args += ["--proc", "/proc", "--dev", "/dev"]
+    args += ["--proc", "/proc", "--dev", "/dev", "--size", str(SCRATCH_BYTES), "--tmpfs", "/dev/shm",
+             "--remount-ro", "/dev"]
     home = env.get("HOME", "")
     tops = [f"/{p.split('/')[1]}" for p in sorted(paths) if p.split("/")[1] not in SYSTEM_TOPS]
     scratch = list(dict.fromkeys([*SCRATCH_DIRS, *([home] if home.startswith("/") and home != "/" else []), *tops]))
@@ -233,39 +287,57 @@ def _layout(text: str, env: dict, host: str) -> list:
         os.symlink(f"{K3}/tools/{name}" if real else f"{K3}/recorder", os.path.join(links, name))
     for d in bin_dirs:
         args += ["--ro-bind", links, d]
-    args += ["--size", str(CALLS_BYTES), "--tmpfs", f"{K3}/calls"]
+    args += ["--size", str(CALLS_BYTES), "--tmpfs", f"{K3}/calls", "--size", str(STDERR_BYTES), "--tmpfs", f"{K3}/err"]
     return args
 
 
 def run(script: str, env: dict, timeout_s: float) -> ScriptRun:
     """Run ``script`` contained, ``env`` as its environment, for at most ``timeout_s`` seconds (plus the grace
-    that KILLs what is left); what it tried to start comes back as Calls."""
+    that KILLs what is left); what it tried to start comes back as Calls. A script that tried to run absolute
+    paths the sandbox did not have (built at run time) is run once more with their directories made bin
+    directories (so up to twice ``timeout_s``); a path still missing is named in ``missing`` and ``errors``."""
     exe = bwrap()
     script = os.path.abspath(script)
     try:
         text = Path(script).read_text(errors="replace")
     except OSError as exc:
         raise SandboxError(f"--script {script}: {exc.strerror}") from None
+    ran = _run_once(exe, script, text, env, timeout_s, ())
+    rerun = tuple(p for p in ran.missing if _runnable_place(p))[:MAX_RERUN_DIRS]
+    if rerun:
+        ran = _run_once(exe, script, text, env, timeout_s, rerun)
+    if ran.missing:
+        ran.errors.append("the script tried to run a program that does not exist inside the sandbox: " +
+                          ", ".join(ran.missing[:8]) + " (what it would have started is not recorded)")
+    return ran
+
+
+def _runnable_place(path: str) -> bool:
+    top = path.split("/")[1] if path.count("/") > 1 else ""
+    return bool(top) and top not in SYSTEM_TOPS - {"usr", "bin", "sbin"} and not path.startswith(K3)
+
+
+def _run_once(exe: str, script: str, text: str, env: dict, timeout_s: float, extra: tuple) -> ScriptRun:
     drop = os.geteuid() == 0
     # in memory where there is /dev/shm: the bin directory is ~2,000 symlinks, seconds on some disks
     shm = "/dev/shm" if os.access("/dev/shm", os.W_OK | os.X_OK) else None
     with tempfile.TemporaryDirectory(prefix="k3doctor-sandbox-", dir=shm) as host:
         os.chmod(host, 0o755)
-        files = {"recorder": (_RECORDER.replace("__MAX__", str(MAX_CALLS)), 0o755), "prelude.sh": (_PRELUDE, 0o644),
-                 "runner.sh": (_RUNNER.replace("__NPROC__", str(LIMITS["nproc"]))
-                               .replace("__FSIZE__", str(LIMITS["fsize_kb"])).replace("__AS__", str(LIMITS["as_kb"])),
-                               0o644), "script": (text, 0o644)}
+        runner = _RUNNER.replace("__NPROC__", str(LIMITS["nproc"])).replace("__FSIZE__", str(LIMITS["fsize_kb"])) \
+            .replace("__AS__", str(LIMITS["as_kb"])).replace("__HEAD__", str(STDERR_HEAD))
+        files = {"recorder": (_RECORDER, 0o755), "prelude.sh": (_PRELUDE, 0o644), "runner.sh": (runner, 0o644),
+                 "script": (text, 0o644)}
         for name, (content, mode) in files.items():
             with open(os.path.join(host, name), "w") as fh:
                 fh.write(content)
             os.chmod(os.path.join(host, name), mode)
-        args = ["--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
-                *_layout(text, env, host),
+        args = ["--unshare-all", "--die-with-parent", "--new-session", "--as-pid-1", "--cap-drop", "ALL",
+                *_layout(text, env, host, extra),
                 "--ro-bind", f"{host}/recorder", f"{K3}/recorder", "--ro-bind", f"{host}/prelude.sh",
                 f"{K3}/prelude.sh", "--ro-bind", f"{host}/runner.sh", f"{K3}/runner.sh"]
         if not drop or _open_to_others(os.path.dirname(script)):  # its siblings (`. "$(dirname "$0")/env.sh"`)
             args += ["--ro-bind", os.path.dirname(script), os.path.dirname(script)]
-        args += ["--ro-bind", f"{host}/script", script, "--chdir", "/scratch"]
+        args += ["--ro-bind", f"{host}/script", script, "--remount-ro", "/", "--chdir", "/scratch"]
         out_path, err_path = os.path.join(host, "records"), os.path.join(host, "errors")
         budget = f"{timeout_s:.3f}"
         deadline_us = "$(( ${EPOCHREALTIME//[.,]/} + %d ))" % int(timeout_s * 1e6)
@@ -273,14 +345,16 @@ def run(script: str, env: dict, timeout_s: float) -> ScriptRun:
                 f'exec {K3}/tools/bash -p {K3}/runner.sh "$1" "$2" "$3" {deadline_us}', "runner", script, budget,
                 str(int(timeout_s) + 2)]
         with open(out_path, "wb") as out, open(err_path, "wb") as err:
-            proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+            proc = subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=out, stderr=err,
                                     start_new_session=True,
                                     **({"user": NOBODY, "group": NOBODY, "extra_groups": []} if drop else {}))
-        try:
+        try:  # stdin stays open and unwritten: the runner waits on it (read -t), a builtin, never a fork
             proc.wait(timeout=timeout_s + 5)
-        except subprocess.TimeoutExpired:  # the runner was stopped or killed: bwrap's KILL ends them all
+        except subprocess.TimeoutExpired:  # the runner was stopped: bwrap's KILL ends them all
             proc.kill()
             proc.wait()
+        finally:
+            proc.stdin.close()
         with open(err_path, "rb") as fh:
             return _read(out_path, proc.returncode, fh.read(4096), env)
 
@@ -311,10 +385,42 @@ def _read(path: str, bwrap_rc: int, err: bytes, env: dict) -> ScriptRun:
     return parse_records(data, env)
 
 
+def _fields(data: bytes, pos: int, count: int) -> tuple:
+    """``count`` NUL-terminated fields from ``pos``: (fields, next position), or (None, pos) where they are cut."""
+    out = []
+    for _ in range(count):
+        end = data.find(b"\0", pos)
+        if end < 0:
+            return None, pos
+        out.append(data[pos:end])
+        pos = end + 1
+    return out, pos
+
+
+def _call(fields: list) -> Call | None:
+    """One record (``K3REC argc argv... envc env... filec (path text)... END``), or None where it is cut short."""
+    try:
+        if fields[0] != b"K3REC" or fields[-1] != b"END":
+            return None
+        i, text = 1, [f.decode("utf-8", "replace") for f in fields]
+        argc = int(fields[i])
+        argv, i = text[i + 1:i + 1 + argc], i + 1 + argc
+        envc = int(fields[i])
+        env = dict(e.split("=", 1) for e in text[i + 1:i + 1 + envc] if "=" in e)
+        i += 1 + envc
+        filec = int(fields[i])
+        files = {text[i + 1 + 2 * k]: text[i + 2 + 2 * k] for k in range(filec)}
+        if i + 1 + 2 * filec != len(fields) - 1:
+            return None
+    except (IndexError, ValueError):
+        return None
+    return Call(argv, env, files)
+
+
 def parse_records(data: bytes, env: dict) -> ScriptRun:
-    """The runner's stream: ``X rc``, ``O`` (overflow), ``F name size`` + bytes per record file, ``END``."""
-    pos, rc, overflow, files, index = 0, None, False, {}, []
-    lost = True
+    """The runner's stream: ``X rc``, ``O`` (the record store filled), ``E`` + the stderr's head, ``R name n`` + n
+    fields per record file, ``END``. The stderr is read for bash's messages only (never kept, never shown)."""
+    pos, rc, full, records, stderr, lost, cut = 0, None, False, [], b"", True, 0
     while pos < len(data):
         nl = data.find(b"\n", pos)
         if nl < 0:
@@ -323,35 +429,39 @@ def parse_records(data: bytes, env: dict) -> ScriptRun:
         if head[:1] == ["X"] and len(head) == 2 and head[1].isdigit():
             rc = int(head[1])
         elif head == ["O"]:
-            overflow = True
-        elif head[:1] == ["I"] and len(head) == 3 and head[2].isdigit():
-            index.append((head[1], int(head[2])))
-        elif head == ["D"]:
-            for name, size in index:
-                files[name], pos = data[pos:pos + size], pos + size
-        elif head == [] and files:
-            continue
+            full = True
+        elif head == ["E"]:
+            end = data.find(b"\0", pos)
+            stderr, pos = (data[pos:end], end + 1) if end >= 0 else (data[pos:], len(data))
+        elif head[:1] == ["R"] and len(head) == 3 and head[2].isdigit():
+            fields, pos = _fields(data, pos, int(head[2]))
+            if fields is None:
+                break
+            call = _call(fields)
+            if call is None:
+                cut += 1
+            else:
+                records.append((_order(head[1]), call))
         elif head == ["END"]:
             lost = False
             break
         else:
             break
-    calls = []
-    for name in sorted((n for n in files if n.endswith(".argv")), key=_order):
-        stem = name[:-len(".argv")]
-        if f"{stem}.env" not in files:
-            continue
-        argv = [w.decode("utf-8", "replace") for w in files[name].split(b"\0")[:-1]]
-        call_env = dict(e.decode("utf-8", "replace").split("=", 1) for e in files[f"{stem}.env"].split(b"\0")
-                        if b"=" in e)
-        attached = {}
-        for key in (k for k in files if k.startswith(f"{stem}.file")):
-            where, _, content = files[key].partition(b"\0")
-            attached[where.decode("utf-8", "replace")] = content.decode("utf-8", "replace")
-        calls.append(Call(argv, call_env, attached))
+    calls = [c for _, c in sorted(records, key=lambda r: r[0])]
+    errors = [f"the script ran into {bound}: what it would have done after that was not recorded"
+              for bound, marks in BOUNDS if any(m in stderr for m in marks)]
+    if full or cut:
+        errors.append(f"the sandbox's record store ({CALLS_BYTES >> 20} MiB) filled after {len(calls)} program "
+                      "calls: the calls past that were not recorded, a launch among them is not compared")
+    if len(calls) > MAX_CALLS:
+        errors.append(f"the script made more than {MAX_CALLS} program calls ({len(calls)}): the calls past "
+                      f"{MAX_CALLS} were not read, a launch among them is not compared")
+    if lost and (rc is not None or calls):
+        errors.append("the sandbox's runner was cut off before it reported every record: not all were read")
+    missing = list(dict.fromkeys(m.decode("utf-8", "replace") for m in _NOT_RUN.findall(stderr)))
     timed_out = rc in (124, 137) or rc is None
     return ScriptRun(calls=calls[:MAX_CALLS], returncode=None if timed_out else rc, base_env=dict(env),
-                     overflow=overflow or len(calls) > MAX_CALLS, lost=lost)
+                     errors=errors, lost=lost and rc is None and not calls, missing=missing)
 
 
 def _order(name: str) -> tuple:
