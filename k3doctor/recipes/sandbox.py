@@ -29,11 +29,13 @@ Inside (everything private to the run, gone with it):
   (processes, file size, CPU time, address space), runs the script under ``timeout`` with its stderr in a capped
   file, lets background recorders finish, KILLs everything left and copies the records and the stderr's head out
   with builtins only - under a fork bomb nothing can fork, and nothing of that needs to.
-The stderr's head is never shown: k3doctor reads from it only bash's own messages for a bound the script ran
-into (process limit, file size, CPU time) and for an absolute path it could not run (a path built at run time,
-``p=/opt/venv; $p/bin/python3``, names a directory the sandbox did not make): those directories are made into bin
-directories of the recorder and the script is run once more, so the call is recorded; a path still missing is an
-ERROR naming it.
+The runner's stream is read back by k3doctor/recipes/records.py.
+The script's shell traces every command it runs, expanded (``set -x`` to a file of the sandbox's own, never to the
+script's output); k3doctor reads from the trace only the absolute paths run as programs. One the sandbox did not
+have (a path built at run time, ``p=/opt/venv; $p/bin/python3``, in a directory the script's text never names) is
+recorded by running the script once more with that directory made a bin directory of the recorder; one that
+cannot be made (under /lib, /etc, ...) is an ERROR naming it. The stderr's head is read only for bash's own
+messages of a bound the script ran into (process limit, file size, CPU time), never shown.
 """
 from __future__ import annotations
 
@@ -45,8 +47,9 @@ import stat
 import struct
 import subprocess
 import tempfile
-from dataclasses import dataclass, field
 from pathlib import Path
+
+from k3doctor.recipes.records import CALLS_BYTES, LIMITS, ScriptRun, parse_records
 
 # Programs that run as themselves: the shell and the text tools a launch script computes with (coreutils, sed,
 # awk, grep, bc, jq), and the coreutils wrappers that pass their whole environment on (nohup, timeout, nice, xargs):
@@ -64,20 +67,12 @@ SYSTEM_TOPS = {"", "usr", "etc", "proc", "dev", "sys", "lib", "lib32", "lib64", 
 ETC_FILES = ("/etc/passwd", "/etc/group", "/etc/nsswitch.conf", "/etc/localtime", "/etc/ld.so.cache")
 K3 = "/.k3"  # the sandbox's own files: tools, recorder, runner, records
 NOBODY = 65534
-MAX_CALLS = 2000  # records judged; past it the diff is an ERROR that says so (k3doctor counts, not the recorder)
 MAX_SCRATCH_DIRS = 16
 SCRATCH_BYTES = 16 << 20  # each writable tmpfs
-CALLS_BYTES = 32 << 20  # the record store: full, a call is cut or lost, and the diff is an ERROR that says so
-STDERR_BYTES = 1 << 20  # the script's stderr (its head is read for bash's messages, never shown)
-STDERR_HEAD = 65536
+STDERR_BYTES, STDERR_HEAD = 1 << 20, 65536  # the script's stderr (read for bash's messages of a bound)
+TRACE_BYTES, TRACE_HEAD = 4 << 20, 1 << 20  # its shell's trace (read for the programs it ran): apart, so that a
+# trace that fills its store cannot keep a bound's message out of the stderr's
 MAX_RERUN_DIRS = 16  # directories of absolute paths the script could not run, made bin directories on a rerun
-LIMITS = {"nproc": 256, "fsize_kb": 32 << 10, "as_kb": 2 << 20}  # CPU: the timeout, rounded up, + 1 s
-# bash's own words when the script runs into a limit (the sandbox binds no translations: they are English)
-BOUNDS = ((f"the process limit ({LIMITS['nproc']} processes)", (b"fork: retry: Resource temporarily unavailable",
-                                                                b"fork: Resource temporarily unavailable")),
-          (f"the file size limit ({LIMITS['fsize_kb'] >> 10} MiB)", (b"File size limit exceeded",)),
-          ("the CPU time limit", (b"CPU time limit exceeded",)))
-_NOT_RUN = re.compile(rb"^[^\n]*?: line \d+: (/[^\n]{1,4096}?): No such file or directory$", re.M)
 OUTPUT_BYTES = 64 << 20  # the runner's stream of records (a file: a script that floods it is cut, never read whole)
 _PATH_TOKEN = re.compile(r"(?<![\w$}.])(/[A-Za-z0-9_.+@-]+(?:/[A-Za-z0-9_.+@-]+)*)")
 _WORD = re.compile(r"(?<![\w./$-])([A-Za-z_][A-Za-z0-9_.+-]{0,63})(?![\w/=])")
@@ -85,23 +80,6 @@ _WORD = re.compile(r"(?<![\w./$-])([A-Za-z_][A-Za-z0-9_.+-]{0,63})(?![\w/=])")
 
 class SandboxError(Exception):
     """The script could not be run contained: one line saying what is missing."""
-
-
-@dataclass
-class Call:
-    argv: list
-    env: dict
-    files: dict  # --env-file path -> its text, as the program saw it
-
-
-@dataclass
-class ScriptRun:
-    calls: list
-    returncode: int | None  # None: ended by the deadline
-    base_env: dict
-    errors: list = field(default_factory=list)  # what was not read, or a bound that cut the script short
-    lost: bool = False  # the runner did not report: nothing was read
-    missing: list = field(default_factory=list)  # absolute paths the script tried to run that did not exist
 
 
 _RECORDER = r"""#!/.k3/tools/bash -p
@@ -129,8 +107,10 @@ printf '%s\0' K3REC "${#argv[@]}" "${argv[@]}" "${#env[@]}" "${env[@]}" "$(( ${#
 exit 0
 """
 
-_PRELUDE = r"""# BASH_ENV of the script's shell: a name found in no directory is recorded like any other program.
+_PRELUDE = r"""# BASH_ENV of the script's shell: a name found in no directory is recorded like any other program; every
+# command is traced, expanded, to the sandbox's own file (an absolute path the sandbox lacks is found there).
 command_not_found_handle() { /.k3/recorder "$@"; }
+if exec 99>>/.k3/trace/trace; then BASH_XTRACEFD=99; set -x; fi 2>/dev/null
 # Everything the script started is a recorder, ended with the run: `kill $SERVER_PID` at the end of a benchmark
 # must not cut a record short, and `kill -0` (still running?) says no.
 kill() { [ "$1" = "-0" ] && return 1; return 0; }
@@ -160,6 +140,9 @@ printf 'X %d\n' "$rc"
 err=
 IFS= read -r -d '' -N __HEAD__ err < /.k3/err/stderr
 printf 'E\n%s\0' "$err"
+trace=
+IFS= read -r -d '' -N __TRACE__ trace < /.k3/trace/trace
+printf 'T\n%s\0' "$trace"
 for f in /.k3/calls/*.rec; do
     [[ -f $f ]] || continue
     r=()
@@ -252,10 +235,11 @@ def _host_names(dirs) -> set:
     return names
 
 
-def _layout(text: str, env: dict, host: str, extra: tuple = ()) -> list:
+def _layout(text: str, env: dict, host: str, extra: tuple = ()) -> tuple:
     """bwrap's arguments for the sandbox's filesystem (see the module docstring); ``host``/bin is filled with the
     symlinks every bin directory shows (bound read-only at each: one mount per directory, not one per name).
-    ``extra``: absolute paths a first run could not run (their directories become bin directories too)."""
+    ``extra``: absolute paths a first run could not run (their directories become bin directories too).
+    Returns (the arguments, a test of whether an absolute path the script ran existed as a program in it)."""
     tools = _tools()
     paths, words = _mentioned(text)
     caller_path = [d for d in env.get("PATH", "").split(":") if d.startswith("/")]
@@ -287,8 +271,15 @@ def _layout(text: str, env: dict, host: str, extra: tuple = ()) -> list:
         os.symlink(f"{K3}/tools/{name}" if real else f"{K3}/recorder", os.path.join(links, name))
     for d in bin_dirs:
         args += ["--ro-bind", links, d]
-    args += ["--size", str(CALLS_BYTES), "--tmpfs", f"{K3}/calls", "--size", str(STDERR_BYTES), "--tmpfs", f"{K3}/err"]
-    return args
+    args += ["--size", str(CALLS_BYTES), "--tmpfs", f"{K3}/calls", "--size", str(STDERR_BYTES), "--tmpfs", f"{K3}/err",
+             "--size", str(TRACE_BYTES), "--tmpfs", f"{K3}/trace"]
+    made = tuple(scratch[:MAX_SCRATCH_DIRS])  # the script may have made a program there itself
+
+    def had(path: str) -> bool:
+        where = os.path.dirname(path)
+        return (where in bin_dirs and os.path.basename(path) in names) or path.startswith((f"{K3}/", "/proc/")) \
+            or any(path.startswith(d + "/") for d in made)
+    return args, had
 
 
 def run(script: str, env: dict, timeout_s: float) -> ScriptRun:
@@ -324,7 +315,9 @@ def _run_once(exe: str, script: str, text: str, env: dict, timeout_s: float, ext
     with tempfile.TemporaryDirectory(prefix="k3doctor-sandbox-", dir=shm) as host:
         os.chmod(host, 0o755)
         runner = _RUNNER.replace("__NPROC__", str(LIMITS["nproc"])).replace("__FSIZE__", str(LIMITS["fsize_kb"])) \
-            .replace("__AS__", str(LIMITS["as_kb"])).replace("__HEAD__", str(STDERR_HEAD))
+            .replace("__AS__", str(LIMITS["as_kb"])).replace("__HEAD__", str(STDERR_HEAD)) \
+            .replace("__TRACE__", str(TRACE_HEAD))
+        layout, had = _layout(text, env, host, extra)
         files = {"recorder": (_RECORDER, 0o755), "prelude.sh": (_PRELUDE, 0o644), "runner.sh": (runner, 0o644),
                  "script": (text, 0o644)}
         for name, (content, mode) in files.items():
@@ -332,7 +325,7 @@ def _run_once(exe: str, script: str, text: str, env: dict, timeout_s: float, ext
                 fh.write(content)
             os.chmod(os.path.join(host, name), mode)
         args = ["--unshare-all", "--die-with-parent", "--new-session", "--as-pid-1", "--cap-drop", "ALL",
-                *_layout(text, env, host, extra),
+                *layout,
                 "--ro-bind", f"{host}/recorder", f"{K3}/recorder", "--ro-bind", f"{host}/prelude.sh",
                 f"{K3}/prelude.sh", "--ro-bind", f"{host}/runner.sh", f"{K3}/runner.sh"]
         if not drop or _open_to_others(os.path.dirname(script)):  # its siblings (`. "$(dirname "$0")/env.sh"`)
@@ -356,7 +349,10 @@ def _run_once(exe: str, script: str, text: str, env: dict, timeout_s: float, ext
         finally:
             proc.stdin.close()
         with open(err_path, "rb") as fh:
-            return _read(out_path, proc.returncode, fh.read(4096), env)
+            ran = _read(out_path, proc.returncode, fh.read(4096), env)
+    script_dir = os.path.dirname(script) + "/"
+    ran.missing = [p for p in ran.traced if not had(p) and not p.startswith(script_dir)]
+    return ran
 
 
 def _open_to_others(path: str) -> bool:
@@ -383,87 +379,3 @@ def _read(path: str, bwrap_rc: int, err: bytes, env: dict) -> ScriptRun:
     if data.startswith(b"LIMITS"):
         raise SandboxError("the sandbox could not set its resource limits (ulimit -u/-f/-v/-t)")
     return parse_records(data, env)
-
-
-def _fields(data: bytes, pos: int, count: int) -> tuple:
-    """``count`` NUL-terminated fields from ``pos``: (fields, next position), or (None, pos) where they are cut."""
-    out = []
-    for _ in range(count):
-        end = data.find(b"\0", pos)
-        if end < 0:
-            return None, pos
-        out.append(data[pos:end])
-        pos = end + 1
-    return out, pos
-
-
-def _call(fields: list) -> Call | None:
-    """One record (``K3REC argc argv... envc env... filec (path text)... END``), or None where it is cut short."""
-    try:
-        if fields[0] != b"K3REC" or fields[-1] != b"END":
-            return None
-        i, text = 1, [f.decode("utf-8", "replace") for f in fields]
-        argc = int(fields[i])
-        argv, i = text[i + 1:i + 1 + argc], i + 1 + argc
-        envc = int(fields[i])
-        env = dict(e.split("=", 1) for e in text[i + 1:i + 1 + envc] if "=" in e)
-        i += 1 + envc
-        filec = int(fields[i])
-        files = {text[i + 1 + 2 * k]: text[i + 2 + 2 * k] for k in range(filec)}
-        if i + 1 + 2 * filec != len(fields) - 1:
-            return None
-    except (IndexError, ValueError):
-        return None
-    return Call(argv, env, files)
-
-
-def parse_records(data: bytes, env: dict) -> ScriptRun:
-    """The runner's stream: ``X rc``, ``O`` (the record store filled), ``E`` + the stderr's head, ``R name n`` + n
-    fields per record file, ``END``. The stderr is read for bash's messages only (never kept, never shown)."""
-    pos, rc, full, records, stderr, lost, cut = 0, None, False, [], b"", True, 0
-    while pos < len(data):
-        nl = data.find(b"\n", pos)
-        if nl < 0:
-            break
-        head, pos = data[pos:nl].decode("ascii", "replace").split(), nl + 1
-        if head[:1] == ["X"] and len(head) == 2 and head[1].isdigit():
-            rc = int(head[1])
-        elif head == ["O"]:
-            full = True
-        elif head == ["E"]:
-            end = data.find(b"\0", pos)
-            stderr, pos = (data[pos:end], end + 1) if end >= 0 else (data[pos:], len(data))
-        elif head[:1] == ["R"] and len(head) == 3 and head[2].isdigit():
-            fields, pos = _fields(data, pos, int(head[2]))
-            if fields is None:
-                break
-            call = _call(fields)
-            if call is None:
-                cut += 1
-            else:
-                records.append((_order(head[1]), call))
-        elif head == ["END"]:
-            lost = False
-            break
-        else:
-            break
-    calls = [c for _, c in sorted(records, key=lambda r: r[0])]
-    errors = [f"the script ran into {bound}: what it would have done after that was not recorded"
-              for bound, marks in BOUNDS if any(m in stderr for m in marks)]
-    if full or cut:
-        errors.append(f"the sandbox's record store ({CALLS_BYTES >> 20} MiB) filled after {len(calls)} program "
-                      "calls: the calls past that were not recorded, a launch among them is not compared")
-    if len(calls) > MAX_CALLS:
-        errors.append(f"the script made more than {MAX_CALLS} program calls ({len(calls)}): the calls past "
-                      f"{MAX_CALLS} were not read, a launch among them is not compared")
-    if lost and (rc is not None or calls):
-        errors.append("the sandbox's runner was cut off before it reported every record: not all were read")
-    missing = list(dict.fromkeys(m.decode("utf-8", "replace") for m in _NOT_RUN.findall(stderr)))
-    timed_out = rc in (124, 137) or rc is None
-    return ScriptRun(calls=calls[:MAX_CALLS], returncode=None if timed_out else rc, base_env=dict(env),
-                     errors=errors, lost=lost and rc is None and not calls, missing=missing)
-
-
-def _order(name: str) -> tuple:
-    stamp, _, pid = name.split(".", 1)[0].partition("-")
-    return (int(stamp) if stamp.isdigit() else 0, int(pid) if pid.isdigit() else 0)
