@@ -54,8 +54,8 @@ def diff_cmd(recipe_spec, concurrency, script, inventory, timeout, fmt):
     """Every server flag and environment variable of a launch against a recipe point: each difference
     once (missing, extra, other value) with the recipe's why, no-ops and declared deviations listed as
     such, the arithmetic rules (DRAM per rank, staging chunks, acceptance length, ...) with their numbers.
-    Exit 0 identical (no-ops and deviations aside), 1 a difference that matters, 2 not read (--nodes),
-    3 bad input."""
+    Exit 0 identical (no-ops and deviations aside), 1 a difference that matters, 2 not read (--nodes: a
+    node; --script: a bound of the sandbox cut the script short), 3 bad input."""
     from k3doctor import recipes
     from k3doctor.recipes import diff as recipe_diff
 
