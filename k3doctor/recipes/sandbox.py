@@ -245,8 +245,7 @@ def _layout(text: str, env: dict, host: str, extra: tuple = ()) -> tuple:
     caller_path = [d for d in env.get("PATH", "").split(":") if d.startswith("/")]
     commands = {p for p in paths if os.access(p, os.X_OK) and os.path.isfile(p) or "/bin/" in p} | set(extra)
     bin_dirs = list(dict.fromkeys([*BIN_DIRS, *caller_path, *(os.path.dirname(p) for p in sorted(commands))]))
-    bin_dirs = [d for d in bin_dirs if d.split("/")[1] not in SYSTEM_TOPS - {"usr", "bin", "sbin"}
-                and not d.startswith(("/usr/lib", "/usr/share", "/usr/include", K3))]
+    bin_dirs = [d for d in bin_dirs if _may_be_bin(d)]
     names = (_host_names(bin_dirs) | {w for w in words if len(w) > 1} | {os.path.basename(p) for p in commands}) \
         - {".", "..", ""}
     args = ["--dir", K3, "--dir", f"{K3}/tools"]
@@ -294,7 +293,7 @@ def run(script: str, env: dict, timeout_s: float) -> ScriptRun:
     except OSError as exc:
         raise SandboxError(f"--script {script}: {exc.strerror}") from None
     ran = _run_once(exe, script, text, env, timeout_s, ())
-    rerun = tuple(p for p in ran.missing if _runnable_place(p))[:MAX_RERUN_DIRS]
+    rerun = tuple(p for p in ran.missing if _may_be_bin(os.path.dirname(p)))[:MAX_RERUN_DIRS]
     if rerun:
         ran = _run_once(exe, script, text, env, timeout_s, rerun)
     if ran.missing:
@@ -303,9 +302,12 @@ def run(script: str, env: dict, timeout_s: float) -> ScriptRun:
     return ran
 
 
-def _runnable_place(path: str) -> bool:
-    top = path.split("/")[1] if path.count("/") > 1 else ""
-    return bool(top) and top not in SYSTEM_TOPS - {"usr", "bin", "sbin"} and not path.startswith(K3)
+def _may_be_bin(directory: str) -> bool:
+    """Whether a directory may be made a bin directory of the recorder: never / itself, the sandbox's own files,
+    /etc, /proc, /dev, /sys or the library trees the allowed tools load from (they are bound as they are)."""
+    top = directory.split("/")[1] if directory.startswith("/") and directory != "/" else ""
+    return bool(top) and top not in SYSTEM_TOPS - {"usr", "bin", "sbin"} and \
+        not directory.startswith(("/usr/lib", "/usr/share", "/usr/include", K3))
 
 
 def _run_once(exe: str, script: str, text: str, env: dict, timeout_s: float, extra: tuple) -> ScriptRun:
