@@ -31,7 +31,7 @@ from k3doctor.api import (
     warn,
 )
 from k3doctor.model import ifnames, network
-from k3doctor.model.container import ROCJITSU_PREFIX, ContainerView, parse_flags, parse_rank_envs, rank_envs
+from k3doctor.model.container import ROCJITSU_PREFIX, ContainerView, launch_options, parse_rank_envs, rank_envs
 from k3doctor.model.peers import majority
 from k3doctor.rules import launch as launch_rules
 from k3doctor.rules.launch import (
@@ -131,7 +131,7 @@ def _int(flags: dict, flag: str, default: int) -> int:
 def judge_ports(listeners: list, addresses: set, argv, first: bool, p) -> list:
     """§17: ports the launch binds are free on the nodes that need them (listeners on a wildcard or
     one of the node's own addresses block them)."""
-    flags = parse_flags(argv or ())
+    flags = launch_options(argv or ())
     base = _int(flags, "--data-parallel-base-port", p("base_port"))
     wanted = [(base + i, "--data-parallel-base-port range") for i in range(p("base_port_width"))]
     if first:
@@ -284,7 +284,7 @@ def judge_image_drift(facts: dict) -> list:
 
 
 def _without_rank(argv: list) -> tuple:
-    flags = parse_flags(argv)
+    flags = launch_options(argv)
     flags.pop("--data-parallel-rank", None)
     program = tuple(w for w in argv[:next((i for i, w in enumerate(argv) if w.startswith("-")), len(argv))])
     return program, flags
@@ -325,11 +325,11 @@ def judge_placement(facts: dict, addresses: dict, gpus: int) -> list:
     with_cmd = {n: f.launch for n, f in facts.items() if f.launch}
     if not with_cmd or len(with_cmd) != len(nodes):
         return out
-    flags = parse_flags(with_cmd[nodes[0]])
+    flags = launch_options(with_cmd[nodes[0]])
     if _int(flags, "--data-parallel-size", 0) != _int(flags, "--data-parallel-size-local", gpus) * len(nodes):
         return out  # not every node of the job was read (unreachable): places are unknown
     for place, n in enumerate(nodes):
-        rank = parse_flags(with_cmd[n]).get("--data-parallel-rank", UNSET)
+        rank = launch_options(with_cmd[n]).get("--data-parallel-rank", UNSET)
         if rank != str(place * gpus):
             facts[n].named.add("--data-parallel-rank")
             out.append(fail(f"--data-parallel-rank is {rank}, node {place} in node order needs {place * gpus} "
@@ -337,7 +337,7 @@ def judge_placement(facts: dict, addresses: dict, gpus: int) -> list:
                             remediation=ARGS, evidence={"--data-parallel-rank": rank, "expected": place * gpus}))
     master = addresses[nodes[0]]
     for n in nodes:
-        ip = parse_flags(with_cmd[n]).get("--data-parallel-master-ip", UNSET)
+        ip = launch_options(with_cmd[n]).get("--data-parallel-master-ip", UNSET)
         if ip != master and "--data-parallel-master-ip" not in facts[n].named:
             facts[n].named.add("--data-parallel-master-ip")
             out.append(fail(f"--data-parallel-master-ip is {ip}, must be node 0 ({nodes[0]})'s data-plane address "

@@ -11,7 +11,7 @@ importing it), so a container without LMCache costs one python start.
 from __future__ import annotations
 
 from k3doctor.api import ContainerInspect, ParseError, check, error, fail, in_container, passed, remediation
-from k3doctor.model.container import ContainerView, parse_flags
+from k3doctor.model.container import ContainerView, launch_options
 
 CHECK = "lmcache-ops"
 # One line: "@absent" (no lmcache package), "@ok <file>", "@failed <exception: message>" or "@nopython".
@@ -40,8 +40,9 @@ def _reads(settings) -> dict:
 
 
 def offload_asked(container: ContainerView) -> str | None:
-    """Why the launch uses LMCache offload (its --kv-transfer-config, or an LMCACHE_* variable), else None."""
-    config = str(parse_flags(container.launch or ()).get("--kv-transfer-config") or "")
+    """Why the launch uses LMCache offload (its --kv-transfer-config in any spelling the engine takes, see
+    launch_options; or an LMCACHE_* variable), else None."""
+    config = str(launch_options(container.launch).get("--kv-transfer-config") or "")
     if "lmcache" in config.lower():  # only that: its extra config may carry URLs or credentials
         return "--kv-transfer-config names an LMCache connector"
     named = sorted(n for n in container.env if n.startswith("LMCACHE_"))

@@ -33,12 +33,17 @@ OUTLIER = remediation("PEER-OUTLIER", "a GPU or node measures unlike its rack pe
 No spec value says what this reading must be, but the rest of the rack agrees on it and this GPU (or
 node) does not: a degrading or differently configured GPU shows itself this way first (fleet health
 practice, §29). Lane bitmap unlike the rack: that node's trays were trained or cabled differently -
-reload amdgpu there (ifoe first, §5) and compare again, then check the tray's UALink ports (§6). VRAM
-held at idle well above the peers: something holds memory on that GPU (a leftover context, a stray
-process, §3/§29) - look at `rocm-smi --showpids` as root and /sys/class/kfd/kfd/proc on that node.
+reload amdgpu there (ifoe first, §5) and compare again, then check the tray's UALink ports (§6).
 A lower top clock level than the peers (pp_dpm_sclk / pp_dpm_mclk): that GPU is capped - read its power cap and
 temperature (`amd-smi metric -p -t`), its performance level (power_dpm_force_performance_level) and whether
 perf_setup ran on that node (§5); reload amdgpu there if the others were tuned and it was not.
+""")
+# A code of its own: rack-free's orphaned-VRAM finding on the same GPU explains it (k3doctor/judging/causes.py).
+VRAM_OUTLIER = remediation("PEER-VRAM-OUTLIER", "a GPU holds far more VRAM at idle than its rack peers", """
+No spec value says how much VRAM an idle GPU holds, but the rest of the rack agrees and this GPU does not
+(fleet health practice, §29): something holds memory on it (a leftover context, a stray process, §3/§29) - look
+at `rocm-smi --showpids` as root and /sys/class/kfd/kfd/proc on that node. Where rack-free names the same GPU
+(a GPU process, or VRAM held with no process: an orphaned KFD context), this finding follows from it.
 """)
 
 
@@ -80,7 +85,7 @@ def vram_outliers(used: dict, mads: float, min_gib: float) -> list:
                 peers = sum(1 for v in values if v <= limit)
                 out.append(warn(f"VRAM in use at idle: {peers} of {len(values)} GPUs hold at most {_gib(limit)} "
                                 f"(median {_gib(median)}), {node} card{card} holds {_gib(value)} (§3, §29: against "
-                                "its peers)", node=node, gpu=card, remediation=OUTLIER,
+                                "its peers)", node=node, gpu=card, remediation=VRAM_OUTLIER,
                                 evidence={"bytes": value, "peer median bytes": median, "limit bytes": limit}))
     return out
 
@@ -105,7 +110,7 @@ def _reads(settings) -> dict:
 
 
 @check(CHECK, title="no GPU or node unlike its rack peers on lane bitmap, idle VRAM or top clocks (§29)",
-       scope="cluster", reads=_reads, remediation=OUTLIER,
+       scope="cluster", reads=_reads, remediation=(OUTLIER, VRAM_OUTLIER),
        params={"vram_outlier_mads": 5.0, "vram_outlier_min_gib": 1.0},  # a named fault steps aside:
        needs={"amdgpu-driver": ("bitmap", "vram_used", *CLOCKS), "rack-free": ("vram_used",)})
 def peer_outliers(per_node, ctx):

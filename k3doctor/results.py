@@ -142,6 +142,27 @@ class Result:
         return out
 
 
+@dataclass(frozen=True)
+class Unread:
+    """Why a node could not be read at all: one cause for the whole node, none of its checks ran there.
+
+    ``cause``: an id (``NODE-...``) alerts and test histories key on; ``title``: the cause in a few words (the
+    verdict line's); ``summary``: the cause in words that name no node, what nodes with the same cause share
+    (the human formats show them as one line); ``message``: this node's own words; ``fix``: what to do."""
+
+    cause: str
+    title: str
+    summary: str
+    message: str
+    fix: str = ""
+
+    def __str__(self) -> str:
+        return self.message
+
+    def to_dict(self) -> dict:
+        return {"cause": self.cause, "title": self.title, "message": self.message, "fix": self.fix}
+
+
 class LaunchVerdict(enum.Enum):
     """Launch verdict of a whole run, with its process exit code."""
 

@@ -51,12 +51,24 @@ from k3doctor.results import overall
               help="Node pairs for the fabric probe: quick, all, or a,b;c,d (= --set ualoe-fabric.pairs=PLAN).")
 @click.option("--save-readings", type=OutputPath(stdout=False), default=None,
               help="Also save every raw reading to this JSON file (re-judge it later with `k3doctor judge`).")
+@click.option("--connect-only", is_flag=True, help="Only reach every node and say per node what works (TCP, "
+              "host key, login, sudo, python3, the GPU tools): the step before a first check. Exit 0 when all do.")
 @report_options()
 @QUIET
 def check_cmd(inventory, ansible_inventory, only, skip, tier, parallel, timeout, connect_timeout, node_deadline,
-              accept_unknown_hosts, fix, baseline_path, overrides, pairs, save_readings, fmt, output, verbose, quiet):
+              accept_unknown_hosts, fix, baseline_path, overrides, pairs, save_readings, connect_only, fmt, output,
+              verbose, quiet):
     """Run the checks and report READY TO LAUNCH / DO NOT LAUNCH / INCONCLUSIVE."""
     inv = read_inventory(inventory, logins=True, ansible_inventory=ansible_inventory)
+    if connect_only:
+        from k3doctor.judging.contact import contact_all
+        from k3doctor.outputs.contact import render_contacts
+
+        contacts = contact_all(inv, RunOptions(parallel=parallel, command_timeout_s=timeout,
+                                               connect_timeout_s=connect_timeout,
+                                               accept_unknown_hosts=accept_unknown_hosts))
+        write_output(output, render_contacts(contacts, fmt), private=True)
+        sys.exit(0 if all(c.works for c in contacts) else 2)
     apply_overrides(inv, overrides + ((f"ualoe-fabric.pairs={pairs}",) if pairs else ()))
     checks = select(only, skip, tier)
     ahead = click.get_current_context().obj  # the connections k3doctor/cli/early.py opened: used if they match

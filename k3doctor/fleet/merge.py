@@ -31,8 +31,9 @@ from k3doctor.inventory.types import Inventory, Node, Settings, SSHSettings
 from k3doctor.judging.causes import explained
 from k3doctor.judging.prerequisites import blocking_findings
 from k3doctor.judging.runner import RunReport, judge_cluster, specs_of
+from k3doctor.judging.unread import unread_results
 from k3doctor.readings import Unavailable
-from k3doctor.results import Result, Status, figure_from_dict
+from k3doctor.results import Result, Status, Unread, figure_from_dict
 
 _ANSIBLE_OUTPUT = re.compile(r"^(\S+) \| ([A-Z]+!?) \| rc=(-?\d+) >>\s*$")  # minimal callback (ad-hoc default)
 _ANSIBLE_ONELINE = re.compile(r"^(\S+) \| ([A-Z]+!?) \| rc=(-?\d+) \| \(stdout\) ?(.*)$")  # -o / oneline
@@ -262,9 +263,15 @@ def merge(inv: Inventory, checks: list, by_node: dict, started: float | None = N
     for node in inv.nodes:
         got = by_node.get(node.name)
         if got is None or got.problem:
-            why = got.problem if got else "no result from this node in the merged input"
+            if got is None:
+                why = Unread("NODE-NO-RESULT", "no result", "no result in the merged input",
+                             "no result from this node in the merged input",
+                             "run `k3doctor node --json` on it and merge its document too")
+            else:
+                why = Unread("NODE-NO-RESULT", "no result", "its engine reported no k3doctor result", got.problem,
+                             "see the engine's output for the node, then run `k3doctor node --json` on it again")
             unreachable[node.name] = why
-            results += [Result(c.name, node.name, Status.ERROR, f"node not checked: {why}") for c in checks]
+            results += unread_results(node.name, checks, why)
             continue
         specs_by_node[node.name] = specs_of(passive, node.settings)
         mine = {c.name: [r for r in got.results if r.check == c.name] for c in own}

@@ -87,7 +87,7 @@ def node_document(report: RunReport, inv: Inventory, checks: list, overrides=())
         "inventory_sha256": inventory_digest(inv),
         "overrides": list(overrides),
         "checks": [c.name for c in checks],
-        "error": report.unreachable.get(node),
+        "error": str(report.unreachable[node]) if node in report.unreachable else None,
         "results": [r.to_dict() for r in report.results if r.check in own],
         "readings": snapshot.encode_readings({s: v for s, v in got.items() if s in cluster_specs}),
     }

@@ -5,9 +5,11 @@ the same node. Some consequences cross checks, scopes and nodes instead: an unco
 (ualink-state) has no fabric domain (fabric-domain) and its peers' imports to it time out (kernel-health
 puts the remote AccId on the card that owns it, reference §6, §8); a KV budget that is negative because
 another job holds GPU memory (§19); an all_reduce that hangs as a whole because one node cannot take
-part (§20). :data:`EXPLAINS` says which finding explains which, as data; :func:`explained` applies it to
-the results of a run after judging: each consequence becomes a SKIP "follows from <check> on <where>"
-that keeps its own message and code in its evidence, so the verdict line names the cause.
+part (§20); an environment variable env-versions fails on one node, which launch-config then also finds
+differing between the nodes (§16, §29); VRAM held with no process on a GPU (rack-free), which peer-outliers
+then also finds far above its peers (§3, §29). :data:`EXPLAINS` says which finding explains which, as data;
+:func:`explained` applies it to the results of a run after judging: each consequence becomes a SKIP "follows
+from <check> on <where>" that keeps its own message and code in its evidence, so the verdict line names the cause.
 """
 from __future__ import annotations
 
@@ -18,16 +20,21 @@ from k3doctor.results import Result, Status
 
 _UNCONFIGURED_CARD = ("UALINK-NOT-ACTIVE", "UALINK-STUCK-UNCONFIGURED", "UALINK-CARD-INVALID", "UALINK-MISSING")
 _ONE_NODE_STOPS_ALL = ("ALLREDUCE-NODE-FAULT", "ALLREDUCE-FABRIC")
+_ENV_VERSIONED = ("env-versions", ("ENV-RCCL-FABRIC", "ENV-INERT-VERSIONED", "ENV-AITER-LOG-VALUE", "ENV-TMPDIR",
+                                   "ENV-MORI", "ENV-HIP-ALLOC", "ENV-RCCL-TUNING"))
+_ENV_DRIFT = ("launch-config", ("LAUNCH-DRIFT",))
 
 
 @dataclass(frozen=True)
 class Explains:
     """A ``cause`` finding (check, remediation codes) explains ``consequence`` findings found ``where``:
-    ``gpu`` the same node and GPU, ``node`` the same node, ``cluster`` the check's cluster row (node None)."""
+    ``gpu`` the same node and GPU, ``node`` the same node, ``cluster`` the check's cluster row (node None);
+    ``same``: evidence keys both carry with one value (the variable both name)."""
 
     cause: tuple
     consequence: tuple
     where: str
+    same: tuple = ()
 
 
 EXPLAINS = (
@@ -37,6 +44,10 @@ EXPLAINS = (
     Explains(("triage-kv", ("TRIAGE-KV-COLLISION",)), ("triage-kv", ("TRIAGE-KV-NEGATIVE", "TRIAGE-KV-CANNOT-FIT",
                                                                       "TRIAGE-KV-RAISE-UTIL")), "gpu"),
     Explains(("allreduce-probe", _ONE_NODE_STOPS_ALL), ("allreduce-probe", _ONE_NODE_STOPS_ALL), "cluster"),
+    # the odd node's own drift, or (no majority: two nodes, or half and half) the cluster's row
+    Explains(_ENV_VERSIONED, _ENV_DRIFT, "node", same=("variable",)),
+    Explains(_ENV_VERSIONED, _ENV_DRIFT, "cluster", same=("variable",)),
+    Explains(("rack-free", ("RACK-ORPHANED-VRAM",)), ("peer-outliers", ("PEER-VRAM-OUTLIER",)), "gpu"),
 )
 _COUNTS = (Status.FAIL, Status.WARN)  # what may step aside: a finding, never an ERROR (something unread)
 
@@ -53,6 +64,9 @@ def _place(result: Result) -> str:
 
 
 def _matches(rule: Explains, cause: Result, other: Result) -> bool:
+    if any(key not in cause.evidence or key not in other.evidence or cause.evidence[key] != other.evidence[key]
+           for key in rule.same):
+        return False
     if rule.where == "cluster":
         return other.node is None and cause.node is not None
     if other.node != cause.node or other.node is None:

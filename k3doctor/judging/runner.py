@@ -6,7 +6,8 @@ a node's readings are in, each after the prerequisites it ``needs`` (k3doctor/ju
 one failed, its dependants are not evaluated on that node). Phase 2: cluster judges over all nodes'
 readings, leaving out the nodes where a prerequisite failed. Phase 3:
 active probes (deep tier), in ``after=`` order, only for nodes whose prerequisite checks
-passed. A node that cannot be reached gets one ERROR per check and never stops the others.
+passed. A node that cannot be read has one cause (k3doctor/judging/unread.py), its checks an ERROR each that
+carries it, and never stops the others.
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from k3doctor.judging.causes import explained
 from k3doctor.judging.connections import make_transport
 from k3doctor.judging.judge import NodeJudge, judge_across, to_results
 from k3doctor.judging.prerequisites import busy_rack
+from k3doctor.judging.unread import unread, unread_results
 from k3doctor.parsers import ParseError
 from k3doctor.readings import Readings, ReadingUnavailable, Unavailable
 from k3doctor.registry import prerequisites_first
@@ -53,7 +55,7 @@ class RunReport:
     nodes: list
     duration_s: float
     round_trips: dict = field(default_factory=dict)
-    unreachable: dict = field(default_factory=dict)
+    unreachable: dict = field(default_factory=dict)  # node -> Unread: why it was not read at all
     readings: dict = field(default_factory=dict)  # node -> {spec: reading}
     platform: str | None = None
     not_for_platform: tuple = ()  # checks selected but not run: they do not apply on this platform
@@ -97,11 +99,9 @@ class _Run:
         try:
             transport, got = self.read(node, specs_by_check)
         except Exception as exc:  # TransportError, or anything else: this node only, never the run
-            why = str(exc) if isinstance(exc, TransportError) else f"{type(exc).__name__}: {exc}"
-            self.unreachable[node.name] = why
-            self.results_by_node[node.name] = [
-                Result(c.name, node.name, Status.ERROR, f"node not checked: {why}") for c in self.checks]
-            self.say(f"{node.name}: unreachable ({why})")
+            why = self.unreachable[node.name] = unread(exc)
+            self.results_by_node[node.name] = unread_results(node.name, self.checks, why)
+            self.say(f"{node.name}: not read ({why.message})")
             return
         progress.mark("read")
         self.readings[node.name] = got
@@ -167,7 +167,7 @@ class _Run:
             if refusal:
                 out.append(refusal)
                 continue
-            blocked = dict(self.unreachable)
+            blocked = {n: why.message for n, why in self.unreachable.items()}
             for n, node in nodes.items():
                 if chk.name in node.settings.skip:
                     blocked.setdefault(n, SKIPPED_HERE)

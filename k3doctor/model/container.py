@@ -22,8 +22,10 @@ ROCJITSU_HOOK = "lib/libhsa_hotswap_rocjitsu.so"  # HSA_TOOLS_LIB must name this
 ROCJITSU_TRANSLATOR_STEM = "librocjitsu_gfx1250_b0_to_a0.so"  # a NEEDED library of the hook, no OnLoad
 # Launch-command flags whose value is a credential (--api-key, --hf-token, --password ...).
 _SECRET_FLAG = re.compile(rf"^--?[\w-]*{SECRET_WORDS}[\w-]*$", re.I)
-# A word that makes a command the model server's launch (§17).
-_SERVER_WORDS = ("--data-parallel-size", "--data-parallel-rank", "atom.entrypoints", "openai_server")
+# A word that makes a command the model server's launch (§17), or the program and subcommand that do (§30).
+_SERVER_WORDS = ("--data-parallel-size", "--data-parallel-rank", "atom.entrypoints", "openai_server",
+                 "vllm.entrypoints")
+_SERVER_SUBCOMMANDS = (("vllm", "serve"),)
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 _REDIRECTION = re.compile(r"^\d*[<>]")
 RANK_PREFIX = "ATOM::DP"  # process title of ATOM's engine ranks, e.g. ATOM::DP4TP0 (§16)
@@ -82,7 +84,8 @@ def _server_command(words) -> list | None:
         if segment and segment[0] == "exec":
             segment = segment[1:]
         segment = segment[:next((i for i, w in enumerate(segment) if _REDIRECTION.match(w)), len(segment))]
-        if any(any(w.startswith(s) or s in w for s in _SERVER_WORDS) for w in segment):
+        if any(any(w.startswith(s) or s in w for s in _SERVER_WORDS) for w in segment) or any(
+                (program.rsplit("/", 1)[-1], sub) in _SERVER_SUBCOMMANDS for program, sub in zip(segment, segment[1:])):
             return redact_argv(segment)
     return None
 
@@ -106,12 +109,22 @@ def launch_from_script(text: str) -> list | None:
 
 def launch_from_argv(argv) -> list | None:
     """The server command of a container's Entrypoint + Cmd (``sh -c 'script'`` included). A word with
-    blanks in it outside ``sh -c`` is a script nobody parses here: it is dropped, not kept."""
+    blanks in it outside ``sh -c`` is a script nobody parses here: it is dropped, not kept - unless it is
+    a long option's value (``--kv-transfer-config '{"kv_connector": "LMCacheConnectorV1"}'``, or
+    ``--opt=...``): quoted JSON has blanks, and dropping it would hide the option (see :func:`launch_options`)."""
     argv = [str(a) for a in argv or ()]
     for i in range(len(argv) - 2):
         if argv[i].rsplit("/", 1)[-1] in ("sh", "bash", "dash") and argv[i + 1] == "-c":
             return launch_from_script(argv[i + 2])
-    return _server_command([w for w in argv if not re.search(r"\s", w)])
+    return _server_command([w for i, w in enumerate(argv) if not re.search(r"\s", w) or _option_value(argv, i)])
+
+
+def _option_value(argv: list, i: int) -> bool:
+    """Whether word ``i`` is a long option's value: ``--opt=value`` or the word after a bare ``--opt``."""
+    word = argv[i]
+    if word.startswith("--") and "=" in word and not re.search(r"\s", word.partition("=")[0]):
+        return True
+    return i > 0 and argv[i - 1].startswith("--") and "=" not in argv[i - 1] and not re.search(r"\s", argv[i - 1])
 
 
 _HOST_KEYS = ("NetworkMode", "IpcMode", "PidMode", "ShmSize", "CapAdd", "SecurityOpt", "GroupAdd", "Privileged")
@@ -234,8 +247,8 @@ def parse_rank_envs(text: str) -> list | None:
 
 # ----------------------------------------------------------------------------- launch command
 
-def parse_flags(argv, prefix: str = "-", bare=None) -> dict:
-    """``--flag value`` / ``--flag=value`` / bare ``--flag`` -> {flag: value or ``bare``}; last one wins.
+def parse_flags(argv, prefix: str = "-", bare=None, key=str) -> dict:
+    """``--flag value`` / ``--flag=value`` / bare ``--flag`` -> {key(flag): value or ``bare``}; last one wins.
 
     A word is a flag when it starts with ``prefix``: "-" for a command line read as it is (``-m``
     included), "--" where a value may start with one dash (``--x -1``, the recipe diff)."""
@@ -245,6 +258,7 @@ def parse_flags(argv, prefix: str = "-", bare=None) -> dict:
         word = words[i]
         if word.startswith(prefix) and len(word) > 1:
             name, eq, value = word.partition("=")
+            name = key(name)
             if eq:
                 flags[name] = value
             elif i + 1 < len(words) and not words[i + 1].startswith(prefix):
@@ -254,3 +268,19 @@ def parse_flags(argv, prefix: str = "-", bare=None) -> dict:
                 flags[name] = bare
         i += 1
     return flags
+
+
+def option_key(name: str) -> str:
+    """A long option in the one spelling the rules use: the engines' argument parsers read ``--kv_transfer_config``
+    as ``--kv-transfer-config`` (vLLM's FlexibleArgumentParser turns ``_`` into ``-``; ATOM's recipes spell some
+    options with ``_``). Short options (``-tp``) are kept as written."""
+    return "--" + name[2:].replace("_", "-") if name.startswith("--") else name
+
+
+def launch_options(argv) -> dict:
+    """The options of a server launch as the engine reads them: {option (:func:`option_key`): value}.
+
+    The one lookup every rule that reads a launch uses, so that it finds an option in every spelling the engine
+    accepts: ``-`` or ``_`` in its name, ``--opt=value`` or ``--opt value``, a quoted JSON value with blanks (kept
+    as one word by :func:`launch_from_argv` and :func:`launch_from_script`); the last one given wins."""
+    return parse_flags(argv or (), key=option_key)

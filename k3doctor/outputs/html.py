@@ -17,6 +17,7 @@ import time
 from k3doctor import __version__
 from k3doctor.outputs.figures import accel_ids, busbw_points, cards, fabric_pairs
 from k3doctor.outputs.registry import output
+from k3doctor.outputs import unread
 from k3doctor.outputs.report import CLUSTER_COLUMN, findings, where
 from k3doctor.outputs.text import terminal_safe
 from k3doctor.registry import REGISTRY
@@ -303,11 +304,14 @@ def busbw_plot(report) -> str:
 
 
 def check_table(report, checks) -> str:
-    columns = list(report.nodes) + ([CLUSTER_COLUMN] if any(r.node is None for r in report.results) else [])
+    """The checks x nodes of the nodes that were read (the others are said once, in the findings)."""
+    results = unread.read_results(report)
+    columns = [n for n in report.nodes if n not in unread.unread_nodes(report)]
+    columns += [CLUSTER_COLUMN] if any(r.node is None for r in results) else []
     rows = []
     not_run = set(report.not_for_platform)
     for chk in (c for c in checks if c.name not in not_run):
-        mine = [r for r in report.results if r.check == chk.name]
+        mine = [r for r in results if r.check == chk.name]
         cells = []
         for col in columns:
             status = worst(r.status for r in mine if (r.node or CLUSTER_COLUMN) == col)
@@ -344,12 +348,26 @@ def _finding(r, remediations) -> str:
             f'<div class="msg">{text(r.message)}</div>{fix_html}{_evidence(r)}</li>')
 
 
-def findings_section(report, verbose, remediations) -> str:
-    found = findings(report.results)
+def _not_read(group, total: int, checks: int) -> str:
+    """One cause of nodes not read, once for all of its nodes: its words, fix, and what did not run there."""
+    fix = f'<div class="fix"><b>Fix</b>: {text(group.fix())}</div>' if group.fix() else ""
+    return (f'<li class="finding not-read" data-status="ERROR" data-cause="{text(group.cause)}" '
+            f'data-nodes="{text(" ".join(group.nodes))}" style="border-color:{_fill(Status.ERROR)}">'
+            f'<div class="head"><span class="badge" style="background:{_fill(Status.ERROR)};'
+            f'color:{_ink(Status.ERROR)}">NOT READ</span>{len(group.nodes)} of {total} nodes &middot; '
+            f'{text(group.names())}</div><div class="msg">{text(group.summary)} <code>{text(group.cause)}</code>'
+            f' &middot; {checks} check(s) not run on each</div>{fix}</li>')
+
+
+def findings_section(report, verbose, remediations, checks=()) -> str:
+    found = findings(unread.read_results(report))
     shown = [r for r in found if r.status != Status.SKIP]
     skipped = [r for r in found if r.status == Status.SKIP]
-    parts = ['<ol class="findings">' + "".join(_finding(r, remediations) for r in shown) + "</ol>"
-             if shown else '<p class="muted">No finding: every check that ran passed.</p>']
+    groups = unread.groups(report)
+    ran = len([c for c in checks if c.name not in set(report.not_for_platform)])
+    parts = ['<ol class="findings">' + "".join(_not_read(g, len(report.nodes), ran) for g in groups)
+             + "".join(_finding(r, remediations) for r in shown) + "</ol>"
+             if shown or groups else '<p class="muted">No finding: every check that ran passed.</p>']
     if skipped:
         parts.append(f"<details{' open' if verbose else ''}><summary>{len(skipped)} not evaluated (SKIP)</summary>"
                      '<ol class="findings">' + "".join(_finding(r, remediations) for r in skipped) + "</ol></details>")
@@ -363,9 +381,17 @@ def findings_section(report, verbose, remediations) -> str:
 
 
 def _cause(report, remediations) -> tuple:
-    """(the worst finding and where it is, what to do about it) for the banner: the first screen says both."""
-    found = findings(report.results)
+    """(the worst finding and where it is, what to do about it) for the banner: the first screen says both.
+    Nodes not read come first, unless a node that was read FAILed."""
+    found = findings(unread.read_results(report))
     shown = [r for r in found if r.status.severity > 1] or found
+    groups, read = unread.groups(report), unread.nodes_read(report)
+    if groups and not (shown and shown[0].status == Status.FAIL):
+        more = len(groups) - 1 + len(shown)
+        more = f" <span class=\"more\">(+{more} more below)</span>" if more else ""
+        first = groups[0]
+        fix = f'<p id="fix">Fix: {text(first.fix())}</p>' if first.fix() else ""
+        return (f"<b>{text(read)}</b>: {text(first.line(len(report.nodes)))}{more}", fix)
     if not shown:
         return f"{len(report.results)} result(s), every one PASS", ""
     top = shown[0]
@@ -408,7 +434,8 @@ def render(report, checks, verbose, remediations=None):
         body.append(f'<section id="fabric"><h2>Fabric pairs (deep tier)</h2>{pairs}</section>')
     if plot:
         body.append(f'<section id="busbw"><h2>Collective busbw per message size (deep tier)</h2>{plot}</section>')
-    body.append(f'<section id="findings"><h2>Findings</h2>{findings_section(report, verbose, remediations)}</section>')
+    body.append(f'<section id="findings"><h2>Findings</h2>{findings_section(report, verbose, remediations, checks)}'
+                '</section>')
     if checks:
         body.append(f'<section id="checks"><h2>Checks x nodes</h2>{check_table(report, checks)}</section>')
     body.append(f"<footer>k3doctor {text(__version__)} &middot; generated {stamp}</footer></main>")

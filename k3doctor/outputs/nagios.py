@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from k3doctor.outputs import unread
 from k3doctor.outputs.registry import output
 from k3doctor.outputs.report import findings, where
 from k3doctor.outputs.summary import headline
@@ -45,7 +46,8 @@ def render(report, checks, verbose):
     perf += [f"unreachable={len(report.unreachable)};;;0;{len(report.nodes)}",
              f"duration={report.duration_s:.3f}s;;;0"]
     lines = [f"K3DOCTOR {state(report)} - {_plain(headline(report))} | {' '.join(perf)}"]
-    found = [r for r in findings(report.results) if verbose or r.status != Status.SKIP]
+    lines += [_plain(line) for line in unread.lines(report, checks, verbose)]
+    found = [r for r in findings(unread.read_results(report)) if verbose or r.status != Status.SKIP]
     for r in found[:MAX_LONG_LINES]:
         code = f" [{r.remediation}]" if r.remediation else ""
         lines.append(_plain(f"{r.status.value} {r.check} {where(r)}: {r.message}{code}"))

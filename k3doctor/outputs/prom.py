@@ -12,6 +12,7 @@ import time
 
 from k3doctor.outputs.figures import busbw_points, fabric_pairs
 from k3doctor.outputs.registry import output
+from k3doctor.outputs.unread import unread_nodes
 from k3doctor.results import LaunchVerdict, Status, overall, worst
 
 PREFIX = "k3doctor"
@@ -61,12 +62,16 @@ def render(report, checks, verbose):
     reachable = _Family("node_reachable", "1 if k3doctor could read the node in the last run")
     for node in report.nodes:
         reachable.set(int(node not in report.unreachable), node=node)
+    cause = _Family("node_unread", "1 for a node not read in the last run, with why (its cause id): join it to "
+                                   "check_status on node")
+    for node, why in unread_nodes(report).items():
+        cause.set(1, node=node, cause=why.cause)
     duration = _Family("run_duration_seconds", "Wall time of the last k3doctor run")
     duration.set(round(report.duration_s, 3))
     finished = _Family("last_run_timestamp_seconds", "When the last k3doctor run finished (alert when stale)")
     finished.set(round(time.time(), 3))
     busbw, fabric = _bandwidths(report)
-    families = [verdict, status, reachable, duration, finished, busbw, fabric]
+    families = [verdict, status, reachable, cause, duration, finished, busbw, fabric]
     return "\n".join(line for f in families if f.samples for line in f.lines()) + "\n"
 
 

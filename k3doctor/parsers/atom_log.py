@@ -62,8 +62,12 @@ SIGNALS = tuple(Signal(kind, re.compile(pattern), section) for kind, pattern, se
     ("drafter_ready", r"Checkpoint prefetch finished", "§25"),
     ("serving", r"Application startup complete|Uvicorn running on", "§20"),
     # AgentX (MI355X TP8, LMCache + state offload, aiperf): §25, §29, §30
-    ("lmcache_cuda_backend", r"Failed to import backend lmcache\.c_ops: libcudart\.so", "§29"),
-    ("lmcache_server_timeout", r"Timed out waiting for LMCache server on port (?P<port>\d{1,5})", "§29"),
+    # the c_ops import fails on whichever CUDA library the CUDA build loads first: libcudart.so.13, or torch's
+    # libc10_cuda.so (named bare or by its path)
+    ("lmcache_cuda_backend", r"Failed to import backend lmcache\.c_ops: .{0,200}?\blib(?:cudart|c10_cuda)\.so", "§29"),
+    # every wording of the wait: "... on port 5555", "... healthcheck", "... server."
+    ("lmcache_server_timeout", r"Timed out waiting for LMCache server(?: on port (?P<port>\d{1,5}))?", "§29"),
+    ("lmcache_server_ready", r"LMCache server is ready", "§29"),
     ("aiter_log_level_invalid", r"Invalid AITER_LOG_LEVEL '(?P<value>[^']{0,40})', using 'INFO'", "§29"),
     ("aiperf_no_atom_metrics", r"contains no metric with required prefix 'atom:'|required AIPerf server metrics "
                                r"artifacts are missing or empty|ProfileMetricCoverageError", "§30"),
@@ -108,6 +112,7 @@ class LogLine:
     rank: int | None
     ts: float | None = None
     signals: dict = field(default_factory=dict)  # signal kind -> the fields it captured
+    source: str | None = None  # the log (file or node) the line came from, where the reader named it
 
     def has(self, kind: str) -> bool:
         return kind in self.signals
@@ -162,17 +167,17 @@ def classify(text: str) -> dict:
     return found
 
 
-def iter_log(text, *, default_rank: int | None = None):
+def iter_log(text, *, default_rank: int | None = None, source: str | None = None):
     """The lines of a server log as LogLine, one at a time (a log of millions of lines is never held
-    parsed at once); ParseError, at once, for non-text."""
+    parsed at once), each naming ``source``; ParseError, at once, for non-text."""
     if not isinstance(text, str):
         raise ParseError(f"server log: expected text, got {type(text).__name__}")
     if "\x00" in text[:4096]:
         raise ParseError("server log: binary data, not a log")
-    return _lines(text, default_rank)
+    return _lines(text, default_rank, source)
 
 
-def _lines(text: str, default_rank: int | None):
+def _lines(text: str, default_rank: int | None, source: str | None):
     carried = default_rank
     for lineno, match in enumerate(_LINE.finditer(text), 1):  # lazily: no list of millions of lines
         try:
@@ -186,7 +191,7 @@ def _lines(text: str, default_rank: int | None):
             rank = carried if _CONTINUATION.match(line) else default_rank
         else:
             carried = rank
-        yield LogLine(lineno, line.rstrip(), rank, ts, classify(line))
+        yield LogLine(lineno, line.rstrip(), rank, ts, classify(line), source)
 
 
 def parse_log(text, *, default_rank: int | None = None) -> list:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from k3doctor import recipes
-from k3doctor.model.container import ROCJITSU_HOOK, ROCJITSU_TRANSLATOR_STEM, ContainerView, parse_flags
+from k3doctor.model.container import ROCJITSU_HOOK, ROCJITSU_TRANSLATOR_STEM, ContainerView, launch_options
 from k3doctor.registry import remediation
 from k3doctor.results import Status, Verdict, fail
 
@@ -350,7 +350,7 @@ ARG_RULES = (
 
 def judge_args(argv: list, gpus: int, env: dict | None = None) -> list:
     """[(flag or variable, Verdict)] for a launch command; ``env`` is the environment it runs with."""
-    flags, env = parse_flags(argv), env or {}
+    flags, env = launch_options(argv), env or {}
 
     def value(flag):
         return (flags if flag.startswith("-") else env).get(flag, UNSET)

@@ -17,8 +17,43 @@ CLIENT_GRACE_S = 5.0  # client gives the node this long to report its own kill
 STOP_GRACE_S = 2.0  # clean-up on a node: TERM, this long to go (gather's trap stops its reading), then KILL
 
 
+# Why a node cannot be read, as ids an alert or a test history keys on: id -> (the step of reaching a node it
+# stops, the cause in a few words). The steps are those `check --connect-only` reports, in order.
+STEPS = ("tcp", "host key", "auth", "sudo", "read")
+CAUSES = {
+    "NODE-IDENTITY-FILE": ("auth", "identity file missing"),
+    "NODE-DNS": ("tcp", "host name does not resolve"),
+    "NODE-REFUSED": ("tcp", "connection refused"),
+    "NODE-UNREACHABLE": ("tcp", "no TCP answer"),
+    "NODE-KNOWN-HOSTS": ("host key", "known_hosts file unusable"),
+    "NODE-HOSTKEY-UNKNOWN": ("host key", "host key unknown"),
+    "NODE-HOSTKEY-CHANGED": ("host key", "host key changed"),
+    "NODE-HOSTKEY-REVOKED": ("host key", "host key revoked"),
+    "NODE-SSH-TIMEOUT": ("host key", "no SSH handshake"),
+    "NODE-AUTH-REFUSED": ("auth", "authentication refused"),
+    "NODE-SSH-CONFIG": ("tcp", "ssh config unusable"),
+    "NODE-JUMP-HOST": ("tcp", "jump host could not reach the node"),
+    "NODE-SSH-FAILED": ("auth", "SSH failed"),
+    "NODE-SUDO-PASSWORD": ("sudo", "sudo wants a password"),
+    "NODE-SESSION-LOST": ("read", "SSH session lost"),
+    "NODE-INTERRUPTED": ("read", "interrupted"),
+    "NODE-NOT-READ": ("read", "not read"),
+    "NODE-NO-RESULT": ("read", "no result"),  # merge: a node without its `k3doctor node` document
+}
+
+
 class TransportError(Exception):
-    """The node could not be reached or refused us; the message says what to do."""
+    """The node could not be reached or refused us: ``cause`` (an id of :data:`CAUSES`), the message in this
+    node's words, ``summary`` the same in words that name no node (what nodes with one cause share: a report
+    groups them by it) and ``fix``, exactly what to do."""
+
+    def __init__(self, message: str, cause: str = "NODE-NOT-READ", summary: str | None = None, fix: str = ""):
+        super().__init__(message)
+        self.cause, self.summary, self.fix = cause, summary or message, fix
+
+    def within(self, which: str) -> TransportError:
+        """The same cause met behind ``which`` (a jump host): said so, fix kept."""
+        return TransportError(f"{which}: {self}", self.cause, f"{which}: {self.summary}", self.fix)
 
 
 
@@ -69,12 +104,15 @@ class Transport:
         return "sudo -n " + command if self.sudo else command
 
     def _sudo_wants_password(self) -> TransportError:
-        return TransportError(f"sudo on {self.node} wants a password; allow k3doctor's commands with NOPASSWD "
-                              "or set `sudo: false` for this node")
+        return TransportError(
+            f"sudo on {self.node} wants a password", "NODE-SUDO-PASSWORD", "sudo wants a password",
+            "allow the login's commands without a password on the node (a sudoers line `USER ALL=(root) NOPASSWD: "
+            "ALL` via `visudo -f /etc/sudoers.d/k3doctor`), or log in as root and set `sudo: false` for this node")
 
     def _refuse_if_cancelled(self):
         if self._cancelled.is_set():
-            raise TransportError(f"{self.node}: interrupted (Ctrl-C); what ran there was stopped")
+            raise TransportError(f"{self.node}: interrupted (Ctrl-C); what ran there was stopped", "NODE-INTERRUPTED",
+                                 "interrupted (Ctrl-C); what ran there was stopped")
 
     def _track(self, handle, group=None) -> None:
         with self._lock:

@@ -55,14 +55,35 @@ def probe_tcp(host: str, port: int, timeout_s: float) -> socket.socket:
     try:
         return socket.create_connection((host, port), timeout=seconds(timeout_s, PROBE_TIMEOUT_S))
     except ConnectionRefusedError:
-        raise TransportError(f"connection refused by {where} (no sshd listening?)") from None
+        raise refused(host, port) from None
     except TimeoutError:
         raise TransportError(f"unreachable: no TCP answer from {where} within {timeout_s:g}s (node down, or the "
-                             "port filtered?); SSH was not tried") from None
+                             "port filtered?); SSH was not tried", "NODE-UNREACHABLE",
+                             f"no TCP answer within {timeout_s:g}s (node down, or the port filtered?)",
+                             _check_address(host, port)) from None
     except socket.gaierror as exc:
-        raise TransportError(f"cannot resolve host {host!r}: {exc.strerror}") from None
+        raise unresolved(host, exc) from None
     except OSError as exc:
-        raise TransportError(f"unreachable: cannot reach {where}: {exc.strerror or exc}") from None
+        raise TransportError(f"unreachable: cannot reach {where}: {exc.strerror or exc}", "NODE-UNREACHABLE",
+                             f"cannot reach the node: {exc.strerror or exc}", _check_address(host, port)) from None
+
+
+def _check_address(host: str, port: int) -> str:
+    return (f"check the node is up and that {host}:{port} is its SSH address (`nc -vz {host} {port}` from here): "
+            "host/port in the inventory, or HostName/Port in the ssh config")
+
+
+def refused(host: str, port: int) -> TransportError:
+    return TransportError(f"connection refused by {host}:{port} (no sshd listening?)", "NODE-REFUSED",
+                          "connection refused (no sshd listening?)",
+                          f"start sshd on the node (`systemctl start ssh` on its console), or correct its address "
+                          f"(now {host}:{port}): host/port in the inventory, or HostName/Port in the ssh config")
+
+
+def unresolved(host: str, exc: socket.gaierror) -> TransportError:
+    return TransportError(f"cannot resolve host {host!r}: {exc.strerror}", "NODE-DNS",
+                          f"host name does not resolve ({exc.strerror})",
+                          f"correct host in the inventory or HostName in the ssh config (`getent hosts {host}`)")
 
 
 def _handshake_done(client: paramiko.SSHClient) -> bool:
@@ -92,7 +113,7 @@ class SSHTransport(Transport):
                     self._jumps.append(self._login(hop, sock))
                 except TransportError as exc:
                     self.close()
-                    raise TransportError(f"{which}: {exc}") from None
+                    raise exc.within(which) from None
                 sock = self._tunnel(self._jumps[-1], hop, hops[number] if number < len(hops) else self.target, which)
             try:
                 self._client = self._login(self.target, sock)
@@ -108,7 +129,10 @@ class SSHTransport(Transport):
         except (paramiko.SSHException, OSError) as exc:
             self.close()
             raise TransportError(f"{which} {hop.host}:{hop.port} could not reach {to.host}:{to.port}: "
-                                 f"{exc or 'no answer'}") from None
+                                 f"{exc or 'no answer'}", "NODE-JUMP-HOST",
+                                 f"{which} {hop.host}:{hop.port} could not reach the node: {exc or 'no answer'}",
+                                 f"check that {to.host}:{to.port} is the node's SSH address as the jump host sees "
+                                 "it (HostName/Port in the ssh config, host/port in the inventory)") from None
 
     @staticmethod
     def _login(t: SSHTarget, sock) -> paramiko.SSHClient:
@@ -119,8 +143,14 @@ class SSHTransport(Transport):
             except OSError as exc:
                 why = "does not exist" if isinstance(exc, FileNotFoundError) else f"cannot be read ({exc.strerror})"
             if why:
-                raise TransportError(f"identity file {t.identity_file} for {where} {why} "
-                                     "(identity_file in the inventory or IdentityFile in the ssh config)")
+                raise TransportError(
+                    f"identity file {t.identity_file} for {where} {why} "
+                    "(identity_file in the inventory or IdentityFile in the ssh config)", "NODE-IDENTITY-FILE",
+                    f"identity file {t.identity_file} {why}",
+                    f"point identity_file (the inventory's defaults: or the node's entry) or IdentityFile (ssh "
+                    f"config) at the key the nodes accept, or make one (`ssh-keygen -t ed25519 -f "
+                    f"{t.identity_file}`) and install it on each node (`ssh-copy-id -i {t.identity_file}.pub -p {t.port} "
+                    f"{t.user}@HOST`)")
         if sock is None:  # a jump host's channel is already connected; a direct node is probed first
             sock = probe_tcp(t.host, t.port, min(t.connect_timeout_s, PROBE_TIMEOUT_S))
         from k3doctor.transport import hostkeys  # paramiko's import starts here, after the probe (lazy_imports)
@@ -130,7 +160,9 @@ class SSHTransport(Transport):
             revoked = hostkeys.trust_known_hosts(client.get_host_keys(), t)
         except hostkeys.KnownHostsError as exc:
             sock.close()
-            raise TransportError(str(exc)) from None
+            raise TransportError(str(exc), "NODE-KNOWN-HOSTS", str(exc),
+                                 "correct ssh.known_hosts in the inventory (or UserKnownHostsFile in the ssh "
+                                 "config)") from None
         client.set_missing_host_key_policy(hostkeys.RefuseRevoked(
             revoked, hostkeys.AcceptForThisRun() if t.accept_unknown_hosts else paramiko.RejectPolicy()))
         try:
@@ -142,44 +174,59 @@ class SSHTransport(Transport):
         except paramiko.BadHostKeyException:
             client.close()
             raise TransportError(
-                f"host key of {t.host}:{t.port} does NOT match known_hosts ({files_said(t)})"
-                " - refusing to connect; if the node was reinstalled, verify its key and replace the entry "
-                f"(ssh-keygen -R '[{t.host}]:{t.port}')") from None
+                f"host key of {t.host}:{t.port} does NOT match known_hosts ({files_said(t)}) - refusing to connect",
+                "NODE-HOSTKEY-CHANGED", f"host key does NOT match known_hosts ({files_said(t)})",
+                "only if the node was reinstalled: check its new key's fingerprint on its console (`ssh-keygen -lf "
+                f"/etc/ssh/ssh_host_ed25519_key.pub`) against `ssh-keyscan -p {t.port} {t.host} | ssh-keygen -lf -`,"
+                f" then `ssh-keygen -R '[{t.host}]:{t.port}'` and add the new one; otherwise do not connect") from None
         except hostkeys.RevokedHostKey as exc:
             client.close()
             raise TransportError(
                 f"host key of {t.host}:{t.port} ({exc}) is marked @revoked in known_hosts - "
-                "refusing to connect") from None
+                "refusing to connect", "NODE-HOSTKEY-REVOKED", "host key is marked @revoked in known_hosts",
+                "give the node a new host key (its admin), then verify and add it") from None
         except paramiko.AuthenticationException:
             client.close()
+            key = t.identity_file or "agent/default keys"
             raise TransportError(
-                f"authentication refused for {where} (identity file {t.identity_file or 'agent/default keys'});"
-                " check the key is in the node's authorized_keys or give password_env") from None
+                f"authentication refused for {where} (identity file {key})", "NODE-AUTH-REFUSED",
+                f"authentication refused for {t.user} (identity file {key})",
+                f"install the key on the node (`ssh-copy-id -i {t.identity_file or '~/.ssh/id_ed25519'}.pub -p "
+                f"{t.port} {t.user}@{t.host}`), or correct user/identity_file in the inventory (User/IdentityFile "
+                "in the ssh config), or give the node a password_env") from None
         except paramiko.SSHException as exc:
             handshake = _handshake_done(client)
             client.close()
             if "not found in known_hosts" in str(exc):
                 raise TransportError(
-                    f"host key of {t.host}:{t.port} is unknown (not in {files_said(t)});"
-                    " add it (ssh-keyscan -p PORT HOST >> known_hosts) after verifying it, or pass"
-                    " --accept-unknown-hosts") from None
+                    f"host key of {t.host}:{t.port} is unknown (not in {files_said(t)})", "NODE-HOSTKEY-UNKNOWN",
+                    f"host key unknown (not in {files_said(t)})",
+                    f"check its fingerprint (`ssh-keyscan -p {t.port} {t.host} | ssh-keygen -lf -`) against the "
+                    "node's own (`ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub` on its console), then "
+                    f"`ssh-keyscan -H -p {t.port} {t.host} >> {(t.known_hosts_files or ('~/.ssh/known_hosts',))[0]}`"
+                    " (or, for a first look only, --accept-unknown-hosts)") from None
             if not handshake:
                 raise TransportError(
                     f"no SSH handshake from {where} within {t.connect_timeout_s:g}s (sshd hung or overloaded, "
-                    "or not an SSH port)") from None
-            raise TransportError(f"SSH to {where} failed: {exc}") from None
+                    "or not an SSH port)", "NODE-SSH-TIMEOUT",
+                    f"no SSH handshake within {t.connect_timeout_s:g}s (sshd hung or overloaded, or not an SSH port)",
+                    f"check sshd on the node, or raise ssh.connect_timeout_s (--connect-timeout)") from None
+            raise TransportError(f"SSH to {where} failed: {exc}", "NODE-SSH-FAILED", f"SSH failed: {exc}") from None
         except TimeoutError:
             client.close()
-            raise TransportError(f"connecting to {where} timed out after {t.connect_timeout_s:g}s") from None
+            raise TransportError(f"connecting to {where} timed out after {t.connect_timeout_s:g}s", "NODE-SSH-TIMEOUT",
+                                 f"connecting timed out after {t.connect_timeout_s:g}s",
+                                 "check sshd on the node, or raise ssh.connect_timeout_s (--connect-timeout)") from None
         except (paramiko.ssh_exception.NoValidConnectionsError, ConnectionRefusedError):
             client.close()
-            raise TransportError(f"connection refused by {t.host}:{t.port} (no sshd listening?)") from None
+            raise refused(t.host, t.port) from None
         except socket.gaierror as exc:
             client.close()
-            raise TransportError(f"cannot resolve host {t.host!r}: {exc.strerror}") from None
+            raise unresolved(t.host, exc) from None
         except OSError as exc:
             client.close()
-            raise TransportError(f"cannot reach {where}: {exc.strerror or exc}") from None
+            raise TransportError(f"cannot reach {where}: {exc.strerror or exc}", "NODE-UNREACHABLE",
+                                 f"cannot reach the node: {exc.strerror or exc}", _check_address(t.host, t.port)) from None
         return client
 
     def _channel(self):
@@ -188,7 +235,7 @@ class SSHTransport(Transport):
         try:
             return self._client.get_transport().open_session(timeout=self.target.connect_timeout_s)
         except (paramiko.SSHException, OSError, AttributeError) as exc:
-            raise TransportError(f"SSH session to {self.node} lost: {exc}") from None
+            raise TransportError(f"SSH session to {self.node} lost: {exc}", "NODE-SESSION-LOST") from None
 
     def _announced(self, command: str) -> str:
         """The command as sent: it first names its process group on stderr (for cancel), then becomes
@@ -230,7 +277,7 @@ class SSHTransport(Transport):
                 select.select([chan], [], [], min(left, 0.2))
             rc = chan.recv_exit_status() if not (timed_out or cancelled) else None
         except (paramiko.SSHException, OSError) as exc:
-            raise TransportError(f"SSH session to {self.node} broke: {exc}") from None
+            raise TransportError(f"SSH session to {self.node} broke: {exc}", "NODE-SESSION-LOST") from None
         finally:
             self._untrack(chan)
             chan.close()
@@ -240,7 +287,7 @@ class SSHTransport(Transport):
         self._refuse_if_cancelled()
         if rc == -1:  # closed without an exit status: the connection went away under the command
             raise TransportError(f"SSH connection to {self.node} lost while a command ran (sshd killed or "
-                                 "node down?); what it started there ends at its node-side deadline")
+                                 "node down?); what it started there ends at its node-side deadline", "NODE-SESSION-LOST")
         return rc, out.value(), err.value(), out.truncated or err.truncated, timed_out
 
     def _stop(self, live):
@@ -336,7 +383,7 @@ class SSHTransport(Transport):
         except (paramiko.SSHException, OSError) as exc:
             self._untrack(chan)
             chan.close()
-            raise TransportError(f"SSH session to {self.node} broke: {exc}") from None
+            raise TransportError(f"SSH session to {self.node} broke: {exc}", "NODE-SESSION-LOST") from None
         if head.group is None:
             self._untrack(chan)
             message = head.text() or "no answer"

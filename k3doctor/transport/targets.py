@@ -52,7 +52,8 @@ def resolve_ssh_target(node: str, host: str, *, port=None, user=None, identity_f
                                     else None, accept_unknown_hosts=accept_unknown_hosts,
                                     connect_timeout_s=connect_timeout_s), seen=())
     except sshconfig.SSHConfigError as exc:
-        raise TransportError(f"cannot use ssh config {path} for {host}: {exc}") from None
+        raise TransportError(f"cannot use ssh config {path} for {host}: {exc}", "NODE-SSH-CONFIG",
+                             f"cannot use ssh config {path}: {exc}", "correct the ssh config (ssh.ssh_config in the inventory)") from None
 
 
 def _resolve(node, host, port, user, identity_file, config, path, *, jumps, common, seen) -> SSHTarget:

@@ -46,33 +46,49 @@ KEPT_PER_KIND = 64  # lines of one signal kind kept per rank (the first half and
 # the first or the last line of a kind, and a kind's total count is kept apart (judges.RankLines.counts)
 
 
-def group_by_rank(parsed) -> dict:
-    """rank -> RankLines in time order, holding only what the judges read: per signal kind its first and
-    newest lines (at most KEPT_PER_KIND, with the count of all) and the rank's last line. ``parsed`` is
-    consumed once, as it comes: a log of millions of lines costs memory per rank, not per line."""
-    kinds, counts, last = {}, {}, {}  # rank -> {kind: (first lines, newest lines)}, rank -> {kind: n}
+def group_lines(parsed) -> tuple:
+    """(rank -> RankLines, source -> RankLines) in time order, holding only what the judges read: per signal kind
+    its first and newest lines (at most KEPT_PER_KIND, with the count of all) and the last line. Triage reads every
+    line of every log: a line that names no rank (uvicorn, aiperf, the launcher; a node's log) is its source's
+    (the log it came from: a node, or a file). ``parsed`` is consumed once, as it comes: a log of millions of lines
+    costs memory per rank and source, not per line."""
+    kinds, counts, last = {}, {}, {}  # unit -> {kind: (first lines, newest lines)}, unit -> {kind: n}, unit -> line
     for seq, ln in enumerate(parsed):
-        if ln.rank is None:
-            continue
+        unit = ln.rank if ln.rank is not None else (ln.source,)  # a source is a 1-tuple: never mistaken for a rank
         key = (ln.ts is None, ln.ts or 0.0, seq)  # lines without a time sort after the stamped ones, in order
-        if ln.rank not in last or key >= last[ln.rank][0]:
-            last[ln.rank] = (key, ln)
+        if unit not in last or key >= last[unit][0]:
+            last[unit] = (key, ln)
         for kind in ln.signals:
-            tally = counts.setdefault(ln.rank, {})
+            tally = counts.setdefault(unit, {})
             tally[kind] = tally.get(kind, 0) + 1
-            first, newest = kinds.setdefault(ln.rank, {}).setdefault(kind, ([], []))
+            first, newest = kinds.setdefault(unit, {}).setdefault(kind, ([], []))
             (first if len(first) < KEPT_PER_KIND // 2 else newest).append((key, ln))
             if len(newest) > KEPT_PER_KIND:  # amortised: trimmed to the newest half now and then
                 newest.sort(key=lambda pair: pair[0])
                 del newest[:-(KEPT_PER_KIND // 2)]
-    ranks = {}
-    for rank, final in last.items():
-        kept = {id(ln): (key, ln) for first, newest in kinds.get(rank, {}).values()
+    ranks, sources = {}, {}
+    for unit, final in last.items():
+        kept = {id(ln): (key, ln) for first, newest in kinds.get(unit, {}).values()
                 for key, ln in first + sorted(newest, key=lambda pair: pair[0])[-(KEPT_PER_KIND // 2):]}
         kept[id(final[1])] = final
-        ranks[rank] = judges.RankLines((ln for _, ln in sorted(kept.values(), key=lambda pair: pair[0])),
-                                       counts=counts.get(rank, {}))
-    return ranks
+        lines = judges.RankLines((ln for _, ln in sorted(kept.values(), key=lambda pair: pair[0])),
+                                 counts=counts.get(unit, {}))
+        if isinstance(unit, tuple):
+            sources[unit[0]] = lines
+        else:
+            ranks[unit] = lines
+    return ranks, sources
+
+
+def node_of_source(source: str | None, layout: judges.Layout) -> str | None:
+    """The node a log is: a node's own log is named by it (live, a bundle), a copied one by its file name
+    (``ct13.log``, ``node1.log``); None where it names no node of the layout (or no node at all)."""
+    if source is None or source in layout.nodes:
+        return source
+    stem = source.split(".")[0]
+    if layout.nodes:
+        return stem if stem in layout.nodes else None
+    return None if _RANK_IN_NAME.search(source) or node_name_problem(stem) else stem
 
 
 def read_log_dir(path: str) -> tuple:
@@ -124,7 +140,7 @@ def parse_sources(texts: dict, problems: dict) -> Iterator:
     for name, text in texts.items():
         m = _RANK_IN_NAME.search(name)
         try:
-            parsed.append(guarded(name, iter_log(text, default_rank=int(m.group(1)) if m else None)))
+            parsed.append(guarded(name, iter_log(text, default_rank=int(m.group(1)) if m else None, source=name)))
         except ParseError as exc:
             problems[name] = str(exc)
     return itertools.chain.from_iterable(parsed)
@@ -283,35 +299,36 @@ def triage_results(parsed, layout: judges.Layout, *, now: float | dict | None, p
     """Results for the report: unreadable sources first (ERROR), then every finding of the judges. Lines
     not read by ``deadline`` (LOCAL_WORK_S from now) make the whole judgement an ERROR, never a partial PASS."""
     deadline = deadline or Deadline(LOCAL_WORK_S)
-    seen_serving = []
+    came_up = judges.CameUp()
 
     def watched(lines):  # uvicorn's lines name no rank: noticed on the one pass over the lines
         for count, ln in enumerate(lines, 1):
-            if not seen_serving and ln.has("serving"):
-                seen_serving.append(ln)
+            if ln.has("serving"):
+                came_up.saw(ln)
             if count % 65536 == 0 and deadline.expired:
                 raise TimeoutError(f"{count} lines read in {deadline.budget_s:g}s, the rest was not")
             yield ln
 
     try:
-        ranks, late = group_by_rank(watched(parsed)), None
+        (ranks, sources), late = group_lines(watched(parsed)), None
     except TimeoutError as exc:
-        ranks, late = {}, Result("triage-startup", None, Status.ERROR, f"logs not judged within the deadline: {exc}")
+        ranks, sources = {}, {}
+        late = Result("triage-startup", None, Status.ERROR, f"logs not judged within the deadline: {exc}")
     # after the pass: a source may turn out unreadable on the way (a line stamped in the far future)
     results = [Result("triage-startup", node if node in layout.nodes else None, Status.ERROR,
                       f"log not read: {why}") for node, why in problems.items()]
     if late:
         return results + [late]
-    if not ranks and not problems:
-        results.append(Result("triage-startup", None, Status.ERROR,
-                              "no line of the logs names a DP rank (EngineCore_DP<n>, DP<n>, Engine <nnn>:): "
-                              "nothing to judge"))
-        return results
     if now is None:  # offline: the newest line anywhere stands for "now"
-        stamps = [ln.ts for lines in ranks.values() for ln in lines if ln.ts is not None]
+        stamps = [ln.ts for lines in (*ranks.values(), *sources.values()) for ln in lines if ln.ts is not None]
         now = max(stamps) if stamps else None
-    serving = bool(seen_serving)
-    for step, verdict in judges.judge(ranks, layout, now=now, serving=serving):
+    found = judges.judge(ranks, layout, now=now, serving=bool(came_up.lines), came_up=came_up,
+                         sources={source: (node_of_source(source, layout), lines) for source, lines in sources.items()})
+    if not ranks and not found and not problems:
+        results.append(Result("triage-startup", None, Status.ERROR,
+                              "no line of the logs names a DP rank (EngineCore_DP<n>, DP<n>, Engine <nnn>:) and no "
+                              "line says anything triage knows: nothing to judge"))
+    for step, verdict in found:
         results.append(Result(step, verdict.node, verdict.status, verdict.message, gpu=verdict.gpu,
                               evidence=verdict.evidence, remediation=verdict.remediation))
     return results

@@ -7,12 +7,22 @@ orchestration (reading the logs) lives in ``k3doctor.triage``.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from k3doctor.parsers.atom_log import stage_of
 from k3doctor.registry import remediation
 from k3doctor.results import Verdict, error, fail, passed, warn
-from k3doctor.triage.signatures import DIAG_NO_P2P, FIELD_SIGNATURES, ROCR_GPU, rocr_card
+from k3doctor.triage.signatures import (
+    AIPERF_METRICS,
+    AITER_LEVEL,
+    DIAG_NO_P2P,
+    FIELD_SIGNATURES,
+    GPUCORE,
+    LMCACHE_CUDA,
+    LMCACHE_SERVER,
+    ROCR_GPU,
+    rocr_card,
+)
 
 STEPS = ("triage-collective", "triage-stacks", "triage-startup", "triage-kv", "triage-config", "triage-fatal")
 
@@ -82,24 +92,6 @@ is a repo id and every rank downloads the 7 GB draft at ~0.7 MB/s (~3 h, referen
 local directory; HF_HUB_OFFLINE=1 turns the hang into an error.""")
 
 
-LMCACHE_CUDA = remediation("TRIAGE-LMCACHE-CUDA-BUILD", "LMCache's CUDA build runs on ROCm", """
-`Failed to import backend lmcache.c_ops: libcudart.so...` is only a warning, but the offload tier then has no
-native ops (PyPI lmcache on ROCm, reference §29). Install the ROCm build (v0.5.3rc2-rocm with cupy-rocm-7-0)
-and check `python -c 'import lmcache.c_ops'` in the container before an offload run.""")
-LMCACHE_SERVER = remediation("TRIAGE-LMCACHE-SERVER-HUNG", "the LMCache server did not come up", """
-`Timed out waiting for LMCache server`: its L1 pool is pinned whole and non-swappable; 2399 GiB hung it in D
-state (§29). Keep L1 under ~60% of free /dev/shm and the per-rank sizes x ranks under ~80% of MemTotal
-(`k3doctor recipe diff` shows the arithmetic); fixed MP ports 6555/8090 collide between cells.""")
-AITER_LEVEL = remediation("TRIAGE-AITER-LOG-LEVEL", "AITER_LOG_LEVEL is not a level aiter knows", """
-aiter accepts DEBUG, INFO, WARNING or ERROR (upper-cased; §29); anything else falls back to INFO and its kernel
-logs flood the server log for the whole replay. Set AITER_LOG_LEVEL=WARNING.""")
-AIPERF_METRICS = remediation("TRIAGE-AIPERF-NO-ATOM-METRICS", "aiperf found no `atom:` server metrics", """
-aiperf fails the run when the server's /metrics shows no metric starting `atom:` (AIPERF_REQUIRED_SERVER_METRIC_
-PREFIX=atom:, §30): check `curl :$PORT/metrics | grep ^atom:` before the benchmark, and that
-AIPERF_SERVER_METRICS_URLS names this server's port.""")
-GPUCORE = remediation("TRIAGE-GPUCORE", "GPU core dumps in the run's directory", """
-`gpucore files exist. not good`: a GPU fault left core files, which the launcher then deletes (§30). Collect
-them first, then match the kernel log (`k3doctor triage` reads dmesg) for the fault that wrote them.""")
 @dataclass(frozen=True)
 class Layout:
     """Where ranks live: node i of ``nodes`` holds ranks ``per_node * i`` … ``per_node * (i + 1) - 1``."""
@@ -135,7 +127,7 @@ class Layout:
 
 
 class RankLines(list):
-    """One rank's lines as triage keeps them (``triage.group_by_rank``): a sample per signal kind, and in
+    """One rank's lines as triage keeps them (``triage.group_lines``): a sample per signal kind, and in
     ``counts`` how many lines of each kind there were in all."""
 
     def __init__(self, lines=(), counts=None):
@@ -196,15 +188,38 @@ def judge_collectives(ranks: dict, layout: Layout) -> list:
     return out
 
 
+@dataclass
+class CameUp:
+    """Where the server said it came up (`Application startup complete`; its lines name no rank): the newest time
+    stamp of such a line anywhere, and per log the number of its last such line - what tells whether a line of a
+    rank came before it."""
+
+    at: float | None = None
+    lines: dict = field(default_factory=dict)  # log -> line number
+
+    def saw(self, line) -> None:
+        """Note a serving line, as the lines are read."""
+        self.lines[line.source] = line.lineno
+        if line.ts is not None and (self.at is None or line.ts > self.at):
+            self.at = line.ts
+
+    def after(self, line) -> bool:
+        """Whether the server said it came up after ``line``: stamped later, or further down the same log."""
+        return (self.at is not None and line.ts is not None and self.at > line.ts) or \
+            self.lines.get(line.source, 0) > line.lineno
+
+
 @dataclass(frozen=True)
 class RankView:
-    """What a log rule may read about one rank: its lines, the layout, how long its log has been quiet (seconds,
-    None when unknown) and whether the server is up (then a quiet rank is idle, not stalled)."""
+    """What a log rule may read about one rank (or about the lines of one log that name no rank): its lines, the
+    layout, how long its log has been quiet (seconds, None when unknown) and whether the server is up (then a quiet
+    rank is idle, not stalled), and when it came up last."""
 
     lines: list
     layout: Layout
     age: float | None
     serving: bool
+    came_up: CameUp | None = None
 
 
 @dataclass(frozen=True)
@@ -341,6 +356,22 @@ def _drafter_downloading(rule, rank):
     return None
 
 
+def _lmcache_not_up(rule, rank):
+    """§29: a wait for the LMCache server that timed out, unless a later line says it is up after all (`LMCache
+    server is ready`, or the server's `Application startup complete` in this log or stamped later anywhere): a later
+    readiness supersedes the earlier timeout. The newest timeout is quoted."""
+    lines = rank.lines
+    timeouts = [i for i, ln in enumerate(lines) if ln.has(rule.signal)]
+    if not timeouts:
+        return None
+    timeout = lines[timeouts[-1]]
+    if any(ln.has("lmcache_server_ready") or ln.has("serving") for ln in lines[timeouts[-1] + 1:]):
+        return None
+    if rank.came_up is not None and rank.came_up.after(timeout):
+        return None
+    return {"line": timeout.text[:160]}, {"line": timeout.text[:300]}
+
+
 def _log_stalled(rule, rank):
     """§20: quiet past ``stall_s`` before the server came up; a drafter download and the RCCL init hang are
     named by their own rules."""
@@ -385,7 +416,7 @@ RULES = tuple(LogRule(*row) for row in (
     ("lmcache-cuda-build", "triage-config", warn, LMCACHE_CUDA, "lmcache_cuda_backend",
      "LMCache's CUDA build on ROCm: its native ops did not load: {line}"),
     ("lmcache-server-hung", "triage-startup", fail, LMCACHE_SERVER, "lmcache_server_timeout",
-     "the LMCache server never came up (its pinned pool hung it): {line}"),
+     "the LMCache server never came up (its pinned pool hung it): {line}", _lmcache_not_up),
     ("aiter-log-level", "triage-config", warn, AITER_LEVEL, "aiter_log_level_invalid",
      "AITER_LOG_LEVEL is not DEBUG/INFO/WARNING/ERROR: aiter logs at INFO: {line}"),
     ("aiperf-no-atom-metrics", "triage-fatal", fail, AIPERF_METRICS, "aiperf_no_atom_metrics",
@@ -411,25 +442,54 @@ RULES = tuple(LogRule(*row) for row in (
 ))
 
 
+# Rules that judge a rank as a whole (how far its startup got, how long it has been quiet); every other rule reads
+# single lines, and also judges the lines of a log that name no rank.
+WHOLE_RANK = ("a0-not-translating", "drafter-downloading", "log-stalled")
+LINE_RULES = tuple(rule for rule in RULES if rule.name not in WHOLE_RANK)
+
+
 def judge_rank(rank: int, lines: list, layout: Layout, now: float | None, serving: bool = False,
-               rules: tuple = RULES) -> list:
+               rules: tuple = RULES, came_up: CameUp | None = None) -> list:
     """(step, Verdict) for every rule of ``rules`` this rank's own lines fire. ``serving``: the server is up
     (then a quiet rank is idle, not stalled)."""
     age = (now - lines[-1].ts) if (now is not None and lines and lines[-1].ts is not None) else None
-    view = RankView(lines, layout, age, serving)
+    view = RankView(lines, layout, age, serving, came_up)
     return [(rule.step, _at(layout, rank, verdict)) for rule in rules if (verdict := rule.judge(view)) is not None]
 
 
-def judge(ranks: dict, layout: Layout, now: float | dict | None = None, serving: bool | None = None) -> list:
-    """All findings, the cross-rank ones first (they name the rank at fault), then per rank. ``now``: one
-    clock for all, or each node's own clock ({node: epoch seconds}, as read live). ``serving``:
-    the server came up (its lines need not name a rank); by default, whether a rank's lines say so."""
+def judge_source(source: str | None, node: str | None, lines: list, layout: Layout, serving: bool = False,
+                 came_up: CameUp | None = None) -> list:
+    """(step, Verdict) for every line rule the lines of one log that name no rank fire (aiperf's and the launcher's
+    lines, uvicorn's; all of a node's log without rank markers), put on the log's node: ``node`` (None: the log
+    names no node, said in the message). The log is named in the evidence."""
+    view = RankView(lines, layout, None, serving, came_up)
+    out = []
+    for rule in LINE_RULES:
+        verdict = rule.judge(view)
+        if verdict is None:
+            continue
+        verdict.node, verdict.gpu = node, verdict.gpu if node is not None else None
+        verdict.evidence.setdefault("log", source)
+        if node is None:
+            verdict.message += f" (in log {source}, which names no rank and no node of the layout)"
+        out.append((rule.step, verdict))
+    return out
+
+
+def judge(ranks: dict, layout: Layout, now: float | dict | None = None, serving: bool | None = None,
+          came_up: CameUp | None = None, sources: dict | None = None) -> list:
+    """All findings, the cross-rank ones first (they name the rank at fault), then per rank, then per log for
+    its lines that name no rank (``sources``: {log: (its node or None, lines)}). ``now``: one clock for all, or
+    each node's own clock ({node: epoch seconds}, as read live). ``serving``: the server came up (its lines need
+    not name a rank); by default, whether a rank's lines say so; ``came_up``: where it said so."""
     found = judge_collectives(ranks, layout)
     stages = {r: stage_of(lines) for r, lines in ranks.items()}
     serving = "serving" in stages.values() if serving is None else serving
     for rank in sorted(ranks):  # each rank's age against its own node's clock (one clock ahead moves no other)
         found += judge_rank(rank, ranks[rank], layout, now.get(layout.node_of(rank)) if isinstance(now, dict)
-                            else now, serving)
+                            else now, serving, came_up=came_up)
+    for source, (node, lines) in sorted((sources or {}).items(), key=lambda item: str(item[0])):
+        found += judge_source(source, node, lines, layout, serving, came_up)
     if not ranks:
         return found
     if not any(step == "triage-startup" for step, _ in found):

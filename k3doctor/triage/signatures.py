@@ -1,6 +1,7 @@
 """Field signatures of reference §29 and §31.3 that on-call triage names in a rank's log: RCCL, MORI cco, Gloo, the c10d
 rendezvous and aiter, each a row of (signal kind, step, finding, what it means, remediation). The line shapes are
-k3doctor.parsers.atom_log's SIGNALS of the same kind; the first matching line of a rank is shown."""
+k3doctor.parsers.atom_log's SIGNALS of the same kind; the first matching line of a rank is shown. The remediations
+of triage's AgentX rows (§25, §29, §30: LMCache, aiter's log level, aiperf, GPU core files) are here too."""
 from __future__ import annotations
 
 from k3doctor.registry import remediation
@@ -87,6 +88,25 @@ NUMA = remediation("TRIAGE-NUMA-BALANCING", "automatic NUMA balancing is on", ""
 `NCCL WARN NUMA auto balancing enabled which can lead to variability in the RCCL performance!`: the kernel moves
 pages between NUMA nodes under the job (kernel.numa_balancing=1, §31.3). `sysctl -w kernel.numa_balancing=0` on
 every node (and in /etc/sysctl.d to keep it); `k3doctor check` (numa-balancing) reads it before launch.""")
+# AgentX (MI355X TP8, LMCache + state offload, aiperf): §25, §29, §30
+LMCACHE_CUDA = remediation("TRIAGE-LMCACHE-CUDA-BUILD", "LMCache's CUDA build runs on ROCm", """
+`Failed to import backend lmcache.c_ops: libcudart.so...` is only a warning, but the offload tier then has no
+native ops (PyPI lmcache on ROCm, reference §29). Install the ROCm build (v0.5.3rc2-rocm with cupy-rocm-7-0)
+and check `python -c 'import lmcache.c_ops'` in the container before an offload run.""")
+LMCACHE_SERVER = remediation("TRIAGE-LMCACHE-SERVER-HUNG", "the LMCache server did not come up", """
+`Timed out waiting for LMCache server`: its L1 pool is pinned whole and non-swappable; 2399 GiB hung it in D
+state (§29). Keep L1 under ~60% of free /dev/shm and the per-rank sizes x ranks under ~80% of MemTotal
+(`k3doctor recipe diff` shows the arithmetic); fixed MP ports 6555/8090 collide between cells.""")
+AITER_LEVEL = remediation("TRIAGE-AITER-LOG-LEVEL", "AITER_LOG_LEVEL is not a level aiter knows", """
+aiter accepts DEBUG, INFO, WARNING or ERROR (upper-cased; §29); anything else falls back to INFO and its kernel
+logs flood the server log for the whole replay. Set AITER_LOG_LEVEL=WARNING.""")
+AIPERF_METRICS = remediation("TRIAGE-AIPERF-NO-ATOM-METRICS", "aiperf found no `atom:` server metrics", """
+aiperf fails the run when the server's /metrics shows no metric starting `atom:` (AIPERF_REQUIRED_SERVER_METRIC_
+PREFIX=atom:, §30): check `curl :$PORT/metrics | grep ^atom:` before the benchmark, and that
+AIPERF_SERVER_METRICS_URLS names this server's port.""")
+GPUCORE = remediation("TRIAGE-GPUCORE", "GPU core dumps in the run's directory", """
+`gpucore files exist. not good`: a GPU fault left core files, which the launcher then deletes (§30). Collect
+them first, then match the kernel log (`k3doctor triage` reads dmesg) for the fault that wrote them.""")
 
 
 def rocr_card(fields: dict, first_gpu_node: int, per_node: int) -> tuple:

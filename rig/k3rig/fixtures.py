@@ -105,6 +105,8 @@ class NodeState:
     amd_smi_stderr_noise: bool = False
     cards: dict[int, dict[str, Any]] = dataclasses.field(default_factory=dict)  # card index -> CARD_FIELDS overrides
     gpu_processes: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # pid, name, card, vram_bytes
+    # card -> bytes of VRAM held with no process: an orphaned KFD context (reference §29, sglang PR #30431)
+    orphaned_vram: dict[int, int] = dataclasses.field(default_factory=dict)
     # appended after the boot lines; "<3>text" is logged at that printk level (3 = err), plain text at info
     dmesg_extra: list[str] = dataclasses.field(default_factory=list)
     tools: dict[str, str] = dataclasses.field(default_factory=dict)  # tool name -> TOOL_MODES
@@ -348,7 +350,8 @@ def kfd_gpu_ids(s: NodeState) -> tuple[int, ...]:
 
 
 def _vram_used(s: NodeState, card: int) -> int:
-    return IDLE_VRAM_USED + sum(p["vram_bytes"] for p in s.gpu_processes if p["card"] == card)
+    return IDLE_VRAM_USED + s.orphaned_vram.get(card, 0) + sum(p["vram_bytes"] for p in s.gpu_processes
+                                                               if p["card"] == card)
 
 
 # ----------------------------------------------------------------------------------------- host resources

@@ -109,6 +109,17 @@ class LightRack(Started):
         self._blackholes.clear()
         shutil.rmtree(self.workdir, ignore_errors=True)
 
+    def namespace_pid(self, name: str) -> int:
+        """A process in the mount namespace of node ``name`` (its tray's: shared with the tray's other nodes), for
+        ``nsenter -t PID -m``: what is mounted there is what that tray's sessions see."""
+        tray = next(t for n, _, t in self.hosts if n == name)
+        return self._leaders[sorted({t for _, _, t in self.hosts}).index(tray)].pid
+
+    def stop_sshd(self, name: str) -> None:
+        """Stop node ``name``'s sshd, as an admin would: its address then refuses connections."""
+        config, listeners = f"sshd-{name}.conf", set(self.listener_pids())
+        _kill(lambda p: p.pid in listeners and any(arg.endswith(config) for arg in p.cmdline()))
+
     def listener_pids(self) -> list[int]:
         return [pid for leader in self._leaders for pid in _children(leader.pid)]
 

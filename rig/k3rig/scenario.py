@@ -85,6 +85,8 @@ def _validate(state: NodeState, where: str) -> None:
         unknown = set(values) - set(CARD_FIELDS)
         if unknown:
             raise ValueError(f"{where}: card {card}: unknown keys {sorted(unknown)}; allowed: {CARD_FIELDS}")
+    if any(not isinstance(card, int) or not 0 <= card < GPUS_PER_NODE for card in state.orphaned_vram):
+        raise ValueError(f"{where}: orphaned_vram cards are numbered 0..{GPUS_PER_NODE - 1}: {state.orphaned_vram}")
     for p in state.gpu_processes:
         if set(p) != {"pid", "name", "card", "vram_bytes"}:
             raise ValueError(f"{where}: gpu_processes entries need exactly pid, name, card, vram_bytes: {p}")

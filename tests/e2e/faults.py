@@ -189,3 +189,24 @@ def clear_leftovers(rig) -> None:
     for node in rig.nodes:
         for scratch in node.tmp.glob("k3doctor.*"):
             shutil.rmtree(scratch, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def without_python3(node):
+    """``node`` (its ``ns_pid`` and ``dir``) without python3, as a minimal OS image is: the node's /usr/bin (and
+    so /bin) replaced, in its namespace only, by links to every one of its programs but python3*."""
+    real, links = node.dir / "usr-bin", node.dir / "usr-bin-without-python3"
+    real.mkdir()
+    links.mkdir()
+    _in_namespace(node, "mount", "--bind", "/usr/bin", real)
+    try:
+        for program in Path("/usr/bin").iterdir():  # the same programs the node has (the mount is its own)
+            if not program.name.startswith("python3"):
+                (links / program.name).symlink_to(real / program.name)
+        _in_namespace(node, "mount", "--bind", links, "/usr/bin")
+        try:
+            yield
+        finally:
+            _in_namespace(node, "umount", "/usr/bin")
+    finally:
+        _in_namespace(node, "umount", real)

@@ -119,8 +119,10 @@ def test_merge_puts_node_results_in_inventory_order_and_a_silent_node_is_an_erro
     rows = [(r.check, r.node, r.status.value, r.message) for r in report.results]
     assert rows[0] == ("shm-clean", "ct13", "FAIL", "no stale segments")
     assert ("shm-clean", "ct14", "ERROR", "node not checked: no result from this node in the merged input") in rows
-    assert report.nodes == ["ct13", "ct14"] and report.unreachable == {
-        "ct14": "no result from this node in the merged input"}
+    assert report.nodes == ["ct13", "ct14"] and list(report.unreachable) == ["ct14"]
+    why = report.unreachable["ct14"]
+    assert (why.cause, why.message) == ("NODE-NO-RESULT", "no result from this node in the merged input")
+    assert {r.remediation for r in report.results if r.node == "ct14"} == {"NODE-NO-RESULT"}
     hbm = [r for r in report.results if r.check == "hbm-uniform" and r.node == "ct14"]
     assert [r.message for r in hbm] == ["node not checked: no result from this node in the merged input"]
 

@@ -5,7 +5,7 @@ from k3rig import server_log as L
 from k3doctor.parsers import ParseError
 from k3doctor.parsers.atom_log import parse_log, rank_marker, stage_of
 from k3doctor.results import Status
-from k3doctor.triage import group_by_rank, most_likely, triage_results
+from k3doctor.triage import group_lines, most_likely, triage_results
 from k3doctor.triage.judge import Layout
 from tests.corpus import load
 
@@ -144,16 +144,16 @@ def test_a_40kb_line_is_cheap():
     assert time.process_time() - started < 1.0
 
 
-def test_group_by_rank_orders_by_time():
+def test_group_lines_orders_by_time():
     text = "2026-12-01T10:00:02Z DP1 b load RCCL version\n2026-12-01T10:00:01Z DP1 a load RCCL version"
-    assert [ln.text for ln in group_by_rank(parse_log(text))[1]] == ["DP1 a load RCCL version",
+    assert [ln.text for ln in group_lines(parse_log(text))[0][1]] == ["DP1 a load RCCL version",
                                                                     "DP1 b load RCCL version"]
 
 
-def test_group_by_rank_keeps_a_small_state_per_rank_whatever_the_log_length():
+def test_group_lines_keeps_a_small_state_per_rank_whatever_the_log_length():
     text = "".join(f"2026-12-01T{10 + i // 3600:02d}:{i // 60 % 60:02d}:{i % 60:02d}Z DP0 outcome=translated step {i}\n"
                    for i in range(5000)) + "2026-12-01T11:30:00Z DP0 plain last line\n" + "DP0\n" * 20000
-    lines = group_by_rank(iter(parse_log(text)))[0]
+    lines = group_lines(iter(parse_log(text)))[0][0]
     assert len(lines) <= 65 and lines.counts["translated"] == 5000
     assert lines[-1].text == "DP0" and lines[0].text.endswith("step 0")
     assert [ln.text for ln in lines if ln.has("translated")][-1].endswith("step 4999")
