@@ -26,6 +26,9 @@ class Platform:
     amdgpu_load_params: tuple  # (name, value) amdgpu must be loaded with here (gfx1250 bring-up, §5)
     ifoe: bool  # UALink over Ethernet: the ifoe module must be loaded before amdgpu (§5)
     env_rules_off: frozenset  # env-versions rule families (remediation codes) that do not apply here
+    # launch-config: the wide-EP Docker launch (run options, DP ranks, ports, data-plane NIC, §13-§18) is judged
+    # beside the recipe; else the launch is the recipe's alone, read from the server wherever it runs (§30)
+    wide_ep_launch: bool = False
 
     def applies(self, check_name: str) -> bool:
         return check_name not in self.not_for_platform
@@ -45,7 +48,8 @@ def get(name: str) -> Platform:
                     not_for_platform=frozenset(data.get("not_for_platform", ())),
                     amdgpu_load_params=tuple((k, str(v)) for k, v in (data.get("amdgpu_load_params") or {}).items()),
                     ifoe=bool(data.get("ifoe", False)),
-                    env_rules_off=frozenset(data.get("env_rules_not_for_platform", ())))
+                    env_rules_off=frozenset(data.get("env_rules_not_for_platform", ())),
+                    wide_ep_launch=bool(data.get("wide_ep_launch", False)))
 
 
 def by_gfx_target(version: int) -> Platform | None:

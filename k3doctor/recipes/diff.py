@@ -55,7 +55,7 @@ def best(diffs: list) -> PointDiff:
 
 # ----------------------------------------------------------------------------- output
 
-IDENTICAL = "identical on every server flag and every environment variable"
+IDENTICAL = judgement.IDENTICAL
 
 
 def _point_label(d: PointDiff) -> str:

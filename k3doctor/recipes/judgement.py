@@ -23,6 +23,11 @@ from k3doctor.redaction import REDACTED, redact_text
 SERVER_ENTRY_POINTS = launches.SERVER_MODULES
 NOT_NAMED = "(not named)"
 NOT_READ = "(set; value not read: no rule names it)"  # a running server: the value stayed on the node
+# Variables the rules read besides the recipe's own (k3doctor/recipes/rules.py): judged by the rules, never an
+# `extra` of a recipe that does not name them (the HF cache the drafter is looked up in, EVAL_ONLY, ...).
+RULE_NAMES = {"EVAL_ONLY", "HF_HUB_OFFLINE", "HF_HUB_CACHE", "HF_HOME", "HSA_OVERRIDE_GFX_VERSION",
+              "OFFLOAD_STATE_CPU_SIZE", "LMCACHE_MAX_LOCAL_CPU_SIZE", "OFFLOAD_STATE", "OFFLOAD_GPU_STAGING_CHUNKS",
+              "AITER_LOG_LEVEL"}
 
 
 class NotJudged(Exception):
@@ -80,7 +85,7 @@ def resolved_from_script(run: sandbox.ScriptRun) -> list:
     out = []
     for n, (launch, call) in enumerate(servers, 1):
         env = _launch_env(launch.env)
-        own = {k for k, v in env.items() if run.base_env.get(k) != v}
+        own = {k for k, v in env.items() if run.base_env.get(k) != v and k not in RULE_NAMES}
         through = f" through {' / '.join(launch.wrappers)}" if launch.wrappers else ""
         label = f"server {n} of {len(servers)}{through}" if len(servers) > 1 else f"server{through}"
         out.append(Resolved(rules.Launch(flags=parse_args(launch.words), env=env,
@@ -213,7 +218,9 @@ def diff_point(recipe, point, resolved: Resolved) -> PointDiff:
     shown = {e.name: e for e in differences}
     findings, attached = [], {}
     for f in rules.apply(launch, recipe, point):
-        if f.subject in shown and f.status in (rules.BLOCK, rules.WARN):
+        # the first rule (RULES order: causes before consequences) is shown on the difference; a second one on the
+        # same name is its own row (the gate lets it step aside: k3doctor/judging/causes.py)
+        if f.subject in shown and f.subject not in attached and f.status in (rules.BLOCK, rules.WARN):
             shown[f.subject].rule = rule_text(asdict(f))
             attached[f.subject] = asdict(f)
             continue
@@ -236,6 +243,7 @@ def rule_text(f: dict) -> str:
 
 # ----------------------------------------------------------------------------- the gate's findings
 
+IDENTICAL = "identical on every server flag and every environment variable"
 FAIL, WARN = "FAIL", "WARN"
 DIFFERENCE = "recipe-difference"  # a difference no arithmetic rule speaks to: its rule is the recipe's row
 

@@ -14,10 +14,7 @@ import shlex
 from k3doctor.model.container import environ_filter
 from k3doctor.recipes import judgement, launches, rules
 
-# Variables the rules read besides the recipe's own (k3doctor/recipes/rules.py).
-RULE_NAMES = {"EVAL_ONLY", "HF_HUB_OFFLINE", "HF_HUB_CACHE", "HF_HOME", "HSA_OVERRIDE_GFX_VERSION",
-              "OFFLOAD_STATE_CPU_SIZE", "LMCACHE_MAX_LOCAL_CPU_SIZE", "OFFLOAD_STATE", "OFFLOAD_GPU_STAGING_CHUNKS",
-              "AITER_LOG_LEVEL"}
+RULE_NAMES = judgement.RULE_NAMES
 _NEWLINE = "\x01"
 NOT_READ = judgement.NOT_READ
 
