@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import shlex
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -84,6 +85,7 @@ def bare(rig, node):
     with contextlib.closing(_engine(node)) as engine:
         _drop_ours(node, engine)
     root = node.dir / "bare"
+    shutil.rmtree(root, ignore_errors=True)  # a previous state's files (a drafter this state removed) go
     for path, text in node.state.container_files.items():  # the state's own: a drafter it removed stays away
         if not isinstance(text, str):
             continue

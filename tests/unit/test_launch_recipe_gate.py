@@ -227,3 +227,16 @@ def test_check_and_recipe_diff_agree_on_every_shipped_recipe_point(name, concurr
                                 settings=Settings(platform=recipe.platform, recipe=name, concurrency=concurrency))
         assert [(r.status.value, r.message) for r in results if r.status != Status.PASS] == [
             (status, f"server pid 7: {message}") for status, message in found]
+
+
+def test_cluster_launch_script_is_an_absolute_path_on_the_nodes():
+    from k3doctor.inventory.load import parse_inventory
+    from k3doctor.inventory.types import InventoryError
+
+    base = ("cluster: {platform: mi355x, recipe: kimi-k3-mi355x-agentx, concurrency: 8, launch_script: %s}\n"
+            "nodes: [{name: ct13, host: 10.0.0.1}]\n")
+    inv = parse_inventory(base % "/opt/agentx/launch.sh")
+    assert inv.nodes[0].settings.launch_script == "/opt/agentx/launch.sh"
+    with pytest.raises(InventoryError) as bad:
+        parse_inventory(base % "launch.sh")
+    assert "cluster.launch_script" in str(bad.value.problems) and "absolute path" in str(bad.value.problems)
