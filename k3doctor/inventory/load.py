@@ -249,7 +249,7 @@ def _merge_settings(base: Settings, raw: dict, cluster_name=None) -> Settings:
     for name, params in raw.get("checks", {}).items():
         checks.setdefault(name, {}).update(params)
     fields = {k: raw[k] for k in ("container", "image", "stepping", "hbm_gib_per_gpu", "gpus_per_node",
-                                  "platform", "recipe", "concurrency") if k in raw}
+                                  "platform", "recipe", "concurrency", "launch_script") if k in raw}
     skip = tuple(dict.fromkeys((*base.skip, *raw.get("skip", ()))))  # a node's own add to the cluster's
     return Settings(**{**base.__dict__, **fields, "tools": tools, "checks": checks, "skip": skip,
                        "cluster": cluster_name or base.cluster})

@@ -27,6 +27,9 @@ class Platform:
     ifoe: bool  # UALink over Ethernet: the ifoe module must be loaded before amdgpu (§5)
     env_rules_off: frozenset  # env-versions rule families (remediation codes) that do not apply here
     tp_partition: tuple | None = None  # (compute, memory) partition every GPU must be in; None: uniform only
+    # launch-config: the wide-EP Docker launch (run options, DP ranks, ports, data-plane NIC, §13-§18) is judged
+    # beside the recipe; else the launch is the recipe's alone, read from the server wherever it runs (§30)
+    wide_ep_launch: bool = False
 
     def applies(self, check_name: str) -> bool:
         return check_name not in self.not_for_platform
@@ -47,7 +50,8 @@ def get(name: str) -> Platform:
                     amdgpu_load_params=tuple((k, str(v)) for k, v in (data.get("amdgpu_load_params") or {}).items()),
                     ifoe=bool(data.get("ifoe", False)),
                     env_rules_off=frozenset(data.get("env_rules_not_for_platform", ())),
-                    tp_partition=tuple(data["tp_partition"]) if data.get("tp_partition") else None)
+                    tp_partition=tuple(data["tp_partition"]) if data.get("tp_partition") else None,
+                    wide_ep_launch=bool(data.get("wide_ep_launch", False)))
 
 
 def by_gfx_target(version: int) -> Platform | None:
