@@ -78,9 +78,9 @@ def gpu_platform(r, ctx):
             verdicts.append(fail(f"KFD node(s) {', '.join(map(str, odd))} report device id {named}; platform "
                                  f"{declared.name} is {', '.join(f'{d:#06x}' for d in sorted(declared.device_ids))} "
                                  "(one gfx target, several products: §31.4)", evidence=evidence))
+    device = f" and a {declared.name} device id" if declared.device_ids else ""
     return verdicts or [passed(f"{len(gpus)} GPU(s) report gfx_target_version {declared.gfx_target_version} "
-                               f"({declared.gfx}){' and a ' + declared.name + ' device id' if declared.device_ids else ''}"
-                               f", platform {declared.name} as declared", evidence=evidence)]
+                               f"({declared.gfx}){device}, platform {declared.name} as declared", evidence=evidence)]
 
 
 def _recipe_note(ctx, versions: set) -> str:

@@ -95,7 +95,8 @@ def _gpu_findings(report, minimum: float) -> list:
        remediation=(DOWN, DEGRADED), needs=("gpu-inventory",), reads=_reads,
        params={"min_bit_rate_gbps": Param(0, minimum=0)})
 def xgmi_links(r, ctx):
-    """§30, §31.4: the node's GPUs (gpus_per_node) are fully connected, one hop; a D in the pair table, or no XGMI, is a BLOCK."""
+    """§30, §31.4: the node's GPUs (gpus_per_node) are fully connected, one hop; a D in the pair table, or no
+    XGMI, is a BLOCK."""
     report = parse_xgmi(r["xgmi"].output())
     want = ctx.settings.gpus_per_node
     if len(report.gpus) != want:

@@ -47,7 +47,8 @@ class Platform:
     ifoe: bool  # UALink over Ethernet: the ifoe module must be loaded before amdgpu (§5)
     env_rules_off: frozenset  # env-versions rule families (remediation codes) that do not apply here
     tp_partition: tuple | None = None  # (compute, memory) partition every GPU must be in; None: uniform only
-    line: dict = field(default_factory=dict, compare=False)  # key -> its line in the file (for problems found once the checks are known)
+    # key -> its line in the file: for the problems found once the checks are known (problems())
+    line: dict = field(default_factory=dict, compare=False)
 
     def applies(self, check_name: str) -> bool:
         return check_name not in self.not_for_platform
