@@ -13,6 +13,7 @@ import shlex
 from k3doctor.model.container import environ_filter
 from k3doctor.readings import Command
 from k3doctor.recipes import diff as recipe_diff
+from k3doctor.recipes import launches
 from k3doctor.recipes import rules
 
 # Variables the rules read besides the recipe's own (k3doctor/recipes/rules.py).
@@ -20,7 +21,7 @@ RULE_NAMES = {"EVAL_ONLY", "HF_HUB_OFFLINE", "HF_HUB_CACHE", "HF_HOME", "HSA_OVE
               "OFFLOAD_STATE_CPU_SIZE", "LMCACHE_MAX_LOCAL_CPU_SIZE", "OFFLOAD_STATE", "OFFLOAD_GPU_STAGING_CHUNKS",
               "AITER_LOG_LEVEL"}
 _NEWLINE = "\x01"
-NOT_READ = "(set; value not read: no rule names it)"
+NOT_READ = recipe_diff.NOT_READ
 
 
 def kept_names(recipe) -> set:
@@ -82,8 +83,7 @@ def resolved(recipe, argv: list, env: dict, cache: set, mem_total) -> recipe_dif
     """A running server as the diff sees it. The variables it compares for `extra` are those of the families
     the recipe configures (ATOM_*, AITER_*, LMCACHE_*, ...): the process also carries PATH, SLURM_* and
     the like, which no recipe names."""
-    unwrapped = recipe_diff._unwrap(recipe_diff.Call(argv, {}), recipe_diff.SERVER_ENTRY_POINTS)
-    words = unwrapped[0] if unwrapped else []
+    words = launches.server_words(argv) or []
     families = {n.split("_", 1)[0] + "_" for n in kept_names(recipe) if "_" in n}
     named = {n for p in recipe.points for n in p.env} | set(recipe.noops)
     # what only the rules read (the HF cache the drafter is looked up in, EVAL_ONLY, ...) is judged by them,
@@ -91,7 +91,8 @@ def resolved(recipe, argv: list, env: dict, cache: set, mem_total) -> recipe_dif
     own = {n for n in env if n.startswith(tuple(families)) and (n in named or n not in RULE_NAMES)}
     launch = rules.Launch(flags=recipe_diff.parse_args(words), env=env, mem_total_bytes=mem_total,
                           hf_cache=cache if any(k.startswith(("HF_HUB_CACHE", "HF_HOME")) for k in env) else None)
-    return recipe_diff.Resolved(launch=launch, own_env=own, client_seen=False)
+    return recipe_diff.Resolved(launch=launch, own_env=own, client_seen=False,
+                                placeholder_note="any non-empty interface name (the node's routes are not read)")
 
 
 def read(inv, recipe, timeout_s: float) -> list:
@@ -107,6 +108,8 @@ def read(inv, recipe, timeout_s: float) -> list:
             transport.connect()
             reading = gather(transport, [spec], command_timeout_s=timeout_s, deadline_s=timeout_s + 5)[spec]
             servers, mem_total = parse(reading.output("the server reader"))
+            # a process whose argv merely names an entry point (pgrep, watch pgrep -af, pkill -f) is no server
+            servers = [s for s in servers if launches.server_words(s[1]) is not None]
         except Exception as exc:  # this node only: said on its line, never the others
             out.append((node.name, None, f"not read: {exc}"))
             continue
