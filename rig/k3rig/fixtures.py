@@ -41,7 +41,7 @@ BIND_DIRS = ("sys/class", "sys/module", "opt", "root", "mnt")
 BIND_FILES = ("proc/sys/kernel/random/boot_id", "usr/bin/dmesg", "proc/meminfo", *field.STAND_INS)
 BIND_PATHS = BIND_DIRS + BIND_FILES
 MI355X_BIND_FILES = ("proc/cmdline",)  # iommu-pt reads it there (§29); a gfx1250 node keeps the host's view
-PLATFORMS = ("gfx1250", "mi355x")
+PLATFORMS = ("gfx1250", *mi355x.KINDS)
 KERNEL_CMDLINE = "BOOT_IMAGE=/vmlinuz-6.8.0-60-generic root=/dev/mapper/vg0-root ro modprobe.blacklist=amdgpu iommu=pt"
 # Fake tools: node path -> tool name (the fake dispatches on the name it is invoked as).
 # Later fakes (ubench ualoe_p2p.exe / ualoe_bw.exe under root/ubench/build) plug in here.
@@ -144,23 +144,23 @@ class NodeState:
             self.boot_id = default_boot_id(self.tray)
         if self.platform not in PLATFORMS:
             raise ValueError(f"platform must be one of {PLATFORMS}, not {self.platform!r}")
-        if self.slurm_jobs and self.platform != "mi355x":
+        if self.slurm_jobs and self.platform not in mi355x.KINDS:
             raise ValueError("slurm_jobs: only the rig's MI355X nodes run Slurm (a gfx1250 tray has no squeue)")
-        if self.platform == "mi355x":
-            self.hbm_gib = mi355x.HBM_GIB
-            self.meminfo = {**mi355x.MEMINFO_KB, **self.meminfo}
+        if self.platform in mi355x.KINDS:
+            self.hbm_gib = mi355x.KINDS[self.platform].hbm_gib
+            self.meminfo = {**mi355x.KINDS[self.platform].meminfo_kb, **self.meminfo}
             self.container_files = mi355x.container_files()
 
     @property
     def gpus(self) -> int:
-        return mi355x.GPUS if self.platform == "mi355x" else GPUS_PER_NODE
+        return mi355x.GPUS if self.platform in mi355x.KINDS else GPUS_PER_NODE
 
     @property
     def bind_paths(self) -> tuple[str, ...]:
-        return BIND_PATHS + (MI355X_BIND_FILES if self.platform == "mi355x" else ())
+        return BIND_PATHS + (MI355X_BIND_FILES if self.platform in mi355x.KINDS else ())
 
     def bdf(self, card: int) -> str:
-        return mi355x.bdf(card) if self.platform == "mi355x" else bdf(card)
+        return mi355x.bdf(card) if self.platform in mi355x.KINDS else bdf(card)
 
     @property
     def name(self) -> str:
@@ -230,7 +230,7 @@ def write_tree(tree: Path, state: NodeState) -> None:
     ubench.install(tree, state.tray, write_file)  # fake ualoe_p2p.exe / ualoe_bw.exe (rig/k3rig/ubench)
     field.install(tree, state, write_file)  # §31.3: PCIe link, RAS counters, bad pages, kernel.numa_balancing
     _write_host(tree, state)
-    if state.platform == "mi355x":
+    if state.platform in mi355x.KINDS:
         write_file(tree, "proc/cmdline", KERNEL_CMDLINE + "\n")
     if not state.amdgpu_loaded:
         _unload_amdgpu(tree)
@@ -290,7 +290,7 @@ def _write_sysfs(tree: Path, s: NodeState) -> None:
         write_file(tree, f"{dev}/pp_dpm_sclk", f"S: 19Mhz *\n0: 500Mhz \n1: 1600Mhz \n2: {card['sclk_max_mhz']}Mhz \n")
         write_file(tree, f"{dev}/pp_dpm_mclk", "0: 900Mhz \n1: 1900Mhz *\n")
         write_file(tree, f"{dev}/gpu_busy_percent", f"{card['busy_pct']}\n")
-        if s.platform == "mi355x":  # XGMI: no UALink sysfs, no IFoE function (§30)
+        if s.platform in mi355x.KINDS:  # XGMI: no UALink sysfs, no IFoE function (§30)
             continue
         # The GPU's .1 (IFoE) function beside it, as device/.. shows it on a real node (§29, §28)
         function = f"sys/class/drm/card{c}/{bdf(c, 1)}"
@@ -326,8 +326,8 @@ def _write_sysfs(tree: Path, s: NodeState) -> None:
     topology = "sys/class/kfd/kfd/topology/nodes"  # CPU agent first, then one node per GPU (§29: gfx1250 = 120500)
     write_file(tree, f"{topology}/0/properties", "cpu_cores_count 96\nsimd_count 0\ngfx_target_version 0\n")
     for c in range(s.gpus):
-        write_file(tree, f"{topology}/{c + 1}/properties", mi355x.kfd_gpu_properties(c) if s.platform == "mi355x"
-                   else "cpu_cores_count 0\nsimd_count 1024\nnum_xcc 8\ngfx_target_version 120500\n")
+        write_file(tree, f"{topology}/{c + 1}/properties", mi355x.kfd_gpu_properties(c, s.platform) if s.platform
+                   in mi355x.KINDS else "cpu_cores_count 0\nsimd_count 1024\nnum_xcc 8\ngfx_target_version 120500\n")
         write_file(tree, f"{topology}/{c + 1}/gpu_id", f"{kfd_gpu_ids(s)[c]}\n")
     for p in s.gpu_processes:
         proc = f"sys/class/kfd/kfd/proc/{p['pid']}"
@@ -338,15 +338,15 @@ def _write_sysfs(tree: Path, s: NodeState) -> None:
         write_file(tree, f"{proc}/stats_{gpu_id}/cu_occupancy", "4\n")
         write_file(tree, f"{proc}/stats_{gpu_id}/evicted_ms", "0\n")
     write_file(tree, "sys/module/amdgpu/initstate", "live\n")
-    params = mi355x.AMDGPU_DEFAULT_PARAMS if s.platform == "mi355x" else TUNED_AMDGPU_PARAMS
+    params = mi355x.AMDGPU_DEFAULT_PARAMS if s.platform in mi355x.KINDS else TUNED_AMDGPU_PARAMS
     for param, value in params.items():
         write_file(tree, f"sys/module/amdgpu/parameters/{param}", f"{value}\n")
-    if s.platform != "mi355x":  # ifoe is the gfx1250 UALink-over-Ethernet stack (§5)
+    if s.platform not in mi355x.KINDS:  # ifoe is the gfx1250 UALink-over-Ethernet stack (§5)
         write_file(tree, "sys/module/ifoe/initstate", "live\n")
 
 
 def kfd_gpu_ids(s: NodeState) -> tuple[int, ...]:
-    return mi355x.KFD_GPU_IDS if s.platform == "mi355x" else KFD_GPU_IDS
+    return mi355x.KFD_GPU_IDS if s.platform in mi355x.KINDS else KFD_GPU_IDS
 
 
 def _vram_used(s: NodeState, card: int) -> int:
@@ -418,7 +418,7 @@ def _write_host(tree: Path, s: NodeState) -> None:
 def _write_fake_tools(tree: Path, s: NodeState) -> None:
     script = FAKE_SCRIPT.read_bytes()
     write_file(tree, "opt/k3rig/bin/k3rig-fake", script, 0o755)
-    fakes = {**FAKE_TOOLS, **(MI355X_FAKE_TOOLS if s.platform == "mi355x" else {})}
+    fakes = {**FAKE_TOOLS, **(MI355X_FAKE_TOOLS if s.platform in mi355x.KINDS else {})}
     for rel, tool in fakes.items():
         if rel.startswith("opt/"):
             link = tree / rel
@@ -431,7 +431,7 @@ def _write_fake_tools(tree: Path, s: NodeState) -> None:
         "amd-smi": {**_amd_smi_outputs(s), **field.amd_smi_outputs(s, _amd_smi_json)},
         "rocm-smi": _rocm_smi_outputs(s),
         "dmesg": {"@noargs": _dmesg(s), DMESG_ERRORS_KEY: _dmesg(s, errors_only=True)},
-        **({"squeue": {mi355x.SQUEUE_ARGS: mi355x.squeue_text(s.slurm_jobs)}} if s.platform == "mi355x" else {}),
+        **({"squeue": {mi355x.SQUEUE_ARGS: mi355x.squeue_text(s.slurm_jobs)}} if s.platform in mi355x.KINDS else {}),
     }
     unknown = set(s.tools) - set(outputs)
     if unknown:
@@ -472,7 +472,7 @@ def _amd_smi_outputs(s: NodeState) -> dict[str, str]:
         for c in range(s.gpus)
     )
     bad_pages = _amd_smi_json(s, [_bad_pages_entry(s, c) for c in range(s.gpus)])
-    if s.platform == "mi355x":  # XGMI instead of a UALink fabric (§30)
+    if s.platform in mi355x.KINDS:  # XGMI instead of a UALink fabric (§30)
         return {"xgmi": mi355x.xgmi_text(s.xgmi_links, s.xgmi_bit_rates), "bad-pages --json": bad_pages,
                 "static --json": _amd_smi_json(s, static), "static --vram --json": _amd_smi_json(s, static_vram),
                 "static --vram": vram_text}
@@ -714,7 +714,7 @@ def healthy_container_env() -> dict[str, str]:
 
 
 def container_env(state: NodeState) -> dict[str, str]:
-    healthy = mi355x.server_env(state.concurrency) if state.platform == "mi355x" else healthy_container_env()
+    healthy = mi355x.server_env(state.concurrency) if state.platform in mi355x.KINDS else healthy_container_env()
     env = {**healthy, **state.container_env}
     return {k: str(v) for k, v in env.items() if v is not None}
 
