@@ -33,7 +33,8 @@ per node (sshd sessions and everything they ran; on the rig also the node's dock
 share this machine's cores: their wall time is the total node-side work. Then k3doctor's run by phase
 (``K3DOCTOR_PHASES``: CLI start to the first connection, the last node's readings, every judge done, exit),
 and with ``--processes`` the processes and programs each contender starts per node (one more run each,
-counted by the kernel: bench/node_processes.py). ``--before DIR`` adds the k3doctor of another source tree
+counted by the kernel: bench/node_processes.py). ``--in-flight N`` adds this tree's k3doctor with
+``ssh.reads_in_flight: N`` as ``k3doctor-jN``. ``--before DIR`` adds the k3doctor of another source tree
 (e.g. ``git worktree add DIR BASE``) as ``k3doctor-before``, interleaved like the rest. Asserts nothing:
 speed targets live here, not in timed tests.
 """
@@ -200,6 +201,16 @@ def contenders(setup: Setup, scripts: dict, parallel: int, only: set, slowest: s
                 out[name + suffix] = [sys.executable, "-m", "k3doctor.cli", "check", "--nodes", str(inventory),
                                       "--format", "json", "--parallel", str(parallel),
                                       "-o", str(outdir / f"{name}{suffix}.json")]
+        for bound in setup.args.in_flight:  # this tree's k3doctor with ssh.reads_in_flight set
+            if "k3doctor" in only:
+                name = f"k3doctor-j{bound}{suffix}"
+                inv = yaml.safe_load(inventory.read_text())
+                inv.setdefault("ssh", {})["reads_in_flight"] = bound
+                (setup.workdir / f"{name}.yaml").write_text(yaml.safe_dump(inv, sort_keys=False))
+                setup.trees[name] = setup.args.k3doctor_tree
+                out[name] = [sys.executable, "-m", "k3doctor.cli", "check", "--nodes",
+                             str(setup.workdir / f"{name}.yaml"), "--format", "json", "--parallel", str(parallel),
+                             "-o", str(outdir / f"{name}.json")]
     return out
 
 
@@ -298,6 +309,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=1, help="rounds not counted, first")
     parser.add_argument("--parallel", type=int, default=64)
     parser.add_argument("--only", default=f"{SSH_TRUE},{LIMIT},{FLOOR},{PER_READING},ansible,k3doctor")
+    parser.add_argument("--in-flight", type=int, action="append", default=[], metavar="N",
+                        help="also run this tree's k3doctor with ssh.reads_in_flight N, as `k3doctor-jN` (repeatable)")
     parser.add_argument("--profile", default="zero", help="the GPU tools' time: zero, or real-node (k3rig.latency)")
     parser.add_argument("--json", type=Path, help="also write every run's figures here")
     parser.add_argument("--k3doctor-tree", type=Path, default=REPO, metavar="DIR",
@@ -323,7 +336,7 @@ def main() -> None:
         nodes = len(setup.ssh)
         print(f"nodes: {nodes} ({'rig' if args.rig else 'light'}), dead: {len(setup.dead)}, readings per node: "
               f"{len(first)}, profile {args.profile}, slowest read `{slowest}` {took:.2f} s, parallel "
-              f"{args.parallel}, runs {args.runs} + {args.warmup} warm-up, reads in flight (inventory default), "
+              f"{args.parallel}, runs {args.runs} + {args.warmup} warm-up, k3doctor's reads in flight: the default, "
               f"load before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
         got = {name: [] for name in runs}
         names = list(runs)
