@@ -25,8 +25,8 @@ rotated each round, after one warm-up round), ``--parallel`` nodes at a time (xa
 
 ``--profile real-node`` makes the rig's GPU tools take real-node time (k3rig/latency.py: amd-smi 0.8 s a
 call, ``amd-smi static`` 1.5 s, rocm-smi 0.5 s, each query under the node's lock); ``zero`` (default) answers
-at once, as the suite does. With ``--dead P`` each contender also runs on an inventory where P % of the nodes are dead (half refuse,
-half blackholed), suffix ``+dead``. Printed per contender: wall seconds min/median/max, the median ratio to
+at once, as the suite does. With ``--dead P`` each contender also runs on an inventory where P % of the
+nodes are dead (half refuse, half blackholed), suffix ``+dead``. Printed per contender: wall seconds min/median/max, the median ratio to
 the fair floor, to the per-reading floor and to ``ssh true`` (per round, pairing the runs of one round), peak
 RSS of the contender's largest process, its own CPU seconds (this side), and the CPU seconds the nodes spent
 per node (sshd sessions and everything they ran; on the rig also the node's dockerd/containerd). Light nodes
@@ -172,7 +172,8 @@ def contenders(setup: Setup, scripts: dict, parallel: int, only: set, slowest: s
         outdir.mkdir(exist_ok=True)
         # `exit 0`: xargs stops everything at a command's exit 255 (ssh's "could not connect")
         (setup.workdir / "limit.sh").write_text(slowest + "\n")
-        remote = {SSH_TRUE: "true", LIMIT: f"sh -s < {setup.workdir}/limit.sh", FLOOR: f'sh -s < {scripts[FLOOR]}/"$1".sh',
+        remote = {SSH_TRUE: "true", LIMIT: f"sh -s < {setup.workdir}/limit.sh",
+                  FLOOR: f'sh -s < {scripts[FLOOR]}/"$1".sh',
                   PER_READING: f'sh -s < {scripts[PER_READING]}/"$1".sh'}
         for name, command in remote.items():
             if name in only:
@@ -377,7 +378,8 @@ def limits(got: dict) -> list | None:
         return None
     floors = got.get(FLOOR) or [{"node_cpu": 0.0}] * len(got[LIMIT])
     cores = os.cpu_count() or 1
-    return [{"wall": max(lim["wall"], floor["node_cpu"] / cores)} for lim, floor in zip(got[LIMIT], floors, strict=True)]
+    return [{"wall": max(lim["wall"], floor["node_cpu"] / cores)}
+            for lim, floor in zip(got[LIMIT], floors, strict=True)]
 
 
 def table(got: dict, nodes: int, dead: int) -> None:
