@@ -197,14 +197,10 @@ def _reader_words(index: int, spec) -> list:
     return [str(index), kind, spec.pattern if isinstance(spec, Glob) else spec.path]
 
 
-def _in_flight_word(in_flight) -> str:
+def _in_flight_word(in_flight: int) -> str:
     """The reader's ``-jN``: how many readings it runs at once (k3doctor/remote/node_reader.py Commands),
-    bounded as the inventory bounds it (a caller's odd value is clamped, never passed on)."""
-    try:
-        number = int(in_flight)
-    except (TypeError, ValueError, OverflowError):
-        number = READS_IN_FLIGHT
-    return f"-j{min(max(number, 1), MAX_READS_IN_FLIGHT)}"
+    clamped as the inventory bounds it, as every time value is clamped again at the runtime (deadline.py)."""
+    return f"-j{min(max(int(in_flight), 1), MAX_READS_IN_FLIGHT)}"
 
 
 def _filler(nonce: str, cap_bytes: int, command_timeout_s: float):
