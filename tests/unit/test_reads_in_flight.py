@@ -238,3 +238,4 @@ def test_the_container_reader_gets_the_bound_too():
     cmd, _, _ = node_script._exec_script(members, "n0nce", 30, 1 << 20, node_script._filler("n0nce", 1 << 20, 30),
                                          in_flight=3)
     assert "-j3" in cmd and cmd.index("-j3") == cmd.index("n0nce") + 4
+    assert (node_script._in_flight_word(0), node_script._in_flight_word(99)) == ("-j1", "-j16")  # clamped again
