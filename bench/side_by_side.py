@@ -4,6 +4,7 @@
     sudo python3 bench/side_by_side.py --rig                      # the simulated 4-node rack (sshd + dockerd)
     sudo python3 bench/side_by_side.py --light 64 --dead 10       # 64 light nodes (sshd only), and 10 % dead
     sudo python3 bench/side_by_side.py --light 256 --only floor,k3doctor --runs 3
+    sudo python3 bench/side_by_side.py --rig --profile real-node    # GPU tools at real-node time (§31.5)
 
 The reads are those k3doctor itself takes: one `k3doctor check --save-readings` before the rounds, each node's
 saved readings made into plain scripts by bench/fair_floor.py. The contenders, run in turn (interleaved,
@@ -15,18 +16,25 @@ rotated each round, after one warm-up round), ``--parallel`` nodes at a time (xa
 - ``per-reading``: the older floor, kept as an extra column: one plain command per reading (a ``cat`` per
   file, a ``docker exec`` per container reading), in one ``ssh NODE sh -s`` per node.
 - ``ssh-true``: a bare ``ssh NODE true``: what the connections alone cost.
+- ``limit``: per node ONE ``ssh NODE CMD`` running only its slowest single read (timed once on the first node
+  before the rounds): the physical limit of a passive check where reads overlap (reference §31.5). The
+  ``vs limit`` column divides by max(that round's ``limit``, the CPU the fair floor's reads took on the nodes
+  that round / this machine's cores): with many light nodes on few cores, the CPU term binds.
 - ``ansible``: ``ansible all -m shell -a SCRIPT -f PARALLEL`` with the fair floor's script (needs ``ansible-core``).
 - ``k3doctor``: ``k3doctor check --nodes INVENTORY --format json --parallel PARALLEL``, CLI start to exit.
 
-With ``--dead P`` each contender also runs on an inventory where P % of the nodes are dead (half refuse,
-half blackholed), suffix ``+dead``. Printed per contender: wall seconds min/median/max, the median ratio to
+``--profile real-node`` makes the rig's GPU tools take real-node time (k3rig/latency.py: amd-smi 0.8 s a
+call, ``amd-smi static`` 1.5 s, rocm-smi 0.5 s, each query under the node's lock); ``zero`` (default) answers
+at once, as the suite does. With ``--dead P`` each contender also runs on an inventory where P % of the
+nodes are dead (half refuse, half blackholed), suffix ``+dead``. Printed per contender: wall seconds min/median/max, the median ratio to
 the fair floor, to the per-reading floor and to ``ssh true`` (per round, pairing the runs of one round), peak
 RSS of the contender's largest process, its own CPU seconds (this side), and the CPU seconds the nodes spent
 per node (sshd sessions and everything they ran; on the rig also the node's dockerd/containerd). Light nodes
 share this machine's cores: their wall time is the total node-side work. Then k3doctor's run by phase
 (``K3DOCTOR_PHASES``: CLI start to the first connection, the last node's readings, every judge done, exit),
 and with ``--processes`` the processes and programs each contender starts per node (one more run each,
-counted by the kernel: bench/node_processes.py). ``--before DIR`` adds the k3doctor of another source tree
+counted by the kernel: bench/node_processes.py). ``--in-flight N`` adds this tree's k3doctor with
+``ssh.reads_in_flight: N`` as ``k3doctor-jN``. ``--before DIR`` adds the k3doctor of another source tree
 (e.g. ``git worktree add DIR BASE``) as ``k3doctor-before``, interleaved like the rest. Asserts nothing:
 speed targets live here, not in timed tests.
 """
@@ -53,6 +61,9 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from fair_floor import fair_script, plain_per_reading, saved_specs  # noqa: E402
 from node_processes import NodeProcesses  # noqa: E402
+
+from k3doctor.readings import Command  # noqa: E402
+from k3doctor.shell import join  # noqa: E402
 
 
 class Setup:
@@ -117,6 +128,21 @@ class Setup:
 FLOOR = "floor"  # the fair floor: one plain script per node doing exactly k3doctor's reads there
 PER_READING = "per-reading"  # the older floor: one plain command per reading
 SSH_TRUE = "ssh-true"  # a bare `ssh NODE true`: what one connection costs
+LIMIT = "limit"  # per node only its slowest single read, over one ssh: the physical limit
+
+
+def slowest_read(setup: Setup, specs: list) -> tuple[str, float]:
+    """(the shell line, seconds) of the slowest host command among ``specs``, each timed once on the first node
+    (files, globs and the engine's reads take milliseconds there; the GPU tools are what a node waits for)."""
+    lines = [join(s.argv) for s in dict.fromkeys(specs) if type(s) is Command]
+    timing = "".join(f"s=$(date +%s%N); {line} >/dev/null 2>&1; echo $(( $(date +%s%N) - s ))\n" for line in lines)
+    name, host, port = setup.ssh[0]
+    run = subprocess.run(["ssh", "-o", "BatchMode=yes", "-o", f"UserKnownHostsFile={setup.known_hosts}", "-i",
+                          str(setup.identity), "-p", str(port), f"root@{host}", "sh -s"], input=timing,
+                         capture_output=True, text=True, timeout=600, check=True)
+    took = [int(ns) / 1e9 for ns in run.stdout.split()]
+    at = max(range(len(lines)), key=took.__getitem__)
+    return lines[at], took[at]
 
 
 def write_scripts(setup: Setup, saved: Path) -> dict:
@@ -134,7 +160,7 @@ def write_scripts(setup: Setup, saved: Path) -> dict:
     return folders
 
 
-def contenders(setup: Setup, scripts: dict, parallel: int, only: set) -> dict:
+def contenders(setup: Setup, scripts: dict, parallel: int, only: set, slowest: str) -> dict:
     """name -> argv (no shell on this side but where a pipe needs one)."""
     out = {}
     ssh_opts = (f"-o BatchMode=yes -o StrictHostKeyChecking=yes -o UserKnownHostsFile={setup.known_hosts} "
@@ -145,7 +171,9 @@ def contenders(setup: Setup, scripts: dict, parallel: int, only: set) -> dict:
         outdir = setup.workdir / "out"
         outdir.mkdir(exist_ok=True)
         # `exit 0`: xargs stops everything at a command's exit 255 (ssh's "could not connect")
-        remote = {SSH_TRUE: "true", FLOOR: f'sh -s < {scripts[FLOOR]}/"$1".sh',
+        (setup.workdir / "limit.sh").write_text(slowest + "\n")
+        remote = {SSH_TRUE: "true", LIMIT: f"sh -s < {setup.workdir}/limit.sh",
+                  FLOOR: f'sh -s < {scripts[FLOOR]}/"$1".sh',
                   PER_READING: f'sh -s < {scripts[PER_READING]}/"$1".sh'}
         for name, command in remote.items():
             if name in only:
@@ -174,6 +202,16 @@ def contenders(setup: Setup, scripts: dict, parallel: int, only: set) -> dict:
                 out[name + suffix] = [sys.executable, "-m", "k3doctor.cli", "check", "--nodes", str(inventory),
                                       "--format", "json", "--parallel", str(parallel),
                                       "-o", str(outdir / f"{name}{suffix}.json")]
+        for bound in setup.args.in_flight:  # this tree's k3doctor with ssh.reads_in_flight set
+            if "k3doctor" in only:
+                name = f"k3doctor-j{bound}{suffix}"
+                inv = yaml.safe_load(inventory.read_text())
+                inv.setdefault("ssh", {})["reads_in_flight"] = bound
+                (setup.workdir / f"{name}.yaml").write_text(yaml.safe_dump(inv, sort_keys=False))
+                setup.trees[name] = setup.args.k3doctor_tree
+                out[name] = [sys.executable, "-m", "k3doctor.cli", "check", "--nodes",
+                             str(setup.workdir / f"{name}.yaml"), "--format", "json", "--parallel", str(parallel),
+                             "-o", str(outdir / f"{name}.json")]
     return out
 
 
@@ -271,7 +309,10 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=1, help="rounds not counted, first")
     parser.add_argument("--parallel", type=int, default=64)
-    parser.add_argument("--only", default=f"{SSH_TRUE},{FLOOR},{PER_READING},ansible,k3doctor")
+    parser.add_argument("--only", default=f"{SSH_TRUE},{LIMIT},{FLOOR},{PER_READING},ansible,k3doctor")
+    parser.add_argument("--in-flight", type=int, action="append", default=[], metavar="N",
+                        help="also run this tree's k3doctor with ssh.reads_in_flight N, as `k3doctor-jN` (repeatable)")
+    parser.add_argument("--profile", default="zero", help="the GPU tools' time: zero, or real-node (k3rig.latency)")
     parser.add_argument("--json", type=Path, help="also write every run's figures here")
     parser.add_argument("--k3doctor-tree", type=Path, default=REPO, metavar="DIR",
                         help="run the k3doctor of this source tree (e.g. a worktree of an older revision)")
@@ -285,14 +326,19 @@ def main() -> None:
                PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # the Python contenders run as installed: with their bytecode
     with tempfile.TemporaryDirectory(prefix="k3bench-", dir="/tmp") as tmp, Setup(args, Path(tmp)) as setup:
+        from k3rig import latency
+
+        latency.apply(latency.trees(setup.rack), args.profile)
         saved = save_readings(setup, env, args.parallel)
         scripts = write_scripts(setup, saved)
-        runs = contenders(setup, scripts, args.parallel, set(args.only.split(",")))
+        first = next(iter(saved_specs(str(saved)).values()))
+        slowest, took = slowest_read(setup, first)
+        runs = contenders(setup, scripts, args.parallel, set(args.only.split(",")), slowest)
         nodes = len(setup.ssh)
-        readings = len(next(iter(saved_specs(str(saved)).values())))
         print(f"nodes: {nodes} ({'rig' if args.rig else 'light'}), dead: {len(setup.dead)}, readings per node: "
-              f"{readings}, parallel {args.parallel}, runs {args.runs} + {args.warmup} warm-up, load before: "
-              f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
+              f"{len(first)}, profile {args.profile}, slowest read `{slowest}` {took:.2f} s, parallel "
+              f"{args.parallel}, runs {args.runs} + {args.warmup} warm-up, k3doctor's reads in flight: the default, "
+              f"load before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
         got = {name: [] for name in runs}
         names = list(runs)
         for round_ in range(args.warmup + args.runs):
@@ -325,13 +371,30 @@ def _ratio(runs: list, baseline: list | None) -> str:
     return f"{statistics.median(r['wall'] / b['wall'] for r, b in zip(runs, baseline, strict=True)):.2f}x"
 
 
+def limits(got: dict) -> list | None:
+    """Per round, the physical limit: max(the slowest single read over one ssh, the CPU the fair floor's reads
+    took on the nodes / this machine's cores), as {"wall": seconds}; None without a ``limit`` contender."""
+    if LIMIT not in got:
+        return None
+    floors = got.get(FLOOR) or [{"node_cpu": 0.0}] * len(got[LIMIT])
+    cores = os.cpu_count() or 1
+    return [{"wall": max(lim["wall"], floor["node_cpu"] / cores)}
+            for lim, floor in zip(got[LIMIT], floors, strict=True)]
+
+
 def table(got: dict, nodes: int, dead: int) -> None:
-    print("\n| contender | wall s min / median / max | vs fair floor | vs per-reading floor | vs ssh true | peak MB "
-          "| own CPU s | node CPU s per node |\n|---|---|---|---|---|---|---|---|")
+    limit = limits(got)
+    if limit:
+        rounds = " ".join(f"{x['wall']:.2f}" for x in limit)
+        print(f"\nphysical limit per round (s): {rounds} (median "
+              f"{statistics.median(x['wall'] for x in limit):.2f}; {os.cpu_count()} cores here)")
+    print("\n| contender | wall s min / median / max | vs limit | vs fair floor | vs per-reading floor | vs ssh true "
+          "| peak MB | own CPU s | node CPU s per node |\n|---|---|---|---|---|---|---|---|---|")
     for name, runs in got.items():
         walls = [r["wall"] for r in runs]
         suffix = "+dead" if name.endswith("+dead") else ""
-        ratios = [_ratio(runs, got.get(base + suffix) or got.get(base)) for base in (FLOOR, PER_READING, SSH_TRUE)]
+        ratios = [_ratio(runs, limit if not suffix else None)]
+        ratios += [_ratio(runs, got.get(base + suffix) or got.get(base)) for base in (FLOOR, PER_READING, SSH_TRUE)]
         alive = nodes - (dead if suffix else 0)
         cpu = statistics.median(r["node_cpu"] for r in runs) / max(alive, 1)
         print(f"| {name} | {min(walls):.2f} / {statistics.median(walls):.2f} / {max(walls):.2f} | {' | '.join(ratios)} "

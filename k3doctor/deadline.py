@@ -14,6 +14,11 @@ MAX_MAGNITUDE = 2 ** 63  # no count, size or port beyond what an int64 holds
 MAX_GPUS_PER_NODE = 64  # a node of any vendor holds 8 today (gfx1250 racks: 4); 64 leaves room, 10**7 is a typo
 MAX_SECONDS = 86400.0  # a day: no run waits longer for anything (a bigger value is a typo or `.inf`)
 MIN_SECONDS = 0.1
+# A node's readings in flight at once (ssh.reads_in_flight): its slow GPU tools overlap (reference §31.5: a
+# node's time is its slowest read, not the sum); 1 takes them one after another. Four: a node's slow tools
+# are amd-smi's few calls and rocm-smi, and each in flight is one more process on a node that may be busy.
+READS_IN_FLIGHT = 4
+MAX_READS_IN_FLIGHT = 16
 
 
 def seconds(value, default: float) -> float:

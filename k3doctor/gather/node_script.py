@@ -14,7 +14,7 @@ import threading
 from collections.abc import Iterable
 from pathlib import Path
 
-from k3doctor.deadline import Deadline, seconds
+from k3doctor.deadline import MAX_READS_IN_FLIGHT, READS_IN_FLIGHT, Deadline, seconds
 from k3doctor.gather.engine_reads import SharedEngine, gather_container, gather_docker, gather_engine_fact, gather_exec
 from k3doctor.readings import (
     OUTPUT_CAP_BYTES,
@@ -132,13 +132,14 @@ CONTAINER_EXEC_MARGIN_S = 5.0  # past the readings' own timeouts (each + its KIL
 
 
 def _exec_script(members: list, nonce: str, command_timeout_s: float, cap_bytes: int, fill,
-                 python: str = NODE_PYTHON) -> tuple:
+                 python: str = NODE_PYTHON, in_flight: int = READS_IN_FLIGHT) -> tuple:
     """(command, its stdin, bound in seconds) of the one exec that takes every (index, InContainer) of one
     container (k3doctor/gather/engine_reads.py runs it through the API). Its output is those readings' frames,
     capped as a whole at the cap, so each reading gets its share of it (stdout and stderr alike); a cut-off or
     stopped exec can only lose readings, never run one reading's frame into another's (see
     _in_container_readings). The stdin is the reader's source (python3 reads it; the shell, without python3,
-    leaves it unread)."""
+    leaves it unread). The reader runs ``in_flight`` of them at once; its bound stays the sum of their times
+    (what the shell, one after another, may take)."""
     timeouts = [seconds(spec.timeout_s or command_timeout_s, 30.0) for _, spec in members]
     inner = sum(t + KILL_AFTER_S for t in timeouts) + CONTAINER_EXEC_MARGIN_S
     share = max(1, (cap_bytes - FRAME_HEAD_BYTES * len(members)) // (2 * len(members)))
@@ -146,7 +147,7 @@ def _exec_script(members: list, nonce: str, command_timeout_s: float, cap_bytes:
                .replace("{blocks}", str(share // FSIZE_BLOCK + 1)))
     body = fill(own_cap) + "".join(f"run {i} {t:g} {join(spec.inner)}\n"
                                    for (i, spec), t in zip(members, timeouts, strict=True))
-    words = [nonce, str(share), f"{command_timeout_s:g}", f"{KILL_AFTER_S:g}"]
+    words = [nonce, str(share), f"{command_timeout_s:g}", f"{KILL_AFTER_S:g}", _in_flight_word(in_flight)]
     words += [w for (i, spec), t in zip(members, timeouts, strict=True)
               for w in _reader_words(i, Command(spec.inner, t))]
     wrapper = (_IN_CONTAINER_WRAPPER.replace("{kill_after}", f"{KILL_AFTER_S:g}").replace("{total}", f"{inner:g}")
@@ -196,6 +197,12 @@ def _reader_words(index: int, spec) -> list:
     return [str(index), kind, spec.pattern if isinstance(spec, Glob) else spec.path]
 
 
+def _in_flight_word(in_flight: int) -> str:
+    """The reader's ``-jN``: how many readings it runs at once (k3doctor/remote/node_reader.py Commands),
+    clamped as the inventory bounds it, as every time value is clamped again at the runtime (deadline.py)."""
+    return f"-j{min(max(int(in_flight), 1), MAX_READS_IN_FLIGHT)}"
+
+
 def _filler(nonce: str, cap_bytes: int, command_timeout_s: float):
     """The scripts' placeholders, filled in."""
     def fill(text: str) -> str:
@@ -207,15 +214,16 @@ def _filler(nonce: str, cap_bytes: int, command_timeout_s: float):
 
 
 def build_script(specs: list, nonce: str, command_timeout_s: float, cap_bytes: int,
-                 python: str = NODE_PYTHON, deadline_s: float = 120.0) -> str:
-    """The node's gather script: every reading in one reader process (k3doctor/remote/node_reader.py) where the
-    node has ``python``, else one by one in the shell; in the order given."""
+                 python: str = NODE_PYTHON, deadline_s: float = 120.0, in_flight: int = READS_IN_FLIGHT) -> str:
+    """The node's gather script: every reading in one reader process (k3doctor/remote/node_reader.py), up to
+    ``in_flight`` of them at once, where the node has ``python``; else one by one in the shell (a node without
+    python3 is rare: its readings stay one after another). Framed in the order given, either way."""
     command_timeout_s = seconds(command_timeout_s, 30.0)
     fill = _filler(nonce, cap_bytes, command_timeout_s)
     steps = _steps(specs, command_timeout_s)
     if not steps:
         return fill(_PRELUDE)
-    words = [nonce, str(cap_bytes), f"{command_timeout_s:g}", f"{KILL_AFTER_S:g}"]
+    words = [nonce, str(cap_bytes), f"{command_timeout_s:g}", f"{KILL_AFTER_S:g}", _in_flight_word(in_flight)]
     words += [word for index, spec in steps for word in _reader_words(index, spec)]
     reader = join([python, "-I", "-S", "-c", NODE_READER, *words])
     one_by_one = "\n".join(_shell_step(index, spec) for index, spec in steps)
@@ -296,7 +304,7 @@ def _reading(spec, frames: list, why_missing: str):
 
 
 def _in_container_readings(engine, specs: list, *, command_timeout_s: float, cap_bytes: int,
-                           deadline: Deadline, extra: list = ()) -> dict:
+                           deadline: Deadline, extra: list = (), in_flight: int = READS_IN_FLIGHT) -> dict:
     """spec -> reading of every InContainer in ``specs``: one exec a container, through the engine. Each
     reading is the frame the container's shell wrote for it (complete ones only). A reading it never framed,
     when the exec itself failed (no such container, not running) or ran out of time, reads as that exec's
@@ -311,7 +319,7 @@ def _in_container_readings(engine, specs: list, *, command_timeout_s: float, cap
         more = [(len(specs) + i, spec) for i, spec in along.get(container, []) if spec not in specs]
         cap = cap_bytes * (len(members) + len(more)) // len(members)
         members = members + more
-        cmd, stdin, bound = _exec_script(members, nonce, command_timeout_s, cap, fill)
+        cmd, stdin, bound = _exec_script(members, nonce, command_timeout_s, cap, fill, in_flight=in_flight)
         outcome = gather_exec(engine, container, cmd, bound, cap, deadline, stdin=stdin)
         if isinstance(outcome, Unavailable):
             got.update({spec: outcome for _, spec in members})
@@ -333,13 +341,13 @@ def _describe(spec) -> str:
 
 
 def gather_shell(transport, specs: list, *, command_timeout_s: float, deadline_s: float,
-                 cap_bytes: int = OUTPUT_CAP_BYTES) -> dict:
+                 cap_bytes: int = OUTPUT_CAP_BYTES, in_flight: int = READS_IN_FLIGHT) -> dict:
     """spec -> reading for every File/Exists/Glob/Command spec, in one remote ``sh -s``."""
     if not specs:
         return {}
     nonce = secrets.token_hex(8)
     deadline_s = seconds(deadline_s, 120.0)
-    script = build_script(specs, nonce, command_timeout_s, cap_bytes, deadline_s=deadline_s)
+    script = build_script(specs, nonce, command_timeout_s, cap_bytes, deadline_s=deadline_s, in_flight=in_flight)
     result = transport.run_bytes("sh -s", timeout_s=deadline_s, stdin=script.encode())
     frames = parse_frames(result.stdout, nonce)
     if result.timed_out:
@@ -352,7 +360,8 @@ def gather_shell(transport, specs: list, *, command_timeout_s: float, deadline_s
     return {spec: _reading(spec, frames.get(i, []), why) for i, spec in enumerate(specs)}
 
 
-def gather_with_facts(transport, facts: dict, *, command_timeout_s: float, deadline: Deadline) -> dict:
+def gather_with_facts(transport, facts: dict, *, command_timeout_s: float, deadline: Deadline,
+                      in_flight: int = READS_IN_FLIGHT) -> dict:
     """spec -> reading of each EngineFactCommand, given ``facts`` (spec -> its fact, or Unavailable, which is
     then the reading): the commands run with their fact as the last argument, all of them in one remote
     script on the node's connection (gather_shell: each under its timeout, output capped, nothing left
@@ -367,7 +376,7 @@ def gather_with_facts(transport, facts: dict, *, command_timeout_s: float, deadl
                       for spec in commands}
     try:
         read = gather_shell(transport, list(dict.fromkeys(commands.values())), command_timeout_s=command_timeout_s,
-                            deadline_s=deadline.remaining())
+                            deadline_s=deadline.remaining(), in_flight=in_flight)
     except TransportError as exc:
         read = {command: Unavailable(str(exc)) for command in commands.values()}
     if deadline.expired:  # named by the node's deadline, not by what was left of it when they started
@@ -377,11 +386,12 @@ def gather_with_facts(transport, facts: dict, *, command_timeout_s: float, deadl
     return got | {spec: read[command] for spec, command in commands.items()}
 
 
-def gather(transport, specs: Iterable, *, command_timeout_s: float, deadline_s: float) -> dict:
+def gather(transport, specs: Iterable, *, command_timeout_s: float, deadline_s: float,
+           in_flight: int = READS_IN_FLIGHT) -> dict:
     """All of a node's readings at once, within one node deadline (a slow engine does not eat the shell's
     budget, nor the reverse): the shell ones in one script; beside it, on one SDK client, the engine's
     readings, a container's exec, and the commands that need an engine fact (a script of their own, started
-    as soon as their facts are known)."""
+    as soon as their facts are known). Each script and exec runs ``in_flight`` of its readings at once."""
     deadline = Deadline(deadline_s)
     specs = list(dict.fromkeys(specs))  # de-duplicate, keep order
     engine_specs = [s for s in specs if isinstance(s, (Docker, ContainerInspect, EngineFactCommand, InContainer))]
@@ -402,11 +412,12 @@ def gather(transport, specs: Iterable, *, command_timeout_s: float, deadline_s: 
             if any(isinstance(spec, InContainer) for spec in engine_specs):
                 execs = start("exec", lambda: engine_got.update(_in_container_readings(
                     engine, engine_specs, command_timeout_s=command_timeout_s, cap_bytes=OUTPUT_CAP_BYTES,
-                    deadline=deadline, extra=list(dict.fromkeys(scripts.values())))))
+                    deadline=deadline, extra=list(dict.fromkeys(scripts.values())), in_flight=in_flight)))
             facts = {spec: gather_engine_fact(engine, spec, deadline) for spec in engine_specs
                      if isinstance(spec, EngineFactCommand)}
             if facts:
-                start("facts", lambda: engine_got.update(_with_facts(transport, facts, command_timeout_s, deadline)))
+                start("facts", lambda: engine_got.update(_with_facts(transport, facts, command_timeout_s, deadline,
+                                                                     in_flight)))
             # an inspect that waits for its launch script from the exec comes last: nothing waits behind it
             for spec in sorted(engine_specs, key=lambda spec: spec in scripts):
                 if isinstance(spec, Docker):
@@ -424,7 +435,7 @@ def gather(transport, specs: Iterable, *, command_timeout_s: float, deadline_s: 
     if engine_specs:
         reader.start()
     results = gather_shell(transport, [s for s in specs if s not in engine_specs],
-                           command_timeout_s=command_timeout_s, deadline_s=deadline.budget_s)
+                           command_timeout_s=command_timeout_s, deadline_s=deadline.budget_s, in_flight=in_flight)
     if engine_specs:  # ends at the deadline at the latest (its channels are closed then)
         reader.join(deadline.remaining() + 2 * DOCKER_STOP_MARGIN_S)
     for spec in engine_specs:
@@ -452,9 +463,10 @@ def launch_scripts_in_exec(engine_specs: list) -> dict:
             and spec.launch_script.startswith("/")}  # a relative one: the archive's meaning (from /), not cat's
 
 
-def _with_facts(transport, facts: dict, command_timeout_s: float, deadline: Deadline) -> dict:
+def _with_facts(transport, facts: dict, command_timeout_s: float, deadline: Deadline, in_flight: int) -> dict:
     """gather_with_facts, any failure read as those readings' own (ERROR), never the engine's."""
     try:
-        return gather_with_facts(transport, facts, command_timeout_s=command_timeout_s, deadline=deadline)
+        return gather_with_facts(transport, facts, command_timeout_s=command_timeout_s, deadline=deadline,
+                                 in_flight=in_flight)
     except Exception as exc:  # noqa: BLE001 -- whatever it was, those readings say it
         return {spec: Unavailable(f"{_describe(spec)} not run: {type(exc).__name__}: {exc}") for spec in facts}

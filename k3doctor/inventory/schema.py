@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from k3doctor.deadline import MAX_GPUS_PER_NODE, MAX_SECONDS
+from k3doctor.deadline import MAX_GPUS_PER_NODE, MAX_READS_IN_FLIGHT, MAX_SECONDS
 from k3doctor.inventory.types import STEPPINGS
 
 
@@ -103,7 +103,7 @@ CLUSTER_KEYS = {"name": _str, "platform": _platform, "recipe": _recipe_spec,
                 "launch_script": _launch_script, **SETTINGS_KEYS}
 SSH_KEYS = {"known_hosts": _str, "accept_unknown_hosts": _bool, "ssh_config": _str,
             "connect_timeout_s": _seconds, "command_timeout_s": _seconds, "node_deadline_s": _seconds,
-            "docker_socket": _socket_path}
+            "docker_socket": _socket_path, "reads_in_flight": _bounded(MAX_READS_IN_FLIGHT, "readings at once")}
 LOGIN_KEYS = {"port": _port, "user": _user, "identity_file": _str, "password_env": _env_name, "sudo": _bool,
               "transport": _transport}
 NODE_KEYS = {"name": node_name_rule, "host": host_rule, "data_ip": host_rule, **LOGIN_KEYS, **SETTINGS_KEYS}

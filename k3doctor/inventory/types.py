@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from k3doctor.deadline import READS_IN_FLIGHT
 from k3doctor.inventory.safeyaml import YAMLInputError
 
 STEPPINGS = ("A0", "B0")
@@ -35,6 +36,7 @@ class SSHSettings:
     connect_timeout_s: float = 10.0
     command_timeout_s: float = 30.0
     node_deadline_s: float = 120.0
+    reads_in_flight: int = READS_IN_FLIGHT  # a node's readings at once (k3doctor/remote/node_reader.py)
     docker_socket: str | None = None  # the nodes' engine socket; None: /var/run/docker.sock (docker's default)
 
 

@@ -125,7 +125,8 @@ class _Run:
         if self.interrupted.is_set():  # Ctrl-C came while this node was being set up
             transport.cancel()
         transport.connect()
-        return transport, gather(transport, wanted, command_timeout_s=self.command_timeout, deadline_s=self.deadline)
+        return transport, gather(transport, wanted, command_timeout_s=self.command_timeout, deadline_s=self.deadline,
+                                 in_flight=self.inv.ssh.reads_in_flight)
 
     def judge_node(self, node: Node, transport, got: dict, specs_by_check: dict) -> list:
         """One node's node and GPU checks (prerequisites first), its baseline records; results in check order."""

@@ -11,11 +11,12 @@ A command runs as it does in the shell: stdin /dev/null, its output written to s
 the start: nothing is left behind) that it cannot grow past the cap (``RLIMIT_FSIZE``, the shell's ``ulimit
 -f``), in a process group of its own that is TERMed at its timeout (exit 124), KILLed ``kill_after`` later
 (137) and KILLed whole when it ends, so nothing it started outlives it. A TERM, HUP or INT to the reader (the
-script's stop at the node deadline or on Ctrl-C) or a client gone (a write to a closed pipe) KILLs the
-command in flight with its group, then ends the reader.
+script's stop at the node deadline or on Ctrl-C) or a client gone (a write to a closed pipe) KILLs every
+command in flight with its group, then ends the reader. Up to IN_FLIGHT readings run at once (Commands): the
+files and globs one after another, the commands beside them, the frames in the records' order.
 
-Run as ``python3 -c SOURCE NONCE CAP READ_TIMEOUT KILL_AFTER RECORD...`` (in a container ``-c`` reads SOURCE
-from stdin), a RECORD being ``INDEX F PATH``
+Run as ``python3 -c SOURCE NONCE CAP READ_TIMEOUT KILL_AFTER [-jIN_FLIGHT] RECORD...`` (in a container ``-c``
+reads SOURCE from stdin; no ``-j``: 1, one reading after another), a RECORD being ``INDEX F PATH``
 (a file), ``INDEX G PATTERN`` (a glob), ``INDEX E PATH`` (exists) or ``INDEX C TIMEOUT N ARG1..ARGN`` (a
 command). Written for any python3 a node may have (3.6 on): standard library only, and what came after
 3.6 (posix_spawn, set_wakeup_fd's warn_on_full_buffer) only with a fallback.
@@ -25,6 +26,7 @@ import errno
 import os
 import resource
 import sys
+import time
 
 FSIZE_BLOCK = 512  # the shell's `ulimit -f` unit: the cap is enforced in whole blocks, one past it
 STOPS = (_signal.SIGTERM, _signal.SIGHUP, _signal.SIGINT)
@@ -79,7 +81,8 @@ def _bounded(call, seconds):
 def _listen(on_stop):
     """Handlers for the alarm and the stops, and the pipe where the signals' numbers arrive. SIGCHLD
     back to its default: ignored (as an ignored signal passes through exec), a wait would never see a
-    command's exit."""
+    command's exit; and blocked, so that each exit stays pending until Commands takes it (a command starts
+    with no signal blocked)."""
     _ARRIVED[0], told = os.pipe()
     for end in (_ARRIVED[0], told):
         os.set_blocking(end, False)
@@ -88,6 +91,7 @@ def _listen(on_stop):
     except TypeError:  # python 3.6; a byte arrives at most per stop and per late alarm: it never fills
         _signal.set_wakeup_fd(told)
     _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
+    _signal.pthread_sigmask(_signal.SIG_BLOCK, (_signal.SIGCHLD,))
     _signal.signal(_signal.SIGALRM, _alarm)
     _ON_STOP[0] = on_stop
     for sig in STOPS:
@@ -280,71 +284,120 @@ def _fork_exec(argv, out, err):
     return pid
 
 
-def _wait(pid, seconds):
-    """The child's exit status, or None if it still runs after ``seconds`` (SIGALRM ends the wait: no polling,
-    and no delay past its exit)."""
-    try:
-        status = _bounded(lambda: os.waitpid(pid, 0)[1], seconds)
-        if status is not TIMED_OUT:
-            return _exit_status(status)
-        done, status = os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:  # reaped by the wait the alarm then cut short: it ended at its time
-        return 124
-    return _exit_status(status) if done else None
+class _Job:
+    """One command: its scratch files, and once started its pid (its group's id), what it waits for next
+    (``due``: its timeout, then its KILL), and once ended its exit status as a shell reports it."""
+
+    __slots__ = ("argv", "timeout", "out", "err", "pid", "due", "termed", "status", "failure")
+
+    def __init__(self, argv, timeout):
+        self.argv, self.timeout = argv, timeout
+        self.out = self.err = self.pid = self.due = self.status = self.failure = None
+        self.termed = False
 
 
 class Commands:
-    """Runs commands one at a time. A stop signal is held while a command starts; then it KILLs the command in
-    flight with its group and ends the reader, in the handler itself: a stop that unwound the stack first
-    could be cut short by the next (`timeout` passes a TERM on to the reader as well as its group)."""
+    """Runs a node's commands, up to ``in_flight`` readings at once (k3doctor/gather/node_script.py's
+    ``reads_in_flight``, reference §31.5: a node's time is otherwise the *sum* of its slow GPU tools). The
+    frames still go out in the records' order, so commands only start *ahead* of their turn: while the reader
+    reads a file (itself one reading in flight) up to ``in_flight - 1`` of the next commands run, while it
+    waits for a command up to ``in_flight``; 1 is the old order, one reading after another. A command ahead
+    writes to scratch files of its own and is read back at its turn, so its output costs no memory meanwhile.
 
-    def __init__(self, cap, kill_after):
-        self.cap, self.kill_after, self.child = cap, kill_after, None
-        self.out, self.err = _scratch(), _scratch()
+    Exits are awaited with SIGCHLD blocked and taken by ``sigtimedwait`` (no handler, so no race between a
+    wait an alarm cut short and the status it reaped); each command's timeout and KILL are its own. A stop
+    signal is held while a command starts; then it KILLs every command in flight with its group and ends the
+    reader, in the handler itself: a stop that unwound the stack first could be cut short by the next
+    (`timeout` passes a TERM on to the reader as well as its group)."""
 
-    def run(self, argv, timeout):
-        """(rc, total stdout bytes, stdout up to the cap, stderr up to the cap), as the shell's ``emit``."""
-        for fd in (self.out, self.err):
+    def __init__(self, cap, kill_after, in_flight, commands):
+        self.cap, self.kill_after, self.in_flight = cap, kill_after, max(1, in_flight)
+        self.queue, self.next = commands, 0  # [(position, _Job)] in the records' order; the next to start
+        self.started, self.running, self.spare = {}, {}, []  # position -> job not yet taken; pid -> job
+        self.spare.append((_scratch(), _scratch()))  # no writable scratch place: the reader says so at once
+
+    def ahead(self, reading_files):
+        """Start the next commands while a slot is free (one slot is the file being read, if one is)."""
+        while self.next < len(self.queue) and len(self.running) < self.in_flight - reading_files:
+            position, job = self.queue[self.next]
+            self.next += 1
+            self._start(job)
+            self.started[position] = job
+
+    def take(self, position):
+        """(rc, total stdout bytes, stdout up to the cap, stderr up to the cap) of the command at ``position``
+        (the next command in the records' order), as the shell's ``emit``: started now if it is not yet."""
+        if position not in self.started:  # every command before it was taken: none runs
+            self.ahead(False)
+        job = self.started.pop(position)
+        while job.status is None:
+            self._advance()
+            self.ahead(False)
+        if job.failure is not None:
+            result = job.status, 0, b"", job.failure
+        else:
+            result = job.status, os.fstat(job.out).st_size, self._head(job.out), self._head(job.err)
+        self.spare.append((job.out, job.err))
+        return result
+
+    def _start(self, job):
+        job.out, job.err = self.spare.pop() if self.spare else (_scratch(), _scratch())
+        for fd in (job.out, job.err):
             os.ftruncate(fd, 0)
             os.lseek(fd, 0, os.SEEK_SET)
         _signal.pthread_sigmask(_signal.SIG_BLOCK, STOPS)
         try:
-            self.child = _spawn(argv, self.out, self.err)
+            job.pid = _spawn(job.argv, job.out, job.err)
         except OSError as exc:  # as `timeout` says it: 127 not found, 126 found but not runnable
-            _signal.pthread_sigmask(_signal.SIG_UNBLOCK, STOPS)  # a stop that came meanwhile ends it here
-            rc = 127 if exc.errno == errno.ENOENT else 126
-            return rc, 0, b"", f"k3doctor: failed to run command {argv[0]!r}: {exc.strerror}\n".encode()
-        try:
-            _signal.pthread_sigmask(_signal.SIG_UNBLOCK, STOPS)
-            status = _wait(self.child, timeout)
-            if status is None:  # TERM, and CONT for a stopped command to see it, as `timeout` does
-                _kill_group(self.child, _signal.SIGTERM)
-                _kill_group(self.child, _signal.SIGCONT)
-                status = 124 if _wait(self.child, self.kill_after) is not None else None
-                if status is None:
-                    _kill_group(self.child, _signal.SIGKILL)
-                    os.waitpid(self.child, 0)
-                    status = 137
+            job.status = 127 if exc.errno == errno.ENOENT else 126
+            job.failure = f"k3doctor: failed to run command {job.argv[0]!r}: {exc.strerror}\n".encode()
+        else:
+            job.due = time.monotonic() + job.timeout
+            self.running[job.pid] = job
         finally:
-            self.reap()
-        total = os.fstat(self.out).st_size
-        return status, total, self._head(self.out), self._head(self.err)
+            _signal.pthread_sigmask(_signal.SIG_UNBLOCK, STOPS)  # a stop that came meanwhile ends it here
+
+    def _advance(self):
+        """Take every exit there is, act on every time that came (TERM and CONT at a command's timeout, as
+        `timeout` does; KILL ``kill_after`` later), else sleep until the next exit or time."""
+        moved = False
+        for job in list(self.running.values()):
+            done, status = os.waitpid(job.pid, os.WNOHANG)
+            if done:  # ended by its TERM: 124 whatever it answered it with, as under `timeout`
+                self._ended(job, 124 if job.termed else _exit_status(status))
+                moved = True
+        now = time.monotonic()
+        for job in list(self.running.values()):
+            if job.due > now:
+                continue
+            moved = True
+            if not job.termed:
+                _kill_group(job.pid, _signal.SIGTERM)
+                _kill_group(job.pid, _signal.SIGCONT)
+                job.termed, job.due = True, now + self.kill_after
+            else:
+                _kill_group(job.pid, _signal.SIGKILL)
+                os.waitpid(job.pid, 0)
+                self._ended(job, 137)
+        if not moved and self.running:
+            wait = min(job.due for job in self.running.values()) - now
+            _signal.sigtimedwait((_signal.SIGCHLD,), max(wait, 0.001))
+
+    def _ended(self, job, status):
+        """KILL whatever of the command's group is left (a child that escaped the TERM, a daemon it left, or
+        what is left of it when the command ended at its timeout), then count it ended."""
+        _kill_group(job.pid, _signal.SIGKILL)
+        job.status = status
+        del self.running[job.pid]
 
     def on_stop(self, signum, frame):
-        if self.child is not None:
-            _kill_group(self.child, _signal.SIGKILL)
+        for pid in list(self.running):
+            _kill_group(pid, _signal.SIGKILL)
         os._exit(143)
 
     def _head(self, fd):
         os.lseek(fd, 0, os.SEEK_SET)
         return read_fd(fd, self.cap)
-
-    def reap(self):
-        """KILL whatever of the command's group is left: a child that escaped the TERM, a daemon it left,
-        or what is left of it when the command ended at its timeout."""
-        if self.child is not None:
-            _kill_group(self.child, _signal.SIGKILL)
-            self.child = None
 
 
 def _records(words):
@@ -363,8 +416,11 @@ def _records(words):
 
 def main(argv):
     nonce, cap, read_timeout, kill_after = argv[0], int(argv[1]), float(argv[2]), float(argv[3])
+    in_flight, words = (int(argv[4][2:]), argv[5:]) if argv[4:5] and argv[4].startswith("-j") else (1, argv[4:])
+    records = list(_records(words))
     try:
-        commands = Commands(cap, kill_after)
+        commands = Commands(cap, kill_after, in_flight, [(at, _Job(what[1], what[0]))
+                                                         for at, (_, kind, what) in enumerate(records) if kind == "C"])
     except OSError:  # as the shell's scratch directory says it (k3doctor/gather/node_script.py)
         sys.stderr.write("k3doctor: no writable temporary directory (read-only root file system?)\n")
         sys.exit(97)
@@ -374,11 +430,14 @@ def main(argv):
     resource.setrlimit(resource.RLIMIT_FSIZE, (limit if hard == resource.RLIM_INFINITY else min(limit, hard), hard))
     out = sys.stdout.buffer
     try:
-        for index, kind, what in _records(argv[4:]):
+        for at, (index, kind, what) in enumerate(records):
             if kind == "C":
-                rc, total, data, err = commands.run(what[1], what[0])
+                rc, total, data, err = commands.take(at)
                 out.write(_frame(nonce, index, rc, total, data, err, b""))
-            elif kind == "E":
+                out.flush()
+                continue
+            commands.ahead(True)
+            if kind == "E":
                 out.write(_frame(nonce, index, 0 if os.path.exists(what) else "M", 0, b"", b"", b""))
             else:
                 pattern = os.fsencode(what)
@@ -389,8 +448,8 @@ def main(argv):
                 if kind == "G":
                     out.write(_frame(nonce, index, "END", 0, b"", b"", b""))
             out.flush()
-    except BrokenPipeError:  # the client is gone: no command is in flight between readings
-        os._exit(143)
+    except BrokenPipeError:  # the client is gone: the commands ahead are stopped with the reader
+        commands.on_stop(_signal.SIGPIPE, None)
 
 
 if __name__ == "__main__":
