@@ -216,10 +216,12 @@ def contenders(setup: Setup, scripts: dict, parallel: int, only: set, slowest: s
 
 
 def save_readings(setup: Setup, env: dict, parallel: int) -> Path:
-    """One `k3doctor check --save-readings` of the live nodes: the reads the floors are made from."""
+    """One `k3doctor check --save-readings` of the live nodes: the reads the floors are made from, with the
+    nodes' real names and addresses (--keep-identifiers), which the floors log in to."""
     saved = setup.workdir / "saved-readings.json"
     subprocess.run([sys.executable, "-m", "k3doctor.cli", "check", "--nodes", str(setup.inventories[""]), "-q",
-                    "--parallel", str(parallel), "--save-readings", str(saved)], stdout=subprocess.DEVNULL,
+                    "--parallel", str(parallel), "--save-readings", str(saved),
+                    "--keep-identifiers"], stdout=subprocess.DEVNULL,
                    env=env, cwd=REPO, check=False)
     if not saved.exists():
         sys.exit("bench: k3doctor saved no readings (see above)")

@@ -42,10 +42,10 @@ esac
 
 
 def saved_readings(tmp: Path, specs: list) -> Path:
-    """A --save-readings file whose one node took ``specs``."""
+    """A --save-readings --keep-identifiers file (as the bench saves one) whose one node took ``specs``."""
     report = SimpleNamespace(readings={"n1": {s: Unavailable("not needed here") for s in specs}}, unreachable={})
     path = tmp / "saved.json"
-    path.write_text(snapshot.dump(report, "nodes:\n- {name: n1, host: n1}\n"))
+    path.write_text(snapshot.dump(report, "nodes:\n- {name: n1, host: n1}\n", keep_identifiers=True))  # as the bench
     return path
 
 
