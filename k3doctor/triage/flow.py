@@ -85,13 +85,15 @@ def run_triage(inv, *, named: bool, logs_dir=None, paths=None, stepping=None, ta
 
 
 def write_bundle(path: str, triage: Triage, inv_text: str, report_json: str) -> None:
-    """The logs, stacks, layout and kernel readings of a triage in one ``.tar.gz``, to judge again offline."""
+    """The logs, stacks, layout and kernel readings of a triage in one ``.tar.gz``, to judge again offline. The
+    kernel readings keep the nodes' own names (the layout, the logs and the report in the bundle name them too,
+    secrets redacted): judged again, a finding is on the node the on-call engineer saw it on."""
     lay = triage.layout
     manifest = {"layout": {"nodes": list(lay.nodes), "per_node": lay.per_node, "stepping": lay.stepping,
                            "board_gib": lay.board_gib},
                 "now": triage.now, "problems": triage.problems, "duration_s": triage.report.duration_s}
     bundles.write(path, texts=triage.texts, dumps=triage.dumps, manifest=manifest, report_json=report_json,
-                  readings=snapshot.dump(triage.kernel, inv_text) if triage.kernel else None)
+                  readings=snapshot.dump(triage.kernel, inv_text, keep_identifiers=True) if triage.kernel else None)
 
 
 def judge_bundle(path: str) -> tuple:
