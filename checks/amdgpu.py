@@ -26,8 +26,6 @@ from k3doctor.model.kernel_log import DMESG, KernelLog, is_amdgpu_load
 from k3doctor.parsers.amdsmi import parse_static_vram
 
 PARAMS = "/sys/module/amdgpu/parameters"
-REQUIRED = dict(platforms.get(platforms.DEFAULT).amdgpu_load_params)  # read on every platform, required per platform
-TUNED = {"mtype_local": "0", "noretry": "1"}
 IFOE = "/sys/module/ifoe"
 VERSION = "/sys/module/amdgpu/version"  # only the DKMS (out-of-tree) driver has it (§29, ollama/ollama #3425)
 _RELOAD_NOTE = """They are load-time parameters: only an unload/reload changes them, and reloading
@@ -92,11 +90,23 @@ OOMs the smaller ones. Replace the odd node with one of the majority's board typ
 """)
 
 
-@check("amdgpu-driver", title="/dev/kfd present, amdgpu loaded with gpu_recovery=0 halt_if_hws_hang=1 after ifoe",
+def _params_of(platform) -> tuple:
+    """The amdgpu parameters the platform's file names (load-time ones, then those of a tuned tray)."""
+    return tuple(dict(platform.amdgpu_load_params)) + tuple(dict(platform.amdgpu_tuned_params))
+
+
+def _driver_reads(settings) -> dict:
+    """The parameter files of the declared platform only (k3doctor/platforms/*.yaml): a platform with a
+    parameter of its own is read and judged on it, one without reads none."""
+    return {"kfd": Exists("/dev/kfd"), "ifoe": Exists(IFOE), "dmesg": DMESG, "version": File(VERSION),
+            **{p: File(f"{PARAMS}/{p}") for p in _params_of(platforms.get(settings.platform))}}
+
+
+@check("amdgpu-driver", title="/dev/kfd present, amdgpu loaded with the platform's load parameters (after ifoe "
+       "where the platform runs UALink over Ethernet)",
        scope="node", remediation=(AMDGPU_PARAMS, NO_KFD, IFOE_MISSING, UNTUNED),
        params={"require_tuned": False}, blocking=NO_KFD,  # without the driver no GPU can be read (§5)
-       reads={"kfd": Exists("/dev/kfd"), "ifoe": Exists(IFOE), "dmesg": DMESG, "version": File(VERSION),
-              **{p: File(f"{PARAMS}/{p}") for p in (*REQUIRED, *TUNED)}})
+       reads=_driver_reads)
 def amdgpu_driver(r, ctx):
     """§5: without the bring-up parameters a HWS hang resets the GPU and the run dies with an
     empty log; without ifoe there is no UALink; untuned trays are ~13% slower."""
@@ -104,7 +114,7 @@ def amdgpu_driver(r, ctx):
         return fail("/dev/kfd does not exist: amdgpu is not loaded", remediation=NO_KFD,
                     evidence={"/dev/kfd": "missing"})
     platform = platforms.get(ctx.settings.platform)
-    found = {p: r[p].text() if r[p].exists else None for p in (*REQUIRED, *TUNED)}
+    found = {p: r[p].text() if r[p].exists else None for p in _params_of(platform)}
     evidence = {f"{PARAMS}/{p}": v if v is not None else "missing" for p, v in found.items()}
     verdicts = []
     wrong = [f"{p}={evidence[f'{PARAMS}/{p}']} (need {want})" for p, want in platform.amdgpu_load_params
@@ -113,17 +123,20 @@ def amdgpu_driver(r, ctx):
         verdicts.append(fail("amdgpu loaded with " + ", ".join(wrong) + "; these are load-time parameters and "
                              "a reload retrains the UALink links (§5, §6)",
                              remediation=AMDGPU_PARAMS, evidence=evidence))
-    if not platform.ifoe:  # an XGMI node (§30): /dev/kfd is what the driver check asks there
-        return verdicts or [passed(f"/dev/kfd present (platform {platform.name}: no bring-up load parameters, no "
-                                   "ifoe)", evidence=evidence)]
-    ifoe_verdicts, ifoe_note = _ifoe_state(r, evidence)
-    verdicts += ifoe_verdicts
-    tuned, tuned_note = _tuned_state(found)
-    if not tuned and ctx.param("require_tuned"):
-        verdicts.append(warn(tuned_note, remediation=UNTUNED, evidence=evidence))
+    loaded = " ".join(f"{p}={v}" for p, v in platform.amdgpu_load_params) or "no load parameters required"
+    said = f"/dev/kfd present, {loaded}"
+    if platform.ifoe:
+        ifoe_verdicts, ifoe_note = _ifoe_state(r, evidence)
+        verdicts += ifoe_verdicts
+        said += f", {ifoe_note}"
+    if platform.amdgpu_tuned_params:
+        tuned, tuned_note = _tuned_state(found, dict(platform.amdgpu_tuned_params))
+        if not tuned and ctx.param("require_tuned"):
+            verdicts.append(warn(tuned_note, remediation=UNTUNED, evidence=evidence))
+        said += f"; {tuned_note}"
     if not verdicts:
-        verdicts.append(passed(f"/dev/kfd present, gpu_recovery=0 halt_if_hws_hang=1, {ifoe_note}; {tuned_note}; "
-                               f"{driver_build(r.get('version'))}", evidence=evidence))
+        verdicts.append(passed(f"{said}; {driver_build(r.get('version'))}; platform {platform.name}",
+                               evidence=evidence))
     return verdicts
 
 
@@ -135,15 +148,17 @@ def driver_build(reading) -> str:
     return f"INFO: in-tree amdgpu (no {VERSION}, which only the DKMS driver has; not a missing driver, §29)"
 
 
-def _tuned_state(found: dict) -> tuple:
-    """(tuned?, one line saying so) from mtype_local/noretry (§5: tuned tray reads 0 and 1)."""
-    if all(found[p] == want for p, want in TUNED.items()):
-        return True, "tuned (mtype_local=0 noretry=1)"
-    values = ", ".join(f"{p}={found[p] if found[p] is not None else 'missing'}" for p in TUNED)
-    if any(found[p] == "-1" for p in TUNED):
+def _tuned_state(found: dict, tuned: dict) -> tuple:
+    """(tuned?, one line saying so) from the platform's tuned parameters (§5: a tuned gfx1250 tray reads
+    mtype_local=0 noretry=1)."""
+    want = " ".join(f"{p}={v}" for p, v in tuned.items())
+    if all(found[p] == v for p, v in tuned.items()):
+        return True, f"tuned ({want})"
+    values = ", ".join(f"{p}={found[p] if found[p] is not None else 'missing'}" for p in tuned)
+    if any(found[p] == "-1" for p in tuned):
         return False, (f"not tuned: {values} - perf_setup ran after amdgpu was already loaded, its modprobe "
                        "was a no-op (§5)")
-    return False, f"not tuned: {values} (a perf_setup-loaded tray reads mtype_local=0 noretry=1, §5)"
+    return False, f"not tuned: {values} (a perf_setup-loaded tray reads {want}, §5)"
 
 
 def _ifoe_state(r, evidence: dict) -> tuple:

@@ -11,7 +11,7 @@ reboot; §29): without it RCCL warns of instability or hangs on MI300X/MI355X. T
 """)
 
 
-@check("iommu-pt", title="iommu=pt on the kernel command line (MI300-class nodes)", scope="node",
+@check("iommu-pt", title="iommu=pt on the kernel command line", scope="node",
        remediation=(IOMMU_PT,), reads={"cmdline": File("/proc/cmdline")})
 def iommu_pt(r, ctx):
     """§29: RCCL's own warning names the missing word; a node without it may hang collectives."""

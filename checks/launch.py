@@ -28,12 +28,15 @@ from k3doctor.api import (
     fail,
     passed,
     remediation,
+    skip,
     warn,
 )
 from k3doctor.model import ifnames, network
 from k3doctor.model.container import ROCJITSU_PREFIX, ContainerView, launch_options, parse_rank_envs, rank_envs
+from k3doctor import platforms
 from k3doctor.model.peers import majority
 from k3doctor.rules import launch as launch_rules
+from k3doctor.rules import recipe_launch
 from k3doctor.rules.launch import (
     ARGS,
     DEPRECATED,
@@ -90,7 +93,13 @@ names are not read - only their presence is compared; look at them on the node).
 """)
 
 
+def _wide_ep(settings) -> bool:
+    return platforms.get(settings.platform).wide_ep_launch
+
+
 def _reads(settings) -> dict:
+    if not _wide_ep(settings):  # the launch is the recipe's alone (§30), read from wherever the server is
+        return recipe_launch.reads(settings) if settings.recipe else {}
     keep = kept_names(settings.param, settings)
     return {"container": ContainerInspect(settings.container, keep=tuple(keep),
                                           launch_script=settings.param("launch_script") or None),
@@ -354,7 +363,8 @@ def _flag_value(value) -> str:
 
 @check(CHECK, title="container env, run options, launch command and ports as validated; alike on every node",
        scope="cluster", reads=_reads, params=PARAMS,
-       remediation=(ENV, PAIR, INERT, LOG_LEVEL, TRIO, IFNAME, RUN_OPTIONS, PORTS, ARGS, DRIFT, CONTAINER))
+       remediation=(ENV, PAIR, INERT, LOG_LEVEL, TRIO, IFNAME, RUN_OPTIONS, PORTS, ARGS, DRIFT, CONTAINER,
+                    *recipe_launch.CODES))
 def launch_config(per_node, ctx):
     """§13, §16-§18, §2: the validated environment (per profile), pairs, deprecated and inert variables,
     the A0 translation trio, the data-plane interface, run options, free ports, and one launch command
@@ -364,6 +374,9 @@ def launch_config(per_node, ctx):
     for place, node in enumerate(nodes):
         def p(name, node=node):
             return node.settings.param(ctx.check, name)
+        if not _wide_ep(node.settings):
+            verdicts += _recipe_only(per_node[node.name], node)
+            continue
         try:
             mine, facts[node.name] = judge_node(per_node[node.name], node, place == 0, p)
         except (ReadingUnavailable, ParseError, ValueError) as exc:
@@ -383,6 +396,19 @@ def launch_config(per_node, ctx):
         odd = {v.node for v in drift}
         verdicts = [v for v in verdicts if not (v.status == Status.PASS and (v.node in odd or None in odd))]
     return verdicts + drift
+
+
+def _recipe_only(r, node) -> list:
+    """A platform whose launch is the recipe's alone (§30): the recipe judgement (rules/recipe_launch.py)."""
+    if not node.settings.recipe:
+        return [skip("no cluster.recipe: the launch has no recipe point to be judged against", node=node.name)]
+    try:
+        verdicts = recipe_launch.judge(r, node.settings)
+    except (ReadingUnavailable, ParseError, ValueError) as exc:
+        verdicts = [error(f"could not judge the launch against the recipe: {exc}")]
+    for v in verdicts:
+        v.node = node.name
+    return verdicts
 
 
 def _summary(node, p, r) -> str:

@@ -1,59 +1,96 @@
-"""What the node really is (reference §29, §30): the gfx target its GPUs report in the KFD topology
-(`gfx_target_version` 120500 gfx1250, 90500 gfx950 = MI355X, 90402 gfx942), against the inventory's
-`cluster.platform`. Never from the render-node count (a gfx1250 tray shows 32 render nodes for 4 GPUs)."""
+"""What the node really is (reference §29, §30, §31.4): the gfx target its GPUs report in the KFD topology
+(`gfx_target_version`) and, where the platform file lists `device_ids`, their PCI device id (one gfx target can
+be several products: MI300A and MI300X both report 90402, their device ids differ), against the inventory's
+`cluster.platform`; and the gfx targets the inventory's recipe runs on (a recipe whose kernels are for another
+target fails at launch, §31.3). Every number comes from k3doctor/platforms/*.yaml. Never from the render-node
+count (a partitioned GPU shows several render nodes, §29)."""
 from __future__ import annotations
 
 import re
 
-from k3doctor import platforms
+from k3doctor import platforms, recipes
 from k3doctor.api import Glob, ParseError, check, error, fail, passed, remediation
 
 TOPOLOGY = "/sys/class/kfd/kfd/topology/nodes/*/properties"
 _NODE = re.compile(r"/nodes/([0-9]+)/properties$")
 
 PLATFORM_MISMATCH = remediation("PLATFORM-MISMATCH", "the node is not the platform the inventory declares", """
-The inventory's `cluster.platform` decides which checks, recipes and numbers apply (gfx1250: 4 GPUs,
-UALink; mi355x: 8 GPUs, XGMI, TP8). The node's GPUs report another gfx target in
-/sys/class/kfd/kfd/topology/nodes/*/properties (gfx_target_version). Point the inventory at the right
-nodes, or set `cluster.platform` to what they are (k3doctor/platforms/*.yaml lists each platform's
-gfx_target_version); an environment file of one platform reused on another also sets a wrong
-HSA_OVERRIDE_GFX_VERSION (§29: a Memory access fault on address (nil)).
+The inventory's `cluster.platform` decides which checks, recipes and numbers apply (GPUs per node, fabric,
+partitions: `k3doctor list --platform NAME`). The node's GPUs report another gfx target or device id in
+/sys/class/kfd/kfd/topology/nodes/*/properties (gfx_target_version, device_id). Point the inventory at the
+right nodes, or set `cluster.platform` to what they are (k3doctor/platforms/*.yaml lists each platform's
+gfx_target_version and device ids); an environment file of one platform reused on another also sets a wrong
+HSA_OVERRIDE_GFX_VERSION (§29: a Memory access fault on address (nil)), and a recipe whose kernels are for
+the declared target dies at launch on another (§31.3: `mla_gluon requires gfx950 (CDNA4), got gfx942`):
+choose a recipe for the nodes' target too.
 """)
 
 
-def gfx_targets(topology: dict) -> dict:
-    """KFD topology node -> gfx_target_version, GPU nodes only (CPU nodes report 0)."""
+def kfd_gpus(topology: dict) -> dict:
+    """KFD topology node -> (gfx_target_version, device_id or None), GPU nodes only (CPU nodes report 0)."""
     out = {}
     for path, reading in topology.items():
         match = _NODE.search(path)
         if not match or not reading.exists:
             continue
         fields = dict(line.split(None, 1) for line in reading.text().splitlines() if len(line.split(None, 1)) == 2)
-        value = fields.get("gfx_target_version")
+        value, device = fields.get("gfx_target_version"), fields.get("device_id")
         if value is None or not value.strip().isdigit():
             raise ParseError(f"{path}: no numeric gfx_target_version line")
+        if device is not None and not device.strip().isdigit():
+            raise ParseError(f"{path}: device_id {device.strip()[:20]!r} is not a number")
         if int(value) != 0:
-            out[int(match.group(1))] = int(value)
+            out[int(match.group(1))] = (int(value), int(device) if device is not None else None)
     return dict(sorted(out.items()))
 
 
-@check("gpu-platform", title="the GPUs' KFD gfx_target_version is the declared platform's (gfx1250 / MI355X)",
-       scope="node", remediation=(PLATFORM_MISMATCH,), needs=("amdgpu-driver",), reads={"topology": Glob(TOPOLOGY)})
+def _known(what: str, platforms_found: list) -> str:
+    return f"{what} ({', '.join(p.name for p in platforms_found)})" if platforms_found else \
+        f"{what} (not a platform k3doctor knows)"
+
+
+@check("gpu-platform", title="the GPUs' KFD gfx_target_version and device id are the declared platform's",
+       scope="node", remediation=(PLATFORM_MISMATCH,), needs=("amdgpu-driver",),
+       reads={"topology": Glob(TOPOLOGY)})
 def gpu_platform(r, ctx):
-    """§29, §30: a declared platform that disagrees with the node is a FAIL that says what the node is."""
+    """§29, §30, §31.4: a declared platform that disagrees with the node is one FAIL that says what the node is,
+    and names the recipe's gfx targets beside the node's where the recipe cannot run there (§31.3)."""
     declared = platforms.get(ctx.settings.platform)
-    targets = gfx_targets(r["topology"])
-    if not targets:
+    gpus = kfd_gpus(r["topology"])
+    if not gpus:
         return [error(f"no GPU in the KFD topology ({TOPOLOGY}): the node's platform could not be read")]
-    wrong = {node: v for node, v in targets.items() if v != declared.gfx_target_version}
-    evidence = {"gfx_target_version": {f"KFD node {n}": v for n, v in targets.items()},
+    evidence = {"gfx_target_version": {f"KFD node {n}": v for n, (v, _) in gpus.items()},
                 "declared": f"{declared.name} ({declared.gfx_target_version})"}
+    wrong = {node: v for node, (v, _) in gpus.items() if v != declared.gfx_target_version}
     if wrong:
-        seen = sorted(set(wrong.values()))
-        named = ", ".join(f"{v} ({p.name})" if (p := platforms.by_gfx_target(v)) else f"{v} (not a platform "
-                          "k3doctor knows)" for v in seen)
+        named = ", ".join(_known(str(v), platforms.by_gfx_target(v)) for v in sorted(set(wrong.values())))
         return [fail(f"KFD node(s) {', '.join(map(str, wrong))} report gfx_target_version {named}; the inventory "
-                     f"declares platform {declared.name} ({declared.gfx} = {declared.gfx_target_version}) (§29, §30)",
-                     evidence=evidence)]
-    return [passed(f"{len(targets)} GPU(s) report gfx_target_version {declared.gfx_target_version} ({declared.gfx}), "
-                   f"platform {declared.name} as declared", evidence=evidence)]
+                     f"declares platform {declared.name} ({declared.gfx} = {declared.gfx_target_version}) (§29, §30)"
+                     + _recipe_note(ctx, set(wrong.values())), evidence=evidence)]
+    verdicts = []
+    if declared.device_ids:
+        evidence["device_id"] = {f"KFD node {n}": f"{d:#06x}" if d is not None else "missing"
+                                 for n, (_, d) in gpus.items()}
+        odd = {node: d for node, (_, d) in gpus.items() if d not in declared.device_ids}
+        if odd:
+            named = ", ".join(_known(f"{d:#06x}" if d is not None else "no device_id", platforms.by_device_id(d))
+                              for d in sorted(set(odd.values()), key=str))
+            verdicts.append(fail(f"KFD node(s) {', '.join(map(str, odd))} report device id {named}; platform "
+                                 f"{declared.name} is {', '.join(f'{d:#06x}' for d in sorted(declared.device_ids))} "
+                                 "(one gfx target, several products: §31.4)", evidence=evidence))
+    device = f" and a {declared.name} device id" if declared.device_ids else ""
+    return verdicts or [passed(f"{len(gpus)} GPU(s) report gfx_target_version {declared.gfx_target_version} "
+                               f"({declared.gfx}){device}, platform {declared.name} as declared", evidence=evidence)]
+
+
+def _recipe_note(ctx, versions: set) -> str:
+    """"; recipe R runs on gfx950 only, these GPUs are gfx942" where the inventory's recipe (validated when the
+    inventory was read) cannot run on the targets the node reports."""
+    if not ctx.settings.recipe:
+        return ""
+    recipe = recipes.load(ctx.settings.recipe)
+    found = sorted({p.gfx for v in versions for p in platforms.by_gfx_target(v)})
+    if not found or set(found) & set(recipe.gfx):
+        return ""
+    return (f"; recipe {recipe.name} runs on {' / '.join(recipe.gfx)} only, these GPUs are {' / '.join(found)}: "
+            "its kernels fail at launch (§31.3)")

@@ -1,4 +1,5 @@
-"""XGMI between the 8 GPUs of an MI355X node (reference §30): fully connected, one hop, every link up.
+"""XGMI between the GPUs of a node whose platform file says `fabric: xgmi` (reference §30, §31.4): fully connected,
+one hop, every link up.
 
 Read from `amd-smi xgmi` (parser: k3doctor.parsers.xgmi): its XGMI LINK STATUS table gives each GPU pair's
 link state from both ends, its LINK METRIC TABLE each GPU's link type and trained bit rate. Judged per GPU
@@ -20,7 +21,7 @@ from k3doctor.api import Command, Param, check, error, fail, passed, remediation
 from k3doctor.parsers.xgmi import NO_XGMI_RATES, gbps, parse_xgmi
 
 DOWN = remediation("XGMI-LINK-DOWN", "an XGMI link between two GPUs of the node is down", """
-The 8 GPUs of an MI355X node are fully connected by XGMI, one hop, and TP8 spans all of them (§30): a pair
+The GPUs of an XGMI node are fully connected by XGMI, one hop, and TP8 spans all of them (§30, §31.4): a pair
 that is down (a D at either end of `amd-smi xgmi`'s XGMI LINK STATUS, U/D included, only X, no link to
 the other GPU, or a GPU with no XGMI at all) blocks the launch. Keep the node out of the serving pool; look
 in dmesg for a line with `xgmi` and `link error` and confirm with `rocm-smi --showtopoaccess` (any `False` is a GPU link
@@ -33,8 +34,8 @@ A degraded XGMI pair (seen from one end only, or a GPU whose links trained at a 
 node's other GPUs) still carries traffic, so nothing fails outright (a WARN), but the
 TP8 collectives of that node cross it (§30). Compare `amd-smi xgmi` with the node's other GPUs and its
 last healthy reading, reboot the node and read it again; a pair that stays degraded is a hardware fault
-for the vendor. The minimum bit rate is a site setting (`xgmi-links.min_bit_rate_gbps`): no MI355X value
-is documented here.
+for the vendor. The minimum bit rate is a site setting (`xgmi-links.min_bit_rate_gbps`): the reference
+documents no value for any platform.
 """)
 
 
@@ -90,11 +91,12 @@ def _gpu_findings(report, minimum: float) -> list:
     return out + _port_findings(report)
 
 
-@check("xgmi-links", title="every XGMI link between the node's GPUs up, none degraded (MI355X)", scope="node",
+@check("xgmi-links", title="every XGMI link between the node's GPUs up, none degraded", scope="node",
        remediation=(DOWN, DEGRADED), needs=("gpu-inventory",), reads=_reads,
        params={"min_bit_rate_gbps": Param(0, minimum=0)})
 def xgmi_links(r, ctx):
-    """§30: the 8 GPUs are fully connected, one hop; a D in the pair table, or no XGMI, is a BLOCK."""
+    """§30, §31.4: the node's GPUs (gpus_per_node) are fully connected, one hop; a D in the pair table, or no
+    XGMI, is a BLOCK."""
     report = parse_xgmi(r["xgmi"].output())
     want = ctx.settings.gpus_per_node
     if len(report.gpus) != want:

@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # PIP_BREAK_SYSTEM_PACKAGES: on a Debian 12 whose python3 is the system one (PEP 668) install anyway.
 export DEBIAN_FRONTEND=noninteractive PIP_ROOT_USER_ACTION=ignore PIP_BREAK_SYSTEM_PACKAGES=1
-need=(openssh-server docker.io busybox-static iproute2 procps util-linux python3-pip sudo openssl)
+need=(openssh-server docker.io busybox-static iproute2 procps util-linux python3-pip sudo openssl bubblewrap)
 missing=()
 for pkg in "${need[@]}"; do dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg"); done
 if [ ${#missing[@]} -gt 0 ]; then

@@ -10,15 +10,21 @@ from k3doctor.registry import REGISTRY, load_rule_tables, rule_rows, rule_table_
 
 @click.command("list")
 @click.option("-v", "--verbose", is_flag=True, help="Also show each check's parameters and defaults.")
-def list_cmd(verbose):
+@click.option("--platform", "platform", type=click.Choice(platforms.names()), default=None,
+              help="Only the checks that run on this platform (k3doctor/platforms/*.yaml), after what the platform "
+                   "file says: gfx target, GPUs, HBM, fabric, partitions.")
+def list_cmd(verbose, platform):
     """List the registered checks."""
     from tabulate import tabulate
 
     load_plugins()
-    rows = [(c.name, c.scope, c.tier, c.interaction, c.title) for c in REGISTRY.ordered()]
+    checks = platforms.applicable(REGISTRY.ordered(), platform) if platform else REGISTRY.ordered()
+    if platform:
+        click.echo(platform_summary(platforms.get(platform)) + "\n")
+    rows = [(c.name, c.scope, c.tier, c.interaction, c.title) for c in checks]
     click.echo(tabulate(rows, headers=["check", "scope", "tier", "interaction", "what"]))
     if verbose:
-        for c in REGISTRY.ordered():
+        for c in checks:
             why = " ".join(c.doc.split("\n\n")[0].split()) if c.doc else c.title
             click.echo(f"\n{c.name}: {why}")
             click.echo(f"  remediation codes: {', '.join(c.remediations) or '-'}")
@@ -31,6 +37,23 @@ def list_cmd(verbose):
         click.echo("\nrule rows besides the checks (`k3doctor explain CODE`):")
         for row, code in rule_table_rows():
             click.echo(f"  {row}: {code or '-'}")
+
+
+def platform_summary(p) -> str:
+    """One platform's file in a line each: what `check` expects of its nodes there."""
+    ids = ", ".join(f"{d:#06x}" for d in sorted(p.device_ids)) or "not judged"
+    hbm = f"{p.hbm_gib_per_gpu} GiB" if p.hbm_gib_per_gpu else "from the inventory (hbm_gib_per_gpu)"
+    params = " ".join(f"{k}={v}" for k, v in p.amdgpu_load_params) or "none"
+    return "\n".join([
+        f"platform {p.name} ({p.path})",
+        f"  gfx target: {p.gfx} (KFD gfx_target_version {p.gfx_target_version}, HSA_OVERRIDE_GFX_VERSION "
+        f"{p.hsa_override_gfx_version}); device ids: {ids}",
+        f"  {p.gpus_per_node} GPUs per node, HBM per GPU {hbm}, fabric {p.fabric}"
+        + (", ifoe before amdgpu" if p.ifoe else ""),
+        f"  amdgpu load parameters: {params}; partitions for the engine: "
+        + ("/".join(p.tp_partition) if p.tp_partition else "any, alike on every GPU"),
+        f"  not run here: {', '.join(sorted(p.not_for_platform)) or '-'}; env rows off: "
+        f"{', '.join(sorted(p.env_rules_off)) or '-'}"])
 
 
 @click.command("explain")

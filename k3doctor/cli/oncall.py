@@ -5,6 +5,7 @@ import sys
 
 import click
 
+from k3doctor import platforms
 from k3doctor.cli.options import (
     Seconds,
     accept_unknown_hosts_option,
@@ -99,17 +100,21 @@ def gate_cmd(endpoint, model, chat_max_tokens, deadline, fmt, output, verbose):
     emit(report, STEPS, fmt, output, verbose)
 
 
-# The rack `demo` stands up per platform: (default scenario, nodes) - a gfx1250 wide-EP rack of 4 trays, or two
-# MI355X AgentX nodes (single-node TP8 each, reference §30).
-DEMO_RACKS = {"gfx1250": ("demo", 4), "mi355x": ("mi355x-demo", 2)}
+def demo_rack(platform: str, scenarios: list) -> tuple:
+    """(default scenario, nodes) of the rack `demo` stands up: a UALink platform's rack of 4 trays (wide EP
+    spans them, §4), or two single-node TP8 nodes of an XGMI platform (§30, §31.4); the platform's own
+    ``<platform>-demo`` scenario where the rig has one, else ``demo`` (UALink) or ``healthy``."""
+    ualink = platforms.get(platform).fabric == "ualink"
+    own = f"{platform}-demo"
+    return (own if own in scenarios else "demo" if ualink else "healthy"), (4 if ualink else 2)
 
 
 @click.command("demo")
-@click.option("--platform", type=click.Choice(sorted(DEMO_RACKS)), default="gfx1250", show_default=True,
-              help="Node kind of the simulated rack: gfx1250 trays or MI355X AgentX nodes.")
+@click.option("--platform", type=click.Choice(platforms.names()), default=platforms.DEFAULT, show_default=True,
+              help="Platform of the simulated rack's nodes (k3doctor/platforms/*.yaml).")
 @click.option("--scenario", default=None,
-              help="Fault scenario of the simulated rack (healthy shows READY TO LAUNCH) [default: demo, or "
-                   "mi355x-demo with --platform mi355x].")
+              help="Fault scenario of the simulated rack (healthy shows READY TO LAUNCH) [default: the platform's "
+                   "own demo scenario].")
 @click.option("--list-scenarios", is_flag=True, help="List the rig's scenarios and exit.")
 @click.option("-v", "--verbose", is_flag=True, help="Show evidence and passing results.")
 def demo_cmd(platform, scenario, list_scenarios, verbose):
@@ -129,7 +134,7 @@ def demo_cmd(platform, scenario, list_scenarios, verbose):
     if list_scenarios:
         click.echo("\n".join(scenario_names(platform)))
         return
-    default_scenario, nodes = DEMO_RACKS[platform]
+    default_scenario, nodes = demo_rack(platform, scenario_names(platform))
     scenario = scenario or default_scenario
     if scenario not in scenario_names(platform):
         raise click.UsageError(f"no scenario {scenario!r}; try --list-scenarios")

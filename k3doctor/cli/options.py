@@ -109,8 +109,15 @@ def shown(quiet=False):
 
 
 def load_plugins():
+    """The checks (built-in and plugins), then the platform files checked against them: a platform file with
+    an unknown key, a wrong type or a check name that does not exist is exit 3, file:line each."""
+    from k3doctor import platforms
+
     for problem in load_checks():
         click.echo(f"k3doctor: warning: {problem}", err=True)
+    problems = platforms.problems(REGISTRY)
+    if problems:
+        bad_input("invalid platform file:\n" + "\n".join(problems))
 
 
 def bad_input(message: str):

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from k3doctor.deadline import MAX_SECONDS
+from k3doctor.cli.options import Seconds
 
 EXIT_USAGE = 3
 
@@ -35,16 +35,18 @@ def list_cmd():
 @click.option("--concurrency", type=click.IntRange(1, 1_000_000), default=None, metavar="N",
               help="The recipe point to compare with (default: every point, and say which matches best).")
 @click.option("--script", type=click.Path(dir_okay=False), default=None, metavar="FILE",
-              help="A launch script to resolve. ITS SHELL CODE RUNS, locally under bash, in a scratch directory, "
-                   "with your environment (set what its harness sets, e.g. CONC=8) and bounded by --timeout; "
-                   "a few text tools (awk, sed, grep, bc, mkdir, ...) run for real, every other command (the "
-                   "model server, docker, srun, downloads, curl, aiperf) is recorded with its argv and "
-                   "environment instead of run. Commands named by an absolute path are not intercepted.")
+              help="A launch script to resolve. ITS SHELL CODE RUNS, under bash in a bubblewrap sandbox (`bwrap`: "
+                   "no network, this machine's files out of its reach, writes to a private scratch that vanishes, "
+                   "limits on processes, file size, CPU and memory, everything it started killed at the end), with "
+                   "your environment (set what its harness sets, e.g. CONC=8) and bounded by --timeout; a few text "
+                   "tools (coreutils, awk, sed, grep, bc, jq) run as themselves, every other program (the model "
+                   "server, docker, srun, downloads, curl, sleep, aiperf), by any name or path, is recorded with "
+                   "its argv and environment instead of run. Without bwrap: exit 3.")
 @click.option("--nodes", "inventory", default=None, metavar="INVENTORY|NODESET",
               help="Compare the model server running on each node (its argv and environment, read from the "
                    "process wherever it runs: Docker, Slurm/pyxis, bare; values of variables no rule names stay "
                    "on the node). Exit 2 where a node could not be read or runs no server.")
-@click.option("--timeout", type=click.FloatRange(0.1, MAX_SECONDS), default=30, show_default=True, metavar="S",
+@click.option("--timeout", type=Seconds(), default=30, show_default=True, metavar="S",
               help="The script is killed (its whole process group) after this long; with --nodes, each node's "
                    "read ends by then.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
@@ -52,8 +54,8 @@ def diff_cmd(recipe_spec, concurrency, script, inventory, timeout, fmt):
     """Every server flag and environment variable of a launch against a recipe point: each difference
     once (missing, extra, other value) with the recipe's why, no-ops and declared deviations listed as
     such, the arithmetic rules (DRAM per rank, staging chunks, acceptance length, ...) with their numbers.
-    Exit 0 identical (no-ops and deviations aside), 1 a difference that matters, 2 not read (--nodes),
-    3 bad input."""
+    Exit 0 identical (no-ops and deviations aside), 1 a difference that matters, 2 not read (--nodes: a
+    node; --script: a bound of the sandbox cut the script short), 3 bad input."""
     from k3doctor import recipes
     from k3doctor.recipes import diff as recipe_diff
 

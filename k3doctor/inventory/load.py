@@ -193,12 +193,10 @@ def _any(v):
 
 
 def _platform_defaults(raw: dict) -> Settings:
-    """What the declared platform implies unless the inventory says otherwise: GPUs per node, HBM per GPU."""
-    if raw.get("platform") in (None, "gfx1250"):
-        return Settings()  # every gfx1250 inventory reads exactly as before
+    """What the declared platform's file says unless the inventory says otherwise: GPUs per node, HBM per GPU."""
     from k3doctor import platforms
 
-    p = platforms.get(raw["platform"])
+    p = platforms.get(raw.get("platform") or platforms.DEFAULT)
     return Settings(platform=p.name, gpus_per_node=p.gpus_per_node, hbm_gib_per_gpu=p.hbm_gib_per_gpu)
 
 
@@ -214,7 +212,7 @@ def _check_recipe(v: _Validator, root, cluster: Settings, path: str) -> str | No
     """cluster.recipe read and validated now (its own problems as its file:line), cluster.concurrency one of
     its points (required when it has several), its platform the cluster's; the spec as the checks will load it
     (a file's absolute path)."""
-    from k3doctor import recipes
+    from k3doctor import platforms, recipes
 
     if not cluster.recipe:
         v.problems.append(f"{path}:{_cluster_line(root, 'concurrency')}: cluster.concurrency: needs cluster.recipe "
@@ -228,9 +226,12 @@ def _check_recipe(v: _Validator, root, cluster: Settings, path: str) -> str | No
         v.problems += [f"{path}:{line}: cluster.recipe: {problem}" if problem.startswith("no recipe") else problem
                        for problem in exc.problems]
         return None
-    if recipe.platform != cluster.platform:
-        v.problems.append(f"{path}:{_cluster_line(root, 'recipe')}: cluster.recipe: {recipe.name} is for platform "
-                          f"{recipe.platform}, the cluster is {cluster.platform} (set cluster.platform)")
+    gfx = platforms.get(cluster.platform).gfx
+    if gfx not in recipe.gfx:  # §31.3: a gfx950-only recipe on gfx942 dies at launch (vLLM #51964)
+        v.problems.append(f"{path}:{_cluster_line(root, 'recipe')}: cluster.recipe: {recipe.name} runs on "
+                          f"{' / '.join(recipe.gfx)} only (a {recipe.platform} recipe); platform {cluster.platform} "
+                          f"is {gfx}: its kernels fail there (§31.3) - choose a recipe for {gfx}, or set "
+                          "cluster.platform to what the nodes are")
     try:
         recipe.point(cluster.concurrency)
     except ValueError as exc:
@@ -249,7 +250,7 @@ def _merge_settings(base: Settings, raw: dict, cluster_name=None) -> Settings:
     for name, params in raw.get("checks", {}).items():
         checks.setdefault(name, {}).update(params)
     fields = {k: raw[k] for k in ("container", "image", "stepping", "hbm_gib_per_gpu", "gpus_per_node",
-                                  "platform", "recipe", "concurrency") if k in raw}
+                                  "platform", "recipe", "concurrency", "launch_script") if k in raw}
     skip = tuple(dict.fromkeys((*base.skip, *raw.get("skip", ()))))  # a node's own add to the cluster's
     return Settings(**{**base.__dict__, **fields, "tools": tools, "checks": checks, "skip": skip,
                        "cluster": cluster_name or base.cluster})

@@ -88,6 +88,11 @@ def _platform(v):
     return v in platforms.names(), f"one of {', '.join(platforms.names())} (k3doctor/platforms/*.yaml)"
 
 
+def _launch_script(v):
+    return (isinstance(v, str) and v.startswith("/") and v.strip() == v and not any(c in v for c in "\n\t\0"),
+            "the absolute path, on the nodes, of the script that starts the model server (one line)")
+
+
 def _recipe_spec(v):
     return (isinstance(v, str) and v.strip() == v and v != "" and "\n" not in v,
             "a built-in recipe's name or a recipe file's path (see `k3doctor recipe list`)")
@@ -95,7 +100,7 @@ def _recipe_spec(v):
 
 CLUSTER_KEYS = {"name": _str, "platform": _platform, "recipe": _recipe_spec,
                 "concurrency": _bounded(MAX_CONCURRENCY, "concurrent requests"),
-                **SETTINGS_KEYS}
+                "launch_script": _launch_script, **SETTINGS_KEYS}
 SSH_KEYS = {"known_hosts": _str, "accept_unknown_hosts": _bool, "ssh_config": _str,
             "connect_timeout_s": _seconds, "command_timeout_s": _seconds, "node_deadline_s": _seconds,
             "docker_socket": _socket_path}

@@ -51,6 +51,8 @@ class Settings:
     platform: str = "gfx1250"  # cluster.platform (reference §30: mi355x)
     recipe: str | None = None  # cluster.recipe: a built-in recipe's name or a recipe file's absolute path
     concurrency: int | None = None  # cluster.concurrency: the recipe point launched
+    # cluster.launch_script: the script on the nodes that starts the server, judged where nothing runs yet (§30)
+    launch_script: str | None = None
     tools: dict = field(default_factory=lambda: dict(DEFAULT_TOOLS))
     checks: dict = field(default_factory=dict)  # check name -> {param: value}
     skip: tuple = ()  # checks a site cannot run here (inventory `skip:`, the cluster's and the node's own)

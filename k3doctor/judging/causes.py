@@ -48,6 +48,8 @@ EXPLAINS = (
     Explains(_ENV_VERSIONED, _ENV_DRIFT, "node", same=("variable",)),
     Explains(_ENV_VERSIONED, _ENV_DRIFT, "cluster", same=("variable",)),
     Explains(("rack-free", ("RACK-ORPHANED-VRAM",)), ("peer-outliers", ("PEER-VRAM-OUTLIER",)), "gpu"),
+    # §25: the aggregate LMCache size handed to each rank is the cause; the host RAM it overcommits follows from it
+    Explains(("launch-config", ("RECIPE-DRAM-PER-RANK",)), ("launch-config", ("RECIPE-PINNED-HOST-MEMORY",)), "node"),
 )
 _COUNTS = (Status.FAIL, Status.WARN)  # what may step aside: a finding, never an ERROR (something unread)
 

@@ -58,6 +58,7 @@ class Recipe:
     deviations: dict  # name -> {"upstream": text, "why": text, "points": [conc] or None}
     host: dict
     golden_acceptance_length: dict  # draft tokens -> AL
+    gfx: tuple = ()  # the gfx targets its kernels run on (`gfx:`; default: its platform's, §31.3)
 
     @property
     def concurrencies(self) -> list:
@@ -125,7 +126,7 @@ def _platform(v):
 
 POINT_KEYS = {"concurrency": _conc, "env": ("map", _value), "args": ("map", _arg), "client_env": ("map", _value),
               "dram_utilization": _fraction}
-TOP_KEYS = {"recipe": _text, "aliases": _names, "platform": _platform, "image": _text, "source": _text,
+TOP_KEYS = {"recipe": _text, "aliases": _names, "platform": _platform, "gfx": _names, "image": _text, "source": _text,
             "extends": _text, "tuning": _names, "why": ("map", _text), "env": ("map", _value),
             "args": ("map", _arg), "client_env": ("map", _value), "points": "points", "noops": "noops",
             "deviations": "deviations", "host": ("map", _positive),
@@ -267,7 +268,15 @@ def _built(top: dict, path: str, base: Recipe | None, points: tuple) -> Recipe:
         deviations={**inherit.get("deviations", {}), **top.get("deviations", {})},
         host={**inherit.get("host", {}), **top.get("host", {})},
         golden_acceptance_length={int(k): float(v) for k, v in {
-            **inherit.get("golden_acceptance_length", {}), **top.get("golden_acceptance_length", {})}.items()})
+            **inherit.get("golden_acceptance_length", {}), **top.get("golden_acceptance_length", {})}.items()},
+        gfx=tuple(top.get("gfx") or inherit.get("gfx") or (_platform_gfx(top.get("platform")
+                                                                           or inherit.get("platform")),)))
+
+
+def _platform_gfx(name: str) -> str:
+    from k3doctor import platforms
+
+    return platforms.get(name).gfx
 
 
 def _common(base: Recipe | None, key: str) -> dict:

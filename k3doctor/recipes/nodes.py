@@ -1,97 +1,11 @@
-"""`k3doctor recipe diff --nodes`: the running model server, read on each node (reference §30: "resolve the
-server argv ... and the live env (/proc/<pid>/environ)"), wherever it runs - Docker, Slurm with pyxis/enroot,
-or bare - since it is read from the process itself.
-
-Only the values of variables the recipe or a rule names leave the node; the others come back as names
-(k3doctor.model.container.environ_filter). MemTotal and, for a drafter given as a repo id, whether its
-snapshot is in the server's HF cache (seen through /proc/<pid>/root) are read beside it for the rules.
+"""`k3doctor recipe diff --nodes`: the running model server, read on each node over the inventory's own
+connection (servers.py: the reading and its parse, shared with `check`'s launch-config), wherever it runs -
+Docker, Slurm with pyxis/enroot, or bare - since it is read from the process itself (reference §30).
 """
 from __future__ import annotations
 
-import shlex
-
-from k3doctor.model.container import environ_filter
 from k3doctor.readings import Command
-from k3doctor.recipes import diff as recipe_diff
-from k3doctor.recipes import rules
-
-# Variables the rules read besides the recipe's own (k3doctor/recipes/rules.py).
-RULE_NAMES = {"EVAL_ONLY", "HF_HUB_OFFLINE", "HF_HUB_CACHE", "HF_HOME", "HSA_OVERRIDE_GFX_VERSION",
-              "OFFLOAD_STATE_CPU_SIZE", "LMCACHE_MAX_LOCAL_CPU_SIZE", "OFFLOAD_STATE", "OFFLOAD_GPU_STAGING_CHUNKS",
-              "AITER_LOG_LEVEL"}
-_NEWLINE = "\x01"
-NOT_READ = "(set; value not read: no rule names it)"
-
-
-def kept_names(recipe) -> set:
-    return RULE_NAMES | {n for p in recipe.points for n in (*p.env, *p.client_env)} | \
-        {n for n in recipe.noops if not n.startswith("-")}
-
-
-def server_script(recipe) -> str:
-    """Shell run on the node: each model server process (its argv, its filtered environment, its HF cache's
-    drafter snapshots), then MemTotal."""
-    markers = "|".join(recipe_diff.SERVER_ENTRY_POINTS)
-    return (
-        "for d in /proc/[0-9]*; do "
-        'a=$(tr "\\000" " " < "$d/cmdline" 2>/dev/null) || continue; '
-        f'echo "$a" | grep -Eq {shlex.quote(markers)} || continue; '
-        'echo "$a" | grep -q "grep -Eq" && continue; '
-        'p=${d#/proc/}; echo "@server $p"; '
-        "tr '\\000\\n' '\\n\\001' < \"$d/cmdline\"; echo; echo '@env'; "
-        f'{environ_filter(kept_names(recipe), chr(34) + "$d/environ" + chr(34))}; '
-        "echo '@hfcache'; "
-        'c=$(tr "\\000" "\\n" < "$d/environ" | sed -n "s/^HF_HUB_CACHE=//p"); '
-        '[ -z "$c" ] && h=$(tr "\\000" "\\n" < "$d/environ" | sed -n "s/^HF_HOME=//p") && [ -n "$h" ] && c="$h/hub"; '
-        '[ -n "$c" ] && for m in "$d/root$c"/models--*; do '
-        '[ -d "$m/snapshots" ] && [ -n "$(ls -A "$m/snapshots" 2>/dev/null)" ] || continue; '
-        'ls "$m/blobs" 2>/dev/null | grep -q "\\.incomplete$" && continue; echo "${m##*/}"; done; '
-        "echo '@end'; done; "
-        "echo \"@meminfo $(sed -n 's/^MemTotal: *\\([0-9]*\\) kB/\\1/p' /proc/meminfo)\""
-    )
-
-
-def parse(text: str) -> tuple:
-    """([(pid, argv, env, hf_cache repo ids)], MemTotal bytes or None) from :func:`server_script`'s output."""
-    servers, mem_total, current, section = [], None, None, None
-    for line in text.split("\n"):
-        if line.startswith("@server "):
-            current = {"pid": int(line.split()[1]), "argv": [], "env": {}, "cache": set()}
-            servers.append(current)
-            section = "argv"
-        elif line == "@env":
-            section = "env"
-        elif line == "@hfcache":
-            section = "cache"
-        elif line == "@end":
-            section = None
-        elif line.startswith("@meminfo"):
-            value = line.split()[1:] and line.split()[1]
-            mem_total = int(value) * 1024 if value and value.isdigit() else None
-        elif current is not None and section == "argv" and line:
-            current["argv"].append(line.replace(_NEWLINE, "\n"))
-        elif current is not None and section == "env" and line:
-            name, eq, value = line.partition("=")
-            current["env"][name] = value.replace(_NEWLINE, "\n") if eq else NOT_READ
-        elif current is not None and section == "cache" and line.startswith("models--"):
-            current["cache"].add("/".join(line[len("models--"):].split("--", 1)))
-    return [(s["pid"], s["argv"], s["env"], s["cache"]) for s in servers], mem_total
-
-
-def resolved(recipe, argv: list, env: dict, cache: set, mem_total) -> recipe_diff.Resolved:
-    """A running server as the diff sees it. The variables it compares for `extra` are those of the families
-    the recipe configures (ATOM_*, AITER_*, LMCACHE_*, ...): the process also carries PATH, SLURM_* and
-    the like, which no recipe names."""
-    unwrapped = recipe_diff._unwrap(recipe_diff.Call(argv, {}), recipe_diff.SERVER_ENTRY_POINTS)
-    words = unwrapped[0] if unwrapped else []
-    families = {n.split("_", 1)[0] + "_" for n in kept_names(recipe) if "_" in n}
-    named = {n for p in recipe.points for n in p.env} | set(recipe.noops)
-    # what only the rules read (the HF cache the drafter is looked up in, EVAL_ONLY, ...) is judged by them,
-    # never an `extra` of the recipe
-    own = {n for n in env if n.startswith(tuple(families)) and (n in named or n not in RULE_NAMES)}
-    launch = rules.Launch(flags=recipe_diff.parse_args(words), env=env, mem_total_bytes=mem_total,
-                          hf_cache=cache if any(k.startswith(("HF_HUB_CACHE", "HF_HOME")) for k in env) else None)
-    return recipe_diff.Resolved(launch=launch, own_env=own, client_seen=False)
+from k3doctor.recipes.servers import NO_SERVER, parse, resolved, server_script  # noqa: F401 (resolved: tests)
 
 
 def read(inv, recipe, timeout_s: float) -> list:
@@ -113,8 +27,7 @@ def read(inv, recipe, timeout_s: float) -> list:
         finally:
             transport.close()
         if not servers:
-            out.append((node.name, None, "no model server process (" + " / ".join(recipe_diff.SERVER_ENTRY_POINTS)
-                        + ") runs on this node"))
+            out.append((node.name, None, NO_SERVER))
         for pid, argv, env, cache in servers:
             out.append((node.name, pid, resolved(recipe, argv, env, cache, mem_total)))
     return out

@@ -21,7 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--scenario", default="healthy", help="name (see 'scenarios') or path of a YAML file")
     up.add_argument("--nodes", type=int, default=4)
     up.add_argument("--platform", choices=PLATFORMS, default="gfx1250",
-                    help="node kind: gfx1250 trays, or MI355X AgentX nodes (8 GPUs, XGMI, the server running)")
+                    help="node kind: gfx1250 trays, or an XGMI node (mi355x, mi300x, mi325x: 8 GPUs, the server running)")
     sub.add_parser("scenarios", help="list the scenarios and what each changes")
     args = parser.parse_args(argv)
 

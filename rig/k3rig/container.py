@@ -90,7 +90,7 @@ def healthy_container_env() -> dict[str, str]:
 
 
 def container_env(state: NodeState) -> dict[str, str]:
-    healthy = mi355x.server_env(state.concurrency) if state.platform == "mi355x" else healthy_container_env()
+    healthy = mi355x.server_env(state.concurrency) if state.platform in mi355x.KINDS else healthy_container_env()
     env = {**healthy, **state.container_env}
     return {k: str(v) for k, v in env.items() if v is not None}
 

@@ -159,7 +159,7 @@ class NodeEngines:
     def _remove_container(node: RigNode, container) -> None:
         """Remove a container; on an MI355X node first kill what was `docker exec`-ed into it (the server):
         the container shares the host's PID namespace, so removing it kills its first process only."""
-        if node.state.platform == "mi355x" and container.status == "running":
+        if node.state.platform in mi355x.KINDS and container.status == "running":
             for pid in _container_pids(container):
                 try:
                     psutil.Process(pid).kill()
@@ -249,7 +249,7 @@ class NodeEngines:
         if node.state.container_log:
             run.update(entrypoint=["sh", "-c", 'printf %s "$1" >&2; exec sleep infinity', "k3rig",
                                    node.state.container_log], command=None)
-        if node.state.platform == "mi355x":  # the AgentX image's WORKDIR: its server module and lmcache live there
+        if node.state.platform in mi355x.KINDS:  # the AgentX image's WORKDIR: its server module and lmcache live there
             run["working_dir"] = mi355x.SERVER_WORKDIR
         run.update(node.state.container_run)
         digest = json.dumps([run, node.state.atom_ranks, node.state.listeners, self._server_argv(node)],
@@ -260,7 +260,7 @@ class NodeEngines:
     def _sync_launch(self, node: RigNode, container, start_processes: bool) -> None:
         """The launch script in the container (§17); on a fresh container also this node's ATOM rank
         processes and port holders, waited for until they show."""
-        if node.state.platform == "mi355x":
+        if node.state.platform in mi355x.KINDS:
             return self._start_agentx_server(node, container, start_processes)
         rank = (node.index - 1) * GPUS_PER_NODE
         text = launch_script(node.state, rank, self.nodes[0].host)
@@ -281,7 +281,7 @@ class NodeEngines:
     @staticmethod
     def _server_argv(node: RigNode) -> list[str] | None:
         state = node.state
-        return mi355x.server_argv(state.concurrency, state.launch_args) if state.platform == "mi355x" else None
+        return mi355x.server_argv(state.concurrency, state.launch_args) if state.platform in mi355x.KINDS else None
 
     def _start_agentx_server(self, node: RigNode, container, start_processes: bool) -> None:
         """MI355X (§30): the ATOM server itself runs in our container, with exactly the point's environment,

@@ -36,7 +36,7 @@ BIND_DIRS = ("sys/class", "sys/module", "opt", "root", "mnt")
 BIND_FILES = ("proc/sys/kernel/random/boot_id", "usr/bin/dmesg", "proc/meminfo", *field.STAND_INS)
 BIND_PATHS = BIND_DIRS + BIND_FILES
 MI355X_BIND_FILES = ("proc/cmdline",)  # iommu-pt reads it there (§29); a gfx1250 node keeps the host's view
-PLATFORMS = ("gfx1250", "mi355x")
+PLATFORMS = ("gfx1250", *mi355x.KINDS)
 CARD_FIELDS = ("accel_state", "accel_id", "lane_bitmap", "ppod_id", "vpod_id", "link_type", "sclk_max_mhz",
                "ifoe_driver", "retired_pages", "busy_pct", *field.CARD_FIELDS)
 # Files `docker cp`-ed into our container (reference §2, §14) live under this root; the rig empties it on sync.
@@ -130,23 +130,23 @@ class NodeState:
             self.boot_id = default_boot_id(self.tray)
         if self.platform not in PLATFORMS:
             raise ValueError(f"platform must be one of {PLATFORMS}, not {self.platform!r}")
-        if self.slurm_jobs and self.platform != "mi355x":
+        if self.slurm_jobs and self.platform not in mi355x.KINDS:
             raise ValueError("slurm_jobs: only the rig's MI355X nodes run Slurm (a gfx1250 tray has no squeue)")
-        if self.platform == "mi355x":
-            self.hbm_gib = mi355x.HBM_GIB
-            self.meminfo = {**mi355x.MEMINFO_KB, **self.meminfo}
+        if self.platform in mi355x.KINDS:
+            self.hbm_gib = mi355x.KINDS[self.platform].hbm_gib
+            self.meminfo = {**mi355x.KINDS[self.platform].meminfo_kb, **self.meminfo}
             self.container_files = mi355x.container_files()
 
     @property
     def gpus(self) -> int:
-        return mi355x.GPUS if self.platform == "mi355x" else GPUS_PER_NODE
+        return mi355x.GPUS if self.platform in mi355x.KINDS else GPUS_PER_NODE
 
     @property
     def bind_paths(self) -> tuple[str, ...]:
-        return BIND_PATHS + (MI355X_BIND_FILES if self.platform == "mi355x" else ())
+        return BIND_PATHS + (MI355X_BIND_FILES if self.platform in mi355x.KINDS else ())
 
     def bdf(self, card: int) -> str:
-        return mi355x.bdf(card) if self.platform == "mi355x" else bdf(card)
+        return mi355x.bdf(card) if self.platform in mi355x.KINDS else bdf(card)
 
     @property
     def name(self) -> str:
@@ -214,7 +214,7 @@ def write_tree(tree: Path, state: NodeState) -> None:
     ubench.install(tree, state.tray, write_file)  # fake ualoe_p2p.exe / ualoe_bw.exe (rig/k3rig/ubench)
     field.install(tree, state, write_file)  # §31.3: PCIe link, RAS counters, bad pages, kernel.numa_balancing
     _write_host(tree, state)
-    if state.platform == "mi355x":
+    if state.platform in mi355x.KINDS:
         write_file(tree, "proc/cmdline", KERNEL_CMDLINE + "\n")
     if not state.amdgpu_loaded:
         _unload_amdgpu(tree)
@@ -274,7 +274,7 @@ def _write_sysfs(tree: Path, s: NodeState) -> None:
         write_file(tree, f"{dev}/pp_dpm_sclk", f"S: 19Mhz *\n0: 500Mhz \n1: 1600Mhz \n2: {card['sclk_max_mhz']}Mhz \n")
         write_file(tree, f"{dev}/pp_dpm_mclk", "0: 900Mhz \n1: 1900Mhz *\n")
         write_file(tree, f"{dev}/gpu_busy_percent", f"{card['busy_pct']}\n")
-        if s.platform == "mi355x":  # XGMI: no UALink sysfs, no IFoE function (§30)
+        if s.platform in mi355x.KINDS:  # XGMI: no UALink sysfs, no IFoE function (§30)
             continue
         # The GPU's .1 (IFoE) function beside it, as device/.. shows it on a real node (§29, §28)
         function = f"sys/class/drm/card{c}/{bdf(c, 1)}"
@@ -310,8 +310,8 @@ def _write_sysfs(tree: Path, s: NodeState) -> None:
     topology = "sys/class/kfd/kfd/topology/nodes"  # CPU agent first, then one node per GPU (§29: gfx1250 = 120500)
     write_file(tree, f"{topology}/0/properties", "cpu_cores_count 96\nsimd_count 0\ngfx_target_version 0\n")
     for c in range(s.gpus):
-        write_file(tree, f"{topology}/{c + 1}/properties", mi355x.kfd_gpu_properties(c) if s.platform == "mi355x"
-                   else "cpu_cores_count 0\nsimd_count 1024\nnum_xcc 8\ngfx_target_version 120500\n")
+        write_file(tree, f"{topology}/{c + 1}/properties", mi355x.kfd_gpu_properties(c, s.platform) if s.platform
+                   in mi355x.KINDS else "cpu_cores_count 0\nsimd_count 1024\nnum_xcc 8\ngfx_target_version 120500\n")
         write_file(tree, f"{topology}/{c + 1}/gpu_id", f"{kfd_gpu_ids(s)[c]}\n")
     for p in s.gpu_processes:
         proc = f"sys/class/kfd/kfd/proc/{p['pid']}"
@@ -322,15 +322,15 @@ def _write_sysfs(tree: Path, s: NodeState) -> None:
         write_file(tree, f"{proc}/stats_{gpu_id}/cu_occupancy", "4\n")
         write_file(tree, f"{proc}/stats_{gpu_id}/evicted_ms", "0\n")
     write_file(tree, "sys/module/amdgpu/initstate", "live\n")
-    params = mi355x.AMDGPU_DEFAULT_PARAMS if s.platform == "mi355x" else TUNED_AMDGPU_PARAMS
+    params = mi355x.AMDGPU_DEFAULT_PARAMS if s.platform in mi355x.KINDS else TUNED_AMDGPU_PARAMS
     for param, value in params.items():
         write_file(tree, f"sys/module/amdgpu/parameters/{param}", f"{value}\n")
-    if s.platform != "mi355x":  # ifoe is the gfx1250 UALink-over-Ethernet stack (§5)
+    if s.platform not in mi355x.KINDS:  # ifoe is the gfx1250 UALink-over-Ethernet stack (§5)
         write_file(tree, "sys/module/ifoe/initstate", "live\n")
 
 
 def kfd_gpu_ids(s: NodeState) -> tuple[int, ...]:
-    return mi355x.KFD_GPU_IDS if s.platform == "mi355x" else KFD_GPU_IDS
+    return mi355x.KFD_GPU_IDS if s.platform in mi355x.KINDS else KFD_GPU_IDS
 
 
 

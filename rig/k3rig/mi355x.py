@@ -1,5 +1,7 @@
-"""The MI355X node kind (reference §30): 8 × gfx950 GPUs of 288 GB joined by XGMI, ~3 TB of host RAM, and the
-Kimi-K3 ATOM AgentX server at one concurrency point of InferenceX #2697.
+"""The XGMI node kinds (reference §30, §31.4): 8 GPUs joined by XGMI, TP8 - MI355X (8 × gfx950 of 288 GB, ~3 TB
+of host RAM, the Kimi-K3 ATOM AgentX server at one concurrency point of InferenceX #2697), MI300X and MI325X
+(8 × gfx942 of 192 / 256 GB; the same node layout, the same server process, no recipe: the Kimi-K3 recipe targets
+MI355 only, §31.4). One node kind, its numbers per platform in :data:`KINDS`.
 
 Everything here is the rig's own statement of §30 (not k3doctor's recipe file), so the rig can tell k3doctor
 that its recipe is wrong. Fake tool outputs follow the real layouts: ``amd-smi xgmi`` as amdsmi_cli's ``xgmi``
@@ -8,11 +10,10 @@ properties as the driver prints them (gfx_target_version 90500).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 GPUS = 8
-HBM_GIB = 288
-GFX_TARGET_VERSION = 90500
 # PCI bus of each OAM, as amd-smi's 8-GPU MI3xx examples show them (rocm-systems PR #2053's changelog).
 BUSES = (0x05, 0x15, 0x65, 0x75, 0x85, 0x95, 0xE5, 0xF5)
 KFD_GPU_IDS = (51562, 30323, 9106, 64919, 16407, 45116, 2201, 37454)
@@ -25,6 +26,32 @@ AMDGPU_DEFAULT_PARAMS = {"gpu_recovery": -1, "halt_if_hws_hang": 0, "mtype_local
 
 # /proc/meminfo of a cluster:mi355x-amds runner: ~3 TB DDR5, `available-cpu-dram-mib: 3_095_781` (§30).
 MEMINFO_KB = {"MemTotal": 3_221_225_472, "MemFree": 3_168_954_880, "MemAvailable": 3_170_079_744}
+
+
+@dataclass(frozen=True)
+class Kind:
+    """What differs between the XGMI nodes: the rig's own statement of §30 / §31.4 (not k3doctor's platform
+    files), so that the rig can tell k3doctor that a platform file is wrong."""
+
+    hbm_gib: int
+    gfx_target_version: int
+    device_id: int | None  # KFD topology's device_id (None: the line is left out, as §30 names none)
+    meminfo_kb: dict
+    recipe: str | None  # what the rig's inventory names as cluster.recipe
+
+
+def _meminfo(total_kb: int) -> dict:
+    return {"MemTotal": total_kb, "MemFree": total_kb * 98 // 100, "MemAvailable": total_kb * 98 // 100}
+
+
+RECIPE = "kimi-k3-mi355x-agentx"  # what the MI355X rig's inventory names (cluster.recipe), with its concurrency
+KINDS = {
+    "mi355x": Kind(288, 90500, None, MEMINFO_KB, RECIPE),
+    # §31.4: gfx942 = 90402, device id 0x74a1 (MI300X) / 0x74a5 (MI325X, hwdata pci.ids); host DRAM in the
+    # InferenceX fleet ~2.32 TB (MI300X), ~3.09 TB (MI325X).
+    "mi300x": Kind(192, 90402, 0x74A1, _meminfo(2_265_625_000), None),
+    "mi325x": Kind(256, 90402, 0x74A5, _meminfo(3_017_578_125), None),
+}
 
 
 # Slurm's job list on the node (§30: the AgentX job runs under Slurm + pyxis/enroot): where the fake sits (the
@@ -40,14 +67,24 @@ def squeue_text(jobs: list) -> str:
                    f"{j.get('name', 'bash')}\n" for j in jobs)
 
 
+def inventory_settings(platform: str, concurrency: int) -> dict:
+    """The rig inventory's cluster settings for a node of this kind: its platform, GPUs and HBM, and the recipe
+    point the server runs (MI355X only)."""
+    kind = KINDS[platform]
+    recipe = {"recipe": kind.recipe, "concurrency": concurrency} if kind.recipe else {}
+    return {"platform": platform, **recipe, "hbm_gib_per_gpu": kind.hbm_gib, "gpus_per_node": GPUS}
+
+
 def bdf(gpu: int) -> str:
     return f"0000:{BUSES[gpu]:02x}:00.0"
 
 
-def kfd_gpu_properties(gpu: int) -> str:
+def kfd_gpu_properties(gpu: int, platform: str) -> str:
     """One GPU node's KFD topology properties (the fields the checks read, in the driver's order)."""
-    return (f"cpu_cores_count 0\nsimd_count 1024\nnum_xcc 8\ngfx_target_version {GFX_TARGET_VERSION}\n"
-            f"location_id {BUSES[gpu] << 8}\ndomain 0\nlocal_mem_size {HBM_GIB * 2**30}\n")
+    kind = KINDS[platform]
+    device = f"vendor_id 4098\ndevice_id {kind.device_id}\n" if kind.device_id else ""
+    return (f"cpu_cores_count 0\nsimd_count 1024\nnum_xcc 8\ngfx_target_version {kind.gfx_target_version}\n"
+            f"{device}location_id {BUSES[gpu] << 8}\ndomain 0\nlocal_mem_size {kind.hbm_gib * 2**30}\n")
 
 
 # ------------------------------------------------------------------------------------------- amd-smi xgmi
@@ -91,7 +128,6 @@ def _cell(links: dict, a: int, b: int) -> str:
 
 # ---------------------------------------------------------------------------------------- AgentX server (§30)
 
-RECIPE = "kimi-k3-mi355x-agentx"  # what the rig's inventory names (cluster.recipe), with its concurrency
 MODEL = "moonshotai/Kimi-K3"
 DRAFT_MODEL = "Inferact/Kimi-K3-DSpark"
 # §30 mounts the HF cache at /var/lib/hf-hub-cache; the rig's container files live under /app, so it is here.

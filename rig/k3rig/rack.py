@@ -380,8 +380,8 @@ class Rig(NodeEngines, Started):
     # ------------------------------------------------------------------------------------------- inventory
 
     def _write_inventory(self) -> None:
-        kind = {"platform": "mi355x", "recipe": mi355x.RECIPE, "concurrency": self.nodes[0].state.concurrency,
-                "hbm_gib_per_gpu": mi355x.HBM_GIB, "gpus_per_node": mi355x.GPUS} if self.platform == "mi355x" else \
+        kind = mi355x.inventory_settings(self.platform, self.nodes[0].state.concurrency) \
+            if self.platform in mi355x.KINDS else \
             {"stepping": "B0", "hbm_gib_per_gpu": 432, "gpus_per_node": GPUS_PER_NODE}
         inventory = {
             "cluster": {
@@ -393,7 +393,7 @@ class Rig(NodeEngines, Started):
                     "amd_smi": "/opt/rocm/bin/amd-smi",
                     "rocm_smi": "/opt/rocm/bin/rocm-smi",
                     "ubench_dir": "/root/ubench/build",
-                    **({"squeue": f"/{mi355x.SQUEUE}"} if self.platform == "mi355x" else {}),
+                    **({"squeue": f"/{mi355x.SQUEUE}"} if self.platform in mi355x.KINDS else {}),
                 },
                 # The nodes' Docker roots are on this machine's disk, which is small and shared; no epcheck
                 # image is ever pulled here.

@@ -45,7 +45,7 @@ def write_fake_tools(tree: Path, s: NodeState, write_file: Callable) -> None:
     is the tree's writer (fixtures.write_file: only bind-mounted paths)."""
     script = FAKE_SCRIPT.read_bytes()
     write_file(tree, "opt/k3rig/bin/k3rig-fake", script, 0o755)
-    fakes = {**FAKE_TOOLS, **(MI355X_FAKE_TOOLS if s.platform == "mi355x" else {})}
+    fakes = {**FAKE_TOOLS, **(MI355X_FAKE_TOOLS if s.platform in mi355x.KINDS else {})}
     for rel, tool in fakes.items():
         if rel.startswith("opt/"):
             link = tree / rel
@@ -58,7 +58,7 @@ def write_fake_tools(tree: Path, s: NodeState, write_file: Callable) -> None:
         "amd-smi": {**_amd_smi_outputs(s), **field.amd_smi_outputs(s, _amd_smi_json)},
         "rocm-smi": _rocm_smi_outputs(s),
         "dmesg": {"@noargs": _dmesg(s), DMESG_ERRORS_KEY: _dmesg(s, errors_only=True)},
-        **({"squeue": {mi355x.SQUEUE_ARGS: mi355x.squeue_text(s.slurm_jobs)}} if s.platform == "mi355x" else {}),
+        **({"squeue": {mi355x.SQUEUE_ARGS: mi355x.squeue_text(s.slurm_jobs)}} if s.platform in mi355x.KINDS else {}),
     }
     unknown = set(s.tools) - set(outputs)
     if unknown:
@@ -99,7 +99,7 @@ def _amd_smi_outputs(s: NodeState) -> dict[str, str]:
         for c in range(s.gpus)
     )
     bad_pages = _amd_smi_json(s, [_bad_pages_entry(s, c) for c in range(s.gpus)])
-    if s.platform == "mi355x":  # XGMI instead of a UALink fabric (§30)
+    if s.platform in mi355x.KINDS:  # XGMI instead of a UALink fabric (§30)
         return {"xgmi": mi355x.xgmi_text(s.xgmi_links, s.xgmi_bit_rates), "bad-pages --json": bad_pages,
                 "static --json": _amd_smi_json(s, static), "static --vram --json": _amd_smi_json(s, static_vram),
                 "static --vram": vram_text}

@@ -30,6 +30,9 @@ def apply(rig, tmp_path, **node):
     path = tmp_path / "scenario.yaml"
     path.write_text(yaml.safe_dump({"description": "test state", "nodes": {1: node} if node else {}}))
     rig.apply(path)
+    inventory = yaml.safe_load(rig.inventory_path.read_text())  # launch-config judges the point the inventory names
+    inventory["cluster"]["concurrency"] = node.get("concurrency", 8)
+    rig.inventory_path.write_text(yaml.safe_dump(inventory, sort_keys=False))
 
 
 def not_passing(doc):
@@ -54,8 +57,8 @@ def test_a_healthy_node_is_quiet_and_runs_its_recipe_point(mi355x, tmp_path, con
     rc, doc = k3json("check", "--nodes", mi355x.inventory_path)
     assert (rc, not_passing(doc)) == (0, []), doc
     ran = {r["check"] for r in doc["results"]}
-    assert {"xgmi-links", "gpu-platform", "iommu-pt", "gpu-inventory"} <= ran
-    assert not ran & {"ualink-state", "fabric-domain", "launch-config"}
+    assert {"xgmi-links", "gpu-platform", "iommu-pt", "gpu-inventory", "launch-config"} <= ran
+    assert not ran & {"ualink-state", "fabric-domain"}
     [xgmi] = [r for r in doc["results"] if r["check"] == "xgmi-links"]
     assert xgmi["message"].startswith("all 28 GPU pairs of 8 GPUs linked by XGMI")
     rc, launch = recipe_diff(mi355x, concurrency)

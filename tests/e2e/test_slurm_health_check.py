@@ -144,7 +144,7 @@ def test_a_hung_or_missing_scontrol_ends_by_its_deadline_with_one_line(in_servic
 
 
 def test_slurmds_own_health_check_drains_and_resumes_the_node(trees, tmp_path):
-    """slurm.conf's HealthCheckProgram is a wrapper like the README's (PATH set, then exec k3doctor node
+    """slurm.conf's HealthCheckProgram is a wrapper like the manual's (docs/use.md; PATH set, then exec k3doctor node
     --slurm-drain --format npd; here also onto the fake hardware): slurmd itself runs it (no PATH, only
     $SLURMD_NODENAME, so no --slurm-node), and k3doctor drains the node on the fault and resumes it once
     the hardware is healthy."""

@@ -1,5 +1,5 @@
 """The field corpus (issue 32 §5): every readings file under tests/field is judged again by the real CLI and must
-give the verdicts recorded beside it; each is shareable; the README's "Validated on" lists the versions the
+give the verdicts recorded beside it; each is shareable; the manual's "Validated on" (docs/inventory.md) lists the versions the
 files were taken on; the files built from ../shared/corpus are what tests/field/make_readings.py builds now."""
 import json
 import re
@@ -45,7 +45,7 @@ def test_every_corpus_file_is_shareable(path):
 
 
 def validated_on_rows() -> list:
-    """The README table's rows, one per corpus file: its versions as recorded beside it."""
+    """The manual table's rows, one per corpus file: its versions as recorded beside it."""
     rows = []
     for path in FILES:
         taken = recorded(path)["taken_on"]
@@ -55,10 +55,10 @@ def validated_on_rows() -> list:
 
 
 def test_the_readme_lists_the_versions_every_corpus_file_was_taken_on():
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "inventory.md").read_text()
     section = readme.split("### Validated on", 1)[-1].split("\n## ", 1)[0]
     missing = [row for row in validated_on_rows() if row not in section]
-    assert missing == [], "README.md's `Validated on` lacks (or has other versions for):\n" + "\n".join(missing)
+    assert missing == [], "docs/inventory.md's `Validated on` lacks (or has other versions for):\n" + "\n".join(missing)
     listed = re.findall(r"^\| `([\w.-]+)` \|", section, re.M)
     assert sorted(listed) == sorted(f.name.removesuffix(".readings.json") for f in FILES)
 

@@ -1,4 +1,4 @@
-"""The check-author API: a check written in one file (the README's own example) is registered in a
+"""The check-author API: a check written in one file (the manual's own example, docs/writing-a-check.md) is registered in a
 temporary registry, judged through k3doctor.testing and by the runner alike, with no other edit."""
 import importlib.util
 import re
@@ -16,14 +16,12 @@ from k3doctor.readings import Command, CommandReading, Exists, File, FileReading
 from k3doctor.registry import REGISTRY, Registry, RegistryError, check
 from k3doctor.results import Status, fail, passed, warn
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "writing-a-check.md"
 
 
 def readme_blocks() -> list:
-    """The python blocks of README's "Writing a check" section: the check file, then its test."""
-    text = README.read_text(encoding="utf-8")
-    start = text.index("### Writing a check")
-    return re.findall(r"```python\n(.*?)```", text[start:text.index("\n## ", start)], re.DOTALL)
+    """The python blocks of the manual's "Writing a check" page: the check file, then its test."""
+    return re.findall(r"```python\n(.*?)```", PAGE.read_text(encoding="utf-8"), re.DOTALL)
 
 
 def load_check_file(path: Path):
@@ -35,7 +33,7 @@ def load_check_file(path: Path):
 
 @pytest.fixture
 def ifoe(tmp_path):
-    """The README's check, from its own file, in a registry of its own."""
+    """The manual's check, from its own file, in a registry of its own."""
     source, _ = readme_blocks()[:2]
     path = tmp_path / "ifoe.py"
     path.write_text(source, encoding="utf-8")
@@ -69,7 +67,7 @@ def test_the_readmes_own_test_passes_against_the_readmes_check(tmp_path):
     with testing.temporary_registry():
         load_check_file(tmp_path / "ifoe.py")
         namespace = {}
-        exec(compile(test_source, "README.md", "exec"), namespace)
+        exec(compile(test_source, "docs/writing-a-check.md", "exec"), namespace)
         tests = [fn for name, fn in namespace.items() if name.startswith("test_")]
         assert tests
         for fn in tests:

@@ -222,12 +222,11 @@ def test_cli_format_choices_come_from_the_registry_and_prom_goes_to_the_file(tmp
     assert os.listdir(tmp_path) == ["k3doctor.prom"] and (target.stat().st_mode & 0o777) == 0o644
 
 
-def test_the_readmes_output_format_registers_and_renders_results_only():
-    text = (REPO / "README.md").read_text(encoding="utf-8")
-    start = text.index("### Writing an output format")
-    [source] = re.findall(r"```python\n(.*?)```", text[start:text.index("\n### ", start + 5)], re.DOTALL)
+def test_the_manuals_output_format_registers_and_renders_results_only():
+    text = (REPO / "docs" / "writing-an-output-format.md").read_text(encoding="utf-8")
+    [source] = re.findall(r"```python\n(.*?)```", text, re.DOTALL)
     try:
-        exec(compile(source, "README.md", "exec"), {})
+        exec(compile(source, "docs/writing-an-output-format.md", "exec"), {})
         report = RunReport(results=[Result("shm-clean", "ct13", Status.FAIL, "stale", gpu=1),
                                     Result("shm-clean", "ct14", Status.PASS, "clean")], nodes=["ct13", "ct14"],
                            duration_s=1.0)

@@ -86,19 +86,6 @@ def test_nothing_real_runs_and_wrapped_servers_are_found(tmp_path):
     assert rules["served-model-name"]["status"] == "WARN"  # served under the path /models/k3
 
 
-def test_the_script_is_bounded_and_its_background_jobs_end(tmp_path):
-    pidfile = tmp_path / "pid"
-    script = tmp_path / "run.sh"
-    script.write_text(f"(echo $BASHPID > {pidfile}; while :; do :; done) &\nwhile :; do :; done\n")
-    started = time.monotonic()
-    run = diff(script, "--recipe", RECIPE, "--timeout", "1")
-    assert run.returncode == 3 and time.monotonic() - started < 30
-    assert "starts no model server" in run.stderr and "still running at the deadline" in run.stderr
-    time.sleep(0.5)
-    status = Path(f"/proc/{int(pidfile.read_text())}/status")  # gone, or a zombie nobody reaps: not running
-    assert not status.exists() or "State:\tZ" in status.read_text()
-
-
 @pytest.mark.parametrize("args, message", [
     (["--recipe", "kimi-k3-mi355x-agnetx"],
      "no recipe 'kimi-k3-mi355x-agnetx' (did you mean 'kimi-k3-mi355x-agentx'?)"),
@@ -199,10 +186,10 @@ def test_nodes_mode_takes_the_recipe_and_point_from_the_inventory(tmp_path):
     assert run.returncode == 3 and "names no cluster.recipe" in run.stderr
 
 
-def test_a_script_that_stops_early_says_so_with_its_last_line(tmp_path):
+def test_a_script_that_stops_early_says_so_without_quoting_its_output(tmp_path):
     run = diff(FIXED, "--recipe", RECIPE, "--concurrency", "8", conc=16)  # the script's `case` has no 16
-    assert run.returncode == 3 and "starts no model server" in run.stderr
-    assert "its last output line: 'no profile for CONC=16'" in run.stderr
+    assert run.returncode == 3 and "starts no model server" in run.stderr and "the script exited 1" in run.stderr
+    assert "no profile for CONC" not in run.stderr  # script output is never quoted into a verdict
     script = tmp_path / "run.sh"
     script.write_text("bash -c 'PYTHONHASHSEED=0 python3 -m atom.entrypoints.openai_server --tensor-parallel-size 8'\n"
                       "while :; do echo flood; done\n")

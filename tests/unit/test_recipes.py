@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from k3doctor import recipes
+from k3doctor import platforms, recipes
 from k3doctor.inventory.load import parse_inventory
 from k3doctor.inventory.types import InventoryError
 
@@ -44,7 +44,7 @@ def test_agentx_points_follow_the_reference_table():
 
 @pytest.mark.parametrize("text, problem", [
     ("recipe: x\nplatform: gfx1250\nenv:\n  A: 1\n", "site.yaml:4: env.A: expected a string"),
-    ("recipe: x\nplatform: mi300\n", "site.yaml:2: platform: expected one of gfx1250, mi355x"),
+    ("recipe: x\nplatform: mi300\n", f"site.yaml:2: platform: expected one of {', '.join(platforms.names())}"),
     ("recipe: x\nplatform: gfx1250\nenvs: {}\n", "site.yaml:3: envs: unknown key (did you mean 'env'?)"),
     ("recipe: x\nplatform: gfx1250\npoints:\n  - {env: {}}\n", "site.yaml:4: points[0].concurrency: missing"),
     ("recipe: x\nplatform: gfx1250\npoints:\n  - {concurrency: 1}\n  - {concurrency: 1}\n",
@@ -83,7 +83,7 @@ def test_inventory_recipe_and_concurrency(tmp_path):
             ("platform: mi355x, recipe: kimi-k3-mi355x-agentx, concurrency: 16", "inv.yaml:1: cluster.concurrency: "
              "recipe kimi-k3-mi355x-agentx has no point for concurrency 16"),
             ("recipe: kimi-k3-mi355x-agentx, concurrency: 8", "inv.yaml:1: cluster.recipe: kimi-k3-mi355x-agentx "
-             "is for platform mi355x, the cluster is gfx1250"),
+             "runs on gfx950 only (a mi355x recipe); platform gfx1250 is gfx1250"),
             ("recipe: config-q", "inv.yaml:1: cluster.recipe: no recipe 'config-q'"),
             ("concurrency: 4", "inv.yaml:1: cluster.concurrency: needs cluster.recipe")]:
         with pytest.raises(InventoryError) as info:

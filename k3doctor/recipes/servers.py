@@ -1,0 +1,95 @@
+"""A running model server read on its node (reference §30: "resolve the server argv ... and the live env
+(/proc/<pid>/environ)"), wherever it runs - Docker, Slurm with pyxis/enroot, or bare - since it is read from the
+process itself. The shell run on the node and the parse of what it prints, for `recipe diff --nodes` and for
+`check`'s launch-config alike (one reading, one judgement: judgement.py).
+
+Only the values of variables the recipe or a rule names leave the node; the others come back as names
+(k3doctor.model.container.environ_filter). MemTotal and, for a drafter given as a repo id, whether its
+snapshot is in the server's HF cache (seen through /proc/<pid>/root) are read beside it for the rules.
+"""
+from __future__ import annotations
+
+import shlex
+
+from k3doctor.model.container import environ_filter
+from k3doctor.recipes import judgement, launches, rules
+
+RULE_NAMES = judgement.RULE_NAMES
+_NEWLINE = "\x01"
+NOT_READ = judgement.NOT_READ
+
+
+def kept_names(recipe) -> set:
+    return RULE_NAMES | {n for p in recipe.points for n in (*p.env, *p.client_env)} | \
+        {n for n in recipe.noops if not n.startswith("-")}
+
+
+def server_script(recipe) -> str:
+    """Shell run on the node: each model server process (its argv, its filtered environment, its HF cache's
+    drafter snapshots), then MemTotal."""
+    markers = "|".join(judgement.SERVER_ENTRY_POINTS)
+    return (
+        "for d in /proc/[0-9]*; do "
+        'a=$(tr "\\000" " " < "$d/cmdline" 2>/dev/null) || continue; '
+        f'echo "$a" | grep -Eq {shlex.quote(markers)} || continue; '
+        'echo "$a" | grep -q "grep -Eq" && continue; '
+        'p=${d#/proc/}; echo "@server $p"; '
+        "tr '\\000\\n' '\\n\\001' < \"$d/cmdline\"; echo; echo '@env'; "
+        f'{environ_filter(kept_names(recipe), chr(34) + "$d/environ" + chr(34))}; '
+        "echo '@hfcache'; "
+        'c=$(tr "\\000" "\\n" < "$d/environ" | sed -n "s/^HF_HUB_CACHE=//p"); '
+        '[ -z "$c" ] && h=$(tr "\\000" "\\n" < "$d/environ" | sed -n "s/^HF_HOME=//p") && [ -n "$h" ] && c="$h/hub"; '
+        '[ -n "$c" ] && for m in "$d/root$c"/models--*; do '
+        '[ -d "$m/snapshots" ] && [ -n "$(ls -A "$m/snapshots" 2>/dev/null)" ] || continue; '
+        'ls "$m/blobs" 2>/dev/null | grep -q "\\.incomplete$" && continue; echo "${m##*/}"; done; '
+        "echo '@end'; done; "
+        "echo \"@meminfo $(sed -n 's/^MemTotal: *\\([0-9]*\\) kB/\\1/p' /proc/meminfo)\""
+    )
+
+
+def parse(text: str) -> tuple:
+    """([(pid, argv, env, hf_cache repo ids)], MemTotal bytes or None) from :func:`server_script`'s output."""
+    servers, mem_total, current, section = [], None, None, None
+    for line in text.split("\n"):
+        if line.startswith("@server "):
+            current = {"pid": int(line.split()[1]), "argv": [], "env": {}, "cache": set()}
+            servers.append(current)
+            section = "argv"
+        elif line == "@env":
+            section = "env"
+        elif line == "@hfcache":
+            section = "cache"
+        elif line == "@end":
+            section = None
+        elif line.startswith("@meminfo"):
+            value = line.split()[1:] and line.split()[1]
+            mem_total = int(value) * 1024 if value and value.isdigit() else None
+        elif current is not None and section == "argv" and line:
+            current["argv"].append(line.replace(_NEWLINE, "\n"))
+        elif current is not None and section == "env" and line:
+            name, eq, value = line.partition("=")
+            current["env"][name] = value.replace(_NEWLINE, "\n") if eq else NOT_READ
+        elif current is not None and section == "cache" and line.startswith("models--"):
+            current["cache"].add("/".join(line[len("models--"):].split("--", 1)))
+    # a process whose argv merely names an entry point (pgrep, watch pgrep -af, pkill -f) is no server
+    return [(s["pid"], s["argv"], s["env"], s["cache"]) for s in servers
+            if launches.server_words(s["argv"]) is not None], mem_total
+
+
+NO_SERVER = "no model server process (" + " / ".join(judgement.SERVER_ENTRY_POINTS) + ") runs on this node"
+
+
+def resolved(recipe, argv: list, env: dict, cache: set, mem_total) -> judgement.Resolved:
+    """A running server as the diff sees it. The variables it compares for `extra` are those of the families
+    the recipe configures (ATOM_*, AITER_*, LMCACHE_*, ...): the process also carries PATH, SLURM_* and
+    the like, which no recipe names."""
+    words = launches.server_words(argv) or []
+    families = {n.split("_", 1)[0] + "_" for n in kept_names(recipe) if "_" in n}
+    named = {n for p in recipe.points for n in p.env} | set(recipe.noops)
+    # what only the rules read (the HF cache the drafter is looked up in, EVAL_ONLY, ...) is judged by them,
+    # never an `extra` of the recipe
+    own = {n for n in env if n.startswith(tuple(families)) and (n in named or n not in RULE_NAMES)}
+    launch = rules.Launch(flags=judgement.parse_args(words), env=env, mem_total_bytes=mem_total,
+                          hf_cache=cache if any(k.startswith(("HF_HUB_CACHE", "HF_HOME")) for k in env) else None)
+    return judgement.Resolved(launch=launch, own_env=own, client_seen=False,
+                                placeholder_note="any non-empty interface name (the node's routes are not read)")

@@ -1,0 +1,117 @@
+"""The AgentX launch of an MI355X rig node in the states a pre-launch gate meets (reference §30, issue 30): the
+server running in our container (the rig's own state after ``apply``), the container created with the server as
+its command but not started, nothing created yet but the launch script on the node, and the server running as a
+bare host process (no Docker: a Slurm + pyxis or bare-metal launch is a process of the host).
+
+Each state is made from the node's current ``NodeState`` (its point and overrides), through the node's real
+dockerd and real processes; the next ``Rig.apply`` brings the node back to its scenario (our container is
+recreated: the one made here carries no spec label).
+"""
+from __future__ import annotations
+
+import contextlib
+import shlex
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import docker
+import psutil
+import yaml
+
+from . import mi355x
+from .container import container_env
+
+LAUNCH_SCRIPT = "/opt/agentx/launch.sh"  # under the node's bind-mounted /opt
+START_TIMEOUT_S = 30.0
+
+
+def _engine(node) -> docker.DockerClient:
+    return docker.DockerClient(base_url=f"unix://{node.docker_socket}", timeout=30)
+
+
+def _drop_ours(node, engine) -> None:
+    """Our container gone, and the server `docker exec`-ed into it (it shares the host's PID namespace)."""
+    if node.server_pid:
+        with contextlib.suppress(psutil.Error):
+            psutil.Process(node.server_pid).kill()
+        node.server_pid = None
+    for c in engine.containers.list(all=True, filters={"name": "^k3ep16$"}):
+        c.remove(force=True)
+
+
+def created(rig, node) -> None:
+    """Our container created with the server as its command and the point's environment, never started: what
+    `docker create` (or compose, before `up`) leaves for a gate to read."""
+    with contextlib.closing(_engine(node)) as engine:
+        image = engine.containers.get("k3ep16").attrs["Config"]["Image"]
+        _drop_ours(node, engine)
+        engine.containers.create(image, mi355x.server_argv(node.state.concurrency, node.state.launch_args),
+                                 name="k3ep16", environment=container_env(node.state),
+                                 working_dir=mi355x.SERVER_WORKDIR, network_mode="host")
+
+
+def script_text(state) -> str:
+    """The launch script an sbatch job runs (§30: exports, then the server): what `cluster.launch_script` names."""
+    exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in container_env(state).items()
+                      if k != "HIP_VISIBLE_DEVICES")  # the runner copies ROCR_VISIBLE_DEVICES, not the script
+    argv = mi355x.server_argv(state.concurrency, state.launch_args)
+    return "#!/bin/bash\nset -euo pipefail\n" + exports + " ".join(map(shlex.quote, argv)) + " &\nwait\n"
+
+
+def script_only(rig, node) -> Path:
+    """Nothing created on the node yet, the launch script at LAUNCH_SCRIPT; returns an inventory naming it."""
+    with contextlib.closing(_engine(node)) as engine:
+        _drop_ours(node, engine)
+    path = node.tree / LAUNCH_SCRIPT.lstrip("/")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(script_text(node.state))
+    return inventory_with(rig, launch_script=LAUNCH_SCRIPT)
+
+
+def inventory_with(rig, **cluster) -> Path:
+    inv = yaml.safe_load(rig.inventory_path.read_text())
+    inv["cluster"].update(cluster)
+    out = rig.workdir / "inventory-launch.yaml"
+    out.write_text(yaml.safe_dump(inv, sort_keys=False))
+    return out
+
+
+@contextlib.contextmanager
+def bare(rig, node):
+    """The server as a bare host process (no container), its stand-in module and HF cache below the node's
+    directory; killed when the block ends."""
+    with contextlib.closing(_engine(node)) as engine:
+        _drop_ours(node, engine)
+    root = node.dir / "bare"
+    shutil.rmtree(root, ignore_errors=True)  # a previous state's files (a drafter this state removed) go
+    for path, text in node.state.container_files.items():  # the state's own: a drafter it removed stays away
+        if not isinstance(text, str):
+            continue
+        target = root / path.lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+    env = {**container_env(node.state), "HF_HUB_CACHE": str(root / mi355x.HF_CACHE.lstrip("/"))}
+    argv = mi355x.server_argv(node.state.concurrency, node.state.launch_args)
+    proc = subprocess.Popen(["env", "-i", *(f"{k}={v}" for k, v in env.items()), *argv],
+                            cwd=root / mi355x.SERVER_WORKDIR.lstrip("/"), start_new_session=True)
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while mi355x.SERVER_MODULE not in " ".join(_cmdline(proc.pid)):
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise RuntimeError(f"{node.name}: the bare AgentX server did not come up (rc {proc.poll()})")
+            time.sleep(0.05)
+        node.server_pid = proc.pid
+        yield proc.pid
+    finally:
+        proc.kill()
+        proc.wait()
+        node.server_pid = None
+
+
+def _cmdline(pid: int) -> list:
+    try:
+        return psutil.Process(pid).cmdline()
+    except psutil.Error:
+        return []

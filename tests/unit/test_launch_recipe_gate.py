@@ -1,0 +1,242 @@
+"""launch-config judges an MI355X node's launch against the inventory's recipe point through the one judgement
+`recipe diff` prints (k3doctor/recipes/judgement.py; issue 30): from the running server, else the created
+container's configuration, else cluster.launch_script; nothing to judge is an ERROR, never a quiet PASS.
+
+The readings are what the node would give: the server reader's output as its shell prints it (servers.py),
+`docker inspect` turned into a record by the real reading code, the rig's own statement of §30 (k3rig.mi355x).
+"""
+import json
+import shutil
+
+import pytest
+from k3rig import mi355x
+
+from k3doctor import platforms, recipes, testing
+from k3doctor.inventory.types import Settings
+from k3doctor.judging.causes import explained
+from k3doctor.model.container import record_from_inspect
+from k3doctor.readings import ContainerReading
+from k3doctor.recipes import diff as recipe_diff
+from k3doctor.recipes import judgement, sandbox, servers
+from k3doctor.results import Result, Status
+
+RECIPE = recipes.builtin(mi355x.RECIPE)
+MEMTOTAL_KB = 3_221_225_472
+
+
+def settings(concurrency=8, **kw):
+    return Settings(platform="mi355x", recipe=mi355x.RECIPE, concurrency=concurrency, gpus_per_node=8, **kw)
+
+
+def launch(concurrency=8, env=None, args=None):
+    """(argv, env) of the rig's AgentX server at ``concurrency`` with overrides (None: dropped)."""
+    full = {**mi355x.server_env(concurrency), **(env or {})}
+    return (mi355x.server_argv(concurrency, args or {}), {k: v for k, v in full.items() if v is not None})
+
+
+def server_text(argv, env, cache=(mi355x.MODEL, mi355x.DRAFT_MODEL), pid=4242, mem_kb=MEMTOTAL_KB):
+    """What servers.server_script prints on the node for one server (values of names no rule reads stay there)."""
+    keep = servers.kept_names(RECIPE)
+    lines = [f"@server {pid}", *argv, "", "@env"] + [f"{k}={v}" if k in keep else k for k, v in env.items()]
+    lines += ["@hfcache"] + [f"models--{repo.replace('/', '--')}" for repo in cache] + ["@end"]
+    return "\n".join(lines) + f"\n@meminfo {mem_kb}\n"
+
+
+NO_SERVER = f"@meminfo {MEMTOTAL_KB}\n"
+
+
+def container(argv, env, status="created"):
+    attrs = {"Name": "/k3ep16", "Config": {"Image": RECIPE.image, "Cmd": argv, "Env": [f"{k}={v}" for k, v in
+                                                                                        env.items()]},
+             "State": {"Running": status == "running", "Status": status}, "HostConfig": {}}
+    return ContainerReading(record_from_inspect(attrs, set(servers.kept_names(RECIPE))))
+
+
+def check(node_readings, concurrency=8, **kw):
+    return [v for v in testing.judge("launch-config", {"ct13": node_readings}, settings=settings(concurrency, **kw))]
+
+
+def not_passing(results):
+    return [(r.status.value, r.remediation, r.message) for r in results if r.status not in (Status.PASS,)]
+
+
+@pytest.mark.parametrize("concurrency", [1, 4, 8, 10])
+def test_a_healthy_launch_passes_at_every_point_from_the_server_and_from_the_container(concurrency):
+    argv, env = launch(concurrency)
+    for readings in ({"server": server_text(argv, env), "container": ContainerReading(None)},
+                     {"server": NO_SERVER, "container": container(argv, env)}):
+        results = check(readings, concurrency)
+        assert not_passing(results) == [], results
+        [ok] = results
+        assert judgement.IDENTICAL in ok.message and f"concurrency {concurrency}" in ok.message
+
+
+FAULTS = {  # the ten launch faults of issue 30's Done-means, as launch overrides at concurrency 8
+    "lmcache-aggregate": ({"LMCACHE_MAX_LOCAL_CPU_SIZE": "257"}, {}, "RECIPE-DRAM-PER-RANK", "FAIL"),
+    "state-offload-off": ({"OFFLOAD_STATE": None}, {}, "RECIPE-OFFLOAD-TIERS-TOGETHER", "WARN"),
+    "staging-chunks-default": ({"OFFLOAD_GPU_STAGING_CHUNKS": None}, {}, "RECIPE-STAGING-CHUNKS", "FAIL"),
+    "aiter-log-invalid": ({"AITER_LOG_LEVEL": "VERBOSE"}, {}, "RECIPE-AITER-LOG-LEVEL", "WARN"),
+    "al-off-golden": ({}, {"--spec-decode-acceptance-length": "2.54"}, "RECIPE-SPEC-DECODE", "WARN"),
+    "length-and-rate": ({}, {"--spec-decode-acceptance-rate": "0.77"}, "RECIPE-SPEC-DECODE", "FAIL"),
+    "no-served-name": ({}, {"--model": "/models/Kimi-K3"}, "RECIPE-SERVED-MODEL-NAME", "WARN"),
+    "hsa-gfx1250": ({"HSA_OVERRIDE_GFX_VERSION": "12.5.0"}, {}, "RECIPE-HSA-OVERRIDE", "FAIL"),
+}
+
+
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_each_launch_fault_is_one_finding_with_the_words_and_numbers_of_recipe_diff(fault):
+    env_over, args_over, code, status = FAULTS[fault]
+    argv, env = launch(8, env_over, args_over)
+    d = judgement.diff_point(RECIPE, RECIPE.point(8), servers.resolved(RECIPE, argv, env, {mi355x.MODEL,
+                                                                                      mi355x.DRAFT_MODEL},
+                                                                       MEMTOTAL_KB * 1024))
+    table = recipe_diff.render_table(RECIPE, "node", [d])
+    for readings in ({"server": server_text(argv, env), "container": ContainerReading(None)},
+                     {"server": NO_SERVER, "container": container(argv, env)}):
+        found = not_passing(check(readings))
+        assert [(s, c) for s, c, _ in found] == [(status, code)], found
+        said = found[0][2].split(": ", 1)[1]
+        # the gate's words are the diff's: each part of the finding is a line of the table
+        for part in said.split("; "):
+            assert part.split(": ", 1)[-1] in table, (part, table)
+
+
+def test_the_aggregate_lmcache_size_and_the_pinned_host_memory_it_causes_are_one_finding():
+    """§25: handing each rank the aggregate also overcommits a smaller host; the first screen names the cause."""
+    argv, env = launch(8, {"LMCACHE_MAX_LOCAL_CPU_SIZE": "257"})
+    results = check({"server": server_text(argv, env, mem_kb=1024 * 1024 * 1024), "container": ContainerReading(None)})
+    assert sorted(r.remediation for r in results if r.status == Status.FAIL) == \
+        ["RECIPE-DRAM-PER-RANK", "RECIPE-PINNED-HOST-MEMORY"]
+    shown = explained([Result(check="launch-config", node="ct13", gpu=None, status=v.status, message=v.message,
+                              remediation=v.remediation, evidence=v.evidence) for v in results])
+    assert [(r.status, r.remediation) for r in shown if r.status != Status.PASS] == [
+        (Status.FAIL, "RECIPE-DRAM-PER-RANK"), (Status.SKIP, None)]
+    assert "DRAM budget" in shown[0].message and "257 // TP 8 = 32 GB per rank" in shown[0].message
+
+
+def test_dram_over_host_ram_names_the_arithmetic_with_memtotal():
+    argv, env = launch(8)
+    found = not_passing(check({"server": server_text(argv, env, mem_kb=402653184),
+                               "container": ContainerReading(None)}))
+    assert [(s, c) for s, c, _ in found] == [("FAIL", "RECIPE-PINNED-HOST-MEMORY")]
+    assert "(32 GiB LMCache + 16 GiB state tier) x 8 ranks = 384 GiB pinned of 384 GiB MemTotal" in found[0][2]
+
+
+def test_a_drafter_missing_from_the_running_servers_hf_cache_is_a_fail():
+    argv, env = launch(8)
+    found = not_passing(check({"server": server_text(argv, env, cache=(mi355x.MODEL,)),
+                               "container": ContainerReading(None)}))
+    assert [(s, c) for s, c, _ in found] == [("FAIL", "RECIPE-DRAFT-MODEL")], found
+
+
+@pytest.mark.parametrize("container_reading, why", [
+    (ContainerReading(None), "no container k3ep16"),
+    ("unavailable", "no container configuration"),
+    (None, "command starts no model server"),
+])
+def test_nothing_to_judge_with_a_recipe_declared_is_an_error_that_says_what_to_add(container_reading, why):
+    if container_reading == "unavailable":
+        from k3doctor.readings import Unavailable
+        container_reading = Unavailable("Docker engine on ct13 not readable: no such socket")
+    elif container_reading is None:
+        container_reading = container(["sleep", "infinity"], {})
+    [result] = check({"server": NO_SERVER, "container": container_reading})
+    assert (result.status, result.remediation) == (Status.ERROR, "RECIPE-NO-LAUNCH"), result
+    assert why in result.message and "cluster.launch_script: PATH" in result.message, result.message
+
+
+def test_without_a_recipe_the_launch_is_not_judged_and_says_so():
+    [result] = testing.judge("launch-config", {"ct13": {}}, settings=Settings(platform="mi355x", gpus_per_node=8))
+    assert result.status == Status.SKIP and "no cluster.recipe" in result.message
+
+
+SCRIPT = "/opt/agentx/launch.sh"
+
+
+def script_text(concurrency=8, env=None, args=None):
+    argv, env = launch(concurrency, {"HIP_VISIBLE_DEVICES": None, **(env or {})}, args)  # the runner's, not the script's
+    exports = "".join(f"export {k}={json.dumps(v)}\n" for k, v in env.items())
+    return "#!/bin/bash\nset -e\n" + exports + " ".join(json.dumps(w) if w.startswith("{") else repr(w) if " " in w
+                                                        else w for w in argv) + " &\nwait\n"
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed here")
+def test_the_launch_script_is_judged_where_nothing_runs_and_no_container_holds_the_server():
+    healthy = check({"server": NO_SERVER, "container": ContainerReading(None), "script": script_text()},
+                    launch_script=SCRIPT)
+    assert not_passing(healthy) == [], healthy
+    faulty = check({"server": NO_SERVER, "container": ContainerReading(None),
+                    "script": script_text(env={"LMCACHE_MAX_LOCAL_CPU_SIZE": "257"})}, launch_script=SCRIPT)
+    [(status, code, message)] = not_passing(faulty)
+    assert (status, code) == ("FAIL", "RECIPE-DRAM-PER-RANK") and message.startswith(f"launch script {SCRIPT}")
+
+
+def test_a_sandbox_that_cannot_run_is_an_error_of_the_launch_check_naming_what_is_missing(monkeypatch):
+    def no_bwrap():
+        raise sandbox.SandboxError("`recipe diff --script` runs the script in a bubblewrap sandbox and `bwrap` is "
+                                   "not installed (package bubblewrap)")
+    monkeypatch.setattr(sandbox, "bwrap", no_bwrap)
+    [result] = check({"server": NO_SERVER, "container": ContainerReading(None), "script": script_text()},
+                     launch_script=SCRIPT)
+    assert (result.status, result.remediation) == (Status.ERROR, "RECIPE-NO-LAUNCH"), result
+    assert "bwrap" in result.message and SCRIPT in result.message
+
+
+def _point_launch(point, value_of_any="x"):
+    """A launch that is exactly the point: "*" any value, True a bare flag, None absent."""
+    def value(v):
+        return value_of_any if v == recipes.ANY else "eth0" if v == recipes.DATA_IF else v
+    env = {k: value(v) for k, v in point.env.items() if v is not None}
+    flags = {k: value(v) for k, v in point.args.items() if v is not None}
+    return env, flags
+
+
+SHIPPED_POINTS = [(r.name, p.concurrency) for r in (recipes.builtin(n) for n in sorted(
+    f.stem for f in recipes.BUILTIN_DIR.glob("*.yaml"))) for p in r.points]
+
+
+@pytest.mark.parametrize("name, concurrency", SHIPPED_POINTS)
+def test_check_and_recipe_diff_agree_on_every_shipped_recipe_point(name, concurrency):
+    """Issue 30: one code path - on every shipped point the healthy launch is identical in both, and a changed
+    value, a missing variable and an extra flag are the same rows with the same words in both; on a platform whose
+    launch is the recipe's alone (MI355X), through `check` itself, from the server reader's own output."""
+    recipe = recipes.builtin(name)
+    point = recipe.point(concurrency)
+    env, flags = _point_launch(point)
+    first_env = next(iter(env))
+    variants = [({}, {}), ({first_env: "changed"}, {}), ({first_env: None}, {}), ({}, {"--max-model-len": "4096"})]
+    for env_over, flag_over in variants:
+        e = {k: v for k, v in {**env, **env_over}.items() if v is not None}
+        argv = ["python3", "-m", "atom.entrypoints.openai_server"] + [
+            w for k, v in {**flags, **flag_over}.items() for w in ([k] if v is True else [k, v])]
+        resolved = servers.resolved(recipe, argv, e, set(), None)
+        [d] = recipe_diff.diff(recipe, resolved, concurrency)
+        table = recipe_diff.render_table(recipe, "launch", [d])
+        found = [(f.status, f.message) for f in judgement.gate_findings(recipe, d)]
+        assert bool(found) == recipe_diff.best([d]).matters, (env_over, flag_over, table)
+        assert len(found) == len(d.differences) + sum(r["status"] in ("BLOCK", "WARN") for r in d.rules)
+        for _, message in found:
+            for part in message.split("; "):
+                assert part.split(": ", 1)[-1] in table, (part, table)
+        if platforms.get(recipe.platform).wide_ep_launch:
+            continue
+        keep = servers.kept_names(recipe)
+        text = "\n".join([f"@server 7", *argv, "", "@env", *(f"{k}={v}" if k in keep else k for k, v in e.items()),
+                          "@hfcache", "@end", f"@meminfo {MEMTOTAL_KB}"]) + "\n"
+        results = testing.judge("launch-config", {"ct13": {"server": text, "container": ContainerReading(None)}},
+                                settings=Settings(platform=recipe.platform, recipe=name, concurrency=concurrency))
+        assert [(r.status.value, r.message) for r in results if r.status != Status.PASS] == [
+            (status, f"server pid 7: {message}") for status, message in found]
+
+
+def test_cluster_launch_script_is_an_absolute_path_on_the_nodes():
+    from k3doctor.inventory.load import parse_inventory
+    from k3doctor.inventory.types import InventoryError
+
+    base = ("cluster: {platform: mi355x, recipe: kimi-k3-mi355x-agentx, concurrency: 8, launch_script: %s}\n"
+            "nodes: [{name: ct13, host: 10.0.0.1}]\n")
+    inv = parse_inventory(base % "/opt/agentx/launch.sh")
+    assert inv.nodes[0].settings.launch_script == "/opt/agentx/launch.sh"
+    with pytest.raises(InventoryError) as bad:
+        parse_inventory(base % "launch.sh")
+    assert "cluster.launch_script" in str(bad.value.problems) and "absolute path" in str(bad.value.problems)
