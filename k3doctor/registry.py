@@ -339,8 +339,11 @@ def remediation(code: str, title: str, text: str, registry: Registry = None, uni
 
 _loaded = False
 # Rule tables that name findings besides the checks (triage's log and stack rules, the sanity gate's steps,
-# --slurm-drain's): `list` and `explain` load them by name, as the checks are, with no import to remember.
-RULE_TABLES = ("k3doctor.triage.judge", "k3doctor.triage.stacks", "k3doctor.probes.gate", "k3doctor.fleet.slurm")
+# --slurm-drain's, kernel-health's rows): `list` and `explain` load them by name, as the checks are, with no import
+# to remember. (family, module): a module's ``RULES`` rows are listed as ``<family> rule <row>``.
+RULE_TABLES = (("triage", "k3doctor.rules.triage"), ("triage", "k3doctor.triage.judge"),
+               ("triage", "k3doctor.triage.stacks"), ("probes", "k3doctor.probes.gate"),
+               ("fleet", "k3doctor.fleet.slurm"), ("kernel-health", "k3doctor.rules.kernel_log"))
 
 
 def load_checks() -> tuple:
@@ -369,7 +372,7 @@ def load_checks() -> tuple:
 
 def load_rule_tables() -> None:
     """Register the remediation codes of every built-in rule table (see RULE_TABLES)."""
-    for name in RULE_TABLES:
+    for _, name in RULE_TABLES:
         importlib.import_module(name)
 
 
@@ -377,9 +380,9 @@ def rule_table_rows() -> list:
     """(``<family> rule <row>``, remediation code) for every row of a built-in rule table that is rows (a
     module's ``RULES`` of rows with ``name`` and ``remediation``), in table order: what `list -v` shows."""
     found = []
-    for name in RULE_TABLES:
+    for family, name in RULE_TABLES:
         rows = getattr(importlib.import_module(name), "RULES", ())
-        found += [(f"{name.rsplit('.', 2)[-2]} rule {row.name}", row.remediation) for row in rows
+        found += [(f"{family} rule {row.name}", row.remediation) for row in rows
                   if hasattr(row, "name") and hasattr(row, "remediation")]
     return found
 

@@ -125,6 +125,11 @@ class Rule:
     since: str = "amdgpu-load"  # amdgpu-load (a reload clears it) | boot (a fact of the boot)
     pattern: str | None = None  # site rules: regex searched in each line's text
 
+    @property
+    def name(self) -> str:
+        """The row's name in `k3doctor list -v` and `explain` (its id)."""
+        return self.id
+
 
 RULES = tuple(Rule(*fields) for fields in (
     ("KERNEL-MES-REMOVE-QUEUE", "mes_remove_queue_failed", "fail", "§10", WEDGED,

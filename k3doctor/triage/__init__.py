@@ -2,7 +2,7 @@
 
 Orchestration only: where the logs come from (our container's output on every node over the node's
 SSH connection, a path on a node, or files copied off the cluster) and how lines are grouped by
-rank. Parsing is ``parsers.atom_log``, judgement ``triage.judge``.
+rank. Parsing is ``parsers.atom_log`` (for the line shapes of ``rules.triage``), judgement ``triage.judge``.
 """
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ from k3doctor.parsers.pyspy import parse_dump
 from k3doctor.readings import OUTPUT_CAP_BYTES, Command, ReadingUnavailable, sh
 from k3doctor.redaction import RedactionTimeout, redact_text
 from k3doctor.results import Result, Status
+from k3doctor.rules.triage import SHAPES
 from k3doctor.shell import join, quote
 from k3doctor.triage import judge as judges
 from k3doctor.triage import stacks
@@ -140,7 +141,7 @@ def parse_sources(texts: dict, problems: dict) -> Iterator:
     for name, text in texts.items():
         m = _RANK_IN_NAME.search(name)
         try:
-            parsed.append(guarded(name, iter_log(text, default_rank=int(m.group(1)) if m else None, source=name)))
+            parsed.append(guarded(name, iter_log(text, SHAPES, default_rank=int(m.group(1)) if m else None, source=name)))
         except ParseError as exc:
             problems[name] = str(exc)
     return itertools.chain.from_iterable(parsed)
@@ -152,7 +153,7 @@ def ranks_by_source(texts: dict) -> dict:
     for name, text in texts.items():
         m = _RANK_IN_NAME.search(name)
         try:
-            out[name] = {ln.rank for ln in iter_log(text, default_rank=int(m.group(1)) if m else None)
+            out[name] = {ln.rank for ln in iter_log(text, SHAPES, default_rank=int(m.group(1)) if m else None)
                          if ln.rank is not None}
         except ParseError:
             continue  # judge_all says why, once

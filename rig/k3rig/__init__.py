@@ -6,7 +6,8 @@
         rig.inventory_path             # k3doctor inventory YAML for the rack
 """
 
-from .rack import Rig, RigNode, missing_requirements
+from .host import missing_requirements
+from .rack import Rig, RigNode
 from .scenario import scenario_names
 
 __all__ = ["Rig", "RigNode", "missing_requirements", "scenario_names"]

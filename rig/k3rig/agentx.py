@@ -21,7 +21,7 @@ import psutil
 import yaml
 
 from . import mi355x
-from .fixtures import container_env
+from .container import container_env
 
 LAUNCH_SCRIPT = "/opt/agentx/launch.sh"  # under the node's bind-mounted /opt
 START_TIMEOUT_S = 30.0

@@ -24,7 +24,8 @@ import time
 from pathlib import Path
 
 from .lifecycle import Started
-from .rack import SBIN_PATH, START_TIMEOUT_S, RigNode, _kill
+from .host import SBIN_PATH, START_TIMEOUT_S, _kill
+from .rack import RigNode
 
 NET_PREFIX = "10.250"  # links are /30s of 10.250.N.0/24, N the first /24 this machine does not use
 SSHD_PORT = 22

@@ -11,24 +11,19 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import io
-import json
 import os
-import re
 import shutil
-import tarfile
 import uuid
 from pathlib import Path
 from typing import Any
 
 from . import field, mi355x, ubench
+from .tools import KERNEL_CMDLINE, UNSET_U32, bdf, vram_used, write_fake_tools
 
 GPUS_PER_NODE = 4
 DEFAULT_TRAYS = (13, 14, 16, 17)  # CT13, CT14, CT16, CT17: the validated 4-node set (reference §4)
 RACK_PPOD_ID = "3e56c1d0-7a4b-4e21-9f3c-58d2b4a1878f"
-UNSET_U32 = 4294967295
 KFD_GPU_IDS = (40771, 12618, 59035, 27304)  # KFD topology gpu_id per card (opaque hashes on real nodes)
-IDLE_VRAM_USED = 177 * 2**20  # "idle reads 0% / ~177 MB" (reference §3)
 # perf_setup's modprobe (reference §5): a healthy tuned tray reads 0 1 0 1.
 TUNED_AMDGPU_PARAMS = {"gpu_recovery": 0, "halt_if_hws_hang": 1, "mtype_local": 0, "noretry": 1}
 
@@ -42,17 +37,8 @@ BIND_FILES = ("proc/sys/kernel/random/boot_id", "usr/bin/dmesg", "proc/meminfo",
 BIND_PATHS = BIND_DIRS + BIND_FILES
 MI355X_BIND_FILES = ("proc/cmdline",)  # iommu-pt reads it there (§29); a gfx1250 node keeps the host's view
 PLATFORMS = ("gfx1250", *mi355x.KINDS)
-KERNEL_CMDLINE = "BOOT_IMAGE=/vmlinuz-6.8.0-60-generic root=/dev/mapper/vg0-root ro modprobe.blacklist=amdgpu iommu=pt"
-# Fake tools: node path -> tool name (the fake dispatches on the name it is invoked as).
-# Later fakes (ubench ualoe_p2p.exe / ualoe_bw.exe under root/ubench/build) plug in here.
-FAKE_TOOLS = {"opt/rocm/bin/amd-smi": "amd-smi", "opt/rocm/bin/rocm-smi": "rocm-smi", "usr/bin/dmesg": "dmesg"}
-MI355X_FAKE_TOOLS = {mi355x.SQUEUE: "squeue"}  # AgentX nodes run Slurm (§30); a gfx1250 tray has no squeue
-TOOL_MODES = ("ok", "hang", "garbage", "truncated", "stubborn", "huge")
-RUNTIME_MODES = ("hang", "stubborn", "huge")  # decided by the fake when it runs (its @mode file)
 CARD_FIELDS = ("accel_state", "accel_id", "lane_bitmap", "ppod_id", "vpod_id", "link_type", "sclk_max_mhz",
                "ifoe_driver", "retired_pages", "busy_pct", *field.CARD_FIELDS)
-FAKE_SCRIPT = Path(__file__).with_name("bin") / "k3rig-fake"
-AMD_SMI_GROUPS_WARNING = "WARNING: User is missing the following required groups: render, video\n"
 # Files `docker cp`-ed into our container (reference §2, §14) live under this root; the rig empties it on sync.
 CONTAINER_FILES_ROOT = "/app"
 MARKER = "use_unfused_gather_kv_b_proj"
@@ -190,8 +176,6 @@ class NodeState:
         return [accel_base(t) + g for t in self.rack_trays for g in range(GPUS_PER_NODE)]
 
 
-def bdf(card: int, function: int = 0) -> str:
-    return f"{card:04x}:01:00.{function}"
 
 
 def write_file(tree: Path, rel: str, content: str | bytes, mode: int | None = None) -> None:
@@ -226,7 +210,7 @@ def write_tree(tree: Path, state: NodeState) -> None:
         (tree / rel).mkdir(parents=True, exist_ok=True)
     _write_sysfs(tree, state)
     write_file(tree, "proc/sys/kernel/random/boot_id", state.boot_id + "\n")
-    _write_fake_tools(tree, state)
+    write_fake_tools(tree, state, write_file)
     ubench.install(tree, state.tray, write_file)  # fake ualoe_p2p.exe / ualoe_bw.exe (rig/k3rig/ubench)
     field.install(tree, state, write_file)  # §31.3: PCIe link, RAS counters, bad pages, kernel.numa_balancing
     _write_host(tree, state)
@@ -282,7 +266,7 @@ def _write_sysfs(tree: Path, s: NodeState) -> None:
         write_file(tree, f"{dev}/uevent", f"DRIVER=amdgpu\nPCI_CLASS=120000\nPCI_SLOT_NAME={s.bdf(c)}\n")
         write_file(tree, f"{dev}/vendor", "0x1002\n")
         write_file(tree, f"{dev}/mem_info_vram_total", f"{vram_total}\n")
-        write_file(tree, f"{dev}/mem_info_vram_used", f"{_vram_used(s, c)}\n")
+        write_file(tree, f"{dev}/mem_info_vram_used", f"{vram_used(s, c)}\n")
         render = f"sys/class/drm/renderD{128 + c}"
         write_file(tree, f"{render}/dev", f"226:{128 + c}\n")
         os.symlink(f"../card{c}/device", tree / render / "device")
@@ -349,9 +333,6 @@ def kfd_gpu_ids(s: NodeState) -> tuple[int, ...]:
     return mi355x.KFD_GPU_IDS if s.platform in mi355x.KINDS else KFD_GPU_IDS
 
 
-def _vram_used(s: NodeState, card: int) -> int:
-    return IDLE_VRAM_USED + s.orphaned_vram.get(card, 0) + sum(p["vram_bytes"] for p in s.gpu_processes
-                                                               if p["card"] == card)
 
 
 # ----------------------------------------------------------------------------------------- host resources
@@ -410,355 +391,3 @@ def _write_host(tree: Path, s: NodeState) -> None:
                 f.truncate(size)
     write_file(tree, f"{CHECKPOINT_DIR}/config.json", '{"model_type": "kimi_k3", "num_hidden_layers": 93}\n')
     (tree / LOG_DIR).mkdir(parents=True, exist_ok=True)
-
-
-# ---------------------------------------------------------------------------------------------- fake tools
-
-
-def _write_fake_tools(tree: Path, s: NodeState) -> None:
-    script = FAKE_SCRIPT.read_bytes()
-    write_file(tree, "opt/k3rig/bin/k3rig-fake", script, 0o755)
-    fakes = {**FAKE_TOOLS, **(MI355X_FAKE_TOOLS if s.platform in mi355x.KINDS else {})}
-    for rel, tool in fakes.items():
-        if rel.startswith("opt/"):
-            link = tree / rel
-            link.parent.mkdir(parents=True, exist_ok=True)
-            os.symlink("/opt/k3rig/bin/k3rig-fake", link)
-        else:  # a file bind-mounted over a host binary: its own copy of the script
-            write_file(tree, rel, script, 0o755)
-        os.symlink("/bin/sleep", tree / f"opt/k3rig/bin/k3rig-hang.{tool}")
-    outputs = {
-        "amd-smi": {**_amd_smi_outputs(s), **field.amd_smi_outputs(s, _amd_smi_json)},
-        "rocm-smi": _rocm_smi_outputs(s),
-        "dmesg": {"@noargs": _dmesg(s), DMESG_ERRORS_KEY: _dmesg(s, errors_only=True)},
-        **({"squeue": {mi355x.SQUEUE_ARGS: mi355x.squeue_text(s.slurm_jobs)}} if s.platform in mi355x.KINDS else {}),
-    }
-    unknown = set(s.tools) - set(outputs)
-    if unknown:
-        raise ValueError(f"no fake tool named {sorted(unknown)}; fakes: {sorted(outputs)}")
-    for tool, recorded in outputs.items():
-        mode = s.tools.get(tool, "ok")
-        if mode not in TOOL_MODES:
-            raise ValueError(f"tool mode for {tool} must be one of {TOOL_MODES}, not {mode!r}")
-        base = f"opt/k3rig/data/{tool}"
-        if mode in RUNTIME_MODES:
-            write_file(tree, f"{base}/@mode", f"{mode}\n")
-        noise = AMD_SMI_GROUPS_WARNING if tool == "amd-smi" and s.amd_smi_stderr_noise else ""
-        for key, stdout in recorded.items():
-            data = stdout.encode()
-            if mode == "garbage":
-                data = _garbage(data)
-            elif mode == "truncated":
-                data = data[: len(data) // 2]
-            write_file(tree, f"{base}/{key}/stdout", data)
-            write_file(tree, f"{base}/{key}/rc", "0\n")
-            if noise:
-                write_file(tree, f"{base}/{key}/stderr", noise)
-
-
-def _garbage(data: bytes) -> bytes:
-    """Deterministic junk: a few plausible bytes, then binary noise and a torn UTF-8 sequence."""
-    noise = hashlib.sha256(data).digest() * 8
-    return data[:23] + b"\x00\x1b[0;31m\xff\xfe" + noise + b"\xe2\x82\n"
-
-
-def _amd_smi_outputs(s: NodeState) -> dict[str, str]:
-    mb = s.hbm_gib * 1024  # amd-smi labels MiB as "MB": 432 GiB -> 442368 MB (reference §12)
-    vram = {"type": "HBM", "vendor": "N/A", "size": {"value": mb, "unit": "MB"}}
-    static = [{"gpu": c, "bus": {"bdf": s.bdf(c)}, "vram": vram} for c in range(s.gpus)]
-    static_vram = [{"gpu": c, "vram": vram} for c in range(s.gpus)]
-    vram_text = "".join(
-        f"GPU: {c}\n    VRAM:\n        TYPE: HBM\n        VENDOR: N/A\n        SIZE: {mb} MB\n\n"
-        for c in range(s.gpus)
-    )
-    bad_pages = _amd_smi_json(s, [_bad_pages_entry(s, c) for c in range(s.gpus)])
-    if s.platform in mi355x.KINDS:  # XGMI instead of a UALink fabric (§30)
-        return {"xgmi": mi355x.xgmi_text(s.xgmi_links, s.xgmi_bit_rates), "bad-pages --json": bad_pages,
-                "static --json": _amd_smi_json(s, static), "static --vram --json": _amd_smi_json(s, static_vram),
-                "static --vram": vram_text}
-    fabric = [_fabric_entry(s, c) for c in range(GPUS_PER_NODE)]
-    # amd-smi 27.1 (ROCm 10.1, reference §29): PHYSICAL_ACC_ID in the ASIC section, the card's accel_id
-    asic = [{"gpu": c, "asic": {"market_name": "AMD Instinct MI455X", "oam_id": c,
-                                "physical_acc_id": s.card(c)["accel_id"]}, "bus": {"bdf": bdf(c)}}
-            for c in range(GPUS_PER_NODE)]
-    return {
-        "bad-pages --json": bad_pages,
-        "fabric --json": _amd_smi_json(s, fabric),
-        "fabric": "".join(_fabric_text(entry) for entry in fabric),
-        "static --json": _amd_smi_json(s, static),
-        "static --vram --json": _amd_smi_json(s, static_vram),
-        "static --asic --bus --json": _amd_smi_json(s, asic),
-        "static --vram": vram_text,
-    }
-
-
-def _bad_pages_entry(s: NodeState, c: int) -> dict[str, Any]:
-    """amd-smi bad-pages' JSON for card ``c``: the "No bad pages found." string, or the RESERVED pages (one page
-    is an object, several a list, as amdsmi_commands.py prints them)."""
-    none = "No bad pages found."
-    pages = [{"page_address": 0x3F000000 + 0x1000 * i, "page_size": 4096, "status": "RESERVED"}
-             for i in range(s.card(c)["retired_pages"])]
-    retired = none if not pages else pages[0] if len(pages) == 1 else pages
-    return {"gpu": c, "retired": retired, "pending": none, "un_res": none}
-
-
-def _amd_smi_json(s: NodeState, entries: list[dict[str, Any]]) -> str:
-    if s.amd_smi_json_root == "gpu_data":
-        return json.dumps({"gpu_data": entries}, indent=4) + "\n"
-    if s.amd_smi_json_root == "list":
-        return json.dumps(entries, indent=4) + "\n"
-    raise ValueError(f"amd_smi_json_root must be 'gpu_data' or 'list', not {s.amd_smi_json_root!r}")
-
-
-def _fabric_entry(s: NodeState, c: int) -> dict[str, Any]:
-    card = s.card(c)
-    members = [str(a) for a in s.vpod_members()]
-    slots = members + ["-"] * (32 - len(members))
-    return {
-        "gpu": c,
-        "fabric": {
-            "gpu": c,
-            "bdf": bdf(c),
-            "fabric_info": {
-                "bdf": bdf(c, 1),
-                "version": UNSET_U32,
-                "accelerator_id": card["accel_id"],
-                "fabric_type": str(card["link_type"]).upper(),
-                "bandwidth": {"value": 0, "unit": "Mb/s"},
-                "latency": {"value": 0, "unit": "ns"},
-                "ppod_id": card["ppod_id"],
-                "ppod_size": s.ppod_size,
-                "vpod_id": card["vpod_id"],
-                "vpod_size": len(members),
-                "local_accelerators": ", ".join(map(str, s.local_accels())),
-                "local_active_accelerators": [", ".join(slots[r * 8 : r * 8 + 8]) for r in range(4)],
-                "addr_mode": s.addr_mode.upper(),
-                "accel_state": str(card["accel_state"]).upper(),
-            },
-            "fabric_telemetry": "N/A",
-        },
-    }
-
-
-def _fabric_text(entry: dict[str, Any]) -> str:
-    """Human ``amd-smi fabric`` block (layout per reference §27 item 1)."""
-    info = entry["fabric"]["fabric_info"]
-    lines = [f"GPU: {entry['gpu']}", "    FABRIC_INFO:"]
-    for key, value in info.items():
-        if isinstance(value, dict):
-            value = f"{value['value']} {value['unit']}"
-        if isinstance(value, list):
-            lines.append(f"        {key.upper()}:")
-            lines.extend(f"            {row}" for row in value)
-        else:
-            lines.append(f"        {key.upper()}: {value}")
-    lines.append(f"    FABRIC_TELEMETRY: {entry['fabric']['fabric_telemetry']}")
-    return "\n".join(lines) + "\n\n"
-
-
-def _smi_spacer(title: str = "") -> str:
-    """rocm-smi printLogSpacer at the 90-column width of current releases."""
-    if not title:
-        return "=" * 90 + "\n"
-    if len(title) % 2:
-        title += "="
-    side = "=" * ((90 - len(title)) // 2)
-    return side + title + side + "\n"
-
-
-def _rocm_smi_log(title: str, body: str) -> str:
-    return (
-        _smi_spacer(" ROCm System Management Interface ")
-        + _smi_spacer(f" {title} ")
-        + body
-        + _smi_spacer()
-        + _smi_spacer(" End of ROCm SMI Log ")
-    )
-
-
-def _rocm_smi_outputs(s: NodeState) -> dict[str, str]:
-    vram_total = s.hbm_gib * 2**30
-    if s.gpu_processes:
-        rows = [["PID", "PROCESS NAME", "GPU(s)", "VRAM USED", "SDMA USED", "CU OCCUPANCY"]]
-        rows += [[str(p["pid"]), p["name"], "1", str(p["vram_bytes"]), "0", "4"] for p in s.gpu_processes]
-        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-        table = "".join("".join(cell.ljust(w) + "\t" for cell, w in zip(r, widths, strict=True)) + "\n" for r in rows)
-        pids = "KFD process information:\n" + table
-    else:
-        pids = "No KFD PIDs currently running\n"
-    meminfo = "".join(
-        f"GPU[{c}]\t\t: VRAM Total Memory (B): {vram_total}\n"
-        f"GPU[{c}]\t\t: VRAM Total Used Memory (B): {_vram_used(s, c)}\n"
-        for c in range(s.gpus)
-    )
-    memuse = "".join(
-        f"GPU[{c}]\t\t: GPU Memory Allocated (VRAM%): {round(100 * _vram_used(s, c) / vram_total)}\n"
-        f"GPU[{c}]\t\t: GPU Memory Read/Write Activity (%): 0\n"
-        for c in range(s.gpus)
-    )
-    return {
-        "--showpids": _rocm_smi_log("KFD Processes", pids),
-        "--showmeminfo vram": _rocm_smi_log("Memory Usage (Bytes)", meminfo),
-        "--showmemuse": _rocm_smi_log("Current Memory Use", memuse),
-    }
-
-
-DMESG_ERRORS_KEY = "--level=err,crit,alert,emerg"
-_PRIORITY = re.compile(r"^<([0-7])>")  # printk's own level prefix (KERN_ERR = "<3>")
-
-
-def _dmesg(s: NodeState, errors_only: bool = False) -> str:
-    """The node's kernel log as `dmesg` prints it; ``errors_only``: only its err/crit/alert/emerg lines."""
-    lines = [
-        (0.0, "Linux version 6.8.0-60-generic (buildd@lcy02-amd64-098) (x86_64-linux-gnu-gcc-13 (Ubuntu "
-         "13.3.0-6ubuntu2~24.04) 13.3.0, GNU ld (GNU Binutils for Ubuntu) 2.42) #63-Ubuntu SMP PREEMPT_DYNAMIC"),
-        (0.0, f"Command line: {KERNEL_CMDLINE}"),
-    ]
-    lines.append((15.220114, "[drm] amdgpu kernel modesetting enabled."))
-    mb = s.hbm_gib * 1024
-    for c in range(s.gpus):
-        t = 15.8 + 0.61 * c
-        lines.append((t, f"amdgpu {s.bdf(c)}: amdgpu: VRAM: {mb}M 0x0000008000000000 - "
-                         f"0x{0x8000000000 + s.hbm_gib * 2**30 - 1:016X} ({mb}M used)"))
-        lines.append((t + 0.42, f"[drm] Initialized amdgpu 3.64.0 for {s.bdf(c)} on minor {c}"))
-    for c in range(GPUS_PER_NODE if s.platform == "gfx1250" else 0):
-        card = s.card(c)
-        if card["accel_state"] == "active":
-            t = 21.07 + 0.23 * c
-            lines.append((t, f"amdgpu {bdf(c)}: UALINK: activating accelerator accel_id={card['accel_id']} "
-                             "(accel_state=2)"))
-            lines.append((t + 8.5, f"amdgpu {bdf(c)}: UALINK: accelerator accel_id={card['accel_id']} is now ACTIVE"))
-    lines.sort(key=lambda line: line[0])
-    t_last = lines[-1][0]
-    levels = {}  # index in lines -> printk level; boot lines are info (6)
-    for i, text in enumerate(s.dmesg_extra):
-        level = _PRIORITY.match(text)
-        levels[len(lines)] = int(level.group(1)) if level else 6
-        lines.append((t_last + 60.0 * (i + 1), _PRIORITY.sub("", text)))
-    return "".join(f"[{t:12.6f}] {text}\n" for i, (t, text) in enumerate(lines)
-                   if not errors_only or levels.get(i, 6) <= 3)
-
-
-def container_tar(files: dict[str, Any]) -> bytes:
-    """A tar (for ``put_archive`` at ``/``) of a node's ``container_files``.
-
-    ``{size: N, text: T}`` is T padded with ``#`` to exactly N bytes (N = 0: the empty file an
-    interrupted ``docker cp`` leaves, §14); ``{entries: N}`` is a directory of N files (a store). A file
-    starting with ``#!`` is executable (a tool the image ships).
-    """
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        for path, spec in sorted(files.items()):
-            if not path.startswith(CONTAINER_FILES_ROOT + "/"):
-                raise ValueError(f"container file {path!r} must lie under {CONTAINER_FILES_ROOT}/")
-            name = path.lstrip("/")
-            if spec is None:
-                continue
-            if isinstance(spec, dict) and set(spec) == {"entries"}:
-                _tar_add(tar, name, None)
-                for i in range(spec["entries"]):
-                    _tar_add(tar, f"{name}/entry-{i:05d}.co", b"")
-                continue
-            _tar_add(tar, name, _content(path, spec))
-    return buf.getvalue()
-
-
-def _content(path: str, spec: Any) -> bytes:
-    if isinstance(spec, str):
-        return spec.encode()
-    if not isinstance(spec, dict) or not set(spec) <= {"size", "text"} or "size" not in spec:
-        raise ValueError(f"container file {path}: expected a string, {{size, [text]}} or {{entries}}, got {spec!r}")
-    text, size = spec.get("text", "").encode(), spec["size"]
-    if size == 0:
-        return b""
-    if len(text) + 1 > size:
-        raise ValueError(f"container file {path}: text does not fit in {size} bytes")
-    return text + b"#" * (size - len(text) - 1) + b"\n"
-
-
-def _tar_add(tar: tarfile.TarFile, name: str, data: bytes | None) -> None:
-    info = tarfile.TarInfo(name)
-    if data is None:
-        info.type, info.mode = tarfile.DIRTYPE, 0o755
-        tar.addfile(info)
-    else:
-        info.size, info.mode = len(data), 0o755 if data.startswith(b"#!") else 0o644  # a script runs
-        tar.addfile(info, io.BytesIO(data))
-
-
-# ----------------------------------------------------------------------------- launch configuration (§13, §16, §17)
-
-LAUNCH_SCRIPT = "/app/launch_server.sh"  # named in the rig's inventory (launch-config.launch_script)
-DATA_IFNAME = "lo"  # the rig's data plane: every node address is 127.0.N.1x, carried by lo
-
-
-def healthy_container_env() -> dict[str, str]:
-    """The environment a correctly set up site gives our container: the §16 validated set for the
-    20260918 image on B0 (no translation trio), data-plane interface names, AITER_LOG_LEVEL."""
-    gfx = {k: "gfx1250" for k in ("PYTORCH_ROCM_ARCH", "AITER_RUNTIME_GPU_ARCH", "GPU_ARCHS", "GPU_ARCH_LIST",
-                                  "MORI_GPU_ARCHS")}
-    return {
-        **gfx, "HSA_OVERRIDE_GFX_VERSION": "12.5.0", "ENABLE_CK": "0",
-        "ATOM_USE_TRITON_MLA": "1", "ATOM_USE_TRITON_MLA_SHUFFLE_KV": "0", "ATOM_UNFUSED_GATHER_KV_B_PROJ": "1",
-        "ATOM_USE_AITER_TRITON_ATTN": "1", "ATOM_USE_UNIFIED_ATTN": "1", "ATOM_MOE_GU_ITLV": "1",
-        "ATOM_USE_TRITON_MOE_DECODE": "0", "MEGA_DISPATCH": "mori", "MEGA_DISPATCH_WIRE": "fp4", "ATOM_MORI_V2": "1",
-        "ATOM_MORI_V2_FUSED": "1", "AITER_USE_GROUPED_GEMM": "1", "AITER_USE_OPUS_MOE_SORTING": "1",
-        "ATOM_USE_TRITON_GEMM": "1", "ATOM_WO_A_USE_FLYDSL": "1", "ATOM_FP8_BLOCKSCALE_USE_E8M0_SCALE": "1",
-        "AITER_ROPE_TRITON_BACKEND": "1", "AITER_USE_SYSTEM_TRITON": "1",
-        "NCCL_MNNVL_ENABLE": "1", "NCCL_IB_DISABLE": "1", "NCCL_P2P_DISABLE": "0", "NCCL_P2P_LEVEL": "SYS",
-        "NCCL_CUMEM_ENABLE": "1", "ATOM_DP_LM_HEAD_MODE": "allgather", "ATOM_USE_CUSTOM_ALL_GATHER": "1",
-        "AITER_CUSTOM_AR_USE_SYMM_MEM": "1", "MORI_SOCKET_IFNAME": DATA_IFNAME, "NCCL_SOCKET_IFNAME": DATA_IFNAME,
-        "GLOO_SOCKET_IFNAME": DATA_IFNAME, "HSA_XNACK": "1", "HSA_USE_SVM": "1", "HSA_ENABLE_SDMA": "1",
-        "ATOM_LOADER_USE_THREADPOOL": "1", "ATOM_LOADER_NUM_THREADS": "4", "AITER_LOG_LEVEL": "WARNING",
-    }
-
-
-def container_env(state: NodeState) -> dict[str, str]:
-    healthy = mi355x.server_env(state.concurrency) if state.platform in mi355x.KINDS else healthy_container_env()
-    env = {**healthy, **state.container_env}
-    return {k: str(v) for k, v in env.items() if v is not None}
-
-
-def launch_args(state: NodeState, rank: int, master_ip: str) -> dict[str, Any]:
-    """The §17 server arguments of node ``rank // 4`` (Config A), with the state's overrides."""
-    args: dict[str, Any] = {
-        "--model": "/models/Kimi-K3", "--served-model-name": "moonshotai/Kimi-K3", "-tp": 1,
-        "--data-parallel-size": 16, "--data-parallel-size-local": GPUS_PER_NODE, "--data-parallel-rank": rank,
-        "--data-parallel-master-ip": master_ip, "--data-parallel-master-port": 29500,
-        "--data-parallel-base-port": 29700, "--enable-expert-parallel": True, "--enable-dp-attention": True,
-        "--kv_cache_dtype": "fp8", "--index-cache-dtype": "fp8", "--cudagraph-mode": "FULL", "--max-num-seqs": 8,
-        "--max-num-batched-tokens": 2048, "--gpu-memory-utilization": 0.90, "--no-enable_prefix_caching": True,
-        "--trust-remote-code": True, "--disable_uvicorn_access_log": True,
-    }
-    args.update(state.launch_args)
-    return {k: v for k, v in args.items() if v is not None and v is not False}
-
-
-def launch_script(state: NodeState, rank: int, master_ip: str) -> str:
-    """The node's launch script (a site's launch_server.sh): environment lines, then the server."""
-    words = []
-    for flag, value in launch_args(state, rank, master_ip).items():
-        words.append(flag if value is True else f"{flag} {value}")
-    body = " \\\n    ".join(["exec python3 -m atom.entrypoints.openai_server", *words])
-    prelude = "".join(f"{line}\n" for line in state.launch_prelude)
-    return "#!/bin/sh\n# Kimi-K3 wide-EP, reference §17\n" + prelude + body + "\n"
-
-
-RANK_PROCESS = ("import ctypes, sys, time; ctypes.CDLL(None).prctl(15, sys.argv[1].encode(), 0, 0, 0); "
-                "time.sleep(10**9)")  # PR_SET_NAME: ATOM's setproctitle shows as the process name
-LISTENER = ("import socket, sys, time; s = socket.socket(); s.bind((sys.argv[1], int(sys.argv[2]))); s.listen(); "
-            "time.sleep(10**9)")
-
-
-def rank_commands(state: NodeState, first_rank: int) -> list[list[str]]:
-    """``docker exec`` argv of this node's ATOM rank processes, each with its full environment."""
-    if state.atom_ranks is None:
-        return []
-    env = {**container_env(state), **(state.atom_ranks.get("env") or {})}
-    pairs = [f"{k}={v}" for k, v in env.items() if v is not None]
-    return [["env", "-i", *pairs, "/usr/bin/python3", "-c", RANK_PROCESS, f"ATOM::DP{first_rank + i}TP0"]
-            for i in range(GPUS_PER_NODE)]
-
-
-def listener_commands(state: NodeState, address: str) -> list[list[str]]:
-    return [["/usr/bin/python3", "-c", LISTENER, address, str(port)] for port in state.listeners]

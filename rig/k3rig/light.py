@@ -27,7 +27,7 @@ import yaml
 from . import scenario as scenarios
 from .fixtures import BIND_PATHS, GPUS_PER_NODE, node_name, write_tree
 from .lifecycle import Started
-from .rack import SBIN_PATH, _accepts, _kill, _mount_namespace, missing_requirements
+from .host import SBIN_PATH, _accepts, _kill, _mount_namespace, missing_requirements
 
 SSH_PORT = 2222
 RACK_TRAYS = tuple(range(1, 19))  # a full rack of this family: 18 trays (reference §4)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import psutil
 
-from .fixtures import DMESG_ERRORS_KEY
+from .tools import DMESG_ERRORS_KEY
 
 _STAMP = re.compile(r"^\[\s*([0-9]+\.[0-9]+)\]")
 

@@ -4,7 +4,7 @@ decide which side of a §29 edge a rule is judged on; an unknown version applies
 The rack is this module's own: its scenarios recreate our container."""
 import pytest
 import yaml
-from k3rig.fixtures import _amd_smi_outputs
+from k3rig.tools import _amd_smi_outputs
 
 from tests.conftest import private_rack
 from tests.e2e.cli import k3json

@@ -6,7 +6,7 @@ import time
 
 import docker
 import pytest
-from k3rig.fixtures import LAUNCH_SCRIPT
+from k3rig.container import LAUNCH_SCRIPT
 
 from k3doctor.deadline import Deadline
 from k3doctor.gather.engine_reads import SharedEngine, gather_exec

@@ -185,7 +185,7 @@ def tokens_on_ct13(tmp_path_factory):
 
 def _with_tokens(rig):
     client = docker.DockerClient(base_url=f"unix://{rig.nodes[0].docker_socket}", timeout=60)
-    from k3rig.rack import CONTAINER, CONTAINER_RUN, IMAGE
+    from k3rig.engine import CONTAINER, CONTAINER_RUN, IMAGE
 
     ours = client.containers.get(CONTAINER)
     env = [e for e in ours.attrs["Config"]["Env"] or []] + [f"HF_TOKEN={SECRET}"]

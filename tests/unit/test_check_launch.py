@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 from k3doctor.checks import launch as lc
-from k3rig.fixtures import NodeState, launch_script
+from k3rig.container import launch_script
+from k3rig.fixtures import NodeState
 
 from k3doctor import testing
 from k3doctor.inventory.types import Node, Settings

@@ -11,7 +11,7 @@ import time
 from http.server import BaseHTTPRequestHandler
 
 import pytest
-from k3rig.rack import connect_engine
+from k3rig.engine import connect_engine
 
 
 class FakeEngineAPI(BaseHTTPRequestHandler):

@@ -2,14 +2,21 @@
 import pytest
 from k3rig import server_log as L
 
-from k3doctor.parsers import ParseError
-from k3doctor.parsers.atom_log import parse_log, rank_marker, stage_of
+from k3doctor.parsers import ParseError, atom_log
+from k3doctor.parsers.atom_log import rank_marker
 from k3doctor.results import Status
+from k3doctor.rules.triage import SHAPES
+from k3doctor.rules.triage_signals import stage_of
 from k3doctor.triage import group_lines, most_likely, triage_results
 from k3doctor.triage.judge import Layout
 from tests.corpus import load
 
 NODES = ("ct13", "ct14", "ct16", "ct17")
+
+
+def parse_log(text, **kw):
+    """The log read for triage's line shapes, as triage reads it."""
+    return atom_log.parse_log(text, SHAPES, **kw)
 
 
 def run(logs: dict, stepping="B0", now=None):
