@@ -31,7 +31,7 @@ def test_a_waived_fail_is_shown_by_every_format_and_fails_again_once_expired(rig
     inventory.write_text(rig.inventory_path.read_text() + waivers_yaml(until))
     state = tmp_path / "state.json"
 
-    rc, doc = k3json("check", "--nodes", inventory, "--save-readings", state)
+    rc, doc = k3json("check", "--nodes", inventory, "--save-readings", state, "--keep-identifiers")
     assert (rc, doc["verdict"], doc["waived"], doc["notes"]) == (0, "READY TO LAUNCH", 1, []), doc["results"]
     assert not [r for r in doc["results"] if r["status"] in ("FAIL", "ERROR", "WARN")]
     [waived] = [r for r in doc["results"] if r["status"] == "WAIVED"]
