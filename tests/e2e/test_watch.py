@@ -3,13 +3,16 @@ landing while it watches (k3rig.live_faults): each named on its node and GPU/ran
 lines not replayed, a lost node UNKNOWN, nothing left on the nodes after SIGTERM (reference §31.2)."""
 from __future__ import annotations
 
+import base64
 import json
 import queue
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -111,15 +114,96 @@ class Watching:
             self.events.append(json.loads(self.lines.get()))  # every line parses: jsonl
         return self.events
 
-    def wait_for(self, code, node, where, within_s: float) -> float:
-        """Seconds until a start event of (code, node, where) came; fails after ``within_s``."""
+    def wait_for(self, code, node, where, within_s: float, kind: str = "start") -> float:
+        """Seconds until a ``kind`` event of (code, node, where) came; fails after ``within_s``."""
         t0 = time.monotonic()
         while time.monotonic() - t0 < within_s:
-            if any(e["event"] == "start" and (e["code"], e["node"], e["where"]) == (code, node, where)
+            if any(e["event"] == kind and (e["code"], e["node"], e["where"]) == (code, node, where)
                    for e in self.drain()):
                 return time.monotonic() - t0
             time.sleep(0.1)
-        pytest.fail(f"no {code} on {node} {where} within {within_s}s: {self.drain()}")
+        pytest.fail(f"no {kind} {code} on {node} {where} within {within_s}s: {self.drain()}")
+
+    def started(self, prom: Path) -> None:
+        """Wait for the first round (connections, baseline): its --prom-file written."""
+        deadline = time.monotonic() + 20
+        while not prom.exists() and self.proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert prom.exists(), self.proc.stderr.read() if self.proc.poll() is not None else "no first round in 20s"
+
+    def stop(self) -> tuple:
+        """SIGTERM; (exit status, every event, stderr)."""
+        self.proc.send_signal(signal.SIGTERM)
+        rc = self.proc.wait(timeout=40)
+        time.sleep(0.5)
+        return rc, self.drain(), self.proc.stderr.read()
+
+
+class Receiver:
+    """An on-call tool's webhook endpoint: a real HTTP server on 127.0.0.1, every POST's body kept."""
+
+    def __init__(self):
+        got = self.got = []
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                got.append((self.path, self.headers.get("Authorization"),
+                            json.loads(self.rfile.read(int(self.headers["Content-Length"])))))
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+def test_webhook_gets_each_event_once_and_a_hung_receiver_never_slows_the_watch(rack, engines, tmp_path):
+    """Two watches of the rack at once: one posts to a real receiver (the stall's start and clear, once each, in
+    Alertmanager's shape, its basic auth sent), the other to a receiver that accepts and never answers - it
+    names the stall and its clear just as promptly, counts its losses in the summary and prints no secret."""
+    first, second = (n for n, _, _ in rack.hosts)
+    inv = inventory(rack, tmp_path, {first, second})
+    receiver, hung = Receiver(), socket.socket()
+    hung.bind(("127.0.0.1", 0))
+    hung.listen(8)
+    good_prom, hung_prom = tmp_path / "good.prom", tmp_path / "hung.prom"
+    common = ("--nodes", inv, "--interval", INTERVAL, "--stall", STALL, "--format", "jsonl", *ports(engines))
+    good = Watching(*common, "--prom-file", good_prom,
+                    "--webhook", f"http://oncall:pa55@127.0.0.1:{receiver.port}/hook?token=t0k")
+    slow = Watching(*common, "--prom-file", hung_prom,
+                    "--webhook", f"http://oncall:s3cret@127.0.0.1:{hung.getsockname()[1]}/hook?token=hidden")
+    try:
+        good.started(good_prom)
+        slow.started(hung_prom)
+        engines[first][1].write_text(json.dumps({"stall": [1]}))
+        for watch in (good, slow):
+            watch.wait_for("ENGINE-STALLED", first, "dp_rank 1", within_s=float(STALL) + 5)
+        engines[first][1].write_text("{}")
+        for watch in (good, slow):
+            watch.wait_for("ENGINE-STALLED", first, "dp_rank 1", within_s=5, kind="clear")
+        time.sleep(1)
+    finally:
+        engines[first][1].write_text("{}")
+        (rc, events, err), (slow_rc, slow_events, slow_err) = good.stop(), slow.stop()
+        receiver.server.shutdown()
+        hung.close()
+    assert (rc, err, slow_rc) == (0, "", 0), (err, slow_err)
+    auth = "Basic " + base64.b64encode(b"oncall:pa55").decode()
+    assert [(path, who, body["version"], body["status"], body["alerts"][0]["labels"]["alertname"],
+             body["alerts"][0]["labels"]["target"]) for path, who, body in receiver.got] == [
+        ("/hook?token=t0k", auth, "4", "firing", "ENGINE-STALLED", "dp_rank 1"),
+        ("/hook?token=t0k", auth, "4", "resolved", "ENGINE-STALLED", "dp_rank 1")]
+    summary, slow_summary = events[-1], slow_events[-1]
+    assert summary["webhook"] == {"url": f"http://127.0.0.1:{receiver.port}/hook?token=***", "sent": 2,
+                                  "dropped": 0, "last_error": None}
+    assert (slow_summary["webhook"]["sent"], slow_summary["webhook"]["dropped"]) == (0, 2), slow_summary
+    # the hung receiver cost the watch no interval: both watches read the node about as often
+    assert slow_summary["intervals"] >= summary["intervals"] - 2, (slow_summary, summary)
+    said = json.dumps(slow_events) + slow_err
+    assert "s3cret" not in said and "hidden" not in said and "pa55" not in json.dumps(events)
 
 
 def test_watch_names_each_fault_once_on_its_node_and_rank(rack, engines, tmp_path):
