@@ -15,6 +15,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import psutil
 import pytest
 import yaml
 from k3rig.light import LightRack
@@ -271,3 +272,18 @@ def test_watch_names_each_fault_once_on_its_node_and_rank(rack, engines, tmp_pat
             break
         time.sleep(0.2)
     assert not left, [Path(f"/proc/{p}/cmdline").read_text().replace("\0", " ") for p in left]
+
+
+def test_demo_watch_names_the_stalled_rank_and_leaves_nothing():
+    """`k3doctor demo --watch`: its own rack and engines; the stalled rank named once, on its node; all torn down."""
+    reason = rig_unavailable()
+    if reason:
+        pytest.skip(reason)
+    rc, out, err = k3("demo", "--watch", timeout=120)
+    assert rc == 1, (out, err)  # the stall is active when the demo's watch ends
+    said = out.splitlines()[1:-1]
+    assert len(said) == 1, out
+    assert "FAIL    n001-ct1 dp_rank 2  ENGINE-STALLED: dp_rank 2: 4 request(s) running" in said[0], out
+    assert out.splitlines()[-1].startswith("k3doctor watch: ended after") and "Traceback" not in err, err
+    left = [p for p in psutil.process_iter(["cmdline"]) if "k3doctor-demo-" in " ".join(p.info["cmdline"] or ())]
+    assert left == [], left
