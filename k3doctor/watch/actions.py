@@ -117,17 +117,20 @@ class Drainer:
         if drains(event):
             self._futures.append(self._pool.submit(self._drain, event))
 
-    def _drain(self, event: dict) -> dict:
+    def _drain(self, event: dict) -> dict | None:
         name = event["node"]
         if not NODE_NAME.fullmatch(name):
             return _said(event, "SLURM-CALL-FAILED", "unknown", f"{name!r} is not a Slurm node name: not drained")
         reason = slurm.reason_line(f"{event['where'] or 'node'}: {event['message']}", event["code"])
         try:
             scontrol = self._scontrol()
-            other = slurm.others_hold(scontrol.show_node(name))
+            node = scontrol.show_node(name)
+            other = slurm.others_hold(node)
             if other:
                 return _said(event, "SLURM-LEFT-AS-IS", "warn", f"{name} left as it is in Slurm: already {other} "
                                                                 f"with another reason; would drain: {reason}")
+            if slurm.ours(node):
+                return None  # drained by k3doctor already: its first cause (the root one) stays the reason
             scontrol.drain(name, reason)
         except slurm.SlurmError as exc:
             return _said(event, "SLURM-CALL-FAILED", "unknown", f"{exc}; Slurm node {name} left as it is")
@@ -145,7 +148,7 @@ class Drainer:
             except TimeoutError:
                 left.append(future)
         self._futures = left
-        return out
+        return [said for said in out if said is not None]
 
     def close(self) -> list:
         said = self.done(wait_s=slurm.SLURM_BUDGET_S + 1)

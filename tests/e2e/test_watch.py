@@ -24,6 +24,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import rig_unavailable
 from tests.e2e.cli import k3
+from tests.slurm_cluster import NODE as SLURM_NODE
+from tests.slurm_cluster import SlurmCluster, missing
 
 pytestmark = pytest.mark.e2e
 INTERVAL, STALL = "1", "5"
@@ -100,9 +102,9 @@ def test_once_follows_the_npd_plugin_contract(rack, engines, tmp_path):
 class Watching:
     """A `k3doctor watch --format jsonl` in the background; its events as they come."""
 
-    def __init__(self, *args):
+    def __init__(self, *args, env=None):
         self.proc = subprocess.Popen([sys.executable, "-m", "k3doctor.cli", "watch", *map(str, args)],
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         self.lines, self.events = queue.Queue(), []
         threading.Thread(target=self._pump, daemon=True).start()
 
@@ -205,6 +207,53 @@ def test_webhook_gets_each_event_once_and_a_hung_receiver_never_slows_the_watch(
     assert slow_summary["intervals"] >= summary["intervals"] - 2, (slow_summary, summary)
     said = json.dumps(slow_events) + slow_err
     assert "s3cret" not in said and "hidden" not in said and "pa55" not in json.dumps(events)
+
+
+def test_drain_drains_exactly_the_node_with_a_hardware_fail_on_a_real_slurmctld(rack, engines, tmp_path_factory):
+    """--drain on the suite's real slurmctld + slurmd, whose one node is the first light node's name here: a new
+    kernel-log FAIL drains it once, with k3doctor's reason, said as an action event; a stalled rank on the other
+    node drains nothing (and a second FAIL on the drained node keeps the first cause)."""
+    why = missing()
+    if why:
+        pytest.skip(why)
+    first, second = (n for n, _, _ in rack.hosts)
+    folder = tmp_path_factory.mktemp("drain")
+    doc = yaml.safe_load(inventory(rack, folder, {first, second}).read_text())
+    for node in doc["nodes"]:
+        node["name"] = SLURM_NODE if node["name"] == first else node["name"]
+    inv = folder / "slurm-inventory.yaml"
+    inv.write_text(yaml.safe_dump(doc))
+    port_args = ["--metrics-port", f"{SLURM_NODE}={engines[first][0]}", "--metrics-port",
+                 f"{second}={engines[second][0]}", "--engine-process", "k3rig[.]model_server --ranks"]
+    with SlurmCluster(folder / "slurm") as cluster:
+        prom = folder / "watch.prom"
+        watch = Watching("--nodes", inv, "--interval", INTERVAL, "--stall", STALL, "--format", "jsonl",
+                         "--prom-file", prom, "--drain", *port_args, env=cluster.env)
+        try:
+            watch.started(prom)
+            engines[second][1].write_text(json.dumps({"stall": [0]}))
+            watch.wait_for("ENGINE-STALLED", second, "dp_rank 0", within_s=float(STALL) + 5)
+            assert cluster.drain_state() == "idle"
+            append_kernel_line(tree(rack, first), f"amdgpu {BDF}: amdgpu: ring gfx_0.0.0 timeout, signaled seq=10, "
+                                                  "emitted seq=12")
+            watch.wait_for("SLURM-DRAINED", SLURM_NODE, f"gpu {BDF}", within_s=15, kind="action")
+            assert cluster.drain_state() == "drained"
+            reason = cluster.reason()
+            append_kernel_line(tree(rack, first), f"amdgpu {BDF}: amdgpu: GPU reset begin!")
+            watch.wait_for("KERNEL-GPU-RESET", SLURM_NODE, f"gpu {BDF}", within_s=6)
+            time.sleep(2)
+        finally:
+            engines[second][1].write_text("{}")
+            rc, events, err = watch.stop()
+        assert cluster.reason() == reason, "a later FAIL overwrote the first cause"
+        assert reason.startswith(f"k3doctor: gpu {BDF}: GPU ring timeout") and reason.endswith(
+            "[KERNEL-RING-TIMEOUT]"), reason
+        cluster.back_in_service()
+    assert (rc, err) == (1, ""), err
+    acted = [(e["code"], e["node"]) for e in events if e["event"] == "action"]
+    assert acted == [("SLURM-DRAINED", SLURM_NODE)], acted
+    assert events[-1]["drained"] == 1
+    assert cluster.gone() == []
 
 
 def test_watch_names_each_fault_once_on_its_node_and_rank(rack, engines, tmp_path):
