@@ -131,6 +131,7 @@ class Webhook:
                 self.sent += 1
             else:
                 self.failed += 1
+            self._queue.task_done()
 
     def _deliver(self, body: bytes) -> bool:
         wait = self.backoff_s
@@ -157,9 +158,10 @@ class Webhook:
         return False
 
     def close(self, flush_s: float = 5.0) -> dict:
-        """Let the queue drain for up to ``flush_s``, then stop; what is left counts as dropped."""
+        """Let the queue drain (the event in flight included) for up to ``flush_s``, then stop; what is left
+        counts as dropped."""
         deadline = time.monotonic() + flush_s
-        while not self._queue.empty() and time.monotonic() < deadline:
+        while self._queue.unfinished_tasks and time.monotonic() < deadline:
             time.sleep(0.05)
         self._stop.set()
         left = 0
