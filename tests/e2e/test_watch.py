@@ -209,14 +209,25 @@ def test_webhook_gets_each_event_once_and_a_hung_receiver_never_slows_the_watch(
     assert "s3cret" not in said and "hidden" not in said and "pa55" not in json.dumps(events)
 
 
-def test_drain_drains_exactly_the_node_with_a_hardware_fail_on_a_real_slurmctld(rack, engines, tmp_path_factory):
+@pytest.fixture
+def own_rack(engines, tmp_path_factory):
+    """Light nodes of this test only (the module's engines serve them by name): whatever happens to them here
+    cannot reach the module's rack and the tests after this one."""
+    with LightRack(tmp_path_factory.mktemp("drain-rack"), nodes=2) as light:
+        yield light
+
+
+def test_drain_drains_exactly_the_node_with_a_hardware_fail_on_a_real_slurmctld(own_rack, engines,
+                                                                                   tmp_path_factory):
     """--drain on the suite's real slurmctld + slurmd, whose one node is the first light node's name here: a new
     kernel-log FAIL drains it once, with k3doctor's reason, said as an action event; a stalled rank on the other
     node drains nothing (and a second FAIL on the drained node keeps the first cause)."""
     why = missing()
     if why:
         pytest.skip(why)
+    rack = own_rack
     first, second = (n for n, _, _ in rack.hosts)
+    assert {first, second} == set(engines)
     folder = tmp_path_factory.mktemp("drain")
     doc = yaml.safe_load(inventory(rack, folder, {first, second}).read_text())
     for node in doc["nodes"]:
