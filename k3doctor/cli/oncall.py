@@ -116,8 +116,10 @@ def demo_rack(platform: str, scenarios: list) -> tuple:
               help="Fault scenario of the simulated rack (healthy shows READY TO LAUNCH) [default: the platform's "
                    "own demo scenario].")
 @click.option("--list-scenarios", is_flag=True, help="List the rig's scenarios and exit.")
+@click.option("--watch", "watch", is_flag=True,
+              help="Instead of a check: `k3doctor watch` on a serving simulated rack while one DP rank stalls.")
 @click.option("-v", "--verbose", is_flag=True, help="Show evidence and passing results.")
-def demo_cmd(platform, scenario, list_scenarios, verbose):
+def demo_cmd(platform, scenario, list_scenarios, watch, verbose):
     """Stand up a simulated rack (real sshd + dockerd, faked GPUs), check it, tear it down.
 
     Needs root (mount namespaces, sshd, dockerd) and the packages scripts/install.sh installs.
@@ -134,6 +136,8 @@ def demo_cmd(platform, scenario, list_scenarios, verbose):
     if list_scenarios:
         click.echo("\n".join(scenario_names(platform)))
         return
+    if watch and scenario:
+        raise click.UsageError("--watch runs its own scenario (a DP rank stalling): --scenario does not apply")
     default_scenario, nodes = demo_rack(platform, scenario_names(platform))
     scenario = scenario or default_scenario
     if scenario not in scenario_names(platform):
@@ -141,6 +145,10 @@ def demo_cmd(platform, scenario, list_scenarios, verbose):
     missing = missing_requirements()
     if missing:
         raise click.UsageError("the simulated rack needs " + "; ".join(missing) + " (run scripts/install.sh)")
+    if watch:
+        from k3doctor.cli.demo_watch import run_watch_demo
+
+        sys.exit(run_watch_demo())
     load_plugins()
     with tempfile.TemporaryDirectory(prefix="k3doctor-demo-") as tmp:
         click.echo(f"k3doctor demo: starting a simulated {nodes}-node {platform} rack (scenario {scenario})...",

@@ -9,9 +9,6 @@ import click
 from k3doctor.cli.options import Seconds, accept_unknown_hosts_option, nodes_option, read_inventory
 from k3doctor.deadline import MAX_SECONDS
 
-_DURATION = re.compile(r"^(?P<n>[0-9]{1,9}(?:\.[0-9]{1,3})?)(?P<unit>[smhd]?)$")
-_UNIT = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
-
 
 class Duration(click.ParamType):
     """``90``, ``90s``, ``10m``, ``2h``, ``7d``: how long the watch runs."""
@@ -19,9 +16,10 @@ class Duration(click.ParamType):
     name = "duration"
 
     def convert(self, value, param, ctx):
-        match = _DURATION.match(str(value).strip())
-        seconds = float(match.group("n")) * _UNIT[match.group("unit")] if match else 0
-        if not 0 < seconds <= 366 * 86400:
+        from k3doctor.watch.actions import parse_duration
+
+        seconds = parse_duration(value)
+        if seconds is None:
             self.fail(f"{value!r} is not a duration (e.g. 90s, 10m, 2h, 7d)", param, ctx)
         return seconds
 
@@ -60,11 +58,21 @@ def metrics_ports(items) -> dict:
 @click.option("--once", is_flag=True, help="One round against --state, for node-problem-detector's custom plugin: "
               "exit 0 ok, 1 problem, 2 unknown, one message line.")
 @click.option("--state", "state_path", default=None, metavar="FILE", help="The state kept between --once runs.")
+@click.option("--webhook", default=None, metavar="URL",
+              help="POST each finding's start and clear here, as Alertmanager's webhook JSON (retried, never "
+                   "blocking the watch; credentials in the URL are never printed).")
+@click.option("--drain", is_flag=True,
+              help="Drain a node in Slurm (scontrol, as the node's inventory name) on a new hardware FAIL from its "
+                   "kernel log or RAS counters; never for a stall or a lost engine.")
+@click.option("--silence", "silences", multiple=True, metavar="CODE[@NODE][:UNTIL]",
+              help="Do not emit this finding's events (on NODE; until UNTIL: 2h or an ISO date-time, UTC unless it "
+                   "has an offset); still judged and counted (repeatable).")
 @accept_unknown_hosts_option()
 def watch_cmd(inventory, ansible_inventory, interval, for_s, stall_s, read_timeout, ports, metrics_path,
-              engine_process, fmt, prom_file, once, state_path, accept_unknown_hosts):
+              engine_process, fmt, prom_file, once, state_path, webhook, drain, silences, accept_unknown_hosts):
     """Keep watching a serving cluster: stalled ranks, KV pressure, new kernel-log faults, RAS errors (§31.2)."""
     from k3doctor.watch import loop
+    from k3doctor.watch.actions import Actions, Drainer, Silences, parse_silence
     from k3doctor.watch.judge import Settings
     from k3doctor.watch.render import Sink
     from k3doctor.watch.sources import sources_for
@@ -73,6 +81,20 @@ def watch_cmd(inventory, ansible_inventory, interval, for_s, stall_s, read_timeo
         raise click.UsageError("--once and --state FILE go together")
     if once and for_s is not None:
         raise click.UsageError("--once runs one round: --for does not apply")
+    if once and (webhook or drain or silences):
+        raise click.UsageError("--once reports to node-problem-detector: --webhook, --drain and --silence do not apply")
+    try:
+        silenced = Silences([parse_silence(text) for text in silences])
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    hook = None
+    if webhook:
+        from k3doctor.watch.webhook import WebhookURLError, split_url
+
+        try:
+            split_url(webhook)
+        except WebhookURLError as exc:
+            raise click.UsageError(str(exc)) from None
     if engine_process:
         try:
             re.compile(engine_process)
@@ -89,6 +111,9 @@ def watch_cmd(inventory, ansible_inventory, interval, for_s, stall_s, read_timeo
     unknown = sorted(set(ports_by_node) - {"*", *names})
     if unknown:
         raise click.UsageError(f"--metrics-port: no node {', '.join(unknown)} in the inventory")
+    strangers = sorted({s.node for s in silenced.silences if s.node} - set(names))
+    if strangers:
+        raise click.UsageError(f"--silence: no node {', '.join(strangers)} in the inventory")
     states, tracker = {}, None
     if once:
         try:
@@ -101,7 +126,12 @@ def watch_cmd(inventory, ansible_inventory, interval, for_s, stall_s, read_timeo
     sink = Sink(fmt, sys.stdout, prom_file)
     if once:
         sys.exit(loop.once(watch, sink, state_path))
-    sys.exit(loop.run(watch, sink, interval_s=interval, for_s=for_s))
+    if webhook:
+        from k3doctor.watch.webhook import Webhook
+
+        hook = Webhook(webhook)
+    actions = Actions(silenced, hook, Drainer() if drain else None)
+    sys.exit(loop.run(watch, sink, interval_s=interval, for_s=for_s, actions=actions))
 
 
 COMMANDS = (watch_cmd,)

@@ -90,9 +90,15 @@ def drain_reason(results) -> str:
     failed = [r for r in results if r.status == Status.FAIL]
     first = failed[0]
     where = f" gpu{first.gpu}" if first.gpu is not None else ""
-    code = f" [{first.remediation}]" if first.remediation else ""
     more = f" (+{len(failed) - 1} more)" if len(failed) > 1 else ""
-    text = _CONTROL.sub(" ", f"{PREFIX} {first.check}{where}: {first.message}")
+    return reason_line(f"{first.check}{where}: {first.message}", first.remediation, more)
+
+
+def reason_line(text: str, code: str | None = None, more: str = "") -> str:
+    """``k3doctor: <text> [CODE]<more>``: one line (control characters out), capped at REASON_MAX with the
+    code kept (it names the cause; ``_cause`` compares it)."""
+    code = f" [{code}]" if code else ""
+    text = _CONTROL.sub(" ", f"{PREFIX} {text}")
     room = REASON_MAX - len(code) - len(more)
     if len(text) > room:
         text = text[:room - 3].rstrip() + "..."
@@ -103,8 +109,8 @@ def decide(verdict: LaunchVerdict, results, node: SlurmNode) -> Decision:
     """What to do to ``node`` after a run with this verdict (pure; see the module docstring)."""
     if verdict == LaunchVerdict.DO_NOT_LAUNCH:
         reason = drain_reason(results)
-        if _held(node) and node.reason and not node.reason.startswith(PREFIX):
-            return Decision(Action.NONE, note=f"{node.name} left as it is: already {_held(node)} with reason "
+        if others_hold(node):
+            return Decision(Action.NONE, note=f"{node.name} left as it is: already {others_hold(node)} with reason "
                                               f"{node.reason!r} (not k3doctor's); the failure is: {reason}")
         if ours(node) and _cause(node.reason) == _cause(reason):
             return Decision(Action.NONE)  # drained for this cause already: nothing new to say
@@ -119,6 +125,13 @@ def decide(verdict: LaunchVerdict, results, node: SlurmNode) -> Decision:
 def _cause(reason: str) -> tuple:
     match = _CAUSE.fullmatch(reason)
     return (match["where"], match["code"]) if match else (reason,)
+
+
+def others_hold(node: SlurmNode) -> str | None:
+    """How the node is held out of service with someone else's reason (a human's, Slurm's): k3doctor never
+    overwrites it. None: not held, or held by k3doctor."""
+    held = _held(node)
+    return held if held and node.reason and not node.reason.startswith(PREFIX) else None
 
 
 def _held(node: SlurmNode) -> str | None:

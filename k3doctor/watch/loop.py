@@ -15,6 +15,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from k3doctor.watch.actions import Actions
 from k3doctor.watch.events import Condition, Tracker
 from k3doctor.watch.judge import Settings, judge_node, serving
 from k3doctor.watch.render import Sink, npd_message, write_atomically
@@ -65,15 +66,17 @@ class Watch:
             src.close()
 
 
-def run(watch: Watch, sink: Sink, *, interval_s: float, for_s: float | None) -> int:
-    """Watch until ``for_s`` is over (None: until stopped); the exit status of the watch's verdict."""
+def run(watch: Watch, sink: Sink, *, interval_s: float, for_s: float | None, actions: Actions | None = None) -> int:
+    """Watch until ``for_s`` is over (None: until stopped); the exit status of the watch's verdict. ``actions``:
+    silences, webhook, drain (actions.py), given every round's events before they are said."""
+    actions = actions or Actions()
     started = time.monotonic()
     why = "--for elapsed"
     sink.started(len(watch.sources), interval_s, watch.settings.stall_s)
     try:
         while True:
             begun = time.monotonic()
-            sink.events(watch.round())
+            sink.events(actions.process(watch.round()))
             sink.interval(watch.tracker, watch.nodes())
             if for_s is not None and time.monotonic() - started >= for_s:
                 break
@@ -89,9 +92,11 @@ def run(watch: Watch, sink: Sink, *, interval_s: float, for_s: float | None) -> 
         why = "stopped by " + ("Ctrl-C" if signum is None else f"signal {signum}")
     finally:
         watch.stop()
+        said, extra = actions.close()
+    sink.events(said)
     summary = {"duration_s": round(time.monotonic() - started, 1), "why": why, "intervals": watch.intervals,
                "started": watch.tracker.counts["start"], "cleared": watch.tracker.counts["clear"],
-               "active": [c.to_json() for c in watch.tracker.active.values()]}
+               "active": [c.to_json() for c in watch.tracker.active.values()], **extra}
     sink.ended(summary, watch.tracker, watch.nodes())
     return watch.verdict()
 

@@ -15,7 +15,7 @@ from k3doctor.outputs.prom import _Family
 from k3doctor.watch.events import Tracker
 
 LABELS = {"fail": "FAIL", "warn": "WARN", "unknown": "UNKNOWN"}
-COLORS = {"fail": "\033[31m", "warn": "\033[33m", "unknown": "\033[35m", "clear": "\033[32m"}
+COLORS = {"fail": "\033[31m", "warn": "\033[33m", "unknown": "\033[35m", "clear": "\033[32m", "action": "\033[36m"}
 
 
 def colored(stream) -> bool:
@@ -24,15 +24,16 @@ def colored(stream) -> bool:
 
 
 def live_line(event: dict, color: bool = False) -> str:
-    """``HH:MM:SS FAIL  node where  message`` (or ``ok`` when a condition cleared)."""
+    """``HH:MM:SS FAIL  node where  message`` (``ok`` when a condition cleared, ``action`` for what the watch
+    did about one: a Slurm drain)."""
     stamp = time.strftime("%H:%M:%S", time.localtime(event["time"]))
     cleared = event["event"] == "clear"
-    word = "ok" if cleared else LABELS[event["severity"]]
+    word = {"clear": "ok", "action": "action"}.get(event["event"]) or LABELS[event["severity"]]
     said = f"cleared: {event['code']}" if cleared else f"{event['code']}: {event['message']}"
     where = event["node"] + (f" {event['where']}" if event["where"] and event["where"] != "node" else "")
     text = f"{stamp} {word:<7} {where}  {said}"
     if color:
-        text = f"{COLORS['clear' if cleared else event['severity']]}{text}\033[0m"
+        text = f"{COLORS.get(event['event']) or COLORS[event['severity']]}{text}\033[0m"
     return text
 
 
@@ -126,4 +127,16 @@ class Sink:
             active = ", ".join(f"{c.node} {c.where} {c.code}" for c in tracker.active.values()) or "none"
             self.say(f"k3doctor watch: ended after {summary['duration_s']:.0f}s ({summary['why']}): "
                      f"{summary['intervals']} interval(s), {summary['started']} condition(s) started, "
-                     f"{summary['cleared']} cleared; active now: {active}")
+                     f"{summary['cleared']} cleared; active now: {active}{_actions_said(summary)}")
+
+
+def _actions_said(summary: dict) -> str:
+    """The summary's words on silences, drains and the webhook (only those in use)."""
+    out = f"; {summary['silenced']} event(s) silenced" if summary.get("silenced") else ""
+    if "drained" in summary:
+        out += f"; {summary['drained']} node(s) drained in Slurm"
+    hook = summary.get("webhook")
+    if hook:
+        out += f"; webhook {hook['url']}: {hook['sent']} sent, {hook['dropped']} dropped"
+        out += f" (last error: {hook['last_error']})" if hook["dropped"] and hook["last_error"] else ""
+    return out

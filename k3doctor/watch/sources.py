@@ -56,6 +56,7 @@ class NodeSource:
         self.read_timeout_s = read_timeout_s
         self.transport = None
         self._next_try, self._backoff = 0.0, BACKOFF_FIRST_S
+        self._cancelled = False
 
     def specs(self) -> dict:
         t = self.read_timeout_s
@@ -80,6 +81,8 @@ class NodeSource:
             got = gather_shell(self.transport, list(specs.values()), command_timeout_s=self.read_timeout_s,
                                deadline_s=self.read_timeout_s + 5)
         except TransportError as exc:
+            if self._cancelled:  # the watch is stopping: cancel() still works on this connection, stop() closes it
+                return Sample(self.node, wall, "the watch stopped", duration_s=time.monotonic() - started)
             self._lost(str(exc), started)
             return Sample(self.node, wall, str(exc), duration_s=time.monotonic() - started)
         self._backoff = BACKOFF_FIRST_S
@@ -93,7 +96,9 @@ class NodeSource:
         self.close()
 
     def cancel(self) -> None:
-        """Stop what runs on the node now (SIGTERM, Ctrl-C): nothing of the watch stays there."""
+        """Stop what runs on the node now (SIGTERM, Ctrl-C): nothing of the watch stays there. The read this
+        breaks must not close the connection under the stop it is running (a race that lost the stop)."""
+        self._cancelled = True
         if self.transport is not None:
             self.transport.cancel()
 

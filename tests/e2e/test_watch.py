@@ -3,15 +3,19 @@ landing while it watches (k3rig.live_faults): each named on its node and GPU/ran
 lines not replayed, a lost node UNKNOWN, nothing left on the nodes after SIGTERM (reference §31.2)."""
 from __future__ import annotations
 
+import base64
 import json
 import queue
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import psutil
 import pytest
 import yaml
 from k3rig.light import LightRack
@@ -20,6 +24,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import rig_unavailable
 from tests.e2e.cli import k3
+from tests.slurm_cluster import NODE as SLURM_NODE
+from tests.slurm_cluster import SlurmCluster, missing
 
 pytestmark = pytest.mark.e2e
 INTERVAL, STALL = "1", "5"
@@ -96,9 +102,9 @@ def test_once_follows_the_npd_plugin_contract(rack, engines, tmp_path):
 class Watching:
     """A `k3doctor watch --format jsonl` in the background; its events as they come."""
 
-    def __init__(self, *args):
+    def __init__(self, *args, env=None):
         self.proc = subprocess.Popen([sys.executable, "-m", "k3doctor.cli", "watch", *map(str, args)],
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         self.lines, self.events = queue.Queue(), []
         threading.Thread(target=self._pump, daemon=True).start()
 
@@ -111,15 +117,154 @@ class Watching:
             self.events.append(json.loads(self.lines.get()))  # every line parses: jsonl
         return self.events
 
-    def wait_for(self, code, node, where, within_s: float) -> float:
-        """Seconds until a start event of (code, node, where) came; fails after ``within_s``."""
+    def wait_for(self, code, node, where, within_s: float, kind: str = "start") -> float:
+        """Seconds until a ``kind`` event of (code, node, where) came; fails after ``within_s``."""
         t0 = time.monotonic()
         while time.monotonic() - t0 < within_s:
-            if any(e["event"] == "start" and (e["code"], e["node"], e["where"]) == (code, node, where)
+            if any(e["event"] == kind and (e["code"], e["node"], e["where"]) == (code, node, where)
                    for e in self.drain()):
                 return time.monotonic() - t0
             time.sleep(0.1)
-        pytest.fail(f"no {code} on {node} {where} within {within_s}s: {self.drain()}")
+        pytest.fail(f"no {kind} {code} on {node} {where} within {within_s}s: {self.drain()}")
+
+    def started(self, prom: Path) -> None:
+        """Wait for the first round (connections, baseline): its --prom-file written."""
+        deadline = time.monotonic() + 20
+        while not prom.exists() and self.proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert prom.exists(), self.proc.stderr.read() if self.proc.poll() is not None else "no first round in 20s"
+
+    def stop(self) -> tuple:
+        """SIGTERM; (exit status, every event, stderr)."""
+        self.proc.send_signal(signal.SIGTERM)
+        rc = self.proc.wait(timeout=40)
+        time.sleep(0.5)
+        return rc, self.drain(), self.proc.stderr.read()
+
+
+class Receiver:
+    """An on-call tool's webhook endpoint: a real HTTP server on 127.0.0.1, every POST's body kept."""
+
+    def __init__(self):
+        got = self.got = []
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                got.append((self.path, self.headers.get("Authorization"),
+                            json.loads(self.rfile.read(int(self.headers["Content-Length"])))))
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+def test_webhook_gets_each_event_once_and_a_hung_receiver_never_slows_the_watch(rack, engines, tmp_path):
+    """Two watches of the rack at once: one posts to a real receiver (the stall's start and clear, once each, in
+    Alertmanager's shape, its basic auth sent), the other to a receiver that accepts and never answers - it
+    names the stall and its clear just as promptly, counts its losses in the summary and prints no secret."""
+    first, second = (n for n, _, _ in rack.hosts)
+    inv = inventory(rack, tmp_path, {first, second})
+    receiver, hung = Receiver(), socket.socket()
+    hung.bind(("127.0.0.1", 0))
+    hung.listen(8)
+    good_prom, hung_prom = tmp_path / "good.prom", tmp_path / "hung.prom"
+    common = ("--nodes", inv, "--interval", INTERVAL, "--stall", STALL, "--format", "jsonl", *ports(engines))
+    good = Watching(*common, "--prom-file", good_prom,
+                    "--webhook", f"http://oncall:pa55@127.0.0.1:{receiver.port}/hook?token=t0k")
+    slow = Watching(*common, "--prom-file", hung_prom,
+                    "--webhook", f"http://oncall:s3cret@127.0.0.1:{hung.getsockname()[1]}/hook?token=hidden")
+    try:
+        good.started(good_prom)
+        slow.started(hung_prom)
+        engines[first][1].write_text(json.dumps({"stall": [1]}))
+        for watch in (good, slow):
+            watch.wait_for("ENGINE-STALLED", first, "dp_rank 1", within_s=float(STALL) + 5)
+        engines[first][1].write_text("{}")
+        for watch in (good, slow):
+            watch.wait_for("ENGINE-STALLED", first, "dp_rank 1", within_s=5, kind="clear")
+        time.sleep(1)
+    finally:
+        engines[first][1].write_text("{}")
+        (rc, events, err), (slow_rc, slow_events, slow_err) = good.stop(), slow.stop()
+        receiver.server.shutdown()
+        hung.close()
+    assert (rc, err, slow_rc) == (0, "", 0), (err, slow_err)
+    auth = "Basic " + base64.b64encode(b"oncall:pa55").decode()
+    assert [(path, who, body["version"], body["status"], body["alerts"][0]["labels"]["alertname"],
+             body["alerts"][0]["labels"]["target"]) for path, who, body in receiver.got] == [
+        ("/hook?token=t0k", auth, "4", "firing", "ENGINE-STALLED", "dp_rank 1"),
+        ("/hook?token=t0k", auth, "4", "resolved", "ENGINE-STALLED", "dp_rank 1")]
+    summary, slow_summary = events[-1], slow_events[-1]
+    assert summary["webhook"] == {"url": f"http://127.0.0.1:{receiver.port}/hook?token=***", "sent": 2,
+                                  "dropped": 0, "last_error": None}
+    assert (slow_summary["webhook"]["sent"], slow_summary["webhook"]["dropped"]) == (0, 2), slow_summary
+    # the hung receiver cost the watch no interval: both watches read the node about as often
+    assert slow_summary["intervals"] >= summary["intervals"] - 2, (slow_summary, summary)
+    said = json.dumps(slow_events) + slow_err
+    assert "s3cret" not in said and "hidden" not in said and "pa55" not in json.dumps(events)
+
+
+@pytest.fixture
+def own_rack(engines, tmp_path_factory):
+    """Light nodes of this test only (the module's engines serve them by name): whatever happens to them here
+    cannot reach the module's rack and the tests after this one."""
+    with LightRack(tmp_path_factory.mktemp("drain-rack"), nodes=2) as light:
+        yield light
+
+
+def test_drain_drains_exactly_the_node_with_a_hardware_fail_on_a_real_slurmctld(own_rack, engines,
+                                                                                   tmp_path_factory):
+    """--drain on the suite's real slurmctld + slurmd, whose one node is the first light node's name here: a new
+    kernel-log FAIL drains it once, with k3doctor's reason, said as an action event; a stalled rank on the other
+    node drains nothing (and a second FAIL on the drained node keeps the first cause)."""
+    why = missing()
+    if why:
+        pytest.skip(why)
+    rack = own_rack
+    first, second = (n for n, _, _ in rack.hosts)
+    assert {first, second} == set(engines)
+    folder = tmp_path_factory.mktemp("drain")
+    doc = yaml.safe_load(inventory(rack, folder, {first, second}).read_text())
+    for node in doc["nodes"]:
+        node["name"] = SLURM_NODE if node["name"] == first else node["name"]
+    inv = folder / "slurm-inventory.yaml"
+    inv.write_text(yaml.safe_dump(doc))
+    port_args = ["--metrics-port", f"{SLURM_NODE}={engines[first][0]}", "--metrics-port",
+                 f"{second}={engines[second][0]}", "--engine-process", "k3rig[.]model_server --ranks"]
+    with SlurmCluster(folder / "slurm") as cluster:
+        prom = folder / "watch.prom"
+        watch = Watching("--nodes", inv, "--interval", INTERVAL, "--stall", STALL, "--format", "jsonl",
+                         "--prom-file", prom, "--drain", *port_args, env=cluster.env)
+        try:
+            watch.started(prom)
+            engines[second][1].write_text(json.dumps({"stall": [0]}))
+            watch.wait_for("ENGINE-STALLED", second, "dp_rank 0", within_s=float(STALL) + 5)
+            assert cluster.drain_state() == "idle"
+            append_kernel_line(tree(rack, first), f"amdgpu {BDF}: amdgpu: ring gfx_0.0.0 timeout, signaled seq=10, "
+                                                  "emitted seq=12")
+            watch.wait_for("SLURM-DRAINED", SLURM_NODE, f"gpu {BDF}", within_s=15, kind="action")
+            assert cluster.drain_state() == "drained"
+            reason = cluster.reason()
+            append_kernel_line(tree(rack, first), f"amdgpu {BDF}: amdgpu: GPU reset begin!")
+            watch.wait_for("KERNEL-GPU-RESET", SLURM_NODE, f"gpu {BDF}", within_s=6)
+            time.sleep(2)
+        finally:
+            engines[second][1].write_text("{}")
+            rc, events, err = watch.stop()
+        assert cluster.reason() == reason, "a later FAIL overwrote the first cause"
+        assert reason.startswith(f"k3doctor: gpu {BDF}: GPU ring timeout") and reason.endswith(
+            "[KERNEL-RING-TIMEOUT]"), reason
+        cluster.back_in_service()
+    assert (rc, err) == (1, ""), err
+    acted = [(e["code"], e["node"]) for e in events if e["event"] == "action"]
+    assert acted == [("SLURM-DRAINED", SLURM_NODE)], acted
+    assert events[-1]["drained"] == 1
+    assert cluster.gone() == []
 
 
 def test_watch_names_each_fault_once_on_its_node_and_rank(rack, engines, tmp_path):
@@ -187,3 +332,18 @@ def test_watch_names_each_fault_once_on_its_node_and_rank(rack, engines, tmp_pat
             break
         time.sleep(0.2)
     assert not left, [Path(f"/proc/{p}/cmdline").read_text().replace("\0", " ") for p in left]
+
+
+def test_demo_watch_names_the_stalled_rank_and_leaves_nothing():
+    """`k3doctor demo --watch`: its own rack and engines; the stalled rank named once, on its node; all torn down."""
+    reason = rig_unavailable()
+    if reason:
+        pytest.skip(reason)
+    rc, out, err = k3("demo", "--watch", timeout=120)
+    assert rc == 1, (out, err)  # the stall is active when the demo's watch ends
+    said = out.splitlines()[1:-1]
+    assert len(said) == 1, out
+    assert "FAIL    n001-ct1 dp_rank 2  ENGINE-STALLED: dp_rank 2: 4 request(s) running" in said[0], out
+    assert out.splitlines()[-1].startswith("k3doctor watch: ended after") and "Traceback" not in err, err
+    left = [p for p in psutil.process_iter(["cmdline"]) if "k3doctor-demo-" in " ".join(p.info["cmdline"] or ())]
+    assert left == [], left

@@ -157,3 +157,35 @@ def test_live_colour_only_on_a_terminal_and_never_with_no_color(monkeypatch):
     assert Sink("live", _Tty()).color and not Sink("jsonl", _Tty()).color
     monkeypatch.setenv("NO_COLOR", "")
     assert not Sink("live", _Tty()).color
+
+
+class BrokenByCancel:
+    """A transport whose command breaks because the watch's stop cancelled it (the boundary, faked)."""
+
+    closed = 0
+
+    def connect(self):
+        from k3doctor.transport.base import TransportError
+
+        raise TransportError("cancelled: the run is stopping")
+
+    def cancel(self):
+        pass
+
+    def close(self):
+        BrokenByCancel.closed += 1
+
+
+def test_a_read_broken_by_the_stop_leaves_the_connection_to_the_stop():
+    """Closing it there raced the stop's own session on it ("could not stop k3doctor's processes")."""
+    from k3doctor.watch.sources import NodeSource
+
+    source = NodeSource("n1", BrokenByCancel, metrics_url=None, read_timeout_s=1)
+    source.read()  # a node lost while watching: closed, retried later
+    assert BrokenByCancel.closed == 1
+    source = NodeSource("n1", BrokenByCancel, metrics_url=None, read_timeout_s=1)
+    source.transport = BrokenByCancel()
+    source.cancel()
+    assert source.read().problem == "the watch stopped" and BrokenByCancel.closed == 1
+    source.close()
+    assert BrokenByCancel.closed == 2
