@@ -12,7 +12,6 @@ import subprocess
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import psutil
@@ -26,6 +25,7 @@ from tests.conftest import rig_unavailable
 from tests.e2e.cli import k3
 from tests.slurm_cluster import NODE as SLURM_NODE
 from tests.slurm_cluster import SlurmCluster, missing
+from tests.webhook_receiver import Receiver
 
 pytestmark = pytest.mark.e2e
 INTERVAL, STALL = "1", "5"
@@ -142,27 +142,6 @@ class Watching:
         return rc, self.drain(), self.proc.stderr.read()
 
 
-class Receiver:
-    """An on-call tool's webhook endpoint: a real HTTP server on 127.0.0.1, every POST's body kept."""
-
-    def __init__(self):
-        got = self.got = []
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):
-                got.append((self.path, self.headers.get("Authorization"),
-                            json.loads(self.rfile.read(int(self.headers["Content-Length"])))))
-                self.send_response(200)
-                self.end_headers()
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-
 def test_webhook_gets_each_event_once_and_a_hung_receiver_never_slows_the_watch(rack, engines, tmp_path):
     """Two watches of the rack at once: one posts to a real receiver (the stall's start and clear, once each, in
     Alertmanager's shape, its basic auth sent), the other to a receiver that accepts and never answers - it
@@ -191,7 +170,7 @@ def test_webhook_gets_each_event_once_and_a_hung_receiver_never_slows_the_watch(
     finally:
         engines[first][1].write_text("{}")
         (rc, events, err), (slow_rc, slow_events, slow_err) = good.stop(), slow.stop()
-        receiver.server.shutdown()
+        receiver.close()
         hung.close()
     assert (rc, err, slow_rc) == (0, "", 0), (err, slow_err)
     auth = "Basic " + base64.b64encode(b"oncall:pa55").decode()

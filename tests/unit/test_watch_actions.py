@@ -4,9 +4,7 @@ shown), silences, and which findings drain a node in Slurm (hardware FAILs only,
 import base64
 import json
 import socket
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -15,36 +13,12 @@ from k3doctor.parsers.scontrol import parse_show_node
 from k3doctor.watch.actions import Actions, Drainer, Silences, drains, parse_silence
 from k3doctor.watch.render import live_line
 from k3doctor.watch.webhook import Webhook, WebhookURLError, payload, shown_url, split_url
+from tests.webhook_receiver import Receiver
 
 
 def event(kind="start", code="KERNEL-RING-TIMEOUT", node="n1", where="gpu 0000:05:00.0", severity="fail", t=100.0):
     return {"time": t, "event": kind, "code": code, "node": node, "where": where, "severity": severity,
             "message": "GPU ring timeout", "section": "§10"}
-
-
-class Receiver:
-    """A real HTTP server in a thread: what it was POSTed, with the request's path and Authorization."""
-
-    def __init__(self):
-        got = self.got = []
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                got.append((self.path, self.headers.get("Authorization"), json.loads(body)))
-                self.send_response(200)
-                self.end_headers()
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
 
 
 def test_payload_is_alertmanagers_webhook_shape():
