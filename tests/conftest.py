@@ -54,3 +54,9 @@ def private_rack(tmp_path_factory, label: str, **options):
         pytest.skip(reason)
     with Rig(tmp_path_factory.mktemp(label), **options) as rack:
         yield rack
+
+
+def light_nodes_unavailable() -> str | None:
+    """Why light nodes (sshd processes in mount namespaces, no dockerd) cannot run here (None when they can)."""
+    missing = [m for m in missing_requirements() if m.startswith(("root", "sshd", "unshare", "mount"))]
+    return "light nodes need " + "; ".join(missing) if missing else None

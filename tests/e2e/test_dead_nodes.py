@@ -3,10 +3,10 @@ real sshd light nodes beside a node whose port is closed and one whose SYNs are 
 import re
 
 import pytest
-from k3rig import missing_requirements
 from k3rig.light import LightRack
 
 from k3doctor.transport.ssh import PROBE_TIMEOUT_S
+from tests.conftest import light_nodes_unavailable
 from tests.e2e.cli import k3json
 
 pytestmark = pytest.mark.e2e
@@ -14,9 +14,9 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture(scope="module")
 def light(tmp_path_factory):
-    missing = [m for m in missing_requirements() if m.startswith(("root", "sshd", "unshare", "mount"))]
-    if missing:
-        pytest.skip("light nodes need " + "; ".join(missing))
+    reason = light_nodes_unavailable()
+    if reason:
+        pytest.skip(reason)
     with LightRack(tmp_path_factory.mktemp("dead"), nodes=2, dead=2) as rack:
         yield rack
 

@@ -14,10 +14,10 @@ from pathlib import Path
 import junitparser
 import pytest
 import yaml
-from k3rig import missing_requirements
 from k3rig.light import LightRack
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.conftest import light_nodes_unavailable
 from tests import chromium
 from tests.e2e.cli import k3, k3json
 from tests.e2e.faults import sudo_user_wanting_password, without_python3
@@ -32,9 +32,9 @@ CAUSES = {1: "NODE-IDENTITY-FILE", 2: "NODE-IDENTITY-FILE", 3: "NODE-HOSTKEY-UNK
 @pytest.fixture(scope="module")
 def first_day():
     """(inventory path, node names, the rack) with each fault in place for the whole module."""
-    missing = [m for m in missing_requirements() if m.startswith(("root", "sshd", "unshare", "mount"))]
-    if missing:
-        pytest.skip("light nodes need " + "; ".join(missing))
+    reason = light_nodes_unavailable()
+    if reason:
+        pytest.skip(reason)
     workdir = Path(tempfile.mkdtemp(prefix="k3first-", dir="/tmp"))
     workdir.chmod(0o711)  # the sudo case's non-root login must reach the rack's authorized_keys
     with LightRack(workdir / "rack", nodes=8) as rack:

@@ -7,17 +7,18 @@ import subprocess
 import time
 
 import pytest
-from k3rig import latency, missing_requirements
+from k3rig import latency
 from k3rig.light import LightRack
+from tests.conftest import light_nodes_unavailable
 
 pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture(scope="module")
 def light(tmp_path_factory):
-    missing = [m for m in missing_requirements() if m.startswith(("root", "sshd", "unshare", "mount"))]
-    if missing:
-        pytest.skip("light nodes need " + "; ".join(missing))
+    reason = light_nodes_unavailable()
+    if reason:
+        pytest.skip(reason)
     with LightRack(tmp_path_factory.mktemp("latency"), nodes=1) as rack:
         yield rack
 
