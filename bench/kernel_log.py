@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from k3doctor.model.kernel_log import KernelLog  # noqa: E402
+from k3doctor.views.kernel_log import KernelLog  # noqa: E402
 from k3doctor.parsers.dmesg import parse_line, scan  # noqa: E402
 from k3doctor.readings import CommandReading, FileReading  # noqa: E402
 

@@ -21,11 +21,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from k3doctor.api import Param, ParseError, check, fail, in_container, passed, remediation
-from k3doctor.model.env_rules import edges_from, edges_problem
-from k3doctor.model.versions import parse_probe, probe, side
+from k3doctor.views.env_rules import edges_from, edges_problem
+from k3doctor.views.versions import parse_probe, probe, side
 
 CHECK = "aiter-jit-locks"
-EDGE = "aiter-4153"  # k3doctor.model.env_rules.EDGES: where aiter started breaking stale locks itself
+EDGE = "aiter-4153"  # k3doctor.views.env_rules.EDGES: where aiter started breaking stale locks itself
 COMPILERS = ("hipcc", "clang", "clang++", "ninja", "cc1plus", "ld.lld")
 MAX_LOCKS = 200
 

@@ -21,8 +21,8 @@ from k3doctor.api import (
     tool,
     warn,
 )
-from k3doctor.model.gpu import KFD_NODES_GLOB, VENDOR_GLOB, VRAM_GLOB, amd_cards, hbm_gib, kfd_gpus
-from k3doctor.model.kernel_log import DMESG, KernelLog, is_amdgpu_load
+from k3doctor.views.gpu import KFD_NODES_GLOB, VENDOR_GLOB, VRAM_GLOB, amd_cards, hbm_gib, kfd_gpus
+from k3doctor.views.kernel_log import DMESG, KernelLog, is_amdgpu_load
 from k3doctor.parsers.amdsmi import parse_static_vram
 
 PARAMS = "/sys/module/amdgpu/parameters"

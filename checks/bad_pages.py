@@ -20,7 +20,7 @@ The amd-smi output is bounded by the gatherer's cap (#7888).
 from __future__ import annotations
 
 from k3doctor.api import File, Glob, ParseError, ReadingUnavailable, check, error, passed, remediation, tool, warn
-from k3doctor.model.gpu import DRM, VENDOR_GLOB, amd_cards, card_of
+from k3doctor.views.gpu import DRM, VENDOR_GLOB, amd_cards, card_of
 from k3doctor.parsers.amdsmi import BAD_PAGE_KINDS, parse_bad_pages
 from k3doctor.parsers.gpu_sysfs import parse_bad_page_threshold, parse_vram_bad_pages
 

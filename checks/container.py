@@ -7,8 +7,8 @@ from __future__ import annotations
 import re
 
 from k3doctor.api import Param, check, fail, in_container, passed, quote, remediation, sh, skip, warn
-from k3doctor.model.container import ROCJITSU_HOOK as HOOK
-from k3doctor.model.container import ROCJITSU_PREFIX, parse_env
+from k3doctor.views.container import ROCJITSU_HOOK as HOOK
+from k3doctor.views.container import ROCJITSU_PREFIX, parse_env
 from k3doctor.parsers.fsinfo import STAT_SIZE_FORMAT, parse_count, parse_stat
 
 ROCJITSU, PATCH = "rocjitsu-store", "patch-integrity"

@@ -2,7 +2,7 @@
 
 The versions come from the container the engine runs in (RCCL's soname, ROCm's ``.info/version``,
 aiter's and ATOM's package metadata, ``amd-smi version``) and the host's kernel release, read once per
-node; the rows (``k3doctor.model.env_rules.RULES``) say which version range each rule holds for.
+node; the rows (``k3doctor.views.env_rules.RULES``) say which version range each rule holds for.
 A version that cannot be read, or an edge whose first release is not known, applies the strict rule
 and the finding says so.  The environment judged is the running ATOM ranks' (what is in effect), else
 the container's; only the values of the variables a row names leave the node.
@@ -24,9 +24,9 @@ from k3doctor.api import (
     remediation,
     warn,
 )
-from k3doctor.model.container import ContainerView, parse_rank_envs, rank_envs
-from k3doctor.model.env_rules import RULES, edges_from, edges_problem, judge, names_read
-from k3doctor.model.versions import (
+from k3doctor.views.container import ContainerView, parse_rank_envs, rank_envs
+from k3doctor.views.env_rules import RULES, edges_from, edges_problem, judge, names_read
+from k3doctor.views.versions import (
     KERNEL_RELEASE,
     amdsmi_libs,
     parse_amdsmi_libs,

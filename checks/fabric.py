@@ -24,9 +24,9 @@ from k3doctor.api import (
     tool_script,
     warn,
 )
-from k3doctor.model.gpu import UEVENT_GLOB, card_buses, pci_bus
-from k3doctor.model.peers import majority
-from k3doctor.model.ualink import UALINK_READS, ualink_cards
+from k3doctor.views.gpu import UEVENT_GLOB, card_buses, pci_bus
+from k3doctor.views.peers import majority
+from k3doctor.views.ualink import UALINK_READS, ualink_cards
 from k3doctor.parsers.amdsmi import parse_fabric, parse_physical_acc_ids
 from k3doctor.parsers.common import UINT32_MAX, ppod_or_none, to_u32
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter
 
 from k3doctor.api import ParseError, ReadingUnavailable, check, error, fail, passed, remediation, warn
-from k3doctor.model.host import (
+from k3doctor.views.host import (
     MEMINFO,
     checkpoint,
     checkpoint_listing,

@@ -32,8 +32,8 @@ from k3doctor.api import (
     passed,
     warn,
 )
-from k3doctor.model.gpu import UALINK_GLOB, UEVENT_GLOB, accel_ids, card_bdfs, card_for_bdf, locate_accid
-from k3doctor.model.kernel_log import (
+from k3doctor.views.gpu import UALINK_GLOB, UEVENT_GLOB, accel_ids, card_bdfs, card_for_bdf, locate_accid
+from k3doctor.views.kernel_log import (
     BOOT_ID,
     DMESG,
     DMESG_ERRORS,

@@ -31,10 +31,10 @@ from k3doctor.api import (
     skip,
     warn,
 )
-from k3doctor.model import ifnames, network
-from k3doctor.model.container import ROCJITSU_PREFIX, ContainerView, launch_options, parse_rank_envs, rank_envs
+from k3doctor.views import ifnames, network
+from k3doctor.views.container import ROCJITSU_PREFIX, ContainerView, launch_options, parse_rank_envs, rank_envs
 from k3doctor import platforms
-from k3doctor.model.peers import majority
+from k3doctor.views.peers import majority
 from k3doctor.rules import launch as launch_rules
 from k3doctor.rules import recipe_launch
 from k3doctor.rules.launch import (

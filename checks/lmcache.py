@@ -11,7 +11,7 @@ importing it), so a container without LMCache costs one python start.
 from __future__ import annotations
 
 from k3doctor.api import ContainerInspect, ParseError, check, error, fail, in_container, passed, remediation
-from k3doctor.model.container import ContainerView, launch_options
+from k3doctor.views.container import ContainerView, launch_options
 
 CHECK = "lmcache-ops"
 # One line: "@absent" (no lmcache package), "@ok <file>", "@failed <exception: message>" or "@nopython".

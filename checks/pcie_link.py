@@ -6,7 +6,7 @@ device), no root and no lspci; an attribute that is missing or unreadable on an 
 from __future__ import annotations
 
 from k3doctor.api import Glob, ParseError, ReadingUnavailable, check, error, passed, remediation, warn
-from k3doctor.model.gpu import DRM, VENDOR_GLOB, amd_cards, card_of
+from k3doctor.views.gpu import DRM, VENDOR_GLOB, amd_cards, card_of
 from k3doctor.parsers.gpu_sysfs import parse_link_speed, parse_link_width
 
 FIELDS = {"current_link_speed": parse_link_speed, "max_link_speed": parse_link_speed,

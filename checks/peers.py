@@ -19,9 +19,9 @@ from __future__ import annotations
 import statistics
 
 from k3doctor.api import Glob, ReadingUnavailable, check, error, passed, remediation, warn
-from k3doctor.model.gpu import card_of
-from k3doctor.model.peers import majority
-from k3doctor.model.ualink import nibbles, ualink_cards
+from k3doctor.views.gpu import card_of
+from k3doctor.views.peers import majority
+from k3doctor.views.ualink import nibbles, ualink_cards
 from k3doctor.parsers.dpm import top_level_mhz
 
 CHECK = "peer-outliers"

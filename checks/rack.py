@@ -26,7 +26,7 @@ from k3doctor.api import (
     tool_script,
     warn,
 )
-from k3doctor.model.gpu import KFD_PROC_GLOB, card_of, kfd_pids
+from k3doctor.views.gpu import KFD_PROC_GLOB, card_of, kfd_pids
 from k3doctor.parsers.docker_events import container_from_api, event_from_dict
 from k3doctor.parsers.rocmsmi import parse_showmemuse, parse_showpids
 from k3doctor.parsers.squeue import FORMAT as SQUEUE_FORMAT

@@ -7,7 +7,7 @@ passed. The kernel-log side of the same errors is kernel-health's (`KERNEL-RAS-*
 from __future__ import annotations
 
 from k3doctor.api import Glob, ParseError, ReadingUnavailable, check, error, fail, passed, remediation, skip, warn
-from k3doctor.model.gpu import DRM, card_file
+from k3doctor.views.gpu import DRM, card_file
 from k3doctor.parsers.gpu_sysfs import parse_err_count
 
 COUNTS_GLOB = f"{DRM}/ras/*_err_count"

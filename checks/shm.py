@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from k3doctor.api import Command, Glob, ParseError, check, error, fail, join, passed, remediation, skip
-from k3doctor.model.gpu import KFD_PROC_GLOB
+from k3doctor.views.gpu import KFD_PROC_GLOB
 
 SHM = "/dev/shm"
 STALE = re.compile(r"^(psm_|nccl-)[^/\0]*$")

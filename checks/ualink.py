@@ -1,6 +1,6 @@
 """UALink sysfs state per GPU (reference §6, §28, §27 items 3 and 13), and its drift from a baseline.
 
-The cards' ``ualink/`` files come from the shared UALink view (:mod:`k3doctor.model.ualink`).
+The cards' ``ualink/`` files come from the shared UALink view (:mod:`k3doctor.views.ualink`).
 """
 from __future__ import annotations
 
@@ -19,10 +19,10 @@ from k3doctor.api import (
     remediation,
     warn,
 )
-from k3doctor.model.gpu import UALINK_DIR, VENDOR_GLOB, accel_ids, amd_cards
-from k3doctor.model.kernel_log import BOOT_ID, DMESG, UPTIME, seconds_since_amdgpu_load
-from k3doctor.model.peers import majority
-from k3doctor.model.ualink import UALINK_READS, Card, nibbles, ualink_cards
+from k3doctor.views.gpu import UALINK_DIR, VENDOR_GLOB, accel_ids, amd_cards
+from k3doctor.views.kernel_log import BOOT_ID, DMESG, UPTIME, seconds_since_amdgpu_load
+from k3doctor.views.peers import majority
+from k3doctor.views.ualink import UALINK_READS, Card, nibbles, ualink_cards
 from k3doctor.parsers.common import UINT32_MAX
 
 BITMAP = "station_lane_en_bitmap"

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from k3doctor import registry as _registry
+from k3doctor.registry import declarations as _registry
 from k3doctor.deadline import MAX_SECONDS
 from k3doctor.parsers import ParseError
 from k3doctor.readings import (

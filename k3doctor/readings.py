@@ -256,7 +256,7 @@ class DockerReading:
 
 @dataclass
 class ContainerReading:
-    record: dict | None  # k3doctor.model.container.record_from_inspect; None: no such container
+    record: dict | None  # k3doctor.views.container.record_from_inspect; None: no such container
     script: dict | None = None  # {"path", "launch": argv or None, "error": why it was not read or None}
 
 

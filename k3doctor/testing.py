@@ -21,10 +21,11 @@ from __future__ import annotations
 from contextlib import contextmanager
 from dataclasses import replace
 
-from k3doctor import registry as _registry
+from k3doctor.registry import declarations as _declarations
+from k3doctor.registry import discovery as _discovery
 from k3doctor.api import Context
 from k3doctor.inventory.types import Node, Settings
-from k3doctor.judging.judge import NodeJudge, as_reported, judge_across
+from k3doctor.judging.evaluate import NodeJudge, as_reported, judge_across
 from k3doctor.readings import Command, CommandReading, Exists, File, FileReading, Glob, Readings, Unavailable
 from k3doctor.registry import prerequisites_first
 from k3doctor.shell import join
@@ -53,9 +54,9 @@ def _file(path: str, value):
 def _check(chk, registry):
     if not isinstance(chk, str):
         return chk
-    registry = registry or _registry.REGISTRY
-    if chk not in registry.checks and registry is _registry.REGISTRY:
-        _registry.load_checks()
+    registry = registry or _declarations.REGISTRY
+    if chk not in registry.checks and registry is _declarations.REGISTRY:
+        _discovery.load_checks()
     return registry.checks[chk]
 
 
@@ -77,7 +78,7 @@ def _readings(chk, plain, settings) -> dict:
 def judge(chk, readings: dict, *, node: str = "node1", settings: Settings | None = None, baseline=None,
           nodes: dict | None = None, registry=None, prerequisites: dict | None = None, **params) -> list:
     """The verdicts of check ``chk`` (its name, or the Check) on ``readings``, with ``params`` set, judged
-    through the run's own path (k3doctor/judging/judge.py).
+    through the run's own path (k3doctor/judging/evaluate.py).
 
     Node and GPU checks take ``{reading name: value}`` (or a ``Readings``) for one node, ``node``; cluster checks take
     ``{node: {reading name: value}}`` and ``baseline`` as ``{node: entry}``. ``settings`` is every node's
@@ -119,9 +120,9 @@ def _prerequisites_judged(given: dict, plain: dict, node: str, settings, per_nod
 def temporary_registry():
     """A fresh registry that ``@check`` and ``remediation(...)`` register into while the block runs:
     a test's throwaway check never joins (or clashes with) the real ones."""
-    saved, fresh = _registry.REGISTRY, _registry.Registry()
-    _registry.REGISTRY = fresh
+    saved, fresh = _declarations.REGISTRY, _declarations.Registry()
+    _declarations.REGISTRY = fresh
     try:
         yield fresh
     finally:
-        _registry.REGISTRY = saved
+        _declarations.REGISTRY = saved

@@ -1,1 +1,1 @@
-"""Stage 3, gather: the readings checks declare, taken in one round trip per node, redacted, saved and replayed."""
+"""Layer 6, gather: the readings checks declare, one round trip per node, redacted, saved and replayed."""

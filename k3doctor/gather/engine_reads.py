@@ -15,7 +15,7 @@ import threading
 import time
 
 from k3doctor.deadline import Deadline, seconds
-from k3doctor.model.container import launch_from_script, record_from_inspect
+from k3doctor.views.container import launch_from_script, record_from_inspect
 from k3doctor.readings import (
     CONTAINER_PID,
     DOCKER_ROOT_DIR,

@@ -26,7 +26,7 @@ import yaml
 
 from k3doctor import redaction
 from k3doctor.inventory import nodesets
-from k3doctor.model.ifnames import HOSTNAME_LOOKUP
+from k3doctor.views.ifnames import HOSTNAME_LOOKUP
 
 KINDS = ("host names", "IP addresses", "MAC addresses", "serial numbers and unique ids", "UUIDs", "user names",
          "secrets")

@@ -1,1 +1,1 @@
-"""Stage 5, judging: checks judged on the readings (node, GPU, cluster), prerequisites first, then the probes."""
+"""Layer 10, judging: checks judged on the readings (node, GPU, cluster), prerequisites first, then the probes."""

@@ -24,7 +24,7 @@ from k3doctor.gather.node_script import gather
 from k3doctor.inventory.types import Inventory, Node
 from k3doctor.judging.causes import explained
 from k3doctor.judging.connections import make_transport
-from k3doctor.judging.judge import NodeJudge, judge_across, to_results
+from k3doctor.judging.evaluate import NodeJudge, judge_across, to_results
 from k3doctor.judging.prerequisites import busy_rack
 from k3doctor.judging.unread import unread, unread_results
 from k3doctor.judging.waivers import apply as apply_waivers

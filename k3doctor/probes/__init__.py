@@ -1,1 +1,1 @@
-"""Stage 4b, probes: active checks that orchestrate nodes (deep tier) and the sanity gate of a model server."""
+"""Layer 8, probes: active checks that orchestrate nodes (deep tier) and the sanity gate of a model server."""

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 
 from k3doctor import progress
-from k3doctor.model.gpu import parse_accel_ids
+from k3doctor.views.gpu import parse_accel_ids
 from k3doctor.parsers import ParseError
 from k3doctor.parsers.ubench import listening, parse_bw, parse_p2p
 from k3doctor.probes.kit import rounds, tail

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from k3doctor.model.gpu import locate_accid
+from k3doctor.views.gpu import locate_accid
 from k3doctor.parsers.dmesg import find_signatures, parse_log
 from k3doctor.parsers.ubench import METRICS, Bandwidth, parse_procs
 from k3doctor.probes.collective_figures import finite

@@ -16,7 +16,7 @@ import os
 from dataclasses import asdict, dataclass, field
 
 from k3doctor import recipes
-from k3doctor.model.container import parse_flags
+from k3doctor.views.container import parse_flags
 from k3doctor.recipes import launches, rules, sandbox
 from k3doctor.redaction import REDACTED, redact_text
 

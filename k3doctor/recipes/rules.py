@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, field
 from decimal import ROUND_DOWN, Decimal
 
-from k3doctor.model.env_rules import AITER_LOG_LEVELS  # aiter/__init__.py (aiter #1795), §29
+from k3doctor.views.env_rules import AITER_LOG_LEVELS  # aiter/__init__.py (aiter #1795), §29
 
 BLOCK, WARN, INFO, PASS = "BLOCK", "WARN", "INFO", "PASS"
 MIN_STAGING_CHUNKS = 16  # one 54.78 MiB K3 state entry; the default 2 chunks are 8 MiB (§25)

@@ -4,14 +4,14 @@ process itself. The shell run on the node and the parse of what it prints, for `
 `check`'s launch-config alike (one reading, one judgement: judgement.py).
 
 Only the values of variables the recipe or a rule names leave the node; the others come back as names
-(k3doctor.model.container.environ_filter). MemTotal and, for a drafter given as a repo id, whether its
+(k3doctor.views.container.environ_filter). MemTotal and, for a drafter given as a repo id, whether its
 snapshot is in the server's HF cache (seen through /proc/<pid>/root) are read beside it for the rules.
 """
 from __future__ import annotations
 
 import shlex
 
-from k3doctor.model.container import environ_filter
+from k3doctor.views.container import environ_filter
 from k3doctor.recipes import judgement, launches, rules
 
 RULE_NAMES = judgement.RULE_NAMES

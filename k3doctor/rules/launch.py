@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from k3doctor import recipes
-from k3doctor.model.container import ROCJITSU_HOOK, ROCJITSU_TRANSLATOR_STEM, ContainerView, launch_options
+from k3doctor.views.container import ROCJITSU_HOOK, ROCJITSU_TRANSLATOR_STEM, ContainerView, launch_options
 from k3doctor.registry import remediation
 from k3doctor.results import Status, Verdict, fail
 

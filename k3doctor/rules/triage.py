@@ -204,7 +204,7 @@ class Rule:
         return self.name if self.pattern is not None else self.reads
 
     def judge(self, rank) -> Verdict | None:
-        """The rule's Verdict for this rank (``triage.judge.RankView``), or None."""
+        """The rule's Verdict for this rank (``triage.rank_logs.RankView``), or None."""
         found = (self.test or s.first_line)(self, rank)
         if found is None:
             return None

@@ -4,7 +4,7 @@ row (``k3doctor.rules.triage``); the shapes here are the inputs of rules that ne
 time or the layout: a KV failure and the line that says why, the startup stages, the engine's config.
 
 Each shape is a row (kind, pattern, section, sample): the sample is a line that carries it (the rows' test fires
-every sample). A predicate reads a rank (``triage.judge.RankView``: its lines, the layout, its age, whether the
+every sample). A predicate reads a rank (``triage.rank_logs.RankView``: its lines, the layout, its age, whether the
 server is up) and returns None, or the fields for the rule's message and the evidence (and, where the line names
 another GPU of the node than the rank's own, that card).
 """
@@ -86,7 +86,7 @@ def _of(lines, kind):
 
 def _count(lines, kind) -> int:
     """How many lines of ``kind`` the rank printed: triage keeps a sample of each kind and the count of all
-    (``triage.judge.RankLines.counts``); a plain list of lines is counted."""
+    (``triage.rank_logs.RankLines.counts``); a plain list of lines is counted."""
     counts = getattr(lines, "counts", None)
     return counts.get(kind, 0) if counts is not None else len(_of(lines, kind))
 

@@ -2,7 +2,7 @@
 
 Orchestration only: where the logs come from (our container's output on every node over the node's
 SSH connection, a path on a node, or files copied off the cluster) and how lines are grouped by
-rank. Parsing is ``parsers.atom_log`` (for the line shapes of ``rules.triage``), judgement ``triage.judge``.
+rank. Parsing is ``parsers.atom_log`` (for the line shapes of ``rules.triage``), judgement ``triage.rank_logs``.
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from k3doctor.redaction import RedactionTimeout, redact_text
 from k3doctor.results import Result, Status
 from k3doctor.rules.triage import SHAPES
 from k3doctor.shell import join, quote
-from k3doctor.triage import judge as judges
+from k3doctor.triage import rank_logs
 from k3doctor.triage import stacks
 
 _RANK_IN_NAME = re.compile(r"(?:rank|dp)[_-]?(\d{1,3})(?!\d)", re.IGNORECASE)
@@ -43,12 +43,12 @@ MAX_SOURCES = 2048
 LOCAL_WORK_S = 60.0  # redacting, then judging what was read, on this machine: both linear, so a backstop
 
 
-KEPT_PER_KIND = 64  # lines of one signal kind kept per rank (the first half and the newest half): judges read
-# the first or the last line of a kind, and a kind's total count is kept apart (judges.RankLines.counts)
+KEPT_PER_KIND = 64  # lines of one signal kind kept per rank (the first half and the newest half): the rules read
+# the first or the last line of a kind, and a kind's total count is kept apart (rank_logs.RankLines.counts)
 
 
 def group_lines(parsed) -> tuple:
-    """(rank -> RankLines, source -> RankLines) in time order, holding only what the judges read: per signal kind
+    """(rank -> RankLines, source -> RankLines) in time order, holding only what the rank-log rules read: per signal kind
     its first and newest lines (at most KEPT_PER_KIND, with the count of all) and the last line. Triage reads every
     line of every log: a line that names no rank (uvicorn, aiperf, the launcher; a node's log) is its source's
     (the log it came from: a node, or a file). ``parsed`` is consumed once, as it comes: a log of millions of lines
@@ -72,7 +72,7 @@ def group_lines(parsed) -> tuple:
         kept = {id(ln): (key, ln) for first, newest in kinds.get(unit, {}).values()
                 for key, ln in first + sorted(newest, key=lambda pair: pair[0])[-(KEPT_PER_KIND // 2):]}
         kept[id(final[1])] = final
-        lines = judges.RankLines((ln for _, ln in sorted(kept.values(), key=lambda pair: pair[0])),
+        lines = rank_logs.RankLines((ln for _, ln in sorted(kept.values(), key=lambda pair: pair[0])),
                                  counts=counts.get(unit, {}))
         if isinstance(unit, tuple):
             sources[unit[0]] = lines
@@ -81,7 +81,7 @@ def group_lines(parsed) -> tuple:
     return ranks, sources
 
 
-def node_of_source(source: str | None, layout: judges.Layout) -> str | None:
+def node_of_source(source: str | None, layout: rank_logs.Layout) -> str | None:
     """The node a log is: a node's own log is named by it (live, a bundle), a copied one by its file name
     (``ct13.log``, ``node1.log``); None where it names no node of the layout (or no node at all)."""
     if source is None or source in layout.nodes:
@@ -267,7 +267,7 @@ def read_node_logs(inv, make_transport, *, tail: int, paths: dict, deadline_s: f
     return texts, problems, clocks, dumps
 
 
-def stack_results(dumps: dict, layout: judges.Layout) -> list:
+def stack_results(dumps: dict, layout: rank_logs.Layout) -> list:
     """Results of the py-spy step: per node a SKIP when the tool is missing, an ERROR when a dump is
     unreadable, then the classification over every rank that was read."""
     results, procs = [], []
@@ -295,12 +295,12 @@ def stack_results(dumps: dict, layout: judges.Layout) -> list:
     return results
 
 
-def triage_results(parsed, layout: judges.Layout, *, now: float | dict | None, problems: dict,
+def triage_results(parsed, layout: rank_logs.Layout, *, now: float | dict | None, problems: dict,
                    deadline: Deadline | None = None) -> list:
-    """Results for the report: unreadable sources first (ERROR), then every finding of the judges. Lines
+    """Results for the report: unreadable sources first (ERROR), then every finding of the rank-log rules. Lines
     not read by ``deadline`` (LOCAL_WORK_S from now) make the whole judgement an ERROR, never a partial PASS."""
     deadline = deadline or Deadline(LOCAL_WORK_S)
-    came_up = judges.CameUp()
+    came_up = rank_logs.CameUp()
 
     def watched(lines):  # uvicorn's lines name no rank: noticed on the one pass over the lines
         for count, ln in enumerate(lines, 1):
@@ -323,7 +323,7 @@ def triage_results(parsed, layout: judges.Layout, *, now: float | dict | None, p
     if now is None:  # offline: the newest line anywhere stands for "now"
         stamps = [ln.ts for lines in (*ranks.values(), *sources.values()) for ln in lines if ln.ts is not None]
         now = max(stamps) if stamps else None
-    found = judges.judge(ranks, layout, now=now, serving=bool(came_up.lines), came_up=came_up,
+    found = rank_logs.judge(ranks, layout, now=now, serving=bool(came_up.lines), came_up=came_up,
                          sources={source: (node_of_source(source, layout), lines) for source, lines in sources.items()})
     if not ranks and not found and not problems:
         results.append(Result("triage-startup", None, Status.ERROR,
@@ -340,7 +340,7 @@ def most_likely(results: list):
     bad = [r for r in results if r.status in (Status.FAIL, Status.WARN)]
     if not bad:
         return None
-    order = {step: i for i, step in enumerate(judges.STEPS)}
+    order = {step: i for i, step in enumerate(rank_logs.STEPS)}
     return min(bad, key=lambda r: (-r.status.severity, order.get(r.check, len(order))))
 
 
@@ -370,7 +370,7 @@ def redacted(texts: dict, deadline: Deadline | None = None) -> tuple:
     return done, dropped
 
 
-def judge_all(texts: dict, dumps: dict, layout: judges.Layout, *, now: float | dict | None, problems: dict) -> list:
+def judge_all(texts: dict, dumps: dict, layout: rank_logs.Layout, *, now: float | dict | None, problems: dict) -> list:
     """Every triage result from what was read (live, from files, or from a bundle): one code path."""
     problems = dict(problems)
     if not layout.nodes:

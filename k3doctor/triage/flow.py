@@ -17,7 +17,7 @@ from k3doctor.probes.gate import Step, run_gate, unreachable
 from k3doctor.registry import REGISTRY
 from k3doctor.triage import bundle as bundles
 from k3doctor.triage import judge_all, read_log_dir, read_node_logs
-from k3doctor.triage.judge import STEPS, Layout
+from k3doctor.triage.rank_logs import STEPS, Layout
 
 KERNEL_HEALTH = "kernel-health"  # joins triage's report: the kernel log of every node
 

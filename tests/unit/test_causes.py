@@ -4,7 +4,7 @@ from k3rig import server_log as L
 from k3doctor.judging.causes import explained
 from k3doctor.results import Result, Status
 from k3doctor.triage import judge_all, most_likely
-from k3doctor.triage.judge import Layout
+from k3doctor.triage.rank_logs import Layout
 
 
 def test_an_unconfigured_card_explains_its_fabric_domain_and_the_import_timeouts_put_on_it():

@@ -6,7 +6,7 @@ from k3doctor.checks import fabric
 
 from k3doctor import testing
 from k3doctor.inventory.types import Settings
-from k3doctor.model.gpu import card_buses
+from k3doctor.views.gpu import card_buses
 from k3doctor.readings import FIND_TOOL, CommandReading, FileReading, Readings, Unavailable
 from k3doctor.registry import REGISTRY
 from k3doctor.results import Status

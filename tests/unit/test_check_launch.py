@@ -14,8 +14,8 @@ from k3rig.fixtures import NodeState
 
 from k3doctor import testing
 from k3doctor.inventory.types import Node, Settings
-from k3doctor.model import ifnames, network
-from k3doctor.model.container import (
+from k3doctor.views import ifnames, network
+from k3doctor.views.container import (
     REDACTED,
     environ_filter,
     launch_from_argv,

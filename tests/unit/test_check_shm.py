@@ -6,7 +6,7 @@ from k3doctor.checks import shm
 from k3doctor.inventory.types import Inventory, Node, Settings, SSHSettings
 from k3doctor.judging import runner
 from k3doctor.judging.runner import Context, RunOptions, judge_safely
-from k3doctor.model.gpu import KFD_PROC_GLOB
+from k3doctor.views.gpu import KFD_PROC_GLOB
 from k3doctor.readings import CommandReading, Readings
 from k3doctor.registry import REGISTRY
 from k3doctor.results import Status, fail

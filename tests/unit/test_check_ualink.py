@@ -4,7 +4,7 @@ import yaml
 from k3doctor.checks import ualink
 
 from k3doctor import testing
-from k3doctor.model.ualink import ualink_cards
+from k3doctor.views.ualink import ualink_cards
 from k3doctor.readings import CommandReading, FileReading, Readings, Unavailable
 from k3doctor.registry import REGISTRY
 from k3doctor.results import Status

@@ -10,9 +10,9 @@ import pytest
 from k3doctor.checks import env_versions  # noqa: F401  (registers the check)
 
 from k3doctor import testing
-from k3doctor.model.container import record_from_inspect
-from k3doctor.model.env_rules import EDGES, RULES, judge, names_read
-from k3doctor.model.versions import parse_probe
+from k3doctor.views.container import record_from_inspect
+from k3doctor.views.env_rules import EDGES, RULES, judge, names_read
+from k3doctor.views.versions import parse_probe
 from k3doctor.parsers import ParseError
 from k3doctor.readings import CommandReading, ContainerReading, FileReading
 from k3doctor.registry import REGISTRY
@@ -201,7 +201,7 @@ def test_non_default_rccl_tuning_is_information_in_the_pass():
 
 def libs_listing(tmp_path, host_major, image_major):
     """Run the real listing script in a local shell: the image's ROCm at ROCM_PATH, a host ROCm on LD_LIBRARY_PATH."""
-    from k3doctor.model.versions import amdsmi_libs
+    from k3doctor.views.versions import amdsmi_libs
     host, image = tmp_path / "host-rocm/lib", tmp_path / "rocm/lib"
     for directory, major in ((host, host_major), (image, image_major)):
         directory.mkdir(parents=True)

@@ -17,8 +17,8 @@ from k3doctor import testing
 from k3doctor.deadline import Deadline
 from k3doctor.gather import snapshot
 from k3doctor.gather.node_script import gather, gather_shell, gather_with_facts
-from k3doctor.model.container import parse_rank_envs, rank_envs
-from k3doctor.model.host import docker_root_free_space, spaces
+from k3doctor.views.container import parse_rank_envs, rank_envs
+from k3doctor.views.host import docker_root_free_space, spaces
 from k3doctor.readings import (
     CONTAINER_PID,
     DOCKER_ROOT_DIR,

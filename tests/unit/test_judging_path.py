@@ -1,5 +1,5 @@
 """One judging path: a check judged by ``k3doctor.testing`` and by a run gives the same results, its
-prerequisites included (k3doctor/judging/judge.py)."""
+prerequisites included (k3doctor/judging/evaluate.py)."""
 from k3doctor import api, testing
 from k3doctor.inventory.load import parse_inventory
 from k3doctor.judging import runner

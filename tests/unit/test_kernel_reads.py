@@ -15,7 +15,7 @@ from k3rig.fixtures import BIND_FILES, MI355X_BIND_FILES
 from k3doctor import platforms
 from k3doctor.gather.node_script import _reading
 from k3doctor.inventory.types import Settings
-from k3doctor.model.kernel_log import BOOT_ID_SHAPE
+from k3doctor.views.kernel_log import BOOT_ID_SHAPE
 from k3doctor.readings import OUTPUT_CAP_BYTES, File, Glob
 from k3doctor.registry import REGISTRY, load_checks
 from tests.unit.test_node_reader import frames

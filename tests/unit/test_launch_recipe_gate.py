@@ -14,7 +14,7 @@ from k3rig import mi355x
 from k3doctor import platforms, recipes, testing
 from k3doctor.inventory.types import Settings
 from k3doctor.judging.causes import explained
-from k3doctor.model.container import record_from_inspect
+from k3doctor.views.container import record_from_inspect
 from k3doctor.readings import ContainerReading
 from k3doctor.recipes import diff as recipe_diff
 from k3doctor.recipes import judgement, sandbox, servers

@@ -63,7 +63,7 @@ TABLE_LAYERS = layers()
 
 def test_the_table_is_read_and_names_every_stage():
     assert len(set(TABLE_LAYERS.values())) >= 12
-    for stage in ("inventory", "transport", "gather", "model", "parsers", "judging", "outputs", "checks"):
+    for stage in ("inventory", "transport", "gather", "views", "parsers", "judging", "outputs", "checks"):
         assert f"k3doctor.{stage}" in TABLE_LAYERS
 
 
@@ -80,7 +80,7 @@ def test_no_import_goes_up_a_layer(module):
     assert up == [], f"{module} (layer {mine}) imports from above: {up}"
 
 
-CHECK_MAY_IMPORT = ("k3doctor.api", "k3doctor.model", "k3doctor.parsers", "k3doctor.probes", "k3doctor.recipes",
+CHECK_MAY_IMPORT = ("k3doctor.api", "k3doctor.views", "k3doctor.parsers", "k3doctor.probes", "k3doctor.recipes",
                     "k3doctor.platforms", "k3doctor.rules")
 
 
@@ -104,10 +104,10 @@ def test_an_output_format_sees_results_only(module):
 def test_the_rules_see_a_lazy_import_and_a_relative_one(tmp_path):
     source = tmp_path / "probe.py"
     source.write_text("def late():\n    from k3doctor.judging import runner\n\nfrom ..readings import File\n")
-    found = [name for _, name in imports(source, "k3doctor.model.probe")]
+    found = [name for _, name in imports(source, "k3doctor.views.probe")]
     assert found == ["k3doctor.judging.runner", "k3doctor.readings"] or \
         sorted(found) == ["k3doctor.judging.runner", "k3doctor.readings"]
-    assert layer_of("k3doctor.judging.runner", TABLE_LAYERS) > layer_of("k3doctor.model.probe", TABLE_LAYERS)
+    assert layer_of("k3doctor.judging.runner", TABLE_LAYERS) > layer_of("k3doctor.views.probe", TABLE_LAYERS)
 
 
 def test_root_holds_at_most_twelve_modules_and_none_is_over_500_lines():

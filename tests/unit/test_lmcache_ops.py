@@ -13,7 +13,7 @@ import pytest
 from k3doctor.checks import lmcache
 
 from k3doctor import testing
-from k3doctor.model.container import record_from_inspect
+from k3doctor.views.container import record_from_inspect
 from k3doctor.readings import CommandReading, ContainerReading
 from k3doctor.registry import REGISTRY
 from k3doctor.results import Status

@@ -1,6 +1,6 @@
 import pytest
 
-from k3doctor.model.gpu import accid_to_location
+from k3doctor.views.gpu import accid_to_location
 from k3doctor.parsers import ParseError
 from k3doctor.parsers.dmesg import BLOCK, INFO, find_signatures, parse_line, parse_log
 from tests.corpus import load

@@ -9,7 +9,7 @@ import pytest
 
 from k3doctor.parsers import ParseError
 from k3doctor.parsers.pyspy import parse_dump
-from k3doctor.triage.judge import Layout
+from k3doctor.triage.rank_logs import Layout
 from k3doctor.triage.stacks import classify, judge_stacks, rank_of
 
 PY_SPY = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")

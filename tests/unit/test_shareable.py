@@ -5,8 +5,8 @@ import json
 import yaml
 
 from k3doctor.gather import shareable, snapshot
-from k3doctor.model.ifnames import HOSTNAME_LOOKUP
-from k3doctor.model.network import own_addresses, parse_local_routes, parse_proc_net_tcp
+from k3doctor.views.ifnames import HOSTNAME_LOOKUP
+from k3doctor.views.network import own_addresses, parse_local_routes, parse_proc_net_tcp
 
 INVENTORY = """cluster: {name: rack-a}
 defaults: {user: alice, identity_file: /home/alice/.ssh/id_ed25519}

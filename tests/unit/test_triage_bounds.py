@@ -12,7 +12,7 @@ from k3doctor import triage
 from k3doctor.deadline import Deadline
 from k3doctor.results import Status
 from k3doctor.triage import bundle
-from k3doctor.triage.judge import Layout
+from k3doctor.triage.rank_logs import Layout
 
 
 def make_bundle(path, members):

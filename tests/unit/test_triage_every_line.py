@@ -6,7 +6,7 @@ from k3rig import server_log as L
 
 from k3doctor.results import Status
 from k3doctor.triage import judge_all, node_of_source
-from k3doctor.triage.judge import Layout
+from k3doctor.triage.rank_logs import Layout
 
 NODES = ("ct13", "ct14", "ct16", "ct17")
 AIPERF = ("aiperf.common.exceptions.ProfileMetricCoverageError: /tmp/aiperf/server_metrics.json contains no metric "

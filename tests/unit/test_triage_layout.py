@@ -7,7 +7,7 @@ from k3rig import server_log as L
 
 from k3doctor.results import Status
 from k3doctor.triage import judge_all
-from k3doctor.triage.judge import Layout
+from k3doctor.triage.rank_logs import Layout
 
 NAMES = ("ct13", "ct14", "ct16", "ct17")
 

@@ -13,7 +13,7 @@ from k3doctor.registry import REGISTRY
 from k3doctor.results import Status
 from k3doctor.rules.triage import RULES, SHAPES
 from k3doctor.rules.triage_signals import SIGNALS
-from k3doctor.triage.judge import Layout, judge_rank
+from k3doctor.triage.rank_logs import Layout, judge_rank
 
 STALL_NOW = (L.T0 + timedelta(hours=2)).timestamp()
 STATUS = {"warn": Status.WARN, "fail": Status.FAIL, "error": Status.ERROR}

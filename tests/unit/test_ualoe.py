@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from k3doctor.model.gpu import locate_accid, parse_accel_ids
+from k3doctor.views.gpu import locate_accid, parse_accel_ids
 from k3doctor.parsers import ParseError, ubench
 from k3doctor.parsers.ubench import Bandwidth
 from k3doctor.probes import kit, ualoe_verdicts

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import ipaddress
 
-from k3doctor.model import network
-from k3doctor.model.peers import majority
+from k3doctor.views import network
+from k3doctor.views.peers import majority
 from k3doctor.parsers import ParseError
 from k3doctor.results import Status, fail, warn
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from k3doctor.model.versions import Edge, parse_version, side
+from k3doctor.views.versions import Edge, parse_version, side
 
 # Where the §29 rules change.  The release that first shipped a PR is not in the sources: None (unknown,
 # strict) unless the reference gives it; a site sets them (``version_edges: {rccl-8444: "7.2"}``).

@@ -1,8 +1,8 @@
-"""The shared model layer: GPU/sysfs view (cards, PCI address -> card, AccId -> node + card) and kernel-log view."""
+"""The shared typed views: GPU/sysfs view (cards, PCI address -> card, AccId -> node + card) and kernel-log view."""
 import pytest
 
-from k3doctor.model import gpu
-from k3doctor.model.kernel_log import KernelLog, seconds_since_amdgpu_load
+from k3doctor.views import gpu
+from k3doctor.views.kernel_log import KernelLog, seconds_since_amdgpu_load
 from k3doctor.parsers import ParseError
 from k3doctor.readings import CommandReading, FileReading, ReadingUnavailable
 

@@ -8,7 +8,7 @@ from k3doctor.results import Status
 from k3doctor.rules.triage import SHAPES
 from k3doctor.rules.triage_signals import stage_of
 from k3doctor.triage import group_lines, most_likely, triage_results
-from k3doctor.triage.judge import Layout
+from k3doctor.triage.rank_logs import Layout
 from tests.corpus import load
 
 NODES = ("ct13", "ct14", "ct16", "ct17")

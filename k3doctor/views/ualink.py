@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from k3doctor.model.gpu import UALINK_DIR, UALINK_GLOB, card_file
+from k3doctor.views.gpu import UALINK_DIR, UALINK_GLOB, card_file
 from k3doctor.parsers import ParseError
 from k3doctor.parsers.common import to_int, to_u32
 from k3doctor.readings import Glob
