@@ -28,9 +28,8 @@ from k3doctor.api import (
     ReadingUnavailable,
     check,
     error,
-    fail,
     passed,
-    warn,
+    verdict,
 )
 from k3doctor.model.gpu import UALINK_GLOB, UEVENT_GLOB, accel_ids, card_bdfs, card_for_bdf, locate_accid
 from k3doctor.model.kernel_log import (
@@ -63,7 +62,6 @@ from k3doctor.rules.kernel_log import (
     with_site_rules,
 )
 
-VERDICT_OF = {"fail": fail, "warn": warn}  # a rule's severity -> its verdict
 SAMPLE_LINES = 5  # raw lines kept per finding in the evidence
 
 
@@ -203,7 +201,7 @@ def _verdicts(logs: dict, owners: dict, gpus_per_node: int) -> list:
         sections = ", ".join(dict.fromkeys(r.section for r, _ in hits))
         text = lead_found[-1].line.strip()[:160]
         worst = "fail" if any(r.severity == "fail" for r, _ in hits) else "warn"
-        out.append(VERDICT_OF[worst](
+        out.append(verdict(worst,
             f"{lead.what} [{ids}; {sections}]: {group['how'][lead.id]}{where}; newest "
             f"{_age(min(known)) if known else _age(None)}: {text}",
             node=node, gpu=card, remediation=remedy,
