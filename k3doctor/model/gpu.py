@@ -116,7 +116,7 @@ def parse_accel_ids(text: str) -> dict:
     return dict(e for e in entries if e is not None)
 
 
-def accid_to_location(accid: int, gpus_per_node: int = 4) -> tuple:
+def accid_to_location(accid: int, gpus_per_node: int) -> tuple:
     """Global AccId -> (tray 1-based, position within the tray's AccId range) (§6).
 
     Tray N owns AccIds 4(N-1)…4(N-1)+3, so AccId 51 is CT13, 4th accelerator: ``(13, 3)``.

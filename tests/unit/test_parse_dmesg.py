@@ -108,7 +108,7 @@ def test_fabric_signatures_with_accid():
     assert [f.accid for f in findings] == [51, None, None, 17, 17, None]
     assert findings[1].details == {"status": "0x8000"}
     assert findings[5].details == {"handle": "1f00:0a3c"}
-    assert accid_to_location(findings[0].accid) == (13, 3)  # §8: AccId 51 = CT13, 4th accelerator
+    assert accid_to_location(findings[0].accid, 4) == (13, 3)  # §8: AccId 51 = CT13, 4th accelerator
 
 
 def test_ualink_lines_journalctl():
@@ -157,7 +157,7 @@ def test_not_a_kernel_log_raises(text):
 
 @pytest.mark.parametrize("accid, location", [(0, (1, 0)), (3, (1, 3)), (4, (2, 0)), (51, (13, 3)), (63, (16, 3))])
 def test_accid_to_location(accid, location):
-    assert accid_to_location(accid) == location
+    assert accid_to_location(accid, 4) == location  # a gfx1250 tray: 4 GPUs (§8)
 
 
 # --- gaps closed in issue 7 ----------------------------------------------------------------------
