@@ -423,7 +423,8 @@ def _validate(rule: Rule) -> None:
     if rule.since not in SINCE:
         raise RuleError(f"rules.{rule.id}: since {rule.since!r} is not {' or '.join(SINCE)}")
     if rule.remediation not in REMEDIATIONS and not (rule.severity == "info" and rule.remediation is None):
-        raise RuleError(f"rules.{rule.id}: remediation {rule.remediation!r} is not one of {', '.join(REMEDIATIONS)}")
+        raise RuleError(f"rules.{rule.id}: a {rule.severity} rule needs a remediation code, one of "
+                        f"{', '.join(REMEDIATIONS)} (got {rule.remediation!r})")
     if rule.pattern is None and rule.signature not in (*SIGNATURE_NAMES, UNKNOWN_SIGNATURE):
         raise RuleError(f"rules.{rule.id}: signature {rule.signature!r} is not a parser signature "
                         f"({', '.join(SIGNATURE_NAMES)})")

@@ -60,3 +60,13 @@ def test_explain_and_list_show_the_rows():
     assert "What to do (GPU-HUNG-RESET)" in shown.output
     known = CliRunner().invoke(explain_cmd, ["KERNEL-RETRY-PAGE-FAULT"]).output
     assert "known line that is no fault" in known
+
+
+def test_a_site_judges_a_known_line_by_giving_it_a_severity_and_a_remediation():
+    from k3doctor.rules.kernel_log import RuleError
+
+    with pytest.raises(RuleError, match="a warn rule needs a remediation code"):
+        with_site_rules({"KERNEL-HW-ERROR-RECORD": {"severity": "warn"}})
+    table = with_site_rules({"KERNEL-HW-ERROR-RECORD": {"severity": "warn", "remediation": "GPU-RAS-ERROR"}})
+    assert (table["KERNEL-HW-ERROR-RECORD"].severity, table["KERNEL-HW-ERROR-RECORD"].remediation) == (
+        "warn", "GPU-RAS-ERROR")
