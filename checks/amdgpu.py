@@ -211,7 +211,7 @@ def gpu_count(r) -> tuple:
     kfd = kfd_gpus(nodes) if nodes is not None else None
     if kfd is None:
         return len(cards), "AMD DRM cards: no KFD topology readable"
-    versions = ", ".join(sorted({str(v) for v in kfd.values()}))
+    versions = ", ".join(sorted({str(gpu.gfx_target_version) for gpu in kfd.values()}))
     drm = "" if len(cards) == len(kfd) else f"; INFO: {len(cards)} AMD DRM card(s), which are not GPUs (§29)"
     return len(kfd), f"KFD topology, gfx_target_version {versions or '-'}{drm}"
 

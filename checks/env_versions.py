@@ -22,6 +22,7 @@ from k3doctor.api import (
     fail,
     passed,
     remediation,
+    verdict,
     warn,
 )
 from k3doctor.views.container import ContainerView, parse_rank_envs, rank_envs
@@ -36,7 +37,6 @@ from k3doctor.views.versions import (
 )
 
 CHECK = "env-versions"
-SEVERITY = {"fail": fail, "warn": warn}
 
 FABRIC = remediation("ENV-RCCL-FABRIC", "an RCCL variable keeps the collectives off the UALink fabric", """
 RCCL's MNNVL path over UALoE needs cuMem (VMM) and MNNVL on every rank (§8, §29). Since rocm-systems
@@ -147,8 +147,9 @@ def env_versions(r, ctx):
             if rule.status == "info":  # said in the PASS line, never a finding
                 notes.append(f"INFO: {label}: {text} [{rule.id}]")
                 continue
-            verdicts.append(SEVERITY[rule.status](
-                f"{label}: {text} [{rule.id}; {rule.applies}: {why}; {rule.section}]", remediation=rule.remediation,
+            verdicts.append(verdict(
+                rule.status, f"{label}: {text} [{rule.id}; {rule.applies}: {why}; {rule.section}]",
+                remediation=rule.remediation,
                 evidence={"rule": rule.id, "variable": name, "applies": rule.applies, "version_range": why,
                           "versions": versions, "source": label}))
     verdicts += soname_mix(r.get("amdsmi_libs"))

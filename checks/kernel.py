@@ -6,8 +6,8 @@ boot is judged, and by default only what was logged since amdgpu last loaded (a 
 wedged GPU; the ``window`` parameter widens or narrows that).  A fatal BERT record is a host fact
 of the boot, so its rule looks at the whole boot.
 
-Rules are data (``RULES`` in ``k3doctor/rules/kernel_log.py``): parser signature -> rule id,
-severity, reference section, remediation code; a site adds, overrides and silences rules in the
+Rules are data (``RULES`` in ``k3doctor/rules/kernel_log.py``): one row per rule, its line pattern,
+severity, reference section, remediation code and sample line (the log scanner gets the patterns from here); a site adds, overrides and silences rules in the
 inventory's ``checks: {kernel-health: ...}``, and ``k3doctor explain ID`` explains each.  The §10
 noise (``mce`` warm-reboot residue and its BERT record for MSR 0xc00023e1, ``mana ... -71``) is
 never a finding.
@@ -28,9 +28,8 @@ from k3doctor.api import (
     ReadingUnavailable,
     check,
     error,
-    fail,
     passed,
-    warn,
+    verdict,
 )
 from k3doctor.views.gpu import UALINK_GLOB, UEVENT_GLOB, accel_ids, card_bdfs, card_for_bdf, locate_accid
 from k3doctor.views.kernel_log import (
@@ -44,7 +43,7 @@ from k3doctor.views.kernel_log import (
     message_shape,
     read_boot_id,
 )
-from k3doctor.parsers.dmesg import BLOCK, WARN, SignatureHit, scan
+from k3doctor.parsers.dmesg import SignatureHit, scan
 from k3doctor.rules.kernel_log import (
     BENIGN_LINES,
     BENIGN_MSR_SIGNATURES,
@@ -57,11 +56,12 @@ from k3doctor.rules.kernel_log import (
     check_window,
     rules_for,
     rules_problem,
+    signatures_of,
     silenced_lines,
     window_problem,
+    with_site_rules,
 )
 
-VERDICT_OF = {"fail": fail, "warn": warn}  # a rule's severity -> its verdict
 SAMPLE_LINES = 5  # raw lines kept per finding in the evidence
 
 
@@ -98,14 +98,14 @@ def _read_node(node: str, r, params, boot_id: str) -> NodeLog:
     if dmesg.truncated:
         raise ParseError(f"`{dmesg.command}` output was cut at the gather's size cap: the log was not fully read")
     log = KernelLog.read(dmesg, r.get("uptime"), boot_id)
-    site = tuple((rule.id, BLOCK if rule.severity == "fail" else WARN, re.compile(rule.pattern))
-                 for rule in rules if rule.pattern is not None)
     benign = {m.lower() for m in params.param("benign_bert_msrs")}
     by_signature = {}
     for rule in rules:
-        by_signature.setdefault(rule.id if rule.pattern is not None else rule.signature, []).append(rule)
+        if rule.severity != "info":  # a known line, no finding
+            by_signature.setdefault(rule.signature, []).append(rule)
     windows = {since: window_start(log, since, window) for since in SINCE}
-    findings = scan(log.lines, site)
+    # every row's pattern, silenced ones too: a silenced rule's line is still a known line, not an unknown one
+    findings = scan(log.lines, signatures_of(with_site_rules(params.param("rules")).values()))
     if UNKNOWN_SIGNATURE in by_signature:
         findings += unknown_error_lines(log, r.get("errors"), findings, silenced_lines(params))
     hits = []
@@ -139,7 +139,7 @@ def unknown_error_lines(log: KernelLog, errors_reading, findings: list, silenced
         if shape in shapes:
             shapes[shape].details["count"] += 1
             continue
-        shapes[shape] = SignatureHit(UNKNOWN_SIGNATURE, WARN, line.raw, line.timestamp, _bdf_of(line.text), None,
+        shapes[shape] = SignatureHit(UNKNOWN_SIGNATURE, line.raw, line.timestamp, _bdf_of(line.text), None,
                                      {"shape": shape, "count": 1}, index, line.seconds, [line.raw])
     return list(shapes.values())
 
@@ -172,7 +172,8 @@ def _verdicts(logs: dict, owners: dict, gpus_per_node: int) -> list:
     """One verdict per fault: (remediation, node at fault, card, node whose log showed it).
 
     The signatures of one fault (ring timeout -> GPU reset -> VRAM lost; NPA-RSP timeout, HELLO and
-    setup failures towards one remote GPU) are named together, led by the first rule of the table,
+    setup failures towards one remote GPU) are named together, led by the first FAIL rule of the table (the table's
+    order is also its match order, where a narrower warning comes first),
     with every rule id and its count in the message and evidence.
     """
     order = {rule.id: i for i, rule in enumerate(RULES)}  # site rules after the built-in ones
@@ -190,7 +191,7 @@ def _verdicts(logs: dict, owners: dict, gpus_per_node: int) -> list:
             del groups[key]
     out = []
     for (remedy, node, card, seen_on), group in groups.items():
-        hits = sorted(group["hits"].values(), key=lambda h: order.get(h[0].id, len(order)))
+        hits = sorted(group["hits"].values(), key=lambda h: (h[0].severity != "fail", order.get(h[0].id, len(order))))
         (lead, lead_found), seen = hits[0], group["seen"]
         found = [f for _, fs in hits for f in fs]
         ages = [seen.log.age_s(f.seconds) for f in found]
@@ -200,7 +201,7 @@ def _verdicts(logs: dict, owners: dict, gpus_per_node: int) -> list:
         sections = ", ".join(dict.fromkeys(r.section for r, _ in hits))
         text = lead_found[-1].line.strip()[:160]
         worst = "fail" if any(r.severity == "fail" for r, _ in hits) else "warn"
-        out.append(VERDICT_OF[worst](
+        out.append(verdict(worst,
             f"{lead.what} [{ids}; {sections}]: {group['how'][lead.id]}{where}; newest "
             f"{_age(min(known)) if known else _age(None)}: {text}",
             node=node, gpu=card, remediation=remedy,

@@ -6,13 +6,9 @@ target fails at launch, §31.3). Every number comes from k3doctor/platforms/*.ya
 count (a partitioned GPU shows several render nodes, §29)."""
 from __future__ import annotations
 
-import re
-
 from k3doctor import platforms, recipes
-from k3doctor.api import Glob, ParseError, check, error, fail, passed, remediation
-
-TOPOLOGY = "/sys/class/kfd/kfd/topology/nodes/*/properties"
-_NODE = re.compile(r"/nodes/([0-9]+)/properties$")
+from k3doctor.api import Glob, check, error, fail, passed, remediation
+from k3doctor.views.gpu import KFD_NODES_GLOB, kfd_gpus
 
 PLATFORM_MISMATCH = remediation("PLATFORM-MISMATCH", "the node is not the platform the inventory declares", """
 The inventory's `cluster.platform` decides which checks, recipes and numbers apply (GPUs per node, fabric,
@@ -26,24 +22,6 @@ choose a recipe for the nodes' target too.
 """)
 
 
-def kfd_gpus(topology: dict) -> dict:
-    """KFD topology node -> (gfx_target_version, device_id or None), GPU nodes only (CPU nodes report 0)."""
-    out = {}
-    for path, reading in topology.items():
-        match = _NODE.search(path)
-        if not match or not reading.exists:
-            continue
-        fields = dict(line.split(None, 1) for line in reading.text().splitlines() if len(line.split(None, 1)) == 2)
-        value, device = fields.get("gfx_target_version"), fields.get("device_id")
-        if value is None or not value.strip().isdigit():
-            raise ParseError(f"{path}: no numeric gfx_target_version line")
-        if device is not None and not device.strip().isdigit():
-            raise ParseError(f"{path}: device_id {device.strip()[:20]!r} is not a number")
-        if int(value) != 0:
-            out[int(match.group(1))] = (int(value), int(device) if device is not None else None)
-    return dict(sorted(out.items()))
-
-
 def _known(what: str, platforms_found: list) -> str:
     return f"{what} ({', '.join(p.name for p in platforms_found)})" if platforms_found else \
         f"{what} (not a platform k3doctor knows)"
@@ -51,14 +29,14 @@ def _known(what: str, platforms_found: list) -> str:
 
 @check("gpu-platform", title="the GPUs' KFD gfx_target_version and device id are the declared platform's",
        scope="node", remediation=(PLATFORM_MISMATCH,), needs=("amdgpu-driver",),
-       reads={"topology": Glob(TOPOLOGY)})
+       reads={"topology": Glob(KFD_NODES_GLOB)})
 def gpu_platform(r, ctx):
     """§29, §30, §31.4: a declared platform that disagrees with the node is one FAIL that says what the node is,
     and names the recipe's gfx targets beside the node's where the recipe cannot run there (§31.3)."""
     declared = platforms.get(ctx.settings.platform)
     gpus = kfd_gpus(r["topology"])
     if not gpus:
-        return [error(f"no GPU in the KFD topology ({TOPOLOGY}): the node's platform could not be read")]
+        return [error(f"no GPU in the KFD topology ({KFD_NODES_GLOB}): the node's platform could not be read")]
     evidence = {"gfx_target_version": {f"KFD node {n}": v for n, (v, _) in gpus.items()},
                 "declared": f"{declared.name} ({declared.gfx_target_version})"}
     wrong = {node: v for node, (v, _) in gpus.items() if v != declared.gfx_target_version}

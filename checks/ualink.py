@@ -17,6 +17,7 @@ from k3doctor.api import (
     fail,
     passed,
     remediation,
+    verdict,
     warn,
 )
 from k3doctor.views.gpu import UALINK_DIR, VENDOR_GLOB, accel_ids, amd_cards
@@ -177,7 +178,6 @@ def _bitmap_verdicts(cards: dict, ctx) -> list:
     out = [fail(f"card{n} has no lane bitmap (neither ualink/{BITMAP} nor ualink/stations/lane_en_bitmap)",
                 gpu=n, evidence=cards[n].evidence(), remediation=LANES) for n in missing]
     values = {n: nibbles(t, f"card{n} {BITMAP}") for n, t in texts.items() if t is not None}
-    half_status = {"fail": fail, "warn": warn}[ctx.param("half_station")]
     for n, value in values.items():
         ev = {f"card{n}/ualink/{BITMAP}": texts[n]}
         if set(value) == {"0"}:
@@ -185,8 +185,8 @@ def _bitmap_verdicts(cards: dict, ctx) -> list:
                             remediation=LANES))
         half = [f"{station} reads '{nib}' ({HALF_NIBBLES[nib]})" for station, nib in half_stations(value)]
         if half:
-            out.append(half_status(f"card{n} {BITMAP} {texts[n]}: half-enabled station(s) {', '.join(half)}",
-                                   gpu=n, evidence=ev, remediation=LANES))
+            out.append(verdict(ctx.param("half_station"), f"card{n} {BITMAP} {texts[n]}: half-enabled station(s) "
+                               f"{', '.join(half)}", gpu=n, evidence=ev, remediation=LANES))
     top, odd = majority(values)
     shown = {n: texts[n] for n in values}
     for n in odd:

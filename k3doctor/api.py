@@ -48,6 +48,7 @@ from k3doctor.results import (
     human_bytes,
     passed,
     skip,
+    verdict,
     warn,
 )
 from k3doctor.shell import join, quote
@@ -57,7 +58,7 @@ __all__ = [
     "EngineFactCommand", "Exists", "File", "Glob", "InContainer", "NotEvaluated", "PairRate", "Param", "ParseError",
     "ReadingUnavailable", "Readings", "Status", "SweepPoint", "Verdict", "check", "error", "fail", "human_bytes",
     "in_container", "join", "judge_safely", "passed", "quote", "remediation", "remediation_text", "sh", "sh_with_fact",
-    "skip", "tool", "tool_script", "beside_tool", "warn", "whole_number",
+    "skip", "tool", "tool_script", "beside_tool", "verdict", "warn", "whole_number",
 ]
 
 

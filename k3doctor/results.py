@@ -98,6 +98,34 @@ class Verdict:
     figures: list = field(default_factory=list)  # typed figures outputs show (SweepPoint, PairRate, CardId)
 
 
+# One severity vocabulary (issue 34): every word a rule says how bad a finding is, mapped here once to the result
+# status it becomes, for every rule table (recipe rules, kernel-log / triage / launch rows). A recipe rule says
+# BLOCK / WARN / INFO / PASS: BLOCK is the launch's word for a FAIL, and `recipe diff` prints these words (a
+# machine contract, kept as they are); rule rows say the results' own words in lower case (fail / warn / error)
+# or info. INFO is worth knowing and never a finding: None.
+SEVERITY_STATUS = {"BLOCK": Status.FAIL, "FAIL": Status.FAIL, "ERROR": Status.ERROR, "WARN": Status.WARN,
+                   "INFO": None, "PASS": Status.PASS}
+COUNTED = (Status.FAIL, Status.WARN)  # what a rule's finding must become to count against a launch
+
+
+def status_of(severity: str) -> Status | None:
+    """The result status a rule's severity word becomes (None: INFO, no finding); KeyError for a word no rule says."""
+    return SEVERITY_STATUS[severity.upper()]
+
+
+def verdict(severity: str, message: str, **kw) -> Verdict:
+    """A rule's finding as a Verdict of the status its severity word maps to (ValueError for INFO: no finding)."""
+    status = status_of(severity)
+    if status is None:
+        raise ValueError(f"severity {severity}: worth knowing, no verdict")
+    return Verdict(status, message, **kw)
+
+
+def counts(severity: str) -> bool:
+    """Whether a rule finding of this severity counts against the launch (FAIL or WARN once mapped)."""
+    return status_of(severity) in COUNTED
+
+
 def passed(message: str, **kw) -> Verdict:
     return Verdict(Status.PASS, message, **kw)
 

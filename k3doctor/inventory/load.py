@@ -192,14 +192,6 @@ def _any(v):
     return True, ""
 
 
-def _platform_defaults(raw: dict) -> Settings:
-    """What the declared platform's file says unless the inventory says otherwise: GPUs per node, HBM per GPU."""
-    from k3doctor import platforms
-
-    p = platforms.get(raw.get("platform") or platforms.DEFAULT)
-    return Settings(platform=p.name, gpus_per_node=p.gpus_per_node, hbm_gib_per_gpu=p.hbm_gib_per_gpu)
-
-
 def _cluster_line(root, key: str) -> int:
     """The line of ``cluster.<key>`` (1 where it cannot be found)."""
     for k, v in root.value if isinstance(root, yaml.MappingNode) else ():
@@ -267,8 +259,9 @@ def parse_inventory(text: str, path: str = "<inventory>", registry=None, fast: b
     top = v.mapping(root, "", TOP_KEYS)
     if "nodes" not in top and not v.problems:
         v.problem(root, "nodes", "missing; list the nodes to check (- name: ..., host: ...)")
-    cluster = _merge_settings(_platform_defaults(top.get("cluster", {})), top.get("cluster", {}),
-                              top.get("cluster", {}).get("name"))
+    raw_cluster = top.get("cluster", {})  # the platform first: its file gives what the inventory does not set
+    cluster = _merge_settings(Settings(**{k: raw_cluster[k] for k in ("platform",) if k in raw_cluster}), raw_cluster,
+                              raw_cluster.get("name"))
     if cluster.recipe or cluster.concurrency:
         cluster.recipe = _check_recipe(v, root, cluster, path)
     defaults = top.get("defaults", {})

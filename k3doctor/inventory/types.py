@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from k3doctor import platforms
 from k3doctor.deadline import READS_IN_FLIGHT
 from k3doctor.inventory.safeyaml import YAMLInputError
 
@@ -42,15 +43,19 @@ class SSHSettings:
 
 @dataclass
 class Settings:
-    """What the rack should look like, as seen from one node (cluster values + node overrides)."""
+    """What the rack should look like, as seen from one node (cluster values + node overrides).
+
+    The numbers that depend on the platform (GPUs per node, HBM per GPU) are its file's
+    (k3doctor/platforms/<platform>.yaml) unless the inventory sets them: None here means "the platform's",
+    filled in when the settings are made, so no platform's numbers are written in code (issue 34)."""
 
     cluster: str = "k3"
     container: str = "k3ep16"
     image: str | None = None
     stepping: str | None = None
-    hbm_gib_per_gpu: int | None = None
-    gpus_per_node: int = 4
-    platform: str = "gfx1250"  # cluster.platform (reference §30: mi355x)
+    hbm_gib_per_gpu: int | None = None  # None: the platform file's (itself None where the SKU decides, §12)
+    gpus_per_node: int | None = None  # None: the platform file's
+    platform: str = platforms.DEFAULT  # cluster.platform (reference §30: mi355x)
     recipe: str | None = None  # cluster.recipe: a built-in recipe's name or a recipe file's absolute path
     concurrency: int | None = None  # cluster.concurrency: the recipe point launched
     # cluster.launch_script: the script on the nodes that starts the server, judged where nothing runs yet (§30)
@@ -58,6 +63,12 @@ class Settings:
     tools: dict = field(default_factory=lambda: dict(DEFAULT_TOOLS))
     checks: dict = field(default_factory=dict)  # check name -> {param: value}
     skip: tuple = ()  # checks a site cannot run here (inventory `skip:`, the cluster's and the node's own)
+
+    def __post_init__(self):
+        if self.platform in platforms.names():  # an unknown one is the inventory's problem, said as file:line
+            p = platforms.get(self.platform)
+            self.gpus_per_node = p.gpus_per_node if self.gpus_per_node is None else self.gpus_per_node
+            self.hbm_gib_per_gpu = p.hbm_gib_per_gpu if self.hbm_gib_per_gpu is None else self.hbm_gib_per_gpu
 
     def param(self, chk, name: str):
         """A check's tunable: the inventory's value, else the check's documented default."""

@@ -1,12 +1,14 @@
-"""Kernel log lines (dmesg / journalctl) and the amdgpu/UALink/host signatures that gate a node.
+"""Kernel log lines (dmesg / journalctl) and a scanner for the signatures its caller hands it.
 
-A node with a wedged GPU, MES/SDMA residue, no-retry page faults or a fatal BERT record is
-excluded even at 0% VRAM (reference §3, §10); fabric faults show up only in the importer's
-dmesg (§8); UALink activation lines say when a card went ACTIVE (§6); RAS / ACA records are
-the vocabulary of AMD's own node tooling (§28).  The log flavours differ only in their
-prefix, so every line is first reduced to (timestamp, level, text).
+The log flavours differ only in their prefix, so every line is first reduced to (timestamp, level,
+text). Which line shapes matter (a wedged GPU, page faults, fabric faults, UALink activation: reference
+§6, §8, §10, §28) is the kernel-log rule table's business (``k3doctor.rules.kernel_log``, one row per
+rule with its pattern): this module, below that table in the layers, only scans for what it is given
+(``scan(lines, signatures)``). What stays here is the log's own structure: the follow-up lines that
+complete a fault (process, pid, fault status) and the ``[Hardware Error]`` records (APEI/BERT, ACA
+banks: the vocabulary of AMD's node tooling, §28) grouped into one hit each.
 
-Every pattern is bounded (no unbounded ``.*`` / ``\\S+``), so a 40 kB line costs linear time,
+Every pattern here is bounded (no unbounded ``.*`` / ``\\S+``), so a 40 kB line costs linear time,
 and any input either parses or raises :class:`ParseError`.
 """
 from __future__ import annotations
@@ -34,94 +36,19 @@ _JOURNAL = re.compile(  # journalctl -k (short / short-iso)
 _MARKER = re.compile(r"^-- (?:Boot (?P<boot>[0-9a-f]{32}) --|Reboot --|.{0,200} --)$")
 _BDF = re.compile(r"\bamdgpu (?P<bdf>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]):")
 _DRM_TAG = re.compile(r"^\[(?P<tag>drm:[\w.]{1,80}) \[amdgpu\]\]")  # [drm:amdgpu_job_timedout [amdgpu]]
-_ACCID = "(?P<accid>[0-9]{1,10})"
 
-BLOCK, WARN, INFO = "BLOCK", "WARN", "INFO"  # severity hints, as in the reference's §0.3 table
 
-# (name, severity hint, pattern).  First match wins; named groups land in SignatureHit.details
-# (``accid`` goes to SignatureHit.accid).
-_SIGNATURES = tuple((name, severity, re.compile(pattern, flags)) for name, severity, pattern, flags in (
-    # §10 wedged GPU / post-fault residue (Helios-R runbook: any `MES.*remove.?queue` is a stop).  MES
-    # wordings (mes_v11_0.c / mes_v12_0.c / amdgpu_mes.c, kernels 6.1-6.15): "MES failed to response
-    # msg=%d" (6.1-6.8, the opcode as a number: REMOVE_QUEUE is 3), "MES failed to respond to msg=%s[ (%s)]",
-    # "MES(%d) failed to respond to msg=%s" (mes_v12), "failed to remove hardware queue[, queue id = %d]".
-    ("mes_remove_queue_failed", BLOCK,
-     r"MES.{0,120}?remove.?queue|MES(?:\([\d, ]{1,12}\))? failed to respon(?:se|d to) msg=3\b"
-     r"|failed to remove hardware queue", re.IGNORECASE),
-    ("mes_no_response", BLOCK, r"MES(?:\([\d, ]{1,12}\))? failed to respon(?:se|d to) msg=(?P<msg>\w{1,40})"
-                               r"|MES might be in unrecoverable state", 0),  # the latter: §29 (legacy-rocm-build #4909)
-    ("queue_evict_failed", BLOCK, r"Failed to evict queue (?P<queue>\d{1,10})", 0),  # KFD, §29
-    ("mes_ring_full", BLOCK, r"MES ring buffer is full", 0),
-    ("fence_fallback_timer_expired", BLOCK, r"fence fallback timer expired on ring (?P<ring>[^\s,]{1,64})",
-     re.IGNORECASE),
-    # gmc_v9_0.c "[%s] %s page fault (src_id:%u ring:%u vmid:%u pasid:%u[, for process ...])" with
-    # %s = "retry" | "no-retry"; gmc_v10/v11/v12 "[%s] page fault (src_id:...)" (no retry word).
-    ("no_retry_page_fault", BLOCK,
-     r"\[(?P<hub>\w{1,32})\] (?:no-retry )?page fault"
-     r"(?: \(src_id:\d{1,10} ring:\d{1,10} vmid:(?P<vmid>\d{1,10}) pasid:(?P<pasid>\d{1,10})[,)])?", 0),
-    ("retry_page_fault", INFO, r"\[(?P<hub>\w{1,32})\] retry page fault", 0),  # XNACK replay: not a fault
-    # amdgpu_job.c: "ring %s timeout, but soft recovered" (the job was killed, the GPU kept running) and
-    # "ring %s timeout, signaled seq=%u, emitted seq=%u" - DRM_ERROR (`[drm:amdgpu_job_timedout [amdgpu]]
-    # *ERROR* `) up to 6.10, dev_err (`amdgpu <BDF>: [amdgpu: ]`) since; rings named `gfx` or `gfx_0.0.0`.
-    ("ring_timeout_soft_recovered", WARN, r"\bring (?P<ring>[^\s,]{1,64}) timeout, but soft recovered", 0),
-    ("ring_timeout", BLOCK, r"\bring (?P<ring>[^\s,]{1,64}) timeout", 0),
-    ("gpu_recovery_disabled", BLOCK, r"GPU recovery disabled\.", 0),  # amdgpu_device.c, gpu_recovery=0: wedged
-    ("gpu_reset", BLOCK, r"GPU reset begin|GPU reset\(\d{1,10}\) (?:failed|succeeded)|GPU Recovery Failed"
-                         r"|device wedged, but recovered through reset", 0),  # the last: drm_dev_wedged_event (§29)
-    ("vram_lost", BLOCK, r"VRAM is lost due to GPU reset", 0),
-    # amdgpu_dev_coredump.c (6.14+): drm_info "AMDGPU device coredump file has been created" then
-    # "Check your /sys/class/drm/card%d/device/devcoredump/data": the dump a triage copies first.
-    ("devcoredump", BLOCK, r"AMDGPU device coredump file has been created", 0),
-    ("ras_poison_consumed", BLOCK, r"poison is consumed|RAS poison consumption is issued", re.IGNORECASE),
-    ("ras_bad_page_threshold", BLOCK,
-     r"Saved bad pages (?P<bad_pages>\d{1,10}) reaches threshold value (?P<threshold>\d{1,10})", 0),
-    # amdgpu_ras.c: "%ld uncorrectable hardware errors detected in %s block" (5.x-), "%lld new uncorrectable
-    # hardware errors detected in %s block", "... detected in total in %s block" (6.8+, "socket: %d, die: %d"
-    # before them since 6.10), and the per-instance "%ld %s hardware errors detected in %s, instance: ..."
-    ("ras_uncorrectable", BLOCK, r"(?P<count>\d{1,10}) (?:new )?uncorrectable hardware errors detected in "
-                                 r"(?:total in )?(?P<block>\w{1,32})(?: block|, instance)", 0),
-    # Deferred (not yet consumed) uncorrected errors: amdgpu_ras.c "... deferred hardware errors detected in
-    # [total in ]%s block" (6.10+), amdgpu_umc.c "%ld new deferred hardware errors detected" (6.11+).
-    ("ras_deferred", BLOCK, r"(?P<count>\d{1,10}) (?:new )?deferred hardware errors detected", 0),
-    ("ras_poison_created", INFO, r"Poison is created", 0),  # amdgpu_ras.c: the deferred error's own note
-    ("umc_error_address", INFO, r"Error Address\(PA\):\s?0x[0-9a-fA-F]{1,16}", 0),  # umc_v12_0.c: a RAS record's page
-    # The fatal (ATHUB) interrupt: amdgpu_ras.c "uncorrectable hardware error(ERREVENT_ATHUB_INTERRUPT)
-    # detected!" (dev_info up to 6.9, RAS_EVENT_LOG with its "{%llu}" event id since 6.10) and the RAS
-    # manager's "{%llu} Uncorrectable hardware error(ERREVENT_ATHUB_INTERRUPT) detected!" (amdgpu_ras_sys.c).
-    ("ras_fatal_event", BLOCK,
-     r"(?:\{(?P<event>\d{1,20})\} ?)?[Uu]ncorrectable hardware error\((?P<source>\w{1,40})\) detected", 0),
-    # smu_cmn.c: the SMU did not answer (its mailbox still holds the previous command) or is hung.
-    ("smu_hung", BLOCK, r"SMU: I'm not done with your previous command|SMU is in hanged state", 0),
-    # §31.3 the MI325X hard hang (aiter #3139): the SMU mailbox reads all ones (the device is off the bus),
-    # the KIQ stops answering, KFD cannot quiesce, the device drops off the bus or RAS disables it.  Before
-    # smu_message_failed: the same "SMU: response:" line with 0xFFFFFFFF is this hang, not a refused message.
-    ("smu_response_lost", BLOCK, r"SMU: response:0x[Ff]{8}\b", 0),
-    ("kiq_fence_timeout", BLOCK, r"timeout waiting for kiq fence", 0),
-    ("kfd_quiesce_failed", BLOCK, r"Failed to quiesce KFD", 0),
-    ("device_lost_from_bus", BLOCK, r"device lost from bus!", 0),
-    ("ras_device_disabled", BLOCK, r"RAS Intr triggered, device disabled!", 0),
-    # §31.3 bad-page retirement past the threshold at load: the GPU is not initialised (missing from the node)
-    ("ras_records_exceed_threshold", BLOCK,
-     r"RAS records:\s?(?P<bad_pages>\d{1,10}) exceed threshold:\s?(?P<threshold>\d{1,10})"
-     r"|GPU will not be initialized\. Replace this GPU or increase the threshold", 0),
-    ("smu_message_failed", WARN, r"SMU: (?:unknown command|valid command, bad prerequisites|I'm very busy for your "
-                                 r"command|I'm debugging!|response:0x[0-9A-Fa-f]{1,8} for index)", 0),
-    # §8 fabric data path (importer side)
-    ("npa_rsp_timeout", BLOCK, rf"IMPORT: NPA-RSP timeout from remote AccId:\s?{_ACCID}", 0),
-    ("lsdma_pio_error", BLOCK, r"LSDMA PIO error status bits (?P<status>0x[0-9a-fA-F]{1,16})", 0),
-    ("lsdma_pio_copy_failed", BLOCK, r"LSDMA PIO failed to copy memory", 0),
-    ("hello_send_failed", BLOCK, rf"HELLO: Send failed to remote AccId:\s?{_ACCID}", 0),
-    ("import_setup_failed", BLOCK, rf"IMPORT: connection setup failed with remote AccId:\s?{_ACCID}", 0),
-    ("xa_import_failed", BLOCK, r"IMPORT: XA import failed for handle:\s?(?P<handle>[0-9a-fA-Fx:]{1,40})", 0),
-    # §6 UALink bring-up
-    ("ualink_activating", INFO,
-     rf"UALINK: activating accelerator accel_id={_ACCID} \(accel_state=(?P<accel_state>\d{{1,3}})\)", 0),
-    ("ualink_active", INFO, rf"UALINK: accelerator accel_id={_ACCID} is now ACTIVE", 0),
-    ("ualink_deactivating", WARN, r"UALINK: deactivating accelerator", 0),
-    ("ualink_npa_config_failed", BLOCK, r"Failed to set NPA config", 0),
-    ("ualink_manager_failed", BLOCK, r"Failed to start UALink manager", 0),
-    ("ualink_sw_init_failed", BLOCK, r"Failed to init UALink sw r=(?P<r>-?\d{1,6})", 0),
-))
+@dataclass(frozen=True)
+class Signature:
+    """One line shape the scanner looks for, handed over by its caller: the rows of the kernel-log rule table
+    (``k3doctor.rules.kernel_log``, layer 5) compiled, so that a signature is spelled once, in its row. The
+    first signature that matches a line names it; its named groups land in ``SignatureHit.details``
+    (``accid`` in ``SignatureHit.accid``)."""
+
+    name: str
+    pattern: re.Pattern
+    details: bool = False  # the lines after it from the same source complete it (process, pid, fault status)
+
 
 # Follow-up lines of a page fault / ring timeout (same source) that complete its details; the old
 # ring-timeout wording says `Process information: process <name> pid <n>`.
@@ -138,7 +65,6 @@ _DETAIL_LINES = tuple(re.compile(p) for p in (
 ))
 # The rest of the VM_L2 fault-status dump: part of the event, nothing kept from it.
 _DUMP_LINE = re.compile(r"\s(?:MORE_FAULTS|WALKER_ERROR|MAPPING_ERROR|RW|CID): 0x[0-9a-fA-F]{1,8}$")
-_WITH_DETAILS = {"no_retry_page_fault", "ring_timeout", "devcoredump"}
 
 # RAS / APEI / BERT / ACA records: `[Hardware Error]:` lines that belong together (§10, §28).  The tag
 # before `[Hardware Error]` (`{N}` and/or `amdgpu <BDF>:`) says which record a line belongs to; an
@@ -162,9 +88,9 @@ _EVENT = re.compile(r"\{(\d{1,20})\}")  # RAS_EVENT_LOG's event id: every line o
 _ACA_REG = re.compile(r"^(?:ACA\[(?P<bank>\d{1,3}/\d{1,3})\]|aca entry\[(?P<entry>\d{1,3})\])"
                       r"\.(?P<reg>[A-Z_0-9]{1,16})=(?P<value>0x[0-9a-fA-F]{1,16})")
 _ACA_STATUS_BITS = {"valid": 63, "uc": 61, "pcc": 57, "deferred": 44, "poison": 43}  # MCA_STATUS (AMD)
-# Every signature name a finding can carry (line signatures, then the grouped [Hardware Error] records).
-SIGNATURE_NAMES = (*(name for name, _, _ in _SIGNATURES), "fatal_hw_error", "recoverable_hw_error",
-                   "hw_error_record", "aca_uncorrectable", "aca_correctable")
+# The records the scanner groups from `[Hardware Error]` lines, by their own severity or MCA status bits: the
+# names their hits carry (rows of the rule table name them; they have no line pattern of their own).
+RECORD_KINDS = ("fatal_hw_error", "recoverable_hw_error", "hw_error_record", "aca_uncorrectable", "aca_correctable")
 
 
 @dataclass(frozen=True)
@@ -186,15 +112,14 @@ class LogLine:
 
 @dataclass
 class SignatureHit:
-    """A kernel-log signature hit (not a verdict: a rule table decides what it means). ``severity`` is a
-    hint (BLOCK/WARN/INFO); ``line`` is the raw first line.
+    """A kernel-log signature hit (not a verdict: the rule row of that name says what it means and how bad it
+    is); ``line`` is the raw first line.
 
     ``index`` is the position of that line in the parsed log (windows are cut by position, so
     they work for every flavour); ``lines`` holds every raw line of a multi-line record.
     """
 
     signature: str
-    severity: str
     line: str
     timestamp: str | None = None
     bdf: str | None = None
@@ -251,13 +176,13 @@ def parse_log(text: str) -> list:
     return lines
 
 
-def find_signatures(text: str, extra=()) -> list:
-    """``list[SignatureHit]`` for the §6/§8/§10/§28 signatures in a kernel log text, in log order."""
-    return scan(parse_log(text), extra)
+def find_signatures(text: str, signatures) -> list:
+    """``list[SignatureHit]`` for ``signatures`` (and the grouped records) in a kernel log text, in log order."""
+    return scan(parse_log(text), signatures)
 
 
-def scan(lines: list, extra=()) -> list:
-    """``list[SignatureHit]`` for the signatures in parsed lines (``extra``: more ``(name, severity, regex)``).
+def scan(lines: list, signatures) -> list:
+    """``list[SignatureHit]`` for ``signatures`` (``Signature``: the caller's rule rows) in parsed lines.
 
     Host noise from §10 (``mce`` warm-reboot records, ``mana … -71``) matches no signature.
     Page-fault and ring-timeout findings collect details (process, pid, IH client, faulty
@@ -268,7 +193,6 @@ def scan(lines: list, extra=()) -> list:
     ``hw_error_record``), ACA bank dumps into ``aca_uncorrectable`` / ``aca_correctable`` from
     each bank's MCA STATUS bits.
     """
-    signatures = (*_SIGNATURES, *extra)
     findings: list = []
     detail_open: SignatureHit | None = None
     record: _Record | None = None
@@ -282,16 +206,16 @@ def scan(lines: list, extra=()) -> list:
             findings.append(record.finish())
             record = None
         source = _source(entry.text)
-        for name, severity, pattern in signatures:
-            match = pattern.search(entry.text)
+        for signature in signatures:
+            match = signature.pattern.search(entry.text)
             if match:
                 details = {k: v for k, v in match.groupdict().items() if v is not None}
                 accid = details.pop("accid", None)
-                finding = SignatureHit(name, severity, entry.raw, entry.timestamp, _bdf(entry.text),
+                finding = SignatureHit(signature.name, entry.raw, entry.timestamp, _bdf(entry.text),
                                        None if accid is None else int(accid), details, index, entry.seconds,
                                        [entry.raw])
                 findings.append(finding)
-                detail_open = (finding, source) if name in _WITH_DETAILS and source is not None else None
+                detail_open = (finding, source) if signature.details and source is not None else None
                 break
         else:
             if detail_open is not None and source == detail_open[1]:
@@ -347,17 +271,16 @@ class _Record:
     def finish(self) -> SignatureHit:
         bdf = _bdf(self.tag)
         if self.kind == "aca":
-            name, severity = self._aca()
+            name = self._aca()
         else:
             level = self.details.get("severity", "").lower()
-            name, severity = {"fatal": ("fatal_hw_error", BLOCK), "recoverable": ("recoverable_hw_error", WARN)
-                              }.get(level, ("hw_error_record", INFO))
+            name = {"fatal": "fatal_hw_error", "recoverable": "recoverable_hw_error"}.get(level, "hw_error_record")
             bdf = bdf or (self.details.get("devices") or [None])[0]
         details = {k: v for k, v in self.details.items() if k != "devices"}
-        return SignatureHit(name, severity, self.first.raw, self.first.timestamp, bdf, None, details, self.index,
+        return SignatureHit(name, self.first.raw, self.first.timestamp, bdf, None, details, self.index,
                             self.first.seconds, self.lines)
 
-    def _aca(self) -> tuple:
+    def _aca(self) -> str:
         """Worst bank: valid with UC, PCC, deferred or poison set is uncorrectable; valid otherwise correctable."""
         worst, classes = None, {}
         for bank, regs in self.banks.items():
@@ -371,8 +294,8 @@ class _Record:
         self.details["banks"] = {b: {"status": r.get("STATUS"), "ipid": r.get("IPID"), "class": classes.get(b)}
                                  for b, r in self.banks.items()}
         if worst == "uncorrectable":
-            return "aca_uncorrectable", BLOCK
-        return ("aca_correctable", INFO) if worst else ("hw_error_record", INFO)
+            return "aca_uncorrectable"
+        return "aca_correctable" if worst else "hw_error_record"
 
 
 def _hw_line(record, tag: str, body: str, entry: LogLine, index: int, findings: list):

@@ -13,10 +13,10 @@ from k3doctor.parsers.ubench import METRICS, Bandwidth, parse_procs
 from k3doctor.probes.collective_figures import finite
 from k3doctor.probes.kit import blame, every_pair
 from k3doctor.results import PairRate, Status, Verdict, passed, skip
+from k3doctor.rules.kernel_log import FABRIC, RULES, SIGNATURES
 
 TOOLS = ("ualoe_p2p.exe", "ualoe_bw.exe")
-FABRIC_SIGNATURES = ("npa_rsp_timeout", "lsdma_pio_error", "lsdma_pio_copy_failed", "hello_send_failed",
-                     "import_setup_failed", "xa_import_failed")
+FABRIC_SIGNATURES = tuple(rule.signature for rule in RULES if rule.remediation == FABRIC)  # the §8 data-path rows
 
 
 class PlanError(ValueError):
@@ -87,7 +87,7 @@ def fabric_findings(log: str, marker: str | None) -> list:
     if not text.strip():
         return []
     parse_log(log)  # a capture that is not a kernel log raises ParseError
-    return [f for f in find_signatures(text) if f.signature in FABRIC_SIGNATURES]
+    return [f for f in find_signatures(text, SIGNATURES) if f.signature in FABRIC_SIGNATURES]
 
 
 @dataclass

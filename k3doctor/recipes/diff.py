@@ -19,8 +19,9 @@ import time
 from dataclasses import asdict
 
 from k3doctor import localfiles, recipes
-from k3doctor.recipes import judgement, rules, sandbox
+from k3doctor.recipes import judgement, sandbox
 from k3doctor.recipes.judgement import PointDiff, Resolved, diff_point, difference_text, parse_args  # noqa: F401
+from k3doctor.results import counts
 
 EXIT_SAME, EXIT_DIFFERENT, EXIT_NOT_READ, EXIT_BAD_INPUT = 0, 1, 2, 3
 SERVER_ENTRY_POINTS = judgement.SERVER_ENTRY_POINTS
@@ -50,7 +51,7 @@ def diff(recipe, resolved: Resolved, concurrency: int | None) -> list:
 def best(diffs: list) -> PointDiff:
     """The point the launch matches best: fewest differences, then fewest rule findings that matter."""
     return min(diffs, key=lambda d: (len(d.differences),
-                                     sum(r["status"] in (rules.BLOCK, rules.WARN) for r in d.rules)))
+                                     sum(counts(r["status"]) for r in d.rules)))
 
 
 # ----------------------------------------------------------------------------- output

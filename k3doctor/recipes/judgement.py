@@ -19,6 +19,7 @@ from k3doctor import recipes
 from k3doctor.views.container import parse_flags
 from k3doctor.recipes import launches, rules, sandbox
 from k3doctor.redaction import REDACTED, redact_text
+from k3doctor.results import Status, counts, status_of
 
 SERVER_ENTRY_POINTS = launches.SERVER_MODULES
 NOT_NAMED = "(not named)"
@@ -132,7 +133,7 @@ class PointDiff:
 
     @property
     def matters(self) -> bool:
-        return bool(self.differences) or any(r["status"] in (rules.BLOCK, rules.WARN) for r in self.rules)
+        return bool(self.differences) or any(counts(r["status"]) for r in self.rules)
 
 
 def _shown(value, arg: bool, name: str = "") -> str:
@@ -226,7 +227,7 @@ def diff_point(recipe, point, resolved: Resolved) -> PointDiff:
     for f in rules.apply(launch, recipe, point):
         # the first rule (RULES order: causes before consequences) is shown on the difference; a second one on the
         # same name is its own row (the gate lets it step aside: k3doctor/judging/causes.py)
-        if f.subject in shown and f.subject not in attached and f.status in (rules.BLOCK, rules.WARN):
+        if f.subject in shown and f.subject not in attached and counts(f.status):
             shown[f.subject].rule = rule_text(asdict(f))
             attached[f.subject] = asdict(f)
             continue
@@ -250,41 +251,36 @@ def rule_text(f: dict) -> str:
 # ----------------------------------------------------------------------------- the gate's findings
 
 IDENTICAL = "identical on every server flag and every environment variable"
-FAIL, WARN = "FAIL", "WARN"
 DIFFERENCE = "recipe-difference"  # a difference no arithmetic rule speaks to: its rule is the recipe's row
 
 
 @dataclass
 class GateFinding:
-    """One row of a PointDiff that matters, in the gate's words: FAIL (the launch breaks or hangs) or WARN."""
+    """One row of a PointDiff that matters, as a result status: FAIL (the launch breaks or hangs) or WARN."""
 
-    status: str
+    status: Status
     rule: str  # a rule of rules.RULES (dashes), or DIFFERENCE
     subject: str  # the variable or flag to fix
     message: str
     numbers: dict = field(default_factory=dict)
 
 
-def _gate_status(ruling_status: str) -> str:
-    return FAIL if ruling_status == rules.BLOCK else WARN
-
-
 def gate_findings(recipe, d: PointDiff) -> list:
     """The PointDiff's rows that matter (exactly those that make `recipe diff` exit 1), each once: a difference
     carries the rule that speaks to its name (that rule's status and numbers), else it is a FAIL - a WARN where
-    the recipe lists the name as tuning; a rule finding is BLOCK -> FAIL, WARN -> WARN. No-ops, deviations,
-    INFO and PASS stay out of the verdict."""
+    the recipe lists the name as tuning; a rule finding has the status its word maps to (results.status_of: BLOCK
+    -> FAIL, WARN -> WARN). No-ops, deviations, INFO and PASS stay out of the verdict."""
     out = []
     for e in d.differences:
         ruling = d.attached.get(e.name)
         text = f"{e.kind} {difference_text(e)}" + (f"; {ruling['rule']}: {ruling['message']}" if ruling else "")
         if ruling:
-            out.append(GateFinding(_gate_status(ruling["status"]), ruling["rule"], e.name, text, ruling["numbers"]))
+            out.append(GateFinding(status_of(ruling["status"]), ruling["rule"], e.name, text, ruling["numbers"]))
         else:
-            out.append(GateFinding(WARN if e.name in recipe.tuning else FAIL, DIFFERENCE, e.name, text))
+            out.append(GateFinding(Status.WARN if e.name in recipe.tuning else Status.FAIL, DIFFERENCE, e.name, text))
     for f in d.rules:
-        if f["status"] in (rules.BLOCK, rules.WARN):
-            out.append(GateFinding(_gate_status(f["status"]), f["rule"], f["subject"], f"{f['rule']}: {f['message']}",
+        if counts(f["status"]):
+            out.append(GateFinding(status_of(f["status"]), f["rule"], f["subject"], f"{f['rule']}: {f['message']}",
                                    f["numbers"]))
     return out
 

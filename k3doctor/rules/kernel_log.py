@@ -1,6 +1,15 @@
-"""kernel-health's rules as rows (reference §6, §8, §10, §28, §29, §31.3): parser signature -> rule id,
-severity, reference section, remediation code; the §10 noise that is never a finding; and the
-site's own rules and silences from the inventory, validated when the inventory is read.
+"""kernel-health's rules as rows (reference §6, §8, §10, §28, §29, §31.3): one row per kernel-log rule, saying
+what fires it (``pattern``, searched in each line's text, or the ``[Hardware Error]`` record kind the log scanner
+groups), what it means, how bad it is (``fail``/``warn``; ``info``: a line known to be no fault, so never an
+unknown error), the reference section, the remediation code and ``sample``: the log line that proves the row
+(tests/unit/test_kernel_log_rules.py fires every row from its own sample). Also the §10 noise that is never a
+finding, and the site's own rules and silences from the inventory, validated when the inventory is read.
+
+The log scanner (``k3doctor.parsers.dmesg``, layer 1) cannot import this table (layer 5): every reader of the
+kernel log hands it ``SIGNATURES``, the rows' patterns compiled once (``signatures_of`` for a table with the
+site's rules). The rows are in match order: the first row whose pattern matches a line names it, so a row
+that is a narrower wording of another (a soft-recovered ring timeout, the SMU's all-ones answer) comes first.
+Adding a rule that is one line: a row here (and a remediation text, unless an existing one fits).
 
 A site adds a rule or overrides one with ``rules: {ID: {...}}`` and silences one with
 ``silence: [ID | regex]`` in ``checks: {kernel-health: ...}``; ``k3doctor explain ID`` explains
@@ -12,7 +21,7 @@ import re
 from dataclasses import dataclass, replace
 
 from k3doctor.deadline import MAX_SECONDS
-from k3doctor.parsers.dmesg import SIGNATURE_NAMES
+from k3doctor.parsers.dmesg import RECORD_KINDS, Signature
 from k3doctor.registry import REGISTRY, remediation
 
 SEVERITIES = ("fail", "warn")
@@ -103,7 +112,7 @@ line). A line your site knows to be harmless is silenced by a regex on its text 
 `checks: {kernel-health: {silence: ["XGMI link retrain count"]}}` (entries that are rule ids silence
 that rule, any other entry is such a pattern).
 """)
-UNKNOWN_SIGNATURE = "unknown_error_line"  # not a parser signature: an err+ line from a GPU source no signature matched
+UNKNOWN_SIGNATURE = "unknown_error_line"  # no line shape: an err+ line from a GPU source that no row matched
 # Lines of §10 (and §29) known to be harmless: never an unknown error, whatever their level.
 BENIGN_LINES = tuple(re.compile(p) for p in (
     r"^mce: \[Hardware Error\]: CPU \d{1,5}/\d{1,5}: Machine Check: 0 Bank 62: ",  # §10 warm-reboot residue
@@ -114,16 +123,18 @@ RULE_ID = re.compile(r"^[A-Z][A-Z0-9]*(?:-[A-Z0-9]+)+$")  # a silence entry of t
 
 @dataclass(frozen=True)
 class Rule:
-    """One kernel-log rule: which parser signature (or site regex) it fires on, and what that means."""
+    """One kernel-log rule: what fires it, what that means, how bad, what to do, and the line that proves it."""
 
     id: str
-    signature: str  # a k3doctor.parsers.dmesg signature name; site rules may give a regex instead
-    severity: str  # fail | warn
+    signature: str  # the name its hits carry (a site rule may fire on a built-in row's signature instead)
+    severity: str  # fail | warn | info (a known line: no finding, never an unknown error)
     section: str
-    remediation: str
+    remediation: str | None  # None for an info row
     what: str
+    pattern: str | None = None  # regex on a line's text; None: a [Hardware Error] record kind, or the unknown line
+    sample: str = ""  # the log line(s), without the timestamp, that fire the row
     since: str = "amdgpu-load"  # amdgpu-load (a reload clears it) | boot (a fact of the boot)
-    pattern: str | None = None  # site rules: regex searched in each line's text
+    details: bool = False  # the lines after it from the same source complete it (process, pid, fault status)
 
     @property
     def name(self) -> str:
@@ -131,78 +142,217 @@ class Rule:
         return self.id
 
 
-RULES = tuple(Rule(*fields) for fields in (
+_BDF = "amdgpu 0000:c6:00.0: "
+_ACCID = r"(?P<accid>[0-9]{1,10})"  # the remote card's accel id: k3doctor names its node and card (§6)
+RULES = tuple(Rule(*fields[:6], **fields[6]) for fields in (
+    # §10 wedged GPU / post-fault residue (Helios-R runbook: any `MES.*remove.?queue` is a stop).  MES wordings
+    # (mes_v11_0.c / mes_v12_0.c / amdgpu_mes.c, kernels 6.1-6.15): "MES failed to response msg=%d" (6.1-6.8, the
+    # opcode as a number: REMOVE_QUEUE is 3), "MES failed to respond to msg=%s[ (%s)]", "MES(%d) failed to respond
+    # to msg=%s" (mes_v12), "failed to remove hardware queue[, queue id = %d]".
     ("KERNEL-MES-REMOVE-QUEUE", "mes_remove_queue_failed", "fail", "§10", WEDGED,
-     "MES failed to respond to REMOVE_QUEUE: the GPU is wedged"),
+     "MES failed to respond to REMOVE_QUEUE: the GPU is wedged",
+     dict(pattern=r"(?i)MES.{0,120}?remove.?queue|MES(?:\([\d, ]{1,12}\))? failed to respon(?:se|d to) msg=3\b"
+                  r"|failed to remove hardware queue",
+          sample=f"{_BDF}MES failed to respond to msg=REMOVE_QUEUE")),
     ("KERNEL-MES-NO-RESPONSE", "mes_no_response", "fail", "§10", WEDGED,
-     "MES failed to respond to a scheduler message: the GPU is wedged"),
-    ("KERNEL-MES-RING-FULL", "mes_ring_full", "fail", "§10", WEDGED, "MES ring buffer is full: post-fault residue"),
+     "MES failed to respond to a scheduler message: the GPU is wedged",
+     dict(pattern=r"MES(?:\([\d, ]{1,12}\))? failed to respon(?:se|d to) msg=(?P<msg>\w{1,40})"
+                  r"|MES might be in unrecoverable state",  # the latter: §29 (legacy-rocm-build #4909)
+          sample=f"{_BDF}MES failed to respond to msg=SET_HW_RSRC")),
+    ("KERNEL-MES-RING-FULL", "mes_ring_full", "fail", "§10", WEDGED, "MES ring buffer is full: post-fault residue",
+     dict(pattern=r"MES ring buffer is full", sample=f"{_BDF}MES ring buffer is full.")),
     ("KERNEL-GPU-RECOVERY-DISABLED", "gpu_recovery_disabled", "fail", "§5, §10", WEDGED,
-     "a GPU hung and was left halted (GPU recovery disabled): wedged until the tray is reset"),
-    ("KERNEL-SMU-HUNG", "smu_hung", "fail", "§10", WEDGED, "the SMU no longer answers: the GPU is wedged"),
-    ("KERNEL-SMU-MESSAGE-FAILED", "smu_message_failed", "warn", "§10", WEDGED,
-     "the SMU refused or failed a message"),
+     "a GPU hung and was left halted (GPU recovery disabled): wedged until the tray is reset",
+     dict(pattern=r"GPU recovery disabled\.", sample="[drm] GPU recovery disabled.")),  # amdgpu_device.c, gpu_recovery=0
+    ("KERNEL-SMU-HUNG", "smu_hung", "fail", "§10", WEDGED, "the SMU no longer answers: the GPU is wedged",
+     # smu_cmn.c: the SMU did not answer (its mailbox still holds the previous command) or is hung.
+     dict(pattern=r"SMU: I'm not done with your previous command|SMU is in hanged state",
+          sample=f"{_BDF}SMU: I'm not done with your previous command: SMN_C2PMSG_66:0x00000006")),
     ("KERNEL-SDMA-FENCE-TIMEOUT", "fence_fallback_timer_expired", "fail", "§10", WEDGED,
-     "SDMA fence fallback timer expired: post-fault residue"),
-    ("KERNEL-PAGE-FAULT", "no_retry_page_fault", "fail", "§10", PAGE_FAULT, "no-retry GPU page fault"),
-    ("KERNEL-RING-TIMEOUT", "ring_timeout", "fail", "§10", RESET, "GPU ring timeout (a job hung the GPU)"),
-    ("KERNEL-GPU-RESET", "gpu_reset", "fail", "§5, §10", RESET, "GPU reset (gpu_recovery=0 should halt instead)"),
-    ("KERNEL-VRAM-LOST", "vram_lost", "fail", "§10", RESET, "VRAM lost in a GPU reset"),
+     "SDMA fence fallback timer expired: post-fault residue",
+     dict(pattern=r"(?i)fence fallback timer expired on ring (?P<ring>[^\s,]{1,64})",
+          sample=f"{_BDF}Fence fallback timer expired on ring sdma0")),
+    ("KERNEL-PAGE-FAULT", "no_retry_page_fault", "fail", "§10", PAGE_FAULT, "no-retry GPU page fault",
+     # gmc_v9_0.c "[%s] %s page fault (src_id:%u ring:%u vmid:%u pasid:%u[, for process ...])" with %s = "retry" |
+     # "no-retry"; gmc_v10/v11/v12 "[%s] page fault (src_id:...)" (no retry word).
+     dict(pattern=r"\[(?P<hub>\w{1,32})\] (?:no-retry )?page fault"
+                  r"(?: \(src_id:\d{1,10} ring:\d{1,10} vmid:(?P<vmid>\d{1,10}) pasid:(?P<pasid>\d{1,10})[,)])?",
+          sample=f"{_BDF}[gfxhub0] no-retry page fault (src_id:0 ring:24 vmid:3 pasid:32769)", details=True)),
+    # amdgpu_job.c: "ring %s timeout, but soft recovered" (the job was killed, the GPU kept running) and "ring %s
+    # timeout, signaled seq=%u, emitted seq=%u" - DRM_ERROR (`[drm:amdgpu_job_timedout [amdgpu]] *ERROR* `) up to
+    # 6.10, dev_err (`amdgpu <BDF>: [amdgpu: ]`) since; rings named `gfx` or `gfx_0.0.0`.  Soft first: narrower.
     ("KERNEL-RING-TIMEOUT-SOFT", "ring_timeout_soft_recovered", "warn", "§10", RESET,
-     "GPU ring timeout, soft recovered (the hung job was killed, the GPU kept running)"),
+     "GPU ring timeout, soft recovered (the hung job was killed, the GPU kept running)",
+     dict(pattern=r"\bring (?P<ring>[^\s,]{1,64}) timeout, but soft recovered",
+          sample=f"{_BDF}ring gfx_0.0.0 timeout, but soft recovered")),
+    ("KERNEL-RING-TIMEOUT", "ring_timeout", "fail", "§10", RESET, "GPU ring timeout (a job hung the GPU)",
+     dict(pattern=r"\bring (?P<ring>[^\s,]{1,64}) timeout",
+          sample=f"{_BDF}ring gfx_0.0.0 timeout, signaled seq=2662395, emitted seq=2662397", details=True)),
+    ("KERNEL-GPU-RESET", "gpu_reset", "fail", "§5, §10", RESET, "GPU reset (gpu_recovery=0 should halt instead)",
+     dict(pattern=r"GPU reset begin|GPU reset\(\d{1,10}\) (?:failed|succeeded)|GPU Recovery Failed"
+                  r"|device wedged, but recovered through reset",  # the last: drm_dev_wedged_event (§29)
+          sample=f"{_BDF}GPU reset begin!")),
+    ("KERNEL-VRAM-LOST", "vram_lost", "fail", "§10", RESET, "VRAM lost in a GPU reset",
+     dict(pattern=r"VRAM is lost due to GPU reset", sample=f"{_BDF}VRAM is lost due to GPU reset!")),
+    # amdgpu_dev_coredump.c (6.14+): drm_info "AMDGPU device coredump file has been created" then "Check your
+    # /sys/class/drm/card%d/device/devcoredump/data": the dump a triage copies first.
     ("KERNEL-DEVCOREDUMP", "devcoredump", "fail", "§10, §11", RESET,
-     "the driver dumped a hung GPU's state (devcoredump): copy it before any reset"),
+     "the driver dumped a hung GPU's state (devcoredump): copy it before any reset",
+     dict(pattern=r"AMDGPU device coredump file has been created",
+          sample=f"{_BDF}[drm] AMDGPU device coredump file has been created", details=True)),
+    # The fatal (ATHUB) interrupt: amdgpu_ras.c "uncorrectable hardware error(ERREVENT_ATHUB_INTERRUPT) detected!"
+    # (dev_info up to 6.9, RAS_EVENT_LOG with its "{%llu}" event id since 6.10) and the RAS manager's "{%llu}
+    # Uncorrectable hardware error(ERREVENT_ATHUB_INTERRUPT) detected!" (amdgpu_ras_sys.c).
     ("KERNEL-RAS-FATAL", "ras_fatal_event", "fail", "§28", RAS,
-     "RAS: uncorrectable hardware error (fatal interrupt) detected"),
-    ("KERNEL-RAS-POISON", "ras_poison_consumed", "fail", "§28", RAS, "RAS: poison consumed"),
-    ("KERNEL-RAS-UNCORRECTABLE", "ras_uncorrectable", "fail", "§28", RAS, "RAS: uncorrectable hardware errors"),
-    ("KERNEL-RAS-DEFERRED", "ras_deferred", "fail", "§28", RAS, "RAS: deferred (poisoned, not yet consumed) errors"),
+     "RAS: uncorrectable hardware error (fatal interrupt) detected",
+     dict(pattern=r"(?:\{(?P<event>\d{1,20})\} ?)?[Uu]ncorrectable hardware error\((?P<source>\w{1,40})\) detected",
+          sample=f"{_BDF}{{1}}uncorrectable hardware error(ERREVENT_ATHUB_INTERRUPT) detected!")),
+    ("KERNEL-RAS-POISON", "ras_poison_consumed", "fail", "§28", RAS, "RAS: poison consumed",
+     dict(pattern=r"(?i)poison is consumed|RAS poison consumption is issued",
+          sample=f"{_BDF}amdgpu: GPU reset for poison consumption is issued; poison is consumed by client 12")),
+    # amdgpu_ras.c: "%ld uncorrectable hardware errors detected in %s block" (5.x-), "%lld new uncorrectable
+    # hardware errors detected in %s block", "... detected in total in %s block" (6.8+, "socket: %d, die: %d" before
+    # them since 6.10), and the per-instance "%ld %s hardware errors detected in %s, instance: ..."
+    ("KERNEL-RAS-UNCORRECTABLE", "ras_uncorrectable", "fail", "§28", RAS, "RAS: uncorrectable hardware errors",
+     dict(pattern=r"(?P<count>\d{1,10}) (?:new )?uncorrectable hardware errors detected in "
+                  r"(?:total in )?(?P<block>\w{1,32})(?: block|, instance)",
+          sample=f"{_BDF}2 uncorrectable hardware errors detected in umc block")),
+    # Deferred (not yet consumed) uncorrected errors: amdgpu_ras.c "... deferred hardware errors detected in [total
+    # in ]%s block" (6.10+), amdgpu_umc.c "%ld new deferred hardware errors detected" (6.11+).
+    ("KERNEL-RAS-DEFERRED", "ras_deferred", "fail", "§28", RAS, "RAS: deferred (poisoned, not yet consumed) errors",
+     dict(pattern=r"(?P<count>\d{1,10}) (?:new )?deferred hardware errors detected",
+          sample=f"{_BDF}1 new deferred hardware errors detected")),
     ("KERNEL-QUEUE-EVICT-FAILED", "queue_evict_failed", "fail", "§10", WEDGED,
-     "KFD failed to evict a queue: the GPU's scheduler is wedged"),
-    ("KERNEL-RAS-BAD-PAGES", "ras_bad_page_threshold", "fail", "§28", RAS, "RAS: bad pages reached the threshold"),
-    ("KERNEL-ACA-UNCORRECTABLE", "aca_uncorrectable", "fail", "§28", RAS, "ACA bank with an uncorrectable error"),
+     "KFD failed to evict a queue: the GPU's scheduler is wedged",
+     dict(pattern=r"Failed to evict queue (?P<queue>\d{1,10})", sample="amdgpu: Failed to evict queue 4")),  # §29
+    ("KERNEL-RAS-BAD-PAGES", "ras_bad_page_threshold", "fail", "§28", RAS, "RAS: bad pages reached the threshold",
+     dict(pattern=r"Saved bad pages (?P<bad_pages>\d{1,10}) reaches threshold value (?P<threshold>\d{1,10})",
+          sample=f"{_BDF}amdgpu: Saved bad pages 150 reaches threshold value 128")),
+    ("KERNEL-ACA-UNCORRECTABLE", "aca_uncorrectable", "fail", "§28", RAS, "ACA bank with an uncorrectable error",
+     dict(sample=f"{_BDF}{{3}}[Hardware Error]: Accelerator Check Architecture events logged\n"
+                 f"{_BDF}{{3}}[Hardware Error]: ACA[01/01].STATUS=0xbaa0000000000813")),  # a record: valid + UC + PCC
+    # §31.3 bad-page retirement past the threshold at load: the GPU is not initialised (missing from the node)
     ("KERNEL-RAS-RECORDS-THRESHOLD", "ras_records_exceed_threshold", "fail", "§31.3", RAS,
-     "RAS: retired pages exceed the bad-page threshold: the GPU was not initialised"),
+     "RAS: retired pages exceed the bad-page threshold: the GPU was not initialised",
+     dict(pattern=r"RAS records:\s?(?P<bad_pages>\d{1,10}) exceed threshold:\s?(?P<threshold>\d{1,10})"
+                  r"|GPU will not be initialized\. Replace this GPU or increase the threshold",
+          sample=f"{_BDF}amdgpu: RAS records:130 exceed threshold:128")),
+    # §31.3 the MI325X hard hang (aiter #3139): the SMU mailbox reads all ones (the device is off the bus), the KIQ
+    # stops answering, KFD cannot quiesce, the device drops off the bus or RAS disables it.
     ("KERNEL-KIQ-FENCE-TIMEOUT", "kiq_fence_timeout", "fail", "§31.3", HARD_HANG,
-     "KIQ fence timeout: the GPU stopped answering (MI325X hard hang)"),
+     "KIQ fence timeout: the GPU stopped answering (MI325X hard hang)",
+     dict(pattern=r"timeout waiting for kiq fence", sample=f"{_BDF}timeout waiting for kiq fence")),
+    # Before KERNEL-SMU-MESSAGE-FAILED: the same "SMU: response:" line with 0xFFFFFFFF is this hang, not a refusal.
     ("KERNEL-SMU-RESPONSE-LOST", "smu_response_lost", "fail", "§31.3", HARD_HANG,
-     "SMU answered 0xFFFFFFFF: the GPU is off the bus (MI325X hard hang)"),
+     "SMU answered 0xFFFFFFFF: the GPU is off the bus (MI325X hard hang)",
+     dict(pattern=r"SMU: response:0x[Ff]{8}\b",
+          sample=f"{_BDF}SMU: response:0xFFFFFFFF for index:6 param:0x00000000 message:GetSmuVersion?")),
+    ("KERNEL-SMU-MESSAGE-FAILED", "smu_message_failed", "warn", "§10", WEDGED, "the SMU refused or failed a message",
+     dict(pattern=r"SMU: (?:unknown command|valid command, bad prerequisites|I'm very busy for your command"
+                  r"|I'm debugging!|response:0x[0-9A-Fa-f]{1,8} for index)",
+          sample=f"{_BDF}SMU: I'm very busy for your command: index:7 param:0x00000000 message:GetDriverIfVersion")),
     ("KERNEL-KFD-QUIESCE-FAILED", "kfd_quiesce_failed", "fail", "§31.3", HARD_HANG,
-     "KFD could not quiesce the GPU (MI325X hard hang)"),
-    ("KERNEL-DEVICE-LOST", "device_lost_from_bus", "fail", "§31.3", HARD_HANG, "the GPU was lost from the PCIe bus"),
+     "KFD could not quiesce the GPU (MI325X hard hang)",
+     dict(pattern=r"Failed to quiesce KFD", sample=f"{_BDF}Failed to quiesce KFD")),
+    ("KERNEL-DEVICE-LOST", "device_lost_from_bus", "fail", "§31.3", HARD_HANG, "the GPU was lost from the PCIe bus",
+     dict(pattern=r"device lost from bus!", sample=f"{_BDF}device lost from bus!")),
     ("KERNEL-RAS-DEVICE-DISABLED", "ras_device_disabled", "fail", "§31.3", HARD_HANG,
-     "a RAS interrupt disabled the GPU (MI325X hard hang)"),
+     "a RAS interrupt disabled the GPU (MI325X hard hang)",
+     dict(pattern=r"RAS Intr triggered, device disabled!", sample=f"{_BDF}RAS Intr triggered, device disabled!!")),
     ("KERNEL-HW-ERROR-RECOVERABLE", "recoverable_hw_error", "warn", "§28", RAS,
-     "APEI hardware error record, severity recoverable"),
+     "APEI hardware error record, severity recoverable",
+     dict(sample="{1}[Hardware Error]: Hardware error from APEI Generic Hardware Error Source: 0\n"
+                 "{1}[Hardware Error]: event severity: recoverable")),  # a record
     ("KERNEL-BERT-FATAL", "fatal_hw_error", "fail", "§10", HOST_CRASH,
-     "fatal hardware error record (BERT/APEI): the host crashed", "boot"),
-    ("KERNEL-NPA-RSP-TIMEOUT", "npa_rsp_timeout", "fail", "§8", FABRIC, "fabric: NPA-RSP timeout from the remote GPU"),
-    ("KERNEL-HELLO-SEND-FAILED", "hello_send_failed", "fail", "§8", FABRIC,
-     "fabric: HELLO send to the remote GPU failed"),
+     "fatal hardware error record (BERT/APEI): the host crashed",
+     dict(since="boot", sample="{1}[Hardware Error]: Hardware error from APEI Generic Hardware Error Source: 1\n"
+                               "{1}[Hardware Error]: event severity: fatal")),  # a record
+    # §8 fabric data path (importer side)
+    ("KERNEL-NPA-RSP-TIMEOUT", "npa_rsp_timeout", "fail", "§8", FABRIC, "fabric: NPA-RSP timeout from the remote GPU",
+     dict(pattern=rf"IMPORT: NPA-RSP timeout from remote AccId:\s?{_ACCID}",
+          sample=f"{_BDF}IMPORT: NPA-RSP timeout from remote AccId:49")),
+    ("KERNEL-HELLO-SEND-FAILED", "hello_send_failed", "fail", "§8", FABRIC, "fabric: HELLO send to the remote GPU failed",
+     dict(pattern=rf"HELLO: Send failed to remote AccId:\s?{_ACCID}",
+          sample=f"{_BDF}HELLO: Send failed to remote AccId:49")),
     ("KERNEL-IMPORT-SETUP-FAILED", "import_setup_failed", "fail", "§8", FABRIC,
-     "fabric: connection setup with the remote GPU failed"),
-    ("KERNEL-XA-IMPORT-FAILED", "xa_import_failed", "fail", "§8", FABRIC,
-     "fabric: XA import of a remote handle failed"),
-    ("KERNEL-LSDMA-PIO-ERROR", "lsdma_pio_error", "fail", "§8", FABRIC, "fabric: LSDMA PIO error"),
-    ("KERNEL-LSDMA-PIO-COPY", "lsdma_pio_copy_failed", "fail", "§8", FABRIC, "fabric: LSDMA PIO failed to copy memory"),
+     "fabric: connection setup with the remote GPU failed",
+     dict(pattern=rf"IMPORT: connection setup failed with remote AccId:\s?{_ACCID}",
+          sample=f"{_BDF}IMPORT: connection setup failed with remote AccId:49")),
+    ("KERNEL-XA-IMPORT-FAILED", "xa_import_failed", "fail", "§8", FABRIC, "fabric: XA import of a remote handle failed",
+     dict(pattern=r"IMPORT: XA import failed for handle:\s?(?P<handle>[0-9a-fA-Fx:]{1,40})",
+          sample=f"{_BDF}IMPORT: XA import failed for handle: 0x31:0x2")),
+    ("KERNEL-LSDMA-PIO-ERROR", "lsdma_pio_error", "fail", "§8", FABRIC, "fabric: LSDMA PIO error",
+     dict(pattern=r"LSDMA PIO error status bits (?P<status>0x[0-9a-fA-F]{1,16})",
+          sample=f"{_BDF}LSDMA PIO error status bits 0x4")),
+    ("KERNEL-LSDMA-PIO-COPY", "lsdma_pio_copy_failed", "fail", "§8", FABRIC, "fabric: LSDMA PIO failed to copy memory",
+     dict(pattern=r"LSDMA PIO failed to copy memory", sample=f"{_BDF}LSDMA PIO failed to copy memory")),
+    # §6 UALink bring-up
     ("KERNEL-UALINK-NPA-CONFIG", "ualink_npa_config_failed", "fail", "§6", UALINK_INIT,
-     "UALink: failed to set NPA config"),
+     "UALink: failed to set NPA config",
+     dict(pattern=r"Failed to set NPA config", sample=f"{_BDF}Failed to set NPA config")),
     ("KERNEL-UALINK-MANAGER", "ualink_manager_failed", "fail", "§6", UALINK_INIT,
-     "UALink: failed to start the UALink manager"),
-    ("KERNEL-UALINK-SW-INIT", "ualink_sw_init_failed", "fail", "§6", UALINK_INIT, "UALink: failed to init UALink sw"),
+     "UALink: failed to start the UALink manager",
+     dict(pattern=r"Failed to start UALink manager", sample=f"{_BDF}Failed to start UALink manager")),
+    ("KERNEL-UALINK-SW-INIT", "ualink_sw_init_failed", "fail", "§6", UALINK_INIT, "UALink: failed to init UALink sw",
+     dict(pattern=r"Failed to init UALink sw r=(?P<r>-?\d{1,6})", sample=f"{_BDF}Failed to init UALink sw r=-110")),
     ("KERNEL-UALINK-DEACTIVATED", "ualink_deactivating", "warn", "§6", UALINK_INIT,
-     "UALink accelerator deactivated after the driver loaded"),
-    ("KERNEL-UNKNOWN-ERROR", UNKNOWN_SIGNATURE, "warn", "§10", UNKNOWN,
-     "an amdgpu/KFD/fabric error line no rule knows"),
+     "UALink accelerator deactivated after the driver loaded",
+     dict(pattern=r"UALINK: deactivating accelerator", sample=f"{_BDF}UALINK: deactivating accelerator accel_id=49")),
+    # An err+ line from a GPU source that no row matched: checks/kernel.py finds it (by level), one per message shape.
+    ("KERNEL-UNKNOWN-ERROR", UNKNOWN_SIGNATURE, "warn", "§10", UNKNOWN, "an amdgpu/KFD/fabric error line no rule knows",
+     dict(sample=f"{_BDF}XGMI link retrain count 3 on link 2")),
+    # Known lines that are no fault (info): a line a row knows is never an unknown error line.
+    ("KERNEL-RETRY-PAGE-FAULT", "retry_page_fault", "info", "§10", None, "XNACK replay page fault: not a fault",
+     dict(pattern=r"\[(?P<hub>\w{1,32})\] retry page fault",
+          sample=f"{_BDF}[gfxhub0] retry page fault (src_id:0 ring:0 vmid:3 pasid:32790)")),
+    ("KERNEL-RAS-POISON-CREATED", "ras_poison_created", "info", "§28", None,
+     "RAS: poison created (the deferred error's own note)",
+     dict(pattern=r"Poison is created", sample=f"{_BDF}amdgpu: Poison is created")),  # amdgpu_ras.c
+    ("KERNEL-UMC-ERROR-ADDRESS", "umc_error_address", "info", "§28", None, "RAS: a record's page address",
+     dict(pattern=r"Error Address\(PA\):\s?0x[0-9a-fA-F]{1,16}",  # umc_v12_0.c
+          sample=f"{_BDF}amdgpu: Error Address(PA):0x1234567000 Row:0x2 Col:0x0 Bank:0x5 Channel:0x3")),
+    ("KERNEL-UALINK-ACTIVATING", "ualink_activating", "info", "§6", None, "UALink: a card is activating",
+     dict(pattern=rf"UALINK: activating accelerator accel_id={_ACCID} \(accel_state=(?P<accel_state>\d{{1,3}})\)",
+          sample=f"{_BDF}UALINK: activating accelerator accel_id=49 (accel_state=1)")),
+    ("KERNEL-UALINK-ACTIVE", "ualink_active", "info", "§6", None, "UALink: a card is active",
+     dict(pattern=rf"UALINK: accelerator accel_id={_ACCID} is now ACTIVE",
+          sample=f"{_BDF}UALINK: accelerator accel_id=49 is now ACTIVE")),
+    ("KERNEL-HW-ERROR-RECORD", "hw_error_record", "info", "§28", None,
+     "a [Hardware Error] record of another severity (corrected, info)",
+     dict(sample="{2}[Hardware Error]: Hardware error from APEI Generic Hardware Error Source: 2\n"
+                 "{2}[Hardware Error]: event severity: corrected")),  # a record
+    ("KERNEL-ACA-CORRECTABLE", "aca_correctable", "info", "§28", None, "ACA bank with a corrected error",
+     dict(sample=f"{_BDF}{{4}}[Hardware Error]: Accelerator Check Architecture events logged\n"
+                 f"{_BDF}{{4}}[Hardware Error]: ACA[01/01].STATUS=0x8000000000000000")),  # a record: valid only
 ))
+RULE_SEVERITIES = (*SEVERITIES, "info")  # a built-in row may also be a known line that is no fault
+
+
+def signatures_of(rules) -> tuple:
+    """The scanner's ``Signature`` for each row with a pattern, in row order (first match wins; one per name)."""
+    found = {}
+    for rule in rules:
+        if rule.pattern is not None and rule.signature not in found:
+            found[rule.signature] = Signature(rule.signature, re.compile(rule.pattern), rule.details)
+    return tuple(found.values())
+
+
+SIGNATURES = signatures_of(RULES)  # what every reader of the kernel log hands the scanner
+# Every signature name a hit can carry: the rows' and the [Hardware Error] records' the scanner groups.
+SIGNATURE_NAMES = tuple(dict.fromkeys((*(r.signature for r in RULES if r.signature != UNKNOWN_SIGNATURE),
+                                       *RECORD_KINDS)))
 BENIGN_MSR_SIGNATURES = {"fatal_hw_error", "recoverable_hw_error"}  # BERT records judged by their MSRs (§10)
 
 for _rule in RULES:  # `k3doctor explain RULE` for every built-in rule
+    _fires = f"the line shape `{_rule.pattern}`" if _rule.pattern else f"the log's `{_rule.signature}`"
     remediation(_rule.id, f"{_rule.what} ({_rule.section})",
-                f"kernel-health rule {_rule.id}: {_rule.what} (reference {_rule.section}); fires on the "
-                f"parser signature `{_rule.signature}`, {_rule.severity.upper()}, judged since "
-                f"{'boot' if _rule.since == 'boot' else 'amdgpu last loaded (window parameter)'}.\n"
-                f"What to do ({_rule.remediation}):\n{REGISTRY.remediations[_rule.remediation].text}", unique=True)
+                f"kernel-health rule {_rule.id}: {_rule.what} (reference {_rule.section}); fires on {_fires}, "
+                f"{_rule.severity.upper()}, judged since "
+                f"{'boot' if _rule.since == 'boot' else 'amdgpu last loaded (window parameter)'}; e.g.\n  "
+                + _rule.sample.replace("\n", "\n  ") + "\n"
+                + (f"What to do ({_rule.remediation}):\n{REGISTRY.remediations[_rule.remediation].text}"
+                   if _rule.remediation else "A known line that is no fault: never a finding, never an unknown line."),
+                unique=True)
 REMEDIATIONS = (WEDGED, PAGE_FAULT, RESET, RAS, HOST_CRASH, FABRIC, UALINK_INIT, HARD_HANG, UNKNOWN)
 
 
@@ -268,12 +418,13 @@ def rules_problem(value, nodes) -> str | None:
 
 
 def _validate(rule: Rule) -> None:
-    if rule.severity not in SEVERITIES:
-        raise RuleError(f"rules.{rule.id}: severity {rule.severity!r} is not fail or warn")
+    if rule.severity not in RULE_SEVERITIES:
+        raise RuleError(f"rules.{rule.id}: severity {rule.severity!r} is not fail, warn or info")
     if rule.since not in SINCE:
         raise RuleError(f"rules.{rule.id}: since {rule.since!r} is not {' or '.join(SINCE)}")
-    if rule.remediation not in REMEDIATIONS:
-        raise RuleError(f"rules.{rule.id}: remediation {rule.remediation!r} is not one of {', '.join(REMEDIATIONS)}")
+    if rule.remediation not in REMEDIATIONS and not (rule.severity == "info" and rule.remediation is None):
+        raise RuleError(f"rules.{rule.id}: a {rule.severity} rule needs a remediation code, one of "
+                        f"{', '.join(REMEDIATIONS)} (got {rule.remediation!r})")
     if rule.pattern is None and rule.signature not in (*SIGNATURE_NAMES, UNKNOWN_SIGNATURE):
         raise RuleError(f"rules.{rule.id}: signature {rule.signature!r} is not a parser signature "
                         f"({', '.join(SIGNATURE_NAMES)})")

@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from k3doctor import recipes
+from k3doctor import platforms, recipes
 from k3doctor.views.container import ROCJITSU_HOOK, ROCJITSU_TRANSLATOR_STEM, ContainerView, launch_options
 from k3doctor.registry import remediation
 from k3doctor.results import Status, Verdict, fail
@@ -21,8 +21,11 @@ from k3doctor.results import Status, Verdict, fail
 CHECK = "launch-config"
 DATA_IF = recipes.DATA_IF  # must name an interface that carries the node's data_ip (§18)
 UNSET = "(unset)"
-# The validated sets (§16, §17, §26) are recipe files (k3doctor/recipes/gfx1250-*.yaml); `profile` names one.
-PROFILE_NAMES = tuple(r.aliases[0] if r.aliases else r.name for r in recipes.platform_recipes("gfx1250"))
+# The validated sets (§16, §17, §26) are recipe files of the wide-EP platforms (their platform file says
+# `wide_ep_launch: true`: gfx1250, k3doctor/recipes/gfx1250-*.yaml); `profile` names one.
+WIDE_EP_RECIPES = tuple(r for name in platforms.names() if platforms.get(name).wide_ep_launch
+                        for r in recipes.platform_recipes(name))
+PROFILE_NAMES = tuple(r.aliases[0] if r.aliases else r.name for r in WIDE_EP_RECIPES)
 
 ENV = remediation("LAUNCH-ENV", "environment differs from the validated set", """
 Every rank needs the validated set of §16 for the image (Config A / B, §17; the optimized stack's
@@ -194,7 +197,7 @@ def selected(profile: str, settings=None):
         if spec:
             raise ValueError(f"cluster.recipe {spec}: cannot be read") from None
         raise ValueError(f"{CHECK}.profile must be one of {', '.join(PROFILE_NAMES)}, not {profile!r}") from None
-    if not spec and recipe.platform != "gfx1250":
+    if not spec and not platforms.get(recipe.platform).wide_ep_launch:
         raise ValueError(f"{CHECK}.profile must be one of {', '.join(PROFILE_NAMES)}, not {profile!r}")
     label = recipe.aliases[0] if recipe.aliases else recipe.name
     return label, recipe, recipe.point(getattr(settings, "concurrency", None))
@@ -235,13 +238,12 @@ def all_rules(p, settings=None) -> tuple:
 
 def kept_names(p, settings=None) -> set:
     """Variables whose values the rules read: the only values that leave the node. An unknown profile
-    reads every gfx1250 recipe's names here; the judge then reports the bad parameter for the node."""
+    reads every wide-EP recipe's names here; the judge then reports the bad parameter for the node."""
     try:
         rules = all_rules(p, settings)
     except ValueError:
         rules = all_rules(lambda name: PROFILE_NAMES[0] if name == "profile" else p(name))
-        rules += tuple(rule for recipe in recipes.platform_recipes("gfx1250")
-                       for rule in profile_rules(recipe.point().env, recipe))
+        rules += tuple(rule for recipe in WIDE_EP_RECIPES for rule in profile_rules(recipe.point().env, recipe))
     return {name for rule in rules for name in rule.reads} | {MORI_HEAP}
 
 

@@ -23,7 +23,7 @@ from k3doctor.parsers import ParseError
 from k3doctor.readings import Command, ContainerInspect, File, ReadingUnavailable
 from k3doctor.recipes import judgement, rules, sandbox, servers
 from k3doctor.registry import remediation
-from k3doctor.results import Status, Verdict, error, passed
+from k3doctor.results import Verdict, error, passed
 
 SCRIPT_TIMEOUT_S = 20.0  # a launch script's shell logic, every program but the text tools recorded (sandbox.py)
 SCRIPT_PATH = "/usr/local/bin:/usr/bin:/bin"  # the script's PATH; the caller's environment is not handed on
@@ -81,7 +81,7 @@ def judge(r, settings) -> list:
     for where, resolved in launches:
         d = judgement.diff_point(recipe, point, resolved)
         found = judgement.gate_findings(recipe, d)
-        out += [Verdict(Status.FAIL if f.status == judgement.FAIL else Status.WARN, f"{where}: {f.message}",
+        out += [Verdict(f.status, f"{where}: {f.message}",
                         remediation=RULE_CODES.get(f.rule, DIFFERENCE),
                         evidence={"source": where, "rule": f.rule, "subject": f.subject, **f.numbers})
                 for f in found]

@@ -18,10 +18,9 @@ from dataclasses import dataclass
 
 from k3doctor.parsers.atom_log import LineShapes, Shape
 from k3doctor.registry import remediation
-from k3doctor.results import Verdict, error, fail, warn
+from k3doctor.results import Verdict, verdict
 from k3doctor.rules import triage_signals as s
 
-SEVERITIES = {"fail": fail, "warn": warn, "error": error}
 
 STALLED = remediation("TRIAGE-STALLED", "a rank's log stopped moving before the server came up", """
 The rank reached the stage shown and has printed nothing since (tqdm progress counts as progress,
@@ -209,10 +208,10 @@ class Rule:
         if found is None:
             return None
         fields, evidence, *card = found
-        verdict = SEVERITIES[self.severity](self.message.format(**fields), evidence=evidence,
-                                            remediation=self.remediation)
-        verdict.gpu = card[0] if card else None  # None: the rank's own GPU
-        return verdict
+        found_verdict = verdict(self.severity, self.message.format(**fields), evidence=evidence,
+                                remediation=self.remediation)
+        found_verdict.gpu = card[0] if card else None  # None: the rank's own GPU
+        return found_verdict
 
 
 def _line(name, step, severity, code, what, section, pattern, sample, test=None):

@@ -1,5 +1,5 @@
 """The GPU/sysfs view checks and probes share: AMD cards, PCI address -> card, accel id -> node + card,
-the processes holding a KFD context.
+the processes holding a KFD context, the GPUs of the KFD topology (their gfx target and device id).
 
 Card numbers come from sysfs paths (``/sys/class/drm/cardN/device/...``); a card's PCI address from
 its ``uevent`` (``PCI_SLOT_NAME``); its global UALink accelerator id only from its own
@@ -9,6 +9,7 @@ IFoE/AFM function ``.1`` belongs to the GPU at ``.0`` on the same bus (§28: map
 from __future__ import annotations
 
 import re
+from typing import NamedTuple
 
 from k3doctor.parsers import ParseError
 from k3doctor.parsers.common import UINT32_MAX
@@ -22,7 +23,7 @@ UALINK_GLOB = f"{UALINK_DIR}/*"  # every ualink file of every card (accel_id amo
 AMD_VENDOR = "0x1002"
 KFD_PROC_GLOB = "/sys/class/kfd/kfd/proc/*"  # one directory per process holding a KFD (GPU) context
 KFD_NODES_GLOB = "/sys/class/kfd/kfd/topology/nodes/*/properties"  # one KFD topology node each (CPUs too)
-_GFX_TARGET = re.compile(r"^gfx_target_version\s+(\d{1,10})\s*$", re.MULTILINE)
+_KFD_NODE = re.compile(r"/nodes/([0-9]{1,6})/properties$")
 _CARD_FILE = re.compile(r"/card(\d+)/device/(.+)$")  # the one place a sysfs path becomes a card number
 _KFD_PID = re.compile(r"/proc/(\d+)$")
 _SLOT = re.compile(r"^PCI_SLOT_NAME=(?P<bdf>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])\s*$", re.MULTILINE)
@@ -116,7 +117,7 @@ def parse_accel_ids(text: str) -> dict:
     return dict(e for e in entries if e is not None)
 
 
-def accid_to_location(accid: int, gpus_per_node: int = 4) -> tuple:
+def accid_to_location(accid: int, gpus_per_node: int) -> tuple:
     """Global AccId -> (tray 1-based, position within the tray's AccId range) (§6).
 
     Tray N owns AccIds 4(N-1)…4(N-1)+3, so AccId 51 is CT13, 4th accelerator: ``(13, 3)``.
@@ -147,21 +148,37 @@ def kfd_pids(kfd: dict) -> set:
     return {int(m.group(1)) for path in kfd if (m := _KFD_PID.search(path))}
 
 
+class KfdGpu(NamedTuple):
+    """What one GPU node of the KFD topology says it is (§29, §31.4: the gfx target, and the PCI device id that
+    tells products of one target apart, MI300X from MI300A)."""
+
+    gfx_target_version: int
+    device_id: int | None  # None: the kernel's properties file has no device_id line
+
+
 def kfd_gpus(nodes: dict) -> dict | None:
-    """KFD topology node -> gfx_target_version of the nodes that are GPUs (non-zero), or None when no
-    node's properties could be read.
+    """KFD topology node -> KfdGpu of the nodes that are GPUs (non-zero gfx_target_version), in node order, from
+    the :data:`KFD_NODES_GLOB` reading; None when no node's properties could be read. The one reader of the
+    topology: the GPU count (amdgpu-driver) and the platform (gpu-platform) come from here.
 
     Reference §29/§0.2: the GPU count is the KFD topology's, never ``/dev/dri/renderD*`` (a gfx1250
     tray showed 32 render nodes for 4 GPUs); CPU agents are nodes with ``gfx_target_version 0``.
-    A properties file without that line is a ParseError (not a CPU)."""
+    A properties file without a numeric gfx_target_version (or with a device_id that is no number) is a
+    ParseError, never a CPU."""
     readable = {path: reading for path, reading in nodes.items() if reading.exists}
     if not readable:
         return None
     out = {}
     for path, reading in readable.items():
-        match = _GFX_TARGET.search(reading.text())
+        match = _KFD_NODE.search(path)
         if match is None:
-            raise ParseError(f"{path}: no gfx_target_version line")
-        if int(match.group(1)):
-            out[int(path.split("/")[-2])] = int(match.group(1))
-    return out
+            continue
+        fields = dict(line.split(None, 1) for line in reading.text().splitlines() if len(line.split(None, 1)) == 2)
+        value, device = fields.get("gfx_target_version", "").strip(), fields.get("device_id")
+        if not value.isdigit() or len(value) > 10:
+            raise ParseError(f"{path}: no gfx_target_version line (with a number)")
+        if device is not None and not (device.strip().isdigit() and len(device.strip()) <= 10):
+            raise ParseError(f"{path}: device_id {device.strip()[:20]!r} is not a number")
+        if int(value):
+            out[int(match.group(1))] = KfdGpu(int(value), int(device) if device is not None else None)
+    return dict(sorted(out.items()))

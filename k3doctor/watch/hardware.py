@@ -15,11 +15,11 @@ from k3doctor.parsers import ParseError
 from k3doctor.parsers.dmesg import parse_log, scan
 from k3doctor.parsers.gpu_sysfs import parse_err_count
 from k3doctor.readings import CommandReading, FileReading
-from k3doctor.rules.kernel_log import UNKNOWN_SIGNATURE, with_site_rules
+from k3doctor.rules.kernel_log import RULES, SIGNATURES, UNKNOWN_SIGNATURE
 from k3doctor.watch.events import Condition
 
-RULE_BY_SIGNATURE = {rule.signature: rule for rule in with_site_rules({}).values()
-                     if rule.signature != UNKNOWN_SIGNATURE}
+RULE_BY_SIGNATURE = {rule.signature: rule for rule in RULES if rule.signature != UNKNOWN_SIGNATURE
+                     and rule.severity != "info"}
 _RAS_PATH = re.compile(r"/(?P<card>card[0-9]{1,4})/device/ras/(?P<block>[a-z0-9_]{1,40})_err_count$")
 DEFAULT_ENGINE_PROCESS = r"ATOM::|atom\.entrypoints|vllm\.entrypoints|vllm serve"
 
@@ -51,7 +51,7 @@ def judge_kernel(node: str, state: dict, reading, baseline: bool) -> tuple:
     if baseline:
         return [], None
     found = []
-    for hit in scan(new):
+    for hit in scan(new, SIGNATURES):
         rule = RULE_BY_SIGNATURE.get(hit.signature)
         if rule is None:
             continue

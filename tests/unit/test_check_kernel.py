@@ -312,7 +312,8 @@ def test_journal_capture_of_another_boot_is_refused_and_old_boots_are_cut():
 def test_every_rule_is_explainable_and_in_the_table():
     for rule in kernel.RULES:
         text = REGISTRY.remediations[rule.id].text
-        assert rule.section in text and REGISTRY.remediations[rule.remediation].text in text
+        assert rule.section in text
+        assert rule.remediation is None or REGISTRY.remediations[rule.remediation].text in text  # None: a known line
     assert len({r.id for r in kernel.RULES}) == len(kernel.RULES)
 
 

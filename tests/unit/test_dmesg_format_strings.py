@@ -20,8 +20,14 @@ import re
 
 import pytest
 
-from k3doctor.parsers.dmesg import find_signatures, parse_line
+from k3doctor.parsers import dmesg
+from k3doctor.parsers.dmesg import parse_line
+from k3doctor.rules.kernel_log import SIGNATURES
 from tests.unit.test_check_kernel import FLAVOURS, reflavour
+
+
+def find_signatures(text):
+    return dmesg.find_signatures(text, SIGNATURES)
 
 BDF = "0000:c1:00.0"
 DEV = (f"amdgpu {BDF}: amdgpu: ", f"amdgpu {BDF}: ")  # dev_info/dev_err with and without amdgpu.h's dev_fmt

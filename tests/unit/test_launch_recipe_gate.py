@@ -212,7 +212,7 @@ def test_check_and_recipe_diff_agree_on_every_shipped_recipe_point(name, concurr
         resolved = servers.resolved(recipe, argv, e, set(), None)
         [d] = recipe_diff.diff(recipe, resolved, concurrency)
         table = recipe_diff.render_table(recipe, "launch", [d])
-        found = [(f.status, f.message) for f in judgement.gate_findings(recipe, d)]
+        found = [(f.status.value, f.message) for f in judgement.gate_findings(recipe, d)]
         assert bool(found) == recipe_diff.best([d]).matters, (env_over, flag_over, table)
         assert len(found) == len(d.differences) + sum(r["status"] in ("BLOCK", "WARN") for r in d.rules)
         for _, message in found:

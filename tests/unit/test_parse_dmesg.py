@@ -2,8 +2,17 @@ import pytest
 
 from k3doctor.views.gpu import accid_to_location
 from k3doctor.parsers import ParseError
-from k3doctor.parsers.dmesg import BLOCK, INFO, find_signatures, parse_line, parse_log
+from k3doctor.parsers import dmesg
+from k3doctor.parsers.dmesg import parse_line, parse_log
+from k3doctor.rules.kernel_log import RULES, SIGNATURES
 from tests.corpus import load
+
+SEVERITY = {rule.signature: rule.severity for rule in RULES}  # what the table says a hit is
+
+
+def find_signatures(text):
+    """The scanner with the rule table's signatures, as every reader of the kernel log calls it."""
+    return dmesg.find_signatures(text, SIGNATURES)
 
 # Constructed from reference §8 (importer-side fabric signatures, `amdgpu <BDF>:` prefix), §6
 # (UALink activation/failure wording) and §10 (wedged-GPU lines and host-noise lines), in the
@@ -39,7 +48,7 @@ def test_pagefault_noretry_corpus():
     findings = find_signatures(load("dmesg-amdgpu-pagefault-noretry.txt"))
     assert _names(findings) == ["no_retry_page_fault", "no_retry_page_fault"]
     first, second = findings
-    assert first.bdf == "0000:c6:00.0" and first.severity == BLOCK
+    assert first.bdf == "0000:c6:00.0" and SEVERITY[first.signature] == "fail"
     assert first.timestamp == "4778.915423"
     assert first.line.startswith("[ 4778.915423] amdgpu 0000:c6:00.0:")
     assert first.details == {
@@ -68,8 +77,8 @@ def test_iso_decoded_ras_fixture():
     text = load("dmesg-iso-amdgpu-ras-nodescraper-fixture.txt")
     # the RAS notes (`Poison is created`, the UMC `Error Address(PA)`) are known INFO lines (amdgpu_ras.c,
     # umc_v12_0.c), not findings of a rule; left out here as the rules see them
-    findings = [f for f in find_signatures(text) if f.severity != "INFO"]
-    assert [f.signature for f in find_signatures(text) if f.severity == "INFO"] == ["ras_poison_created",
+    findings = [f for f in find_signatures(text) if SEVERITY[f.signature] != "info"]
+    assert [f.signature for f in find_signatures(text) if SEVERITY[f.signature] == "info"] == ["ras_poison_created",
                                                                                      "umc_error_address"]
     # the APEI record and the ACA dump are one finding each (their [Hardware Error] lines grouped)
     assert _names(findings) == ["ras_poison_consumed", "ras_bad_page_threshold", "recoverable_hw_error",
@@ -95,18 +104,18 @@ def test_fabric_signatures_with_accid():
         "npa_rsp_timeout", "lsdma_pio_error", "lsdma_pio_copy_failed",
         "hello_send_failed", "import_setup_failed", "xa_import_failed",
     ]
-    assert all(f.bdf == "0001:01:00.0" and f.severity == BLOCK for f in findings)
+    assert all(f.bdf == "0001:01:00.0" and SEVERITY[f.signature] == "fail" for f in findings)
     assert [f.accid for f in findings] == [51, None, None, 17, 17, None]
     assert findings[1].details == {"status": "0x8000"}
     assert findings[5].details == {"handle": "1f00:0a3c"}
-    assert accid_to_location(findings[0].accid) == (13, 3)  # §8: AccId 51 = CT13, 4th accelerator
+    assert accid_to_location(findings[0].accid, 4) == (13, 3)  # §8: AccId 51 = CT13, 4th accelerator
 
 
 def test_ualink_lines_journalctl():
     activating, active, failed = find_signatures(UALINK_LINES)
     assert (activating.signature, activating.accid, activating.details) == (
         "ualink_activating", 49, {"accel_state": "3"})
-    assert (active.signature, active.accid, active.severity) == ("ualink_active", 49, INFO)
+    assert (active.signature, active.accid, SEVERITY[active.signature]) == ("ualink_active", 49, "info")
     assert (failed.signature, failed.bdf, failed.details) == ("ualink_sw_init_failed", "0003:01:00.0", {"r": "-110"})
     assert activating.timestamp == "Oct 09 10:00:01"
 
@@ -148,7 +157,7 @@ def test_not_a_kernel_log_raises(text):
 
 @pytest.mark.parametrize("accid, location", [(0, (1, 0)), (3, (1, 3)), (4, (2, 0)), (51, (13, 3)), (63, (16, 3))])
 def test_accid_to_location(accid, location):
-    assert accid_to_location(accid) == location
+    assert accid_to_location(accid, 4) == location  # a gfx1250 tray: 4 GPUs (§8)
 
 
 # --- gaps closed in issue 7 ----------------------------------------------------------------------

@@ -105,5 +105,5 @@ def test_list_verbose_shows_every_row():
     assert out.exit_code == 0, out.output
     shown = out.output.split("rule rows besides the checks", 1)[1]
     assert all(f"triage rule {rule.name}: {rule.remediation}\n" in shown for rule in RULES)
-    assert all(f"kernel-health rule {rule.id}: {rule.remediation}\n" in shown for rule in kernel_log.RULES)
+    assert all(f"kernel-health rule {rule.id}: {rule.remediation or '-'}\n" in shown for rule in kernel_log.RULES)
     assert "triage rule idle-as-completed: -" in shown  # a stack rule that names no fault
