@@ -149,8 +149,10 @@ def test_writing_an_output_format_example_is_the_file_and_renders(monkeypatch):
     from k3doctor.results import Result
 
     example = EXAMPLES / "oneline.py"
-    assert _blocks("writing-an-output-format.md", "python") == [example.read_text()]
-    monkeypatch.setattr(registry, "OUTPUTS", dict(registry.OUTPUTS))
+    assert _blocks("writing-an-output-format.md", "python") == [example.read_text(),
+                                                                (EXAMPLES / "test_oneline.py").read_text()]
+    monkeypatch.setattr(registry, "OUTPUTS", {k: v for k, v in registry.OUTPUTS.items() if k != "oneline"})
     _module(example)
     report = RunReport([Result("clock-synced", "n0", Status.WARN, "not synchronized")], ["n0"], 0.1)
     assert "WARN clock-synced n0: not synchronized" in registry.OUTPUTS["oneline"].render(report, [], False)
+    assert registry.OUTPUTS["oneline"].exit_code(report) == 0  # the launch verdict's code: a WARN launches

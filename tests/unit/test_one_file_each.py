@@ -1,6 +1,6 @@
-"""Done means (issue 34): a newcomer's platform, check and rule row are one file each (plus its own test) - in a
-copy of this checkout's git-known tree, the shipped examples of the manual's "Adding a platform", "Writing a
-check" and "Writing a rule" pages (docs/examples/) are added and nothing else is edited, and the suite's
+"""Done means (issue 34): a newcomer's platform, check, rule row and output format are one file each (plus its own
+test) - in a copy of this checkout's git-known tree, the shipped examples of the manual's "Adding a platform",
+"Writing a check", "Writing a rule" and "Writing an output format" pages (docs/examples/) are added and nothing else is edited, and the suite's
 layering, docs and registry tests pass there with them.
 
 A rule row is one row in its family's table (``k3doctor/rules/triage.py`` here): one edited file, not a new
@@ -17,7 +17,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "docs" / "examples"
-TESTS = ("tests/unit/test_layers.py", "tests/unit/test_docs.py", "tests/unit/test_check_layering.py",
+TESTS = ("tests/unit/test_layers.py", "tests/unit/test_docs.py", "tests/unit/test_output_formats.py", "tests/unit/test_check_layering.py",
          "tests/unit/test_platforms.py", "tests/unit/test_check_api.py", "tests/unit/test_triage_rules.py",
          "tests/unit/test_kernel_log_rules.py")
 TABLE = "k3doctor/rules/triage.py"
@@ -42,13 +42,15 @@ def copy_tree(to: Path) -> Path:
     return to
 
 
-def test_a_platform_a_check_and_a_rule_row_are_one_file_each(tmp_path):
+def test_a_platform_a_check_a_rule_row_and_an_output_format_are_one_file_each(tmp_path):
     tree = copy_tree(tmp_path / "tree")
     added = {"k3doctor/platforms/mi300a.yaml": EXAMPLES / "mi300a.yaml",
              "checks/clock_synced.py": EXAMPLES / "clock_synced.py",
              "tests/unit/test_mi300a.py": EXAMPLES / "test_mi300a.py",
              "tests/unit/test_clock_synced.py": EXAMPLES / "test_clock_synced.py",
-             "tests/unit/test_hip_out_of_memory.py": EXAMPLES / "test_hip_out_of_memory.py"}
+             "tests/unit/test_hip_out_of_memory.py": EXAMPLES / "test_hip_out_of_memory.py",
+             "k3doctor/outputs/oneline.py": EXAMPLES / "oneline.py",
+             "tests/unit/test_oneline.py": EXAMPLES / "test_oneline.py"}
     for name, source in added.items():
         assert not (tree / name).exists(), f"{name}: the example must be new"
         shutil.copy(source, tree / name)

@@ -222,19 +222,6 @@ def test_cli_format_choices_come_from_the_registry_and_prom_goes_to_the_file(tmp
     assert os.listdir(tmp_path) == ["k3doctor.prom"] and (target.stat().st_mode & 0o777) == 0o644
 
 
-def test_the_manuals_output_format_registers_and_renders_results_only():
-    text = (REPO / "docs" / "writing-an-output-format.md").read_text(encoding="utf-8")
-    [source] = re.findall(r"```python\n(.*?)```", text, re.DOTALL)
-    try:
-        exec(compile(source, "docs/writing-an-output-format.md", "exec"), {})
-        report = RunReport(results=[Result("shm-clean", "ct13", Status.FAIL, "stale", gpu=1),
-                                    Result("shm-clean", "ct14", Status.PASS, "clean")], nodes=["ct13", "ct14"],
-                           duration_s=1.0)
-        assert OUTPUTS["oneline"].render(report, [], False) == "FAIL shm-clean ct13 gpu1: stale\n"
-        assert OUTPUTS["oneline"].exit_code(report) == 1
-    finally:
-        OUTPUTS.pop("oneline", None)
-
 def test_output_never_replaces_a_device_a_pipe_or_a_symlink(tmp_path):
     """-o through a device node (a /dev/null of our own), a FIFO and a symlink: written through / to the link's
     target; renaming a regular file over /dev/null as root would capture every other program's writes."""
