@@ -45,6 +45,8 @@ def metrics_ports(items) -> dict:
               help="Work pending and no progress counter moving this long is a stalled engine/rank (§31.2).")
 @click.option("--read-timeout", type=Seconds(minimum=1), default=5, show_default=True, metavar="S",
               help="Deadline of each reading on a node (a reading past it is UNKNOWN).")
+@click.option("--cper-every", "cper_every_s", type=Seconds(minimum=1), default=60, show_default=True, metavar="S",
+              help="Read the fatal CPER records (amd-smi ras --cper, ~0.75 s a call on the node) this often.")
 @click.option("--metrics-port", "ports", multiple=True, metavar="PORT|NODE=PORT",
               help="The engine's port on the nodes; its /metrics is fetched on the node itself (repeatable).")
 @click.option("--metrics-path", default="/metrics", show_default=True, help="The metrics page's path.")
@@ -68,8 +70,9 @@ def metrics_ports(items) -> dict:
               help="Do not emit this finding's events (on NODE; until UNTIL: 2h or an ISO date-time, UTC unless it "
                    "has an offset); still judged and counted (repeatable).")
 @accept_unknown_hosts_option()
-def watch_cmd(inventory, ansible_inventory, interval, for_s, stall_s, read_timeout, ports, metrics_path,
-              engine_process, fmt, prom_file, once, state_path, webhook, drain, silences, accept_unknown_hosts):
+def watch_cmd(inventory, ansible_inventory, interval, for_s, stall_s, read_timeout, cper_every_s, ports,
+              metrics_path, engine_process, fmt, prom_file, once, state_path, webhook, drain, silences,
+              accept_unknown_hosts):
     """Keep watching a serving cluster: stalled ranks, KV pressure, new kernel-log faults, RAS errors (§31.2)."""
     from k3doctor.watch import loop
     from k3doctor.watch.actions import Actions, Drainer, Silences, parse_silence
@@ -121,7 +124,8 @@ def watch_cmd(inventory, ansible_inventory, interval, for_s, stall_s, read_timeo
         except loop.StateFileError as exc:
             raise click.UsageError(str(exc)) from None
     sources = sources_for(inv, metrics_ports=ports_by_node, metrics_path=metrics_path,
-                          read_timeout_s=min(read_timeout, MAX_SECONDS), accept_unknown_hosts=accept_unknown_hosts)
+                          read_timeout_s=min(read_timeout, MAX_SECONDS), accept_unknown_hosts=accept_unknown_hosts,
+                          cper_every_s=cper_every_s)
     watch = loop.Watch(sources, Settings(stall_s=stall_s, engine_process=engine_process), states, tracker)
     sink = Sink(fmt, sys.stdout, prom_file)
     if once:

@@ -1,0 +1,211 @@
+"""The watch's live signals of §31.2 signals 2-4 without a node: LMCache and preemption pressure per rank, bad pages
+and fatal CPER records newer than the watch's start (a stale one is not news), a busy GPU at low clocks or at idle
+power (an idle GPU at low clocks is healthy); each condition once, on its node and GPU/rank, cleared when it goes."""
+import pytest
+
+from k3doctor.parsers import ParseError
+from k3doctor.parsers.dpm import current_mhz
+from k3doctor.parsers.gpu_sysfs import parse_busy_percent, parse_microwatts
+from k3doctor.readings import CommandReading, FileReading, Unavailable
+from k3doctor.registry import REGISTRY
+from k3doctor.rules.live import RULES
+from k3doctor.watch.device import judge_device
+from k3doctor.watch.engine import judge_engine
+from k3doctor.watch.events import Tracker
+from k3doctor.watch.gpu_events import judge_bad_pages, judge_cper
+from k3doctor.watch.judge import Settings, judge_node
+from k3doctor.watch.sources import Sample
+
+PRESSURE = ("lmcache_load_failures_total", "lmcache_loads_pending", "lmcache_loaded_tokens_total",
+            "lmcache_saved_tokens_total", "preemptions_total")
+
+
+def page(ranks: dict) -> CommandReading:
+    """ATOM's page, every rank serving (4 running, progress moving): rank -> its pressure families' values."""
+    lines = []
+    for rank, values in ranks.items():
+        lines += [f'atom:requests_running{{dp_rank="{rank}"}} 4',
+                  f'atom:generation_tokens_total{{dp_rank="{rank}"}} {values.get("t", 0)}']
+        lines += [f'atom:{name}{{dp_rank="{rank}"}} {values[name]}' for name in PRESSURE if name in values]
+    return CommandReading("fetch", 0, "\n".join(lines) + "\n", "")
+
+
+def healthy(t: float, **over) -> dict:
+    return {"t": 10 * t, "lmcache_load_failures_total": 2, "lmcache_loads_pending": 0,
+            "lmcache_loaded_tokens_total": 100 * t, "lmcache_saved_tokens_total": 300 * t, "preemptions_total": 7,
+            **over}
+
+
+def codes(found) -> list:
+    return sorted((c.code, c.where) for c in found)
+
+
+def run(rank1, times, stall=5.0) -> list:
+    """(time, codes) of each interval: rank 0 healthy, rank 1 as ``rank1(t)`` says."""
+    state, out = {}, []
+    for t in times:
+        out.append((t, codes(judge_engine("n1", state, page({"0": healthy(t), "1": rank1(t)}), t, stall))))
+    return out
+
+
+def test_a_healthy_serving_engine_with_old_counts_says_nothing():
+    assert all(found == [] for _, found in run(healthy, range(0, 30, 2)))
+
+
+def test_lmcache_load_failures_rising_are_named_on_their_rank_and_clear_after_the_window():
+    said = run(lambda t: healthy(t, lmcache_load_failures_total=2 + (t >= 4) + (t >= 6)), range(0, 20, 2))
+    assert [t for t, found in said if found == [("LMCACHE-LOAD-FAILURES", "dp_rank 1")]] == [4, 6, 8, 10]
+    assert all(found == [] for t, found in said if t not in (4, 6, 8, 10))
+
+
+def test_preemptions_rising_in_two_reads_of_the_window_and_one_preemption_is_not():
+    once = run(lambda t: healthy(t, preemptions_total=7 + (t >= 4)), range(0, 20, 2))
+    assert all(found == [] for _, found in once)
+    rising = run(lambda t: healthy(t, preemptions_total=7 + max(0, t - 2)), range(0, 12, 2))
+    assert [t for t, found in rising if found == [("PREEMPTIONS-RISING", "dp_rank 1")]] == [6, 8, 10]
+
+
+def test_loads_pending_and_nothing_loaded_is_stuck_saves_without_loads_is_flat_named_once():
+    stuck = run(lambda t: healthy(t, lmcache_loads_pending=3, lmcache_loaded_tokens_total=50), range(0, 10, 2))
+    assert [found for t, found in stuck] == [[], [], [], *[[("LMCACHE-LOADS-STUCK", "dp_rank 1")]] * 2]
+    flat = run(lambda t: healthy(t, lmcache_loaded_tokens_total=50), range(0, 10, 2))
+    assert [found for t, found in flat][-1] == [("LMCACHE-LOADS-FLAT", "dp_rank 1")]
+    unused = run(lambda t: healthy(t, lmcache_loaded_tokens_total=0, lmcache_saved_tokens_total=0), range(0, 10, 2))
+    assert all(found == [] for _, found in unused)  # LMCache idle (nothing saved, nothing loaded): no finding
+
+
+def test_a_restarted_engine_counters_starting_over_are_a_new_baseline():
+    said = run(lambda t: healthy(t, lmcache_load_failures_total=50 if t < 4 else 0), range(0, 10, 2))
+    assert all(found == [] for _, found in said)
+
+
+def pages(lists: dict) -> dict:
+    return {f"/sys/class/drm/{card}/device/ras/gpu_vram_bad_pages": FileReading("x", text)
+            for card, text in lists.items()}
+
+
+def line(i: int, flag: str = "R") -> str:
+    return f"0x{0x1000 + i:08x} : 0x00001000 : {flag}\n"
+
+
+def test_old_bad_pages_are_history_new_ones_are_named_on_their_card_unreadable_is_unknown():
+    state = {}
+    assert judge_bad_pages("n1", state, pages({"card0": line(0) * 3, "card1": ""})) == ([], [])
+    found, unknown = judge_bad_pages("n1", state, pages({"card0": line(0) * 3, "card1": line(1, "P")}))
+    assert codes(found) == [("GPU-BAD-PAGES-NEW", "card1")] and unknown == []
+    assert "1 pending HBM page(s) newly listed" in found[0].message
+    found, unknown = judge_bad_pages("n1", state, pages({"card0": "garbled\n", "card1": line(1, "P")}))
+    assert codes(unknown) == [("BAD-PAGES-UNREAD", "card0")]
+    assert judge_bad_pages("n1", {}, pages({"card0": None})) == ([], [])  # no list: the driver keeps none
+
+
+def cper(*rows) -> CommandReading:
+    head = "WARNING: No CPER files will be dumped unless --folder=<folder_name> is specified and cper entries exist.\n"
+    return CommandReading("amd-smi", 0, head + "timestamp            gpu_id  severity\n" + "".join(
+        f"{stamp}  {gpu}       FATAL\n" for stamp, gpu in rows), "")
+
+
+def test_a_stale_fatal_cper_is_not_news_a_new_one_is_a_fail_on_its_gpu():
+    stale = ("2026/12/06 13:00:00", 2)  # the ~15 h old AFID 19 record of §31.2
+    state = {}
+    assert judge_cper("n1", state, cper(stale)) == ([], None)
+    assert judge_cper("n1", state, None) == ([], None)  # not read this interval
+    found, _ = judge_cper("n1", state, cper(stale, ("2026/12/07 04:40:00", 1)))
+    assert codes(found) == [("GPU-CPER-FATAL-NEW", "amd-smi GPU 1")] and found[0].severity == "fail"
+    assert "2026-12-07 04:40:00 UTC" in found[0].message
+
+
+def test_an_unread_cper_listing_is_unknown_until_the_next_read_and_never_a_baseline():
+    state = {}
+    _, unknown = judge_cper("n1", state, CommandReading("amd-smi", 124, "", "", timed_out=True))
+    assert unknown.code == "CPER-UNREAD" and "no answer in time" in unknown.message
+    assert judge_cper("n1", state, None)[1] == unknown  # held between reads: no start/clear flapping
+    assert judge_cper("n1", state, cper(("2026/12/06 13:00:00", 0))) == ([], None)  # the first read: baseline
+    _, unknown = judge_cper("n1", state, CommandReading("amd-smi", 0, "timestamp gpu_id severity\n?? junk\n", ""))
+    assert unknown.code == "CPER-UNREAD"
+
+
+def device(cards: dict) -> dict:
+    """The device globs of a node: card -> (busy %, pp_dpm_sclk text, watts, cap watts)."""
+    got = {"busy": {}, "sclk": {}, "power": {}}
+    for card, (busy, sclk, watts, cap) in cards.items():
+        dev = f"/sys/class/drm/{card}/device"
+        got["busy"][f"{dev}/gpu_busy_percent"] = FileReading("x", f"{busy}\n")
+        got["sclk"][f"{dev}/pp_dpm_sclk"] = FileReading("x", sclk)
+        if watts is not None:
+            got["power"][f"{dev}/hwmon/hwmon3/power1_average"] = FileReading("x", f"{watts * 10**6}\n")
+        if cap is not None:
+            got["power"][f"{dev}/hwmon/hwmon3/power1_cap"] = FileReading("x", f"{cap * 10**6}\n")
+    return got
+
+
+def sclk(current: str) -> str:
+    levels = {"S": 19, "0": 500, "1": 1600, "2": 2400}
+    return "".join(f"{k}: {v}Mhz {'*' if k == current else ''}\n" for k, v in levels.items())
+
+
+def test_device_health_under_load_needs_two_reads_and_idle_at_low_clocks_is_healthy():
+    state = {}
+    idle = {"card0": (0, sclk("S"), 140, 1000), "card1": (3, sclk("0"), 150, 1000)}
+    working = {"card2": (100, sclk("2"), 650, 1000)}
+    throttled = {"card3": (97, sclk("0"), 400, 1000)}
+    stalled = {"card4": (100, sclk("S"), 140, 1000)}
+    cards = {**idle, **working, **throttled, **stalled}
+    assert judge_device("n1", state, device(cards)) == []  # one read is not enough: a clock ramping up
+    found = {c.code: c for c in judge_device("n1", state, device(cards))}
+    assert {code: c.where for code, c in found.items()} == {"GPU-BUSY-AT-IDLE-POWER": "card4",
+                                                             "GPU-CLOCKS-LOW-UNDER-LOAD": "card3"}
+    assert "97 % busy at 500 MHz, under half its top gfx clock 2400 MHz" in found["GPU-CLOCKS-LOW-UNDER-LOAD"].message
+    assert "100 % busy while drawing 140 W of its 1000 W cap" in found["GPU-BUSY-AT-IDLE-POWER"].message
+    assert judge_device("n1", state, device({**cards, "card3": (97, sclk("2"), 600, 1000)}))[0].where == "card4"
+
+
+def test_device_without_a_cap_judges_clocks_only_and_garbled_values_are_unknown():
+    state = {}
+    cards = {"card0": (100, sclk("S"), 140, None)}
+    judge_device("n1", state, device(cards))
+    assert codes(judge_device("n1", state, device(cards))) == [("GPU-CLOCKS-LOW-UNDER-LOAD", "card0")]
+    found = judge_device("n1", state, device({"card0": (250, sclk("S"), 140, None)}))
+    assert codes(found) == [("DEVICE-UNREAD", "card0")] and found[0].severity == "unknown"
+    found = judge_device("n1", {}, {"busy": Unavailable("timed out"), "sclk": {}, "power": {}})
+    assert codes(found) == [("DEVICE-UNREAD", "node")]
+
+
+def test_parsers_refuse_what_is_not_a_value():
+    assert current_mhz(sclk("1"), "x") == 1600 and current_mhz(sclk("S"), "x") == 19
+    assert parse_busy_percent("100\n") == 100 and parse_microwatts("140000000\n", "p") == 140.0
+    for bad in (sclk("none"), "0: 500Mhz *\n1: 900Mhz *\n", ""):
+        with pytest.raises(ParseError):
+            current_mhz(bad, "pp_dpm_sclk")
+    for bad in ("101", "-1", "", "N/A"):
+        with pytest.raises(ParseError):
+            parse_busy_percent(bad)
+    for bad in ("", "12.5", str(20_000 * 10**6)):
+        with pytest.raises(ParseError):
+            parse_microwatts(bad, "power1_average")
+
+
+def test_live_rules_are_rows_whose_remediation_explains_them():
+    import k3doctor.checks.bad_pages  # noqa: F401 - the checks whose rows the live rules reuse
+    import k3doctor.checks.cper  # noqa: F401
+    import k3doctor.checks.rack  # noqa: F401
+
+    for rule in RULES:
+        assert rule.remediation in REGISTRY.remediations, rule
+    assert {r.name: r.remediation for r in RULES}["GPU-CPER-FATAL-NEW"] == "GPU-CPER-FATAL"
+
+
+def test_through_the_node_judge_a_new_page_is_one_event_held_across_a_reboot():
+    tracker, state, settings = Tracker(), {}, Settings()
+
+    def sample(t, lists, boot="boot-a"):
+        got = {"boot_id": FileReading("b", boot + "\n"), "kernel": CommandReading("dmesg", 0, "[    1.000000] up\n", ""), "ras": {},
+               "procs": CommandReading("ps", 0, "1 Ss /sbin/init\n", ""), "bad_pages": pages(lists)}
+        found = judge_node("n1", state, Sample("n1", t, readings=got), tracker.of("n1"), settings)
+        return [(e["event"], e["code"], e["where"]) for e in tracker.update("n1", found, t)]
+
+    assert sample(0, {"card0": line(0)}) == []
+    assert sample(1, {"card0": line(0) + line(1)}) == [("start", "GPU-BAD-PAGES-NEW", "card0")]
+    assert sample(2, {"card0": line(0) + line(1)}) == []
+    # the board keeps its pages: still news against the watch's start after a reboot, and not said twice
+    assert sample(3, {"card0": line(0) + line(1)}, boot="boot-b") == [("start", "NODE-REBOOTED", "node")]
