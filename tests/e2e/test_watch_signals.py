@@ -1,0 +1,68 @@
+"""The watch's live signals of §31.2 signals 2-4 end to end, over real sshd (light nodes), the rig's ATOM engine fake
+and the node's fake sysfs and amd-smi: LMCache failing or stuck and preemptions rising on one DP rank, a page
+retired and a fatal CPER record written while watched, a busy GPU at low clocks or at idle power - each named once
+on its node and GPU/rank; a stale CPER record, an old bad page and a GPU busy at full clock say nothing."""
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from k3rig.live_faults import add_fatal_cper, retire_page, set_gpu_load
+
+from tests.e2e.test_watch import Watching, engines, inventory, ports, rack, tree  # noqa: F401 - fixtures
+
+pytestmark = pytest.mark.e2e
+
+
+def test_pressure_new_gpu_events_and_device_health_are_named_once_and_history_is_not(rack, engines, tmp_path):
+    first, second = (n for n, _, _ in rack.hosts)
+    # before the watch: history, not news
+    add_fatal_cper(tree(rack, second), gpu=1, at=time.time() - 15 * 3600)  # §31.2: the ~15 h old AFID 19 record
+    retire_page(tree(rack, first), card=0)
+    prom = tmp_path / "watch.prom"
+    watch = Watching("--nodes", inventory(rack, tmp_path, {first, second}), "--interval", "1", "--stall", "4",
+                     "--cper-every", "1", "--format", "jsonl", "--prom-file", prom, *ports(engines))
+    try:
+        watch.started(prom)
+        set_gpu_load(tree(rack, first), card=0, busy_pct=100, sclk_mhz=2400, watts=650)  # working: healthy
+        time.sleep(3)  # a serving cluster, one GPU at work: nothing to say
+        assert watch.proc.poll() is None, watch.proc.stderr.read()
+        assert watch.drain() == []
+
+        engines[first][1].write_text(json.dumps({"lmcache_fail": [1], "preempt": [3]}))
+        engines[second][1].write_text(json.dumps({"lmcache_stuck": [0]}))
+        watch.wait_for("LMCACHE-LOAD-FAILURES", first, "dp_rank 1", within_s=4)
+        watch.wait_for("PREEMPTIONS-RISING", first, "dp_rank 3", within_s=4)
+        retire_page(tree(rack, second), card=2, flag="P")
+        watch.wait_for("GPU-BAD-PAGES-NEW", second, "card2", within_s=4)
+        add_fatal_cper(tree(rack, second), gpu=1)
+        watch.wait_for("GPU-CPER-FATAL-NEW", second, "amd-smi GPU 1", within_s=4)
+        set_gpu_load(tree(rack, first), card=1, busy_pct=98, sclk_mhz=500, watts=400)
+        set_gpu_load(tree(rack, first), card=3, busy_pct=100, sclk_mhz=None, watts=140)
+        watch.wait_for("GPU-CLOCKS-LOW-UNDER-LOAD", first, "card1", within_s=8)
+        watch.wait_for("GPU-BUSY-AT-IDLE-POWER", first, "card3", within_s=8)
+        watch.wait_for("LMCACHE-LOADS-STUCK", second, "dp_rank 0", within_s=6)
+
+        engines[first][1].write_text("{}")  # the pressure ends: cleared once the window passes without it
+        engines[second][1].write_text("{}")
+        set_gpu_load(tree(rack, first), card=1, busy_pct=0)
+        watch.wait_for("LMCACHE-LOAD-FAILURES", first, "dp_rank 1", within_s=8, kind="clear")
+        watch.wait_for("GPU-CLOCKS-LOW-UNDER-LOAD", first, "card1", within_s=4, kind="clear")
+        time.sleep(1)
+    finally:
+        for name in (first, second):
+            engines[name][1].write_text("{}")
+        for card in (0, 1, 3):
+            set_gpu_load(tree(rack, first), card=card, busy_pct=0)
+        rc, events, err = watch.stop()
+    starts = sorted((e["code"], e["node"], e["where"]) for e in events if e["event"] == "start")
+    assert starts == sorted([
+        ("LMCACHE-LOAD-FAILURES", first, "dp_rank 1"), ("PREEMPTIONS-RISING", first, "dp_rank 3"),
+        ("LMCACHE-LOADS-STUCK", second, "dp_rank 0"), ("GPU-BAD-PAGES-NEW", second, "card2"),
+        ("GPU-CPER-FATAL-NEW", second, "amd-smi GPU 1"), ("GPU-CLOCKS-LOW-UNDER-LOAD", first, "card1"),
+        ("GPU-BUSY-AT-IDLE-POWER", first, "card3")]), starts
+    cleared = {(e["code"], e["where"]) for e in events if e["event"] == "clear"}
+    assert {("LMCACHE-LOAD-FAILURES", "dp_rank 1"), ("GPU-CLOCKS-LOW-UNDER-LOAD", "card1")} <= cleared
+    assert ("GPU-CPER-FATAL-NEW", "amd-smi GPU 1") not in cleared  # a fact of this boot: it stays
+    assert (rc, err) == (1, "")
