@@ -72,7 +72,7 @@ def judge_device(node: str, state: dict, got: dict) -> list:
             continue
         mark = marks.setdefault(card, {"idle_power": 0, "low_clock": 0})
         idle = load >= STALLED_BUSY_PCT and cap and watts is not None and watts < IDLE_POWER_FRACTION * cap
-        low = load >= BUSY_PCT and now < LOW_CLOCK_FRACTION * top and not idle
+        low = load >= BUSY_PCT and now < LOW_CLOCK_FRACTION * top
         mark["idle_power"] = mark["idle_power"] + 1 if idle else 0
         mark["low_clock"] = mark["low_clock"] + 1 if low else 0
         if mark["idle_power"] >= READS_IN_A_ROW:
