@@ -209,3 +209,18 @@ def test_through_the_node_judge_a_new_page_is_one_event_held_across_a_reboot():
     assert sample(2, {"card0": line(0) + line(1)}) == []
     # the board keeps its pages: still news against the watch's start after a reboot, and not said twice
     assert sample(3, {"card0": line(0) + line(1)}, boot="boot-b") == [("start", "NODE-REBOOTED", "node")]
+
+
+@pytest.mark.parametrize("code, drained", [("GPU-CPER-FATAL-NEW", True), ("GPU-BAD-PAGES-NEW", False),
+                                           ("LMCACHE-LOAD-FAILURES", False), ("PREEMPTIONS-RISING", False),
+                                           ("GPU-CLOCKS-LOW-UNDER-LOAD", False), ("GPU-BUSY-AT-IDLE-POWER", False)])
+def test_only_a_new_fatal_cper_drains_and_each_event_points_to_its_rows_remediation(code, drained):
+    from k3doctor.rules.live import BY_CODE
+    from k3doctor.watch.actions import drains
+    from k3doctor.watch.webhook import fix_for
+
+    rule = BY_CODE[code]
+    event = {"time": 1.0, "event": "start", "code": code, "node": "n1", "where": "card1", "severity": rule.severity,
+             "message": "m", "section": rule.section}
+    assert drains(event) is drained
+    assert fix_for(event) == f"k3doctor explain {rule.remediation} (reference {rule.section})"
