@@ -7,7 +7,7 @@ from k3doctor.parsers import ParseError
 from k3doctor.parsers.dpm import current_mhz
 from k3doctor.parsers.gpu_sysfs import parse_busy_percent, parse_microwatts
 from k3doctor.readings import CommandReading, FileReading, Unavailable
-from k3doctor.registry import REGISTRY
+from k3doctor.registry import REGISTRY, rule_rows
 from k3doctor.rules.live import RULES
 from k3doctor.watch.device import judge_device
 from k3doctor.watch.engine import judge_engine
@@ -193,6 +193,10 @@ def test_live_rules_are_rows_whose_remediation_explains_them():
     for rule in RULES:
         assert rule.remediation in REGISTRY.remediations, rule
     assert {r.name: r.remediation for r in RULES}["GPU-CPER-FATAL-NEW"] == "GPU-CPER-FATAL"
+    # `k3doctor explain` lists the watch's rows beside the check that raises the same remediation
+    assert "watch rule GPU-CPER-FATAL-NEW" in rule_rows("GPU-CPER-FATAL")
+    assert rule_rows("WATCH-LMCACHE") == [f"watch rule {code}" for code in (
+        "LMCACHE-LOAD-FAILURES", "LMCACHE-LOADS-STUCK", "LMCACHE-LOADS-FLAT")]
 
 
 def test_through_the_node_judge_a_new_page_is_one_event_held_across_a_reboot():
