@@ -1,11 +1,12 @@
 """The watch's live rules as rows (reference §31.2 signals 2-4): what a serving cluster shows only while it runs -
 LMCache and preemption pressure from the engine's ``/metrics``, HBM pages retired and fatal CPER records
-written during the watch, a GPU busy at low clocks or at idle power.
+written during the watch, a GPU busy at low clocks or at idle power, VRAM still held after the engine exited.
 
 Where a rule of ``check`` already names the fault, the row reuses its remediation (``GPU-BAD-PAGES`` of
-gpu-bad-pages, ``GPU-CPER-FATAL`` of gpu-cper-fatal, ``RACK-STALLED-QUEUE`` of rack-free: one rule table serves
-``check``, ``triage`` and ``watch``); the others register their own. ``drain``: a hardware BLOCK that
-``watch --drain`` may drain a node for (§31.2 conventions: signals 3-4 only, never the engine's pressure).
+gpu-bad-pages, ``GPU-CPER-FATAL`` of gpu-cper-fatal, ``RACK-STALLED-QUEUE`` and ``RACK-ORPHANED-VRAM`` of
+rack-free: one rule table serves ``check``, ``triage`` and ``watch``); the others register their own.
+``drain``: a hardware BLOCK that ``watch --drain`` may drain a node for (§31.2 conventions: signals 3-4 only,
+never the engine's pressure).
 """
 from __future__ import annotations
 
@@ -61,6 +62,8 @@ RULES = tuple(LiveRule(*fields) for fields in (
     ("GPU-CLOCKS-LOW-UNDER-LOAD", "warn", "§31.2", "a busy GPU at a fraction of its peak clock", CLOCKS),
     ("GPU-BUSY-AT-IDLE-POWER", "warn", "§29, §31.2", "a GPU 100 % busy at idle power: a stalled queue",
      "RACK-STALLED-QUEUE"),
+    ("GPU-VRAM-HELD-AFTER-EXIT", "warn", "§29, §31.2", "VRAM still held after the engine exited",
+     "RACK-ORPHANED-VRAM"),
 ))
 BY_CODE = {rule.name: rule for rule in RULES}
 DRAIN_CODES = frozenset(rule.name for rule in RULES if rule.drain)

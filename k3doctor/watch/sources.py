@@ -5,7 +5,7 @@ The readings (reference §31.2 signals 1, 2, 3 and 5): the boot id (a reboot res
 log (``dmesg``), every GPU's ``ras/*_err_count``, the engine's ``/metrics`` fetched ON the node (so a server
 bound to localhost works; refused = dead, no answer = busy, §31.2) and the process table (engine processes gone,
 defunct or in D state); signal 3-4's GPU files (each card's bad-page list, ``gpu_busy_percent``, ``pp_dpm_sclk``
-and hwmon power) and, every ``cper_every_s`` only (amd-smi costs ~0.75 s a call, §31.5), the fatal CPER
+hwmon power, VRAM use) and, every ``cper_every_s`` only (amd-smi costs ~0.75 s a call, §31.5), the fatal CPER
 records (``amd-smi ras --cper --severity fatal``, as gpu-cper-fatal reads them). A connection that breaks is
 closed and opened again, with a backoff (1 s doubling to 30 s), while the node reads as UNKNOWN: never healthy.
 """
@@ -23,7 +23,8 @@ RAS_GLOB = "/sys/class/drm/card*/device/ras/*_err_count"
 DEVICE_GLOBS = {"bad_pages": "/sys/class/drm/card*/device/ras/gpu_vram_bad_pages",
                 "busy": "/sys/class/drm/card*/device/gpu_busy_percent",
                 "sclk": "/sys/class/drm/card*/device/pp_dpm_sclk",
-                "power": "/sys/class/drm/card*/device/hwmon/hwmon*/power1_*"}
+                "power": "/sys/class/drm/card*/device/hwmon/hwmon*/power1_*",
+                "vram": "/sys/class/drm/card*/device/mem_info_vram_*"}
 CPER_ARGS = ("ras", "--cper", "--severity", "fatal")
 CPER_EVERY_S = 60.0
 BACKOFF_FIRST_S, BACKOFF_MAX_S = 1.0, 30.0

@@ -1,8 +1,8 @@
 """Faults that land on a node while it is watched (reference §31.2 signals 3-5), at the hardware boundary:
 a kernel-log line appended to the node's ``dmesg`` (the fake replays its recorded output: the new line is in
-the next read), a RAS error counter bumped, a bad page retired and a GPU's load, clock and power set in the
-node's sysfs tree, a fatal CPER record added to what the fake amd-smi lists, and the node's sshd cut off - its
-listener and every session it serves - as a node that went down looks from outside.
+the next read), a RAS error counter bumped, a bad page retired, a GPU's load, clock and power and its VRAM in
+use set in the node's sysfs tree, a fatal CPER record added to what the fake amd-smi lists, and the node's sshd
+cut off - its listener and every session it serves - as a node that went down looks from outside.
 """
 from __future__ import annotations
 
@@ -70,6 +70,11 @@ def set_gpu_load(tree: Path, card: int, busy_pct: int, sclk_mhz: int | None = No
     _rewrite(dev / "pp_dpm_sclk", "".join(f"{row}\n" for row in rows))
     _rewrite(dev / "gpu_busy_percent", f"{busy_pct}\n")
     _rewrite(next(dev.glob("hwmon/hwmon*/power1_average")), f"{watts * 10**6}\n")
+
+
+def hold_vram(tree: Path, card: int, used_bytes: int) -> None:
+    """``card``'s ``mem_info_vram_used`` reads ``used_bytes`` (e.g. what a rank killed mid-HIP call left, §29)."""
+    _rewrite(tree / f"sys/class/drm/card{card}/device/mem_info_vram_used", f"{used_bytes}\n")
 
 
 def _rewrite(path: Path, text: str) -> None:

@@ -1,14 +1,15 @@
 """The watch's live signals of §31.2 signals 2-4 end to end, over real sshd (light nodes), the rig's ATOM engine fake
 and the node's fake sysfs and amd-smi: LMCache failing or stuck and preemptions rising on one DP rank, a page
 retired and a fatal CPER record written while watched, a busy GPU at low clocks or at idle power - each named once
-on its node and GPU/rank; a stale CPER record, an old bad page and a GPU busy at full clock say nothing."""
+on its node and GPU/rank; a stale CPER record, an old bad page and a GPU busy at full clock say nothing. VRAM still
+held once the engine exited is named on its card (the last test: its engine dies)."""
 from __future__ import annotations
 
 import json
 import time
 
 import pytest
-from k3rig.live_faults import add_fatal_cper, retire_page, set_gpu_load
+from k3rig.live_faults import add_fatal_cper, hold_vram, retire_page, set_gpu_load
 
 from tests.e2e.test_watch import Watching, engines, inventory, ports, rack, tree  # noqa: F401 - fixtures
 
@@ -65,4 +66,33 @@ def test_pressure_new_gpu_events_and_device_health_are_named_once_and_history_is
     cleared = {(e["code"], e["where"]) for e in events if e["event"] == "clear"}
     assert {("LMCACHE-LOAD-FAILURES", "dp_rank 1"), ("GPU-CLOCKS-LOW-UNDER-LOAD", "card1")} <= cleared
     assert ("GPU-CPER-FATAL-NEW", "amd-smi GPU 1") not in cleared  # a fact of this boot: it stays
+    assert (rc, err) == (1, "")
+
+
+def test_vram_still_held_after_the_engine_exited_is_named_on_its_card(rack, engines, tmp_path):
+    """The engine of the first node holds VRAM while it serves (its own, nothing said); the engines die (both: the
+    rig's nodes share the host's PIDs, each sees the other's engine) and card2's VRAM stays in use: named there,
+    on that node only, beside the dead engines, once."""
+    first, second = (n for n, _, _ in rack.hosts)
+    card2 = tree(rack, first) / "sys/class/drm/card2/device/mem_info_vram_used"
+    idle = card2.read_text()
+    hold_vram(tree(rack, first), card=2, used_bytes=60 * 2**30)
+    prom = tmp_path / "watch.prom"
+    watch = Watching("--nodes", inventory(rack, tmp_path, {first, second}), "--interval", "1", "--stall", "4",
+                     "--format", "jsonl", "--prom-file", prom, *ports(engines))
+    try:
+        watch.started(prom)
+        time.sleep(2)
+        assert watch.drain() == []  # VRAM in use by a running engine is its own
+        for name in (first, second):
+            engines[name][1].write_text(json.dumps({"die": True}))
+        watch.wait_for("GPU-VRAM-HELD-AFTER-EXIT", first, "card2", within_s=8)
+        hold_vram(tree(rack, first), card=2, used_bytes=int(idle))  # a reset freed it
+        watch.wait_for("GPU-VRAM-HELD-AFTER-EXIT", first, "card2", within_s=5, kind="clear")
+    finally:
+        hold_vram(tree(rack, first), card=2, used_bytes=int(idle))
+        rc, events, err = watch.stop()
+    starts = sorted((e["code"], e["node"], e["where"]) for e in events if e["event"] == "start")
+    assert starts == sorted([*((code, node, "engine") for code in ("ENGINE-DOWN", "ENGINE-PROCESS-GONE")
+                               for node in (first, second)), ("GPU-VRAM-HELD-AFTER-EXIT", first, "card2")]), starts
     assert (rc, err) == (1, "")

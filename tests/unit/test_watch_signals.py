@@ -5,7 +5,7 @@ import pytest
 
 from k3doctor.parsers import ParseError
 from k3doctor.parsers.dpm import current_mhz
-from k3doctor.parsers.gpu_sysfs import parse_busy_percent, parse_microwatts
+from k3doctor.parsers.gpu_sysfs import parse_busy_percent, parse_microwatts, parse_vram_bytes
 from k3doctor.readings import CommandReading, FileReading, Unavailable
 from k3doctor.registry import REGISTRY, rule_rows
 from k3doctor.rules.live import RULES
@@ -171,9 +171,54 @@ def test_device_without_a_cap_judges_clocks_only_and_garbled_values_are_unknown(
     assert codes(found) == [("DEVICE-UNREAD", "node")]
 
 
+
+def vram(used_gib: dict, total_gib: int = 432) -> dict:
+    out = {}
+    for card, used in used_gib.items():
+        dev = f"/sys/class/drm/{card}/device"
+        text = used if isinstance(used, str) else f"{int(used * 2**30)}\n"
+        out[f"{dev}/mem_info_vram_used"] = FileReading("x", text)
+        out[f"{dev}/mem_info_vram_total"] = FileReading("x", f"{total_gib * 2**30}\n")
+    return {"vram": out}
+
+
+def test_vram_held_after_the_engine_exited_is_named_per_card_while_it_runs_it_is_its_own():
+    held = vram({"card0": 0.2, "card1": 60})  # card1: ~14 % still in use (sglang PR #30431's 13-16 %)
+    running = {"engine_exited": False}
+    assert judge_device("n1", running, held) == [] and judge_device("n1", running, held) == []
+    state = {"engine_exited": True}
+    assert judge_device("n1", state, held) == []  # the driver frees VRAM as the last file closes: one read of grace
+    found = judge_device("n1", state, held)
+    assert codes(found) == [("GPU-VRAM-HELD-AFTER-EXIT", "card1")]
+    assert "60.0 of 432 GiB VRAM still in use after the engine's processes exited (> 10 %)" in found[0].message
+    assert judge_device("n1", state, vram({"card0": 0.2, "card1": 0.2})) == []  # freed: cleared
+    assert codes(judge_device("n1", state, vram({"card1": "lots"}))) == [("DEVICE-UNREAD", "card1")]
+
+
+def test_the_process_judge_says_when_the_engine_it_saw_has_exited():
+    from k3doctor.watch.hardware import judge_processes
+
+    def ps(rows):
+        text = "".join(f"{pid} {stat} python -m atom.entrypoints x\n" for pid, stat in rows)
+        return CommandReading("ps", 0, text, "")
+
+    state = {}
+    judge_processes("n1", state, ps([]), "atom")
+    assert state["engine_exited"] is False  # never saw one: nothing exited
+    judge_processes("n1", state, ps([(7, "Sl")]), "atom")
+    assert state["engine_exited"] is False
+    judge_processes("n1", state, ps([(7, "Z")]), "atom")
+    assert state["engine_exited"] is False  # defunct still holds its files: the §10 wedge, not an exit
+    judge_processes("n1", state, ps([]), "atom")
+    assert state["engine_exited"] is True
+
 def test_parsers_refuse_what_is_not_a_value():
     assert current_mhz(sclk("1"), "x") == 1600 and current_mhz(sclk("S"), "x") == 19
     assert parse_busy_percent("100\n") == 100 and parse_microwatts("140000000\n", "p") == 140.0
+    assert parse_vram_bytes("463856467968\n", "v") == 432 * 2**30
+    for bad in ("", "-1", "1e9", "12345678901234567"):
+        with pytest.raises(ParseError):
+            parse_vram_bytes(bad, "mem_info_vram_used")
     for bad in (sclk("none"), "0: 500Mhz *\n1: 900Mhz *\n", ""):
         with pytest.raises(ParseError):
             current_mhz(bad, "pp_dpm_sclk")
@@ -203,7 +248,8 @@ def test_through_the_node_judge_a_new_page_is_one_event_held_across_a_reboot():
     tracker, state, settings = Tracker(), {}, Settings()
 
     def sample(t, lists, boot="boot-a"):
-        got = {"boot_id": FileReading("b", boot + "\n"), "kernel": CommandReading("dmesg", 0, "[    1.000000] up\n", ""), "ras": {},
+        got = {"boot_id": FileReading("b", boot + "\n"), "ras": {},
+               "kernel": CommandReading("dmesg", 0, "[    1.000000] up\n", ""),
                "procs": CommandReading("ps", 0, "1 Ss /sbin/init\n", ""), "bad_pages": pages(lists)}
         found = judge_node("n1", state, Sample("n1", t, readings=got), tracker.of("n1"), settings)
         return [(e["event"], e["code"], e["where"]) for e in tracker.update("n1", found, t)]
