@@ -3,8 +3,8 @@
 The node's state is plain JSON (``--once`` keeps it in its state file between node-problem-detector's runs):
 the baseline (boot id, kernel-log mark, RAS counts, bad pages, fatal CPER records, engine PIDs), the engine's
 per-rank progress and pressure, each card's load reads in a row, and the sticky conditions - a kernel-log line, a
-RAS count, a retired page or a fatal CPER record is a fact of this boot, active until the node reboots, while an
-engine condition is judged afresh each interval and clears when its evidence goes. A node not read is UNKNOWN
+RAS count, a retired page, a fatal CPER record or a server-log line is a fact of this boot, active until the node
+reboots, while an engine condition is judged afresh each interval and clears when its evidence goes. A node not read is UNKNOWN
 and keeps what was known of it (a lost node is never reported healthy, nor its faults cleared, §31.2 item 5).
 """
 from __future__ import annotations
@@ -15,6 +15,7 @@ from k3doctor.watch.engine import judge_engine
 from k3doctor.watch.events import Condition
 from k3doctor.watch.gpu_events import judge_bad_pages, judge_cper
 from k3doctor.watch.hardware import judge_kernel, judge_processes, judge_ras
+from k3doctor.watch.server_log import judge_server_log
 from k3doctor.watch.sources import Sample
 
 
@@ -60,8 +61,9 @@ def judge_node(node: str, state: dict, sample: Sample, held: list, settings: Set
     unknown += ras_unknown
     pages, pages_unknown = judge_bad_pages(node, state, got.get("bad_pages"))
     cper, cper_unknown = judge_cper(node, state, got.get("cper"))
-    unknown += pages_unknown + ([cper_unknown] if cper_unknown else [])
-    for cond in kernel + ([] if baseline else ras) + pages + cper:
+    logged, log_unknown = judge_server_log(node, state, got.get("server_log"))
+    unknown += pages_unknown + [c for c in (cper_unknown, log_unknown) if c]
+    for cond in kernel + ([] if baseline else ras) + pages + cper + logged:
         sticky.setdefault(cond.key, cond.to_json())
     live = judge_processes(node, state, got.get("procs"), settings.engine_process)
     live += judge_engine(node, state, got.get("metrics"), sample.at, settings.stall_s)

@@ -69,6 +69,33 @@ def test_pressure_new_gpu_events_and_device_health_are_named_once_and_history_is
     assert (rc, err) == (1, "")
 
 
+
+def test_new_server_log_lines_are_judged_by_triages_rows_on_their_rank_old_ones_are_not(rack, engines, tmp_path):
+    """--server-log: a fatal line written before the watch is history; a ModelRunner's death written while
+    watched is named on its node and rank, once, by triage's own row; a missing log on the other node is UNKNOWN."""
+    first, second = (n for n, _, _ in rack.hosts)
+    log = tree(rack, first) / "root/atom-server.log"
+    log.write_text("(EngineCore_DP1 pid=40) ERROR ModelRunner exited with exitcode=-6\n")  # an earlier run's
+    prom = tmp_path / "watch.prom"
+    watch = Watching("--nodes", inventory(rack, tmp_path, {first, second}), "--interval", "1", "--stall", "4",
+                     "--format", "jsonl", "--prom-file", prom, "--server-log", f"{first}=/root/atom-server.log",
+                     "--server-log", f"{second}=/root/no-such-server.log", *ports(engines))
+    try:
+        watch.started(prom)
+        watch.wait_for("SERVER-LOG-UNREAD", second, "server log", within_s=4)
+        time.sleep(1.5)
+        with open(log, "a") as out:
+            out.write("(EngineCore_DP2 pid=41) INFO: Avg prompt throughput: 0.0 tokens/s, Running: 4 reqs\n"
+                      "(EngineCore_DP2 pid=41) ERROR ModelRunner exited with exitcode=-6\n")
+        watch.wait_for("TRIAGE-RUNNER-DIED", first, "rank 2", within_s=5)
+        time.sleep(1.5)
+    finally:
+        rc, events, err = watch.stop()
+        log.unlink()
+    starts = sorted((e["code"], e["node"], e["where"]) for e in events if e["event"] == "start")
+    assert starts == [("SERVER-LOG-UNREAD", second, "server log"), ("TRIAGE-RUNNER-DIED", first, "rank 2")], starts
+    assert (rc, err) == (1, "")
+
 def test_vram_still_held_after_the_engine_exited_is_named_on_its_card(rack, engines, tmp_path):
     """The engine of the first node holds VRAM while it serves (its own, nothing said); the engines die (both: the
     rig's nodes share the host's PIDs, each sees the other's engine) and card2's VRAM stays in use: named there,

@@ -274,3 +274,76 @@ def test_only_a_new_fatal_cper_drains_and_each_event_points_to_its_rows_remediat
              "message": "m", "section": rule.section}
     assert drains(event) is drained
     assert fix_for(event) == f"k3doctor explain {rule.remediation} (reference {rule.section})"
+
+
+def tail_reading(offset: int, text: str, rc: int = 0, stderr: str = "") -> CommandReading:
+    return CommandReading("tail", rc, f"{offset}\n{text}" if rc == 0 else "", stderr)
+
+
+def test_new_server_log_lines_are_judged_by_triages_rows_on_their_rank():
+    from k3doctor.watch.server_log import judge_server_log
+
+    state = {}
+    assert judge_server_log("n1", state, None) == ([], None)  # no log named
+    assert judge_server_log("n1", state, tail_reading(4096, "")) == ([], None)  # the first read: the size only
+    text = ("(EngineCore_DP3 pid=41) INFO: Avg prompt throughput: 0.0 tokens/s, Running: 4 reqs\n"
+            "(EngineCore_DP3 pid=41) ERROR ModelRunner exited with exitcode=-6\n"
+            "INFO:     Application startup complete.\n"
+            "Memory access fault by GPU node-2 (Agent handle: 0x55d0c2a1b7e0) on address (nil). Reason: unknown.\n")
+    found, unknown = judge_server_log("n1", state, tail_reading(8192, text))
+    assert unknown is None
+    assert codes(found) == [("TRIAGE-ROCR-GPU-FAULT", "server log"), ("TRIAGE-RUNNER-DIED", "rank 3")]
+    died = next(c for c in found if c.where == "rank 3")
+    assert died.severity == "fail" and died.message.startswith("rank 3: ModelRunner died: ")
+
+
+def test_an_unreadable_server_log_is_unknown_and_the_reader_resumes_where_it_stopped():
+    from k3doctor.watch.server_log import TAIL, judge_server_log, next_offset
+
+    _, unknown = judge_server_log("n1", {}, tail_reading(0, "", rc=2, stderr="[Errno 2] No such file: '/x.log'"))
+    assert (unknown.code, unknown.where, unknown.severity) == ("SERVER-LOG-UNREAD", "server log", "unknown")
+    assert "No such file" in unknown.message
+    _, unknown = judge_server_log("n1", {}, CommandReading("tail", 0, "not a position\n", ""))
+    assert unknown.code == "SERVER-LOG-UNREAD"
+    assert next_offset(tail_reading(77, "x\n"), 5) == 77 and next_offset(tail_reading(0, "", rc=2), 5) == 5
+
+
+def test_the_tail_reader_gives_whole_new_lines_from_its_position_and_restarts_a_rotated_log(tmp_path):
+    import subprocess
+    import sys
+
+    from k3doctor.watch.server_log import TAIL
+
+    log = tmp_path / "server.log"
+    log.write_text("old line\n")
+
+    def read(offset):
+        done = subprocess.run([sys.executable, "-I", "-S", "-c", TAIL, str(log), str(offset), "64"],
+                              capture_output=True, text=True, timeout=30)
+        return done.returncode, done.stdout
+
+    assert read(-1) == (0, "9\n")  # the first read: where the log ends, no line
+    with open(log, "a") as out:
+        out.write("new one\nnew two\npartial")
+    assert read(9) == (0, "25\nnew one\nnew two\n")  # a line still being written waits for its newline
+    log.write_text("rotated\n")
+    assert read(25) == (0, "8\nrotated\n")
+    log.write_text("x" * 100)
+    assert read(0) == (0, "64\n" + "x" * 64)  # a line longer than the cap is read in pieces, never stuck
+    log.unlink()
+    assert read(0)[0] == 2  # no log: the reader says so (UNKNOWN), never "no new line"
+
+
+@pytest.mark.parametrize("args, said", [
+    (["--server-log", "relative.log"], "expected /absolute/path or NODE=/absolute/path"),
+    (["--server-log", "n1="], "expected /absolute/path or NODE=/absolute/path"),
+    (["--once", "--state", "/tmp/k3doctor-watch-state.json", "--server-log", "/x.log"], "--server-log does not apply"),
+    (["--cper-every", "0"], "--cper-every"),
+])
+def test_the_new_options_refuse_bad_input_in_one_line(args, said):
+    from click.testing import CliRunner
+
+    from k3doctor.cli.watch import watch_cmd
+
+    out = CliRunner().invoke(watch_cmd, args)
+    assert out.exit_code != 0 and said in out.output, out.output
