@@ -295,6 +295,9 @@ def test_new_server_log_lines_are_judged_by_triages_rows_on_their_rank():
     assert codes(found) == [("TRIAGE-ROCR-GPU-FAULT", "server log"), ("TRIAGE-RUNNER-DIED", "rank 3")]
     died = next(c for c in found if c.where == "rank 3")
     assert died.severity == "fail" and died.message.startswith("rank 3: ModelRunner died: ")
+    from k3doctor.watch.webhook import fix_for
+
+    assert fix_for({**died.to_json(), "event": "start"}) == "k3doctor explain TRIAGE-RUNNER-DIED (reference §10, §16)"
 
 
 def test_an_unreadable_server_log_is_unknown_and_the_reader_resumes_where_it_stopped():
