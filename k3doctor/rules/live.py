@@ -65,5 +65,10 @@ RULES = tuple(LiveRule(*fields) for fields in (
     ("GPU-VRAM-HELD-AFTER-EXIT", "warn", "§29, §31.2", "VRAM still held after the engine exited",
      "RACK-ORPHANED-VRAM"),
 ))
+for _rule in RULES:  # `k3doctor explain CODE` for every live rule, pointing to the remediation it shares
+    remediation(_rule.name, f"{_rule.what} ({_rule.section})",
+                f"watch rule {_rule.name}: {_rule.what} (reference {_rule.section}), {_rule.severity.upper()}, "
+                "judged by `k3doctor watch` on evidence newer than the watch's start (docs/on-call.md, Watch).\n"
+                f"What to do: `k3doctor explain {_rule.remediation}`.", unique=True)
 BY_CODE = {rule.name: rule for rule in RULES}
 DRAIN_CODES = frozenset(rule.name for rule in RULES if rule.drain)

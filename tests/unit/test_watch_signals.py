@@ -237,6 +237,7 @@ def test_live_rules_are_rows_whose_remediation_explains_them():
 
     for rule in RULES:
         assert rule.remediation in REGISTRY.remediations, rule
+        assert f"`k3doctor explain {rule.remediation}`" in REGISTRY.remediations[rule.name].text  # explain ROW
     assert {r.name: r.remediation for r in RULES}["GPU-CPER-FATAL-NEW"] == "GPU-CPER-FATAL"
     # `k3doctor explain` lists the watch's rows beside the check that raises the same remediation
     assert "watch rule GPU-CPER-FATAL-NEW" in rule_rows("GPU-CPER-FATAL")
