@@ -8,8 +8,8 @@ loaded back); ``preemptions_total`` (vLLM: ``num_preemptions_total``) rising in 
 scheduler evicting running work for KV room - one preemption in a burst is the scheduler doing its job.
 
 Counters are judged by their deltas during the watch (a count at the start is history), over the same window
-as a stall (``--stall``): a condition holds while its evidence is in the window and clears once the window
-passes without it. A counter that goes down is an engine that restarted: its new values are a new baseline.
+as a stall (``--stall``, and at least the last three reads): a condition holds while its evidence is in the
+window and clears once the window passes without it. A counter that goes down is an engine that restarted: its new values are a new baseline.
 """
 from __future__ import annotations
 
@@ -21,20 +21,25 @@ PREEMPTED = "preemptions_total"
 FAMILIES = (FAILURES, PENDING, LOADED, SAVED, PREEMPTED)
 ALIASES = {"num_preemptions_total": PREEMPTED}  # vLLM's spelling
 PREEMPTION_RISES = 2
+HOLD_READS = 3  # the reads a rise is held for at least (this one and the two before)
 
 
 def _rises(mark: dict, key: str, value, now: float, window_s: float) -> tuple:
-    """(reads in the window in which the counter ``key`` rose, by how much in all); ``mark`` keeps the last value
-    and the rises (time, delta) in the window."""
+    """(reads in the window in which the counter ``key`` rose, by how much in all); ``mark`` keeps the last value,
+    a count of its reads and the rises (time, delta, read) in the window. The window is never shorter than the
+    last ``HOLD_READS`` reads: when reads come slower than the window, a counter rising at every read still
+    holds its condition (no start/clear at every interval)."""
     if value is None:
         return 0, 0.0
-    last, rises = mark.get(key), [r for r in mark.get(f"{key}_rises", []) if now - r[0] < window_s]
+    n = mark.get(f"{key}_reads", 0) + 1
+    last = mark.get(key)
+    rises = [r for r in mark.get(f"{key}_rises", []) if now - r[0] < window_s or n - r[2] < HOLD_READS]
     if last is not None and value > last:
-        rises.append([now, value - last])
+        rises.append([now, value - last, n])
     elif last is not None and value < last:
         rises = []  # a restarted engine: its counters start over
-    mark[key], mark[f"{key}_rises"] = value, rises
-    return len(rises), sum(delta for _, delta in rises)
+    mark[key], mark[f"{key}_reads"], mark[f"{key}_rises"] = value, n, rises
+    return len(rises), sum(delta for _, delta, _ in rises)
 
 
 def judge_rank(node: str, where: str, mark: dict, fam: dict, now: float, window_s: float) -> list:

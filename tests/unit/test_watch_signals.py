@@ -65,6 +65,14 @@ def test_preemptions_rising_in_two_reads_of_the_window_and_one_preemption_is_not
     assert [t for t, found in rising if found == [("PREEMPTIONS-RISING", "dp_rank 1")]] == [6, 8, 10]
 
 
+
+def test_reads_slower_than_the_window_hold_a_counter_rising_at_every_read():
+    """A loaded watcher reads every 6 s against a 5 s window: preemptions rising at every read stay one condition."""
+    rising = run(lambda t: healthy(t, preemptions_total=7 + t), range(0, 48, 6))
+    assert [found for _, found in rising][2:] == [[("PREEMPTIONS-RISING", "dp_rank 1")]] * 6
+    once = run(lambda t: healthy(t, lmcache_load_failures_total=2 + (t >= 12)), range(0, 48, 6))
+    assert [t for t, found in once if found] == [12, 18, 24]  # held for three reads, then cleared
+
 def test_loads_pending_and_nothing_loaded_is_stuck_saves_without_loads_is_flat_named_once():
     stuck = run(lambda t: healthy(t, lmcache_loads_pending=3, lmcache_loaded_tokens_total=50), range(0, 10, 2))
     assert [found for t, found in stuck] == [[], [], [], *[[("LMCACHE-LOADS-STUCK", "dp_rank 1")]] * 2]
