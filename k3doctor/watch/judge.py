@@ -1,11 +1,12 @@
 """One node's judgement, interval after interval: its sample -> the conditions active on it now.
 
-The node's state is plain JSON (``--once`` keeps it in its state file between node-problem-detector's runs):
-the baseline (boot id, kernel-log mark, RAS counts, bad pages, fatal CPER records, engine PIDs), the engine's
-per-rank progress and pressure, each card's load reads in a row, and the sticky conditions - a kernel-log line, a
-RAS count, a retired page, a fatal CPER record or a server-log line is a fact of this boot, active until the node
-reboots, while an engine condition is judged afresh each interval and clears when its evidence goes. A node not read is UNKNOWN
-and keeps what was known of it (a lost node is never reported healthy, nor its faults cleared, §31.2 item 5).
+The node's state is plain JSON (``--once`` keeps it in its state file between node-problem-detector's runs): the
+baseline (boot id, kernel-log mark, RAS counts, bad pages, fatal CPER records, engine PIDs), the engine's per-rank
+progress and pressure, each card's load reads in a row, and the sticky conditions - a kernel-log line, a RAS count,
+a retired page, a fatal CPER record or a server-log line is a fact of this boot, active until the node reboots,
+while an engine condition is judged afresh each interval and clears when its evidence goes. A node not read is
+UNKNOWN and keeps what was known of it (a lost node is never reported healthy, nor its faults cleared, §31.2 item
+5).
 """
 from __future__ import annotations
 
@@ -61,7 +62,7 @@ def judge_node(node: str, state: dict, sample: Sample, held: list, settings: Set
     unknown += ras_unknown
     pages, pages_unknown = judge_bad_pages(node, state, got.get("bad_pages"))
     cper, cper_unknown = judge_cper(node, state, got.get("cper"))
-    logged, log_unknown = judge_server_log(node, state, got.get("server_log"))
+    logged, log_unknown = judge_server_log(node, got.get("server_log"))
     unknown += pages_unknown + [c for c in (cper_unknown, log_unknown) if c]
     for cond in kernel + ([] if baseline else ras) + pages + cper + logged:
         sticky.setdefault(cond.key, cond.to_json())

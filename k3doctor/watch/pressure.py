@@ -7,9 +7,10 @@ while ``lmcache_saved_tokens_total`` grows is the §25 failure (32 GiB per rank:
 loaded back); ``preemptions_total`` (vLLM: ``num_preemptions_total``) rising in two reads of the window is the
 scheduler evicting running work for KV room - one preemption in a burst is the scheduler doing its job.
 
-Counters are judged by their deltas during the watch (a count at the start is history), over the same window
-as a stall (``--stall``, and at least the last three reads): a condition holds while its evidence is in the
-window and clears once the window passes without it. A counter that goes down is an engine that restarted: its new values are a new baseline.
+Counters are judged by their deltas during the watch (a count at the start is history), over the same window as a
+stall (``--stall``, and at least the last three reads): a condition holds while its evidence is in the window and
+clears once the window passes without it. A counter that goes down is an engine that restarted: its new values are a
+new baseline.
 """
 from __future__ import annotations
 

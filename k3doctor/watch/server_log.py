@@ -52,7 +52,7 @@ def next_offset(reading, offset: int) -> int:
     return offset
 
 
-def judge_server_log(node: str, state: dict, reading) -> tuple:
+def judge_server_log(node: str, reading) -> tuple:
     """(sticky conditions of the new lines, unknown condition or None); ``reading`` None: no log named."""
     if reading is None:
         return [], None

@@ -1,14 +1,14 @@
 """What the watch reads on a node each interval: one bounded remote script over the node's one long-lived SSH
 connection (k3doctor/gather/node_script.py: every reading framed, each under its own deadline).
 
-The readings (reference §31.2 signals 1, 2, 3 and 5): the boot id (a reboot restarts the kernel log), the kernel
-log (``dmesg``), every GPU's ``ras/*_err_count``, the engine's ``/metrics`` fetched ON the node (so a server
-bound to localhost works; refused = dead, no answer = busy, §31.2) and the process table (engine processes gone,
-defunct or in D state); signal 3-4's GPU files (each card's bad-page list, ``gpu_busy_percent``, ``pp_dpm_sclk``
-hwmon power, VRAM use) and, every ``cper_every_s`` only (amd-smi costs ~0.75 s a call, §31.5), the fatal CPER
-records (``amd-smi ras --cper --severity fatal``, as gpu-cper-fatal reads them); the engine's server log where
-one is named, as it grows (server_log.py keeps the position). A connection that breaks is
-closed and opened again, with a backoff (1 s doubling to 30 s), while the node reads as UNKNOWN: never healthy.
+The readings (reference §31.2 signals 1-5): the boot id (a reboot restarts the kernel log), the kernel log
+(``dmesg``), every GPU's ``ras/*_err_count``, the engine's ``/metrics`` fetched ON the node (so a server bound to
+localhost works; refused = dead, no answer = busy, §31.2) and the process table (engine processes gone, defunct or
+in D state); signal 3-4's GPU files (each card's bad-page list, ``gpu_busy_percent``, ``pp_dpm_sclk``, hwmon power,
+VRAM use) and, every ``cper_every_s`` only (amd-smi costs ~0.75 s a call, §31.5), the fatal CPER records (``amd-smi
+ras --cper --severity fatal``, as gpu-cper-fatal reads them); the engine's server log where one is named, as it
+grows (from where the last read stopped, server_log.py). A connection that breaks is closed and opened again, with a
+backoff (1 s doubling to 30 s), while the node reads as UNKNOWN: never healthy.
 """
 from __future__ import annotations
 

@@ -293,13 +293,13 @@ def test_new_server_log_lines_are_judged_by_triages_rows_on_their_rank():
     from k3doctor.watch.server_log import judge_server_log
 
     state = {}
-    assert judge_server_log("n1", state, None) == ([], None)  # no log named
-    assert judge_server_log("n1", state, tail_reading(4096, "")) == ([], None)  # the first read: the size only
+    assert judge_server_log("n1", None) == ([], None)  # no log named
+    assert judge_server_log("n1", tail_reading(4096, "")) == ([], None)  # the first read: the size only
     text = ("(EngineCore_DP3 pid=41) INFO: Avg prompt throughput: 0.0 tokens/s, Running: 4 reqs\n"
             "(EngineCore_DP3 pid=41) ERROR ModelRunner exited with exitcode=-6\n"
             "INFO:     Application startup complete.\n"
             "Memory access fault by GPU node-2 (Agent handle: 0x55d0c2a1b7e0) on address (nil). Reason: unknown.\n")
-    found, unknown = judge_server_log("n1", state, tail_reading(8192, text))
+    found, unknown = judge_server_log("n1", tail_reading(8192, text))
     assert unknown is None
     assert codes(found) == [("TRIAGE-ROCR-GPU-FAULT", "server log"), ("TRIAGE-RUNNER-DIED", "rank 3")]
     died = next(c for c in found if c.where == "rank 3")
@@ -312,10 +312,10 @@ def test_new_server_log_lines_are_judged_by_triages_rows_on_their_rank():
 def test_an_unreadable_server_log_is_unknown_and_the_reader_resumes_where_it_stopped():
     from k3doctor.watch.server_log import TAIL, judge_server_log, next_offset
 
-    _, unknown = judge_server_log("n1", {}, tail_reading(0, "", rc=2, stderr="[Errno 2] No such file: '/x.log'"))
+    _, unknown = judge_server_log("n1", tail_reading(0, "", rc=2, stderr="[Errno 2] No such file: '/x.log'"))
     assert (unknown.code, unknown.where, unknown.severity) == ("SERVER-LOG-UNREAD", "server log", "unknown")
     assert "No such file" in unknown.message
-    _, unknown = judge_server_log("n1", {}, CommandReading("tail", 0, "not a position\n", ""))
+    _, unknown = judge_server_log("n1", CommandReading("tail", 0, "not a position\n", ""))
     assert unknown.code == "SERVER-LOG-UNREAD"
     assert next_offset(tail_reading(77, "x\n"), 5) == 77 and next_offset(tail_reading(0, "", rc=2), 5) == 5
 
