@@ -12,9 +12,11 @@ import time
 import pytest
 from k3rig.live_faults import add_fatal_cper, hold_vram, retire_page, set_gpu_load
 
-from tests.e2e.test_watch import Watching, engines, inventory, rack, tree  # noqa: F401 - fixtures
+from tests.e2e import test_watch as base
+from tests.e2e.test_watch import Watching, inventory, tree
 
 pytestmark = pytest.mark.e2e
+rack, engines = base.rack, base.engines  # test_watch's fixtures: this module gets its own rack and engines
 WITHIN_S = 15  # generous: the detection times are the bench's targets, not what a shared CI machine promises
 
 

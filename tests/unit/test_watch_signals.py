@@ -239,9 +239,9 @@ def test_parsers_refuse_what_is_not_a_value():
 
 
 def test_live_rules_are_rows_whose_remediation_explains_them():
-    import k3doctor.checks.bad_pages  # noqa: F401 - the checks whose rows the live rules reuse
-    import k3doctor.checks.cper  # noqa: F401
-    import k3doctor.checks.rack  # noqa: F401
+    from k3doctor.registry import load_checks
+
+    load_checks()  # the checks whose remediations the live rules reuse
 
     for rule in RULES:
         assert rule.remediation in REGISTRY.remediations, rule
@@ -292,7 +292,6 @@ def tail_reading(offset: int, text: str, rc: int = 0, stderr: str = "") -> Comma
 def test_new_server_log_lines_are_judged_by_triages_rows_on_their_rank():
     from k3doctor.watch.server_log import judge_server_log
 
-    state = {}
     assert judge_server_log("n1", None) == ([], None)  # no log named
     assert judge_server_log("n1", tail_reading(4096, "")) == ([], None)  # the first read: the size only
     text = ("(EngineCore_DP3 pid=41) INFO: Avg prompt throughput: 0.0 tokens/s, Running: 4 reqs\n"
@@ -310,7 +309,7 @@ def test_new_server_log_lines_are_judged_by_triages_rows_on_their_rank():
 
 
 def test_an_unreadable_server_log_is_unknown_and_the_reader_resumes_where_it_stopped():
-    from k3doctor.watch.server_log import TAIL, judge_server_log, next_offset
+    from k3doctor.watch.server_log import judge_server_log, next_offset
 
     _, unknown = judge_server_log("n1", tail_reading(0, "", rc=2, stderr="[Errno 2] No such file: '/x.log'"))
     assert (unknown.code, unknown.where, unknown.severity) == ("SERVER-LOG-UNREAD", "server log", "unknown")
