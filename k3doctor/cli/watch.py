@@ -35,6 +35,17 @@ def metrics_ports(items) -> dict:
     return ports
 
 
+def server_logs(items) -> dict:
+    """``--server-log /path`` (every node) and ``--server-log NODE=/path`` as {node or "*": path}."""
+    logs = {}
+    for item in items:
+        node, sep, path = item.partition("=") if not item.startswith("/") else ("", "", item)
+        if not path.startswith("/") or (sep and not node) or "\0" in path:
+            raise click.UsageError(f"--server-log {item!r}: expected /absolute/path or NODE=/absolute/path")
+        logs[node or "*"] = path
+    return logs
+
+
 @click.command("watch")
 @nodes_option(": watch these nodes (default: this machine).")
 @click.option("--interval", type=Seconds(minimum=0.5), default=10, show_default=True, metavar="S",
@@ -45,8 +56,12 @@ def metrics_ports(items) -> dict:
               help="Work pending and no progress counter moving this long is a stalled engine/rank (§31.2).")
 @click.option("--read-timeout", type=Seconds(minimum=1), default=5, show_default=True, metavar="S",
               help="Deadline of each reading on a node (a reading past it is UNKNOWN).")
+@click.option("--cper-every", "cper_every_s", type=Seconds(minimum=1), default=60, show_default=True, metavar="S",
+              help="Read the fatal CPER records (amd-smi ras --cper, ~0.75 s a call on the node) this often.")
 @click.option("--metrics-port", "ports", multiple=True, metavar="PORT|NODE=PORT",
               help="The engine's port on the nodes; its /metrics is fetched on the node itself (repeatable).")
+@click.option("--server-log", "logs", multiple=True, metavar="PATH|NODE=PATH",
+              help="The engine's server log on the nodes: its new lines are judged by triage's rules (repeatable).")
 @click.option("--metrics-path", default="/metrics", show_default=True, help="The metrics page's path.")
 @click.option("--engine-process", default=None, metavar="REGEX",
               help="Command lines of the engine's processes (gone/defunct/D-state are findings) "
@@ -68,8 +83,9 @@ def metrics_ports(items) -> dict:
               help="Do not emit this finding's events (on NODE; until UNTIL: 2h or an ISO date-time, UTC unless it "
                    "has an offset); still judged and counted (repeatable).")
 @accept_unknown_hosts_option()
-def watch_cmd(inventory, ansible_inventory, interval, for_s, stall_s, read_timeout, ports, metrics_path,
-              engine_process, fmt, prom_file, once, state_path, webhook, drain, silences, accept_unknown_hosts):
+def watch_cmd(inventory, ansible_inventory, interval, for_s, stall_s, read_timeout, cper_every_s, ports, logs,
+              metrics_path, engine_process, fmt, prom_file, once, state_path, webhook, drain, silences,
+              accept_unknown_hosts):
     """Keep watching a serving cluster: stalled ranks, KV pressure, new kernel-log faults, RAS errors (§31.2)."""
     from k3doctor.watch import loop
     from k3doctor.watch.actions import Actions, Drainer, Silences, parse_silence
@@ -81,6 +97,8 @@ def watch_cmd(inventory, ansible_inventory, interval, for_s, stall_s, read_timeo
         raise click.UsageError("--once and --state FILE go together")
     if once and for_s is not None:
         raise click.UsageError("--once runs one round: --for does not apply")
+    if once and logs:
+        raise click.UsageError("--once keeps no position in a server log between runs: --server-log does not apply")
     if once and (webhook or drain or silences):
         raise click.UsageError("--once reports to node-problem-detector: --webhook, --drain and --silence do not apply")
     try:
@@ -108,9 +126,11 @@ def watch_cmd(inventory, ansible_inventory, interval, for_s, stall_s, read_timeo
     inv = read_inventory(inventory, logins=True, ansible_inventory=ansible_inventory)
     names = [n.name for n in inv.nodes]
     ports_by_node = metrics_ports(ports)
-    unknown = sorted(set(ports_by_node) - {"*", *names})
-    if unknown:
-        raise click.UsageError(f"--metrics-port: no node {', '.join(unknown)} in the inventory")
+    logs_by_node = server_logs(logs)
+    for option, given in (("--metrics-port", ports_by_node), ("--server-log", logs_by_node)):
+        unknown = sorted(set(given) - {"*", *names})
+        if unknown:
+            raise click.UsageError(f"{option}: no node {', '.join(unknown)} in the inventory")
     strangers = sorted({s.node for s in silenced.silences if s.node} - set(names))
     if strangers:
         raise click.UsageError(f"--silence: no node {', '.join(strangers)} in the inventory")
@@ -121,7 +141,8 @@ def watch_cmd(inventory, ansible_inventory, interval, for_s, stall_s, read_timeo
         except loop.StateFileError as exc:
             raise click.UsageError(str(exc)) from None
     sources = sources_for(inv, metrics_ports=ports_by_node, metrics_path=metrics_path,
-                          read_timeout_s=min(read_timeout, MAX_SECONDS), accept_unknown_hosts=accept_unknown_hosts)
+                          read_timeout_s=min(read_timeout, MAX_SECONDS), accept_unknown_hosts=accept_unknown_hosts,
+                          cper_every_s=cper_every_s, server_logs=logs_by_node)
     watch = loop.Watch(sources, Settings(stall_s=stall_s, engine_process=engine_process), states, tracker)
     sink = Sink(fmt, sys.stdout, prom_file)
     if once:

@@ -6,7 +6,10 @@ Shapes (drivers/pci/pci-sysfs.c, amdgpu_ras.c): ``current_link_speed`` / ``max_l
 ``Unknown`` when the link is down), ``*_link_width`` ``"%u\\n"``; ``ras/<block>_err_count`` prints
 ``ue: %lu\\nce: %lu\\n`` (``de: %lu`` too on newer kernels) or ``Query currently inaccessible`` during a
 RAS interrupt; ``ras/gpu_vram_bad_pages`` one ``0x%08x : 0x%08x : %c`` line per page (pfn : size : R
-reserved, P pending, F failed to reserve); ``/sys/module/amdgpu/parameters/bad_page_threshold`` ``%d``.
+reserved, P pending, F failed to reserve); ``/sys/module/amdgpu/parameters/bad_page_threshold`` ``%d``;
+``gpu_busy_percent`` ``"%d\n"`` (0..100) and hwmon's ``power1_average`` / ``power1_input`` / ``power1_cap``
+``"%u\n"`` in microwatts (amdgpu_pm.c; the watch's device health under load, §31.2 signal 4);
+``mem_info_vram_used`` / ``mem_info_vram_total`` ``"%llu\n"`` bytes (amdgpu_vram_mgr.c).
 Anything else is a ParseError, never a healthy value.
 """
 from __future__ import annotations
@@ -23,6 +26,9 @@ _COUNT = re.compile(rf"^(?P<kind>ue|ce|de): ?(?P<n>[0-9]{{1,{MAX_DIGITS}}})$")
 _BAD_PAGE = re.compile(r"^0x[0-9a-fA-F]{1,16} : 0x[0-9a-fA-F]{1,16} : (?P<flag>[RPF])$")
 BAD_PAGE_FLAGS = dict(zip("RPF", BAD_PAGE_KINDS))  # amd-smi's names of the same list (rocm_smi reads this file)
 _THRESHOLD = re.compile(r"^-?[0-9]{1,10}$")
+_UNSIGNED = re.compile(r"^[0-9]{1,12}$")
+_BYTES = re.compile(r"^[0-9]{1,16}$")
+MAX_GPU_WATTS = 10_000  # no board draws more: a larger value is garbled, not a figure to judge
 
 
 def parse_link_speed(text: str) -> float:
@@ -76,4 +82,28 @@ def parse_bad_page_threshold(text: str) -> int:
     value = require_text(text, "bad_page_threshold").strip()
     if not _THRESHOLD.match(value) or int(value) < -2:
         raise ParseError(f"bad_page_threshold {shown(value)}: not -2, -1 or a page count")
+    return int(value)
+
+
+def parse_busy_percent(text: str) -> int:
+    """``gpu_busy_percent``: 0..100."""
+    value = require_text(text, "gpu_busy_percent").strip()
+    if not _UNSIGNED.match(value) or int(value) > 100:
+        raise ParseError(f"gpu_busy_percent {shown(value)}: not 0..100")
+    return int(value)
+
+
+def parse_microwatts(text: str, what: str) -> float:
+    """A hwmon power attribute (microwatts) in watts."""
+    value = require_text(text, what).strip()
+    if not _UNSIGNED.match(value) or int(value) > MAX_GPU_WATTS * 1_000_000:
+        raise ParseError(f"{what} {shown(value)}: not microwatts (0..{MAX_GPU_WATTS} W)")
+    return int(value) / 1_000_000
+
+
+def parse_vram_bytes(text: str, what: str) -> int:
+    """``mem_info_vram_used`` / ``mem_info_vram_total``: bytes."""
+    value = require_text(text, what).strip()
+    if not _BYTES.match(value):
+        raise ParseError(f"{what} {shown(value)}: not a byte count")
     return int(value)

@@ -212,5 +212,3 @@ def remediation(code: str, title: str, text: str, registry: Registry = None, uni
     if unique and code in registry.remediations:
         raise RegistryError(f"remediation code {code} is already registered")
     return registry.add_remediation(code, title, text)
-
-

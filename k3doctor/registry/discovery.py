@@ -15,7 +15,8 @@ _loaded = False
 # to remember. (family, module): a module's ``RULES`` rows are listed as ``<family> rule <row>``.
 RULE_TABLES = (("triage", "k3doctor.rules.triage"), ("triage", "k3doctor.triage.rank_logs"),
                ("triage", "k3doctor.triage.stacks"), ("probes", "k3doctor.probes.gate"),
-               ("fleet", "k3doctor.fleet.slurm"), ("kernel-health", "k3doctor.rules.kernel_log"))
+               ("fleet", "k3doctor.fleet.slurm"), ("kernel-health", "k3doctor.rules.kernel_log"),
+               ("watch", "k3doctor.rules.live"))
 
 
 def load_checks() -> tuple:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from k3doctor.fleet import slurm
 from k3doctor.parsers.squeue import NODE_NAME
+from k3doctor.rules import live
 from k3doctor.watch.hardware import RULE_BY_SIGNATURE
 
 _DURATION = re.compile(r"^(?P<n>[0-9]{1,9}(?:\.[0-9]{1,3})?)(?P<unit>[smhd]?)$")
@@ -25,7 +26,8 @@ _UNIT = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 _SILENCE = re.compile(r"^(?P<code>[A-Z][A-Z0-9-]{0,63})(?:@(?P<node>[^:@\s]{1,128}))?(?::(?P<until>.+))?$")
 # Hardware evidence only (§31.3: a new uncorrectable error or a fatal kernel line is the GPU's, whoever runs on
 # it): a stall, a dead engine or an unread node may be the software's or the network's - never a drain.
-DRAIN_CODES = frozenset({r.id for r in RULE_BY_SIGNATURE.values() if r.severity == "fail"} | {"RAS-UE-RISING"})
+DRAIN_CODES = frozenset({r.id for r in RULE_BY_SIGNATURE.values() if r.severity == "fail"} | {"RAS-UE-RISING"}
+                        | live.DRAIN_CODES)
 
 
 def parse_duration(text: str) -> float | None:

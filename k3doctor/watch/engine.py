@@ -9,7 +9,8 @@ last snapshot anew: a hung engine keeps it fresh).
 
 KV pressure: ``kv_cache_usage_ratio`` >= 0.95 while ``requests_waiting`` grows; one rank full while the others
 idle is the §20 precursor (imbalance). An engine that never answered is "not serving" (no alarm); one that
-answered and then refuses is down; one that does not answer in time is busy: UNKNOWN (§31.2).
+answered and then refuses is down; one that does not answer in time is busy: UNKNOWN (§31.2). LMCache and
+preemption pressure per rank: pressure.py.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import statistics
 from k3doctor.parsers import ParseError
 from k3doctor.parsers.atom_metrics import parse_metrics
 from k3doctor.readings import CommandReading
+from k3doctor.watch import pressure
 from k3doctor.watch.events import Condition
 from k3doctor.watch.sources import FETCH_REFUSED, FETCH_TIMEOUT
 
@@ -25,7 +27,7 @@ PREFIXES = ("atom:", "vllm:")
 RUNNING, WAITING, KV = "requests_running", "requests_waiting", "kv_cache_usage_ratio"
 # vLLM spells two of them differently (num_requests_*, gpu_cache_usage_perc); the judge reads either.
 ALIASES = {"num_requests_running": RUNNING, "num_requests_waiting": WAITING, "gpu_cache_usage_perc": KV,
-           "request_success_total": "requests_finished_total"}
+           "request_success_total": "requests_finished_total", **pressure.ALIASES}
 PROGRESS = ("generation_tokens_total", "requests_finished_total", "prompt_tokens_total", "iterations_total")
 RANK_LABELS = ("dp_rank", "engine")
 KV_FULL = 0.95
@@ -34,7 +36,7 @@ KV_IDLE = 0.5  # the other ranks' median below this while one is full: imbalance
 
 def by_rank(samples: dict) -> dict:
     """rank -> {short family name -> value summed over the rank's samples}, for the families the judge reads."""
-    wanted = {RUNNING, WAITING, KV, *PROGRESS}
+    wanted = {RUNNING, WAITING, KV, *PROGRESS, *pressure.FAMILIES}
     ranks: dict = {}
     for name, rows in samples.items():
         prefix = next((p for p in PREFIXES if name.startswith(p)), None)
@@ -77,7 +79,10 @@ def judge_engine(node: str, state: dict, reading, now: float, stall_s: float) ->
     except ParseError as exc:
         return [Condition("METRICS-UNREAD", node, "engine", "unknown", f"engine metrics unreadable: {exc}", "§31.2")]
     state["serving"] = True
-    return _progress(node, state, ranks, now, stall_s) + _pressure(node, state, ranks)
+    found = _progress(node, state, ranks, now, stall_s) + _pressure(node, state, ranks)
+    for rank, fam in ranks.items():
+        found += pressure.judge_rank(node, _where(rank), state["ranks"].setdefault(rank, {}), fam, now, stall_s)
+    return found
 
 
 def _where(rank: str) -> str:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass
 
+from k3doctor.rules.live import BY_CODE
+
 SEVERITIES = ("fail", "warn", "unknown")
 
 
@@ -34,6 +36,12 @@ class Condition:
     @staticmethod
     def from_json(doc: dict) -> Condition:
         return Condition(**{k: doc[k] for k in ("code", "node", "where", "severity", "message", "section")})
+
+
+def live(code: str, node: str, where: str, message: str) -> Condition:
+    """A condition of one of the watch's live rule rows (k3doctor/rules/live.py): its severity and section."""
+    rule = BY_CODE[code]
+    return Condition(code, node, where, rule.severity, message, rule.section)
 
 
 class Tracker:

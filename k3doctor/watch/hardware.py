@@ -104,6 +104,7 @@ def judge_processes(node: str, state: dict, reading, pattern: str) -> list:
     if engine and not set(seen) & set(engine):
         seen = {pid: args for pid, (_, args) in engine.items()}  # first seen, or a restarted engine
     state["engine_pids"] = seen
+    state["engine_exited"] = bool(seen) and not engine  # what the GPUs still hold then is residue (device.py)
     found, stuck = [], set(state.get("dstate", []))
     gone = [pid for pid in seen if pid not in engine]
     if gone:

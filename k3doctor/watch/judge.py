@@ -1,17 +1,22 @@
 """One node's judgement, interval after interval: its sample -> the conditions active on it now.
 
-The node's state is plain JSON (``--once`` keeps it in its state file between node-problem-detector's runs):
-the baseline (boot id, kernel-log mark, RAS counts, engine PIDs), the engine's per-rank progress, and the sticky
-conditions - a kernel-log line or a RAS count is a fact of this boot, active until the node reboots, while an
-engine condition is judged afresh each interval and clears when its evidence goes. A node not read is UNKNOWN
-and keeps what was known of it (a lost node is never reported healthy, nor its faults cleared, §31.2 item 5).
+The node's state is plain JSON (``--once`` keeps it in its state file between node-problem-detector's runs): the
+baseline (boot id, kernel-log mark, RAS counts, bad pages, fatal CPER records, engine PIDs), the engine's per-rank
+progress and pressure, each card's load reads in a row, and the sticky conditions - a kernel-log line, a RAS count,
+a retired page, a fatal CPER record or a server-log line is a fact of this boot, active until the node reboots,
+while an engine condition is judged afresh each interval and clears when its evidence goes. A node not read is
+UNKNOWN and keeps what was known of it (a lost node is never reported healthy, nor its faults cleared, §31.2 item
+5).
 """
 from __future__ import annotations
 
 from k3doctor.readings import FileReading
+from k3doctor.watch.device import judge_device
 from k3doctor.watch.engine import judge_engine
 from k3doctor.watch.events import Condition
+from k3doctor.watch.gpu_events import judge_bad_pages, judge_cper
 from k3doctor.watch.hardware import judge_kernel, judge_processes, judge_ras
+from k3doctor.watch.server_log import judge_server_log
 from k3doctor.watch.sources import Sample
 
 
@@ -39,7 +44,8 @@ def judge_node(node: str, state: dict, sample: Sample, held: list, settings: Set
     if isinstance(boot, FileReading) and boot.content and boot.content.strip():
         boot_id = boot.content.strip()[:64]
         if state.get("boot_id") not in (None, boot_id):
-            for key in ("kernel_mark", "ras", "engine_pids", "dstate", "ranks", "serving"):
+            # retired pages and CPER records outlive a reboot (the board keeps them): their baseline stays
+            for key in ("kernel_mark", "ras", "engine_pids", "dstate", "ranks", "serving", "device"):
                 state.pop(key, None)
             sticky.clear()
             rebooted = Condition("NODE-REBOOTED", node, "node", "warn",
@@ -54,10 +60,15 @@ def judge_node(node: str, state: dict, sample: Sample, held: list, settings: Set
     unknown += [why] if why else []
     ras, ras_unknown = judge_ras(node, state, got.get("ras"))
     unknown += ras_unknown
-    for cond in kernel + ([] if baseline else ras):
+    pages, pages_unknown = judge_bad_pages(node, state, got.get("bad_pages"))
+    cper, cper_unknown = judge_cper(node, state, got.get("cper"))
+    logged, log_unknown = judge_server_log(node, got.get("server_log"))
+    unknown += pages_unknown + [c for c in (cper_unknown, log_unknown) if c]
+    for cond in kernel + ([] if baseline else ras) + pages + cper + logged:
         sticky.setdefault(cond.key, cond.to_json())
     live = judge_processes(node, state, got.get("procs"), settings.engine_process)
     live += judge_engine(node, state, got.get("metrics"), sample.at, settings.stall_s)
+    live += judge_device(node, state, got)
     state["baseline"] = True
     state["last_success"] = sample.at
     return [Condition.from_json(doc) for doc in sticky.values()] + live + unknown

@@ -68,12 +68,19 @@ def _stamp(seconds: float) -> str:
 
 
 def fix_for(event: dict) -> str:
-    """What to do, for the receiver's annotation: a kernel-log row names its remediation (``k3doctor explain``)."""
+    """What to do, for the receiver's annotation: a kernel-log row or a live rule row (k3doctor/rules/live.py)
+    names its remediation (``k3doctor explain``); a triage row's finding is its remediation code."""
+    from k3doctor.registry import REGISTRY
+    from k3doctor.rules.live import BY_CODE
     from k3doctor.watch.hardware import RULE_BY_SIGNATURE
 
     rule = next((r for r in RULE_BY_SIGNATURE.values() if r.id == event["code"]), None)
     if rule is not None and rule.remediation:
         return f"k3doctor explain {rule.remediation} (reference {rule.section})"
+    if event["code"] in BY_CODE:
+        return f"k3doctor explain {BY_CODE[event['code']].remediation} (reference {event['section']})"
+    if event["code"] in REGISTRY.remediations:  # a triage row's finding from the server log is named by its code
+        return f"k3doctor explain {event['code']} (reference {event['section']})"
     return f"docs/on-call.md, Watch: {event['code']} (reference {event.get('section') or '§31.2'})"
 
 

@@ -2,11 +2,16 @@
 
 Per DP rank (label ``dp_rank``): ``atom:requests_running``, ``atom:requests_waiting``,
 ``atom:generation_tokens_total``, ``atom:prompt_tokens_total``, ``atom:requests_finished_total``,
-``atom:kv_cache_usage_ratio``, and the page's ``atom:metrics_last_refresh_timestamp_seconds``. The counters
-advance with time while a rank serves. A control file (JSON, re-read on every scrape and every 0.2 s) injects
-the faults of §31.2: ``{"stall": [ranks]}`` freezes those ranks' counters with work still running (the timestamp
-stays fresh and ``/health`` keeps answering ok, as ATOM's API server does), ``{"kv_full": [ranks]}`` fills their
-KV cache with a growing queue, ``{"die": true}`` ends the process (its port then refuses).
+``atom:kv_cache_usage_ratio``, ``atom:preemptions_total``, LMCache's ``atom:lmcache_load_failures_total``,
+``atom:lmcache_loads_pending``, ``atom:lmcache_loaded_tokens_total`` and ``atom:lmcache_saved_tokens_total``, and
+the page's ``atom:metrics_last_refresh_timestamp_seconds``. The counters advance with time while a rank serves
+(LMCache loads back a share of what it saves; nothing fails, nothing is preempted). A control file (JSON,
+re-read on every scrape and every 0.2 s) injects the faults of §31.2: ``{"stall": [ranks]}`` freezes those
+ranks' counters with work still running (the timestamp stays fresh and ``/health`` keeps answering ok, as ATOM's
+API server does), ``{"kv_full": [ranks]}`` fills their KV cache with a growing queue, ``{"lmcache_fail":
+[ranks]}`` fails a load at every scrape, ``{"lmcache_stuck": [ranks]}`` leaves loads pending and loads nothing back
+while saves grow (§25), ``{"preempt": [ranks]}`` preempts a request at every scrape (signal 2), ``{"die": true}``
+ends the process (its port then refuses).
 """
 from __future__ import annotations
 
@@ -17,6 +22,8 @@ import time
 from pathlib import Path
 
 TOKENS_PER_S, PROMPT_PER_S, FINISHED_PER_S = 40.0, 400.0, 0.5
+SAVED_PER_S, LOADED_PER_S = 300.0, 100.0  # LMCache's tokens saved and loaded back while a rank serves
+STUCK_PENDING = 3  # the loads an LMCache that stopped loading keeps pending
 
 
 class AtomEngine:
@@ -26,7 +33,8 @@ class AtomEngine:
         self.ranks, self.control = ranks, control
         self._lock = threading.Lock()
         self._last = time.monotonic()
-        self._counts = {r: {"gen": 0.0, "prompt": 0.0, "fin": 0.0, "waiting": 0.0} for r in range(ranks)}
+        self._counts = {r: {"gen": 0.0, "prompt": 0.0, "fin": 0.0, "waiting": 0.0, "saved": 0.0, "loaded": 0.0,
+                            "load_failures": 0, "preempted": 0} for r in range(ranks)}
         if control:
             threading.Thread(target=self._watch_for_death, daemon=True).start()
 
@@ -46,6 +54,8 @@ class AtomEngine:
     def page(self) -> str:
         faults = self.faults()
         stalled, full = set(faults.get("stall", [])), set(faults.get("kv_full", []))
+        failing, stuck = set(faults.get("lmcache_fail", [])), set(faults.get("lmcache_stuck", []))
+        preempting = set(faults.get("preempt", []))
         with self._lock:
             now = time.monotonic()
             dt, self._last = now - self._last, now
@@ -54,6 +64,10 @@ class AtomEngine:
                     c["gen"] += TOKENS_PER_S * dt
                     c["prompt"] += PROMPT_PER_S * dt
                     c["fin"] += FINISHED_PER_S * dt
+                    c["saved"] += SAVED_PER_S * dt
+                    c["loaded"] += 0.0 if rank in stuck else LOADED_PER_S * dt
+                c["load_failures"] += rank in failing
+                c["preempted"] += rank in preempting
                 c["waiting"] = c["waiting"] + 1 if rank in full else 0.0
             rows = {
                 "requests_running": ("gauge", lambda r, c: 4),
@@ -62,6 +76,11 @@ class AtomEngine:
                 "prompt_tokens_total": ("counter", lambda r, c: int(c["prompt"])),
                 "requests_finished_total": ("counter", lambda r, c: int(c["fin"])),
                 "kv_cache_usage_ratio": ("gauge", lambda r, c: 0.97 if r in full else 0.31),
+                "preemptions_total": ("counter", lambda r, c: c["preempted"]),
+                "lmcache_load_failures_total": ("counter", lambda r, c: c["load_failures"]),
+                "lmcache_loads_pending": ("gauge", lambda r, c: STUCK_PENDING if r in stuck else 0),
+                "lmcache_loaded_tokens_total": ("counter", lambda r, c: int(c["loaded"])),
+                "lmcache_saved_tokens_total": ("counter", lambda r, c: int(c["saved"])),
             }
             out = []
             for name, (kind, value) in rows.items():

@@ -37,6 +37,7 @@ BIND_FILES = ("proc/sys/kernel/random/boot_id", "usr/bin/dmesg", "proc/meminfo",
 BIND_PATHS = BIND_DIRS + BIND_FILES
 MI355X_BIND_FILES = ("proc/cmdline",)  # iommu-pt reads it there (§29); a gfx1250 node keeps the host's view
 PLATFORMS = ("gfx1250", *mi355x.KINDS)
+IDLE_POWER_W, POWER_CAP_W = 140, 1000  # a GPU's hwmon power at idle and its cap (MI3xx-class figures, §31.2)
 CARD_FIELDS = ("accel_state", "accel_id", "lane_bitmap", "ppod_id", "vpod_id", "link_type", "sclk_max_mhz",
                "ifoe_driver", "retired_pages", "busy_pct", *field.CARD_FIELDS)
 # Files `docker cp`-ed into our container (reference §2, §14) live under this root; the rig empties it on sync.
@@ -274,6 +275,9 @@ def _write_sysfs(tree: Path, s: NodeState) -> None:
         write_file(tree, f"{dev}/pp_dpm_sclk", f"S: 19Mhz *\n0: 500Mhz \n1: 1600Mhz \n2: {card['sclk_max_mhz']}Mhz \n")
         write_file(tree, f"{dev}/pp_dpm_mclk", "0: 900Mhz \n1: 1900Mhz *\n")
         write_file(tree, f"{dev}/gpu_busy_percent", f"{card['busy_pct']}\n")
+        # hwmon's power in microwatts (amdgpu_pm.c): idle draw under the cap (the watch's busy-at-idle-power rule)
+        write_file(tree, f"{dev}/hwmon/hwmon{c}/power1_average", f"{IDLE_POWER_W * 10**6}\n")
+        write_file(tree, f"{dev}/hwmon/hwmon{c}/power1_cap", f"{POWER_CAP_W * 10**6}\n")
         if s.platform in mi355x.KINDS:  # XGMI: no UALink sysfs, no IFoE function (§30)
             continue
         # The GPU's .1 (IFoE) function beside it, as device/.. shows it on a real node (§29, §28)
