@@ -29,7 +29,7 @@ def run_watch_demo() -> int:
     from k3doctor.inventory.load import load_inventory
     from k3doctor.registry import REGISTRY
     from k3doctor.watch import loop
-    from k3doctor.watch.judge import Settings
+    from k3doctor.watch.node_conditions import Settings
     from k3doctor.watch.render import Sink
     from k3doctor.watch.sources import sources_for
 

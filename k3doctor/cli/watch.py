@@ -89,7 +89,7 @@ def watch_cmd(inventory, ansible_inventory, interval, for_s, stall_s, read_timeo
     """Keep watching a serving cluster: stalled ranks, KV pressure, new kernel-log faults, RAS errors (§31.2)."""
     from k3doctor.watch import loop
     from k3doctor.watch.actions import Actions, Drainer, Silences, parse_silence
-    from k3doctor.watch.judge import Settings
+    from k3doctor.watch.node_conditions import Settings
     from k3doctor.watch.render import Sink
     from k3doctor.watch.sources import sources_for
 

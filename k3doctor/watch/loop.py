@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from k3doctor.watch.actions import Actions
 from k3doctor.watch.events import Condition, Tracker
-from k3doctor.watch.judge import Settings, judge_node, serving
+from k3doctor.watch.node_conditions import Settings, judge_node, serving
 from k3doctor.watch.render import Sink, npd_message, write_atomically
 
 EXIT = {None: 0, "warn": 1, "fail": 1, "unknown": 2}

@@ -13,7 +13,7 @@ from k3doctor.watch.device import judge_device
 from k3doctor.watch.engine import judge_engine
 from k3doctor.watch.events import Tracker
 from k3doctor.watch.gpu_events import judge_bad_pages, judge_cper
-from k3doctor.watch.judge import Settings, judge_node
+from k3doctor.watch.node_conditions import Settings, judge_node
 from k3doctor.watch.sources import Sample
 
 PRESSURE = ("lmcache_load_failures_total", "lmcache_loads_pending", "lmcache_loaded_tokens_total",

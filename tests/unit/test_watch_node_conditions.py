@@ -11,7 +11,7 @@ from k3doctor.parsers.atom_metrics import parse_metrics
 from k3doctor.readings import CommandReading, FileReading
 from k3doctor.watch.engine import judge_engine
 from k3doctor.watch.events import Condition, Tracker
-from k3doctor.watch.judge import Settings, judge_node
+from k3doctor.watch.node_conditions import Settings, judge_node
 from k3doctor.watch.loop import StateFileError, load_state
 from k3doctor.watch.render import exposition, live_line, npd_message
 from k3doctor.watch.sources import FETCH_REFUSED, FETCH_TIMEOUT, Sample
