@@ -45,7 +45,8 @@ def exposition(tracker: Tracker, nodes: dict) -> str:
     """The watch's state as Prometheus text. ``nodes``: name -> {"up": bool, "last_success": float | None,
     "serving": bool}. Health is 1 for a node with nothing active (one series, target ``node``), else 0 per
     active condition's target with its code as the reason; an unread node has ``k3doctor_watch_up`` 0 and its
-    last known conditions (UNKNOWN is not unhealthy: alert on ``up == 0`` separately)."""
+    last known conditions, never a health of 1 (UNKNOWN is neither healthy nor unhealthy, §31.2 item 5: alert
+    on ``up == 0`` separately)."""
     health = _Family("watch_health", "1 healthy, 0 a condition active on this node x target (GPU, DP rank, engine); "
                                      "reason: its code")
     up = _Family("watch_up", "1 when the node was read in the last interval, 0 when not (its health is then stale)")
@@ -55,7 +56,7 @@ def exposition(tracker: Tracker, nodes: dict) -> str:
         active = [c for c in tracker.of(node) if c.severity != "unknown"]
         for cond in active:
             health.set(0, node=node, target=cond.where or "node", reason=cond.code)
-        if not active:
+        if not active and info["up"]:
             health.set(1, node=node, target="node", reason="")
         up.set(1 if info["up"] else 0, node=node)
         serving.set(1 if info["serving"] else 0, node=node)

@@ -246,6 +246,42 @@ def test_drain_drains_exactly_the_node_with_a_hardware_fail_on_a_real_slurmctld(
     assert cluster.gone() == []
 
 
+def test_a_node_whose_sshd_stops_is_unknown_never_healthy_and_healthy_again_when_it_returns(own_rack, engines,
+                                                                                              tmp_path):
+    """The second node's sshd (and the watch's session on it) cut mid-watch: UNKNOWN, said once, no health
+    asserted for it meanwhile; its sshd started again: the watch reconnects (its backoff) and clears it, and a
+    kernel-log fault landing after the return is named - the baseline kept across the loss, nothing replayed."""
+    rack = own_rack
+    first, second = (n for n, _, _ in rack.hosts)
+    inv, prom = inventory(rack, tmp_path, {first, second}), tmp_path / "watch.prom"
+    append_kernel_line(tree(rack, second), f"amdgpu {BDF}: amdgpu: MES failed to respond to msg=REMOVE_QUEUE")
+    watch = Watching("--nodes", inv, "--interval", INTERVAL, "--stall", STALL, "--format", "jsonl",
+                     "--prom-file", prom, *ports(engines))
+    try:
+        watch.started(prom)
+        assert cut_sshd(rack.listener_pids(), f"sshd-{second}.conf") >= 2  # the listener and the watch's session
+        watch.wait_for("NODE-UNREAD", second, "node", within_s=6)
+        time.sleep(4)  # a few intervals lost: the reconnects back off (1 s, 2 s, 4 s...)
+        families = {f.name: f for f in text_string_to_metric_families(prom.read_text())}
+        assert {s.labels["node"]: s.value for s in families["k3doctor_watch_up"].samples} == {first: 1, second: 0}
+        healthy = {s.labels["node"] for s in families["k3doctor_watch_health"].samples if s.value == 1}
+        assert healthy == {first}, "a node not read was said healthy"
+        rack.start_sshd(second)
+        back = watch.wait_for("NODE-UNREAD", second, "node", within_s=20, kind="clear")
+        append_kernel_line(tree(rack, second), f"amdgpu {BDF}: amdgpu: ring gfx_0.0.0 timeout, signaled seq=3, "
+                                               "emitted seq=5")
+        watch.wait_for("KERNEL-RING-TIMEOUT", second, f"gpu {BDF}", within_s=6)
+    finally:
+        rc, events, err = watch.stop()
+    assert back <= 16, back  # within the backoff's step after 4-5 s down (1+2+4+8)
+    said = [(e["event"], e["code"], e["node"]) for e in events if e["event"] in ("start", "clear")]
+    assert said == [("start", "NODE-UNREAD", second), ("clear", "NODE-UNREAD", second),
+                    ("start", "KERNEL-RING-TIMEOUT", second)], said
+    assert (rc, err) == (1, ""), err
+    families = {f.name: f for f in text_string_to_metric_families(prom.read_text())}
+    assert {s.labels["node"]: s.value for s in families["k3doctor_watch_up"].samples} == {first: 1, second: 1}
+
+
 def test_watch_names_each_fault_once_on_its_node_and_rank(rack, engines, tmp_path):
     first, second = (n for n, _, _ in rack.hosts)
     inv = inventory(rack, tmp_path, {first, second})

@@ -128,7 +128,8 @@ def test_exposition_parses_and_says_each_target_with_its_reason():
     families = {f.name: f for f in text_string_to_metric_families(exposition(tracker, nodes))}
     health = {(s.labels["node"], s.labels["target"], s.labels["reason"]): s.value
               for s in families["k3doctor_watch_health"].samples}
-    assert health == {("n1", "dp_rank 1", "ENGINE-STALLED"): 0, ("n2", "node", ""): 1}
+    assert health == {("n1", "dp_rank 1", "ENGINE-STALLED"): 0}  # n2 not read: never said healthy (§31.2 item 5)
+    assert {s.labels["node"]: s.value for s in families["k3doctor_watch_up"].samples} == {"n1": 1, "n2": 0}
     assert [s.value for s in families["k3doctor_watch_last_success_timestamp_seconds"].samples] == [1700000000.5]
     assert npd_message(tracker, 1, 2).startswith("FAIL n1 dp_rank 1 ENGINE-STALLED: x (+1 more)")
 
