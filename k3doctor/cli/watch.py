@@ -1,6 +1,7 @@
 """``k3doctor watch``: the on-call doctor that keeps looking at a serving cluster (k3doctor/watch/)."""
 from __future__ import annotations
 
+import os
 import re
 import sys
 
@@ -67,9 +68,16 @@ def metrics_ports(items) -> dict:
 @click.option("--silence", "silences", multiple=True, metavar="CODE[@NODE][:UNTIL]",
               help="Do not emit this finding's events (on NODE; until UNTIL: 2h or an ISO date-time, UTC unless it "
                    "has an offset); still judged and counted (repeatable).")
+@click.option("--bundle-dir", default=None, metavar="DIR",
+              help="On a stall, capture the evidence first - py-spy stacks of the node's ranks, the server log's "
+                   "last lines, the metrics history - into a triage bundle here, and say the triage verdict.")
+@click.option("--log", "logs", multiple=True, metavar="NODE=PATH",
+              help="The server log a --bundle-dir capture reads on NODE (default: docker logs of the inventory's "
+                   "container, as triage reads it; repeatable).")
 @accept_unknown_hosts_option()
 def watch_cmd(inventory, ansible_inventory, interval, for_s, stall_s, read_timeout, ports, metrics_path,
-              engine_process, fmt, prom_file, once, state_path, webhook, drain, silences, accept_unknown_hosts):
+              engine_process, fmt, prom_file, once, state_path, webhook, drain, silences, bundle_dir, logs,
+              accept_unknown_hosts):
     """Keep watching a serving cluster: stalled ranks, KV pressure, new kernel-log faults, RAS errors (§31.2)."""
     from k3doctor.watch import loop
     from k3doctor.watch.actions import Actions, Drainer, Silences, parse_silence
@@ -81,8 +89,13 @@ def watch_cmd(inventory, ansible_inventory, interval, for_s, stall_s, read_timeo
         raise click.UsageError("--once and --state FILE go together")
     if once and for_s is not None:
         raise click.UsageError("--once runs one round: --for does not apply")
-    if once and (webhook or drain or silences):
-        raise click.UsageError("--once reports to node-problem-detector: --webhook, --drain and --silence do not apply")
+    if once and (webhook or drain or silences or bundle_dir):
+        raise click.UsageError("--once reports to node-problem-detector: --webhook, --drain, --silence and "
+                               "--bundle-dir do not apply")
+    if logs and not bundle_dir:
+        raise click.UsageError("--log names the server log a --bundle-dir capture reads: give --bundle-dir too")
+    if bundle_dir and not os.path.isdir(bundle_dir):
+        raise click.UsageError(f"--bundle-dir {bundle_dir}: not a directory")
     try:
         silenced = Silences([parse_silence(text) for text in silences])
     except ValueError as exc:
@@ -122,7 +135,9 @@ def watch_cmd(inventory, ansible_inventory, interval, for_s, stall_s, read_timeo
             raise click.UsageError(str(exc)) from None
     sources = sources_for(inv, metrics_ports=ports_by_node, metrics_path=metrics_path,
                           read_timeout_s=min(read_timeout, MAX_SECONDS), accept_unknown_hosts=accept_unknown_hosts)
-    watch = loop.Watch(sources, Settings(stall_s=stall_s, engine_process=engine_process), states, tracker)
+    settings = Settings(stall_s=stall_s, engine_process=engine_process)
+    evidence = _evidence(bundle_dir, logs, inv, settings, interval, accept_unknown_hosts) if bundle_dir else None
+    watch = loop.Watch(sources, settings, states, tracker, history=evidence.history if evidence else None)
     sink = Sink(fmt, sys.stdout, prom_file)
     if once:
         sys.exit(loop.once(watch, sink, state_path))
@@ -130,8 +145,24 @@ def watch_cmd(inventory, ansible_inventory, interval, for_s, stall_s, read_timeo
         from k3doctor.watch.webhook import Webhook
 
         hook = Webhook(webhook)
-    actions = Actions(silenced, hook, Drainer() if drain else None)
+    actions = Actions(silenced, hook, Drainer() if drain else None, evidence)
     sys.exit(loop.run(watch, sink, interval_s=interval, for_s=for_s, actions=actions))
+
+
+def _evidence(folder: str, logs, inv, settings, interval: float, accept_unknown_hosts: bool):
+    """The --bundle-dir capture (k3doctor/watch/evidence.py): its own connection to a stalled node."""
+    from k3doctor.judging.connections import make_transport
+    from k3doctor.judging.runner import RunOptions
+    from k3doctor.triage.flow import TriageInputError, log_paths
+    from k3doctor.watch.evidence import Evidence, MetricsHistory
+
+    try:
+        paths = log_paths(logs, inv)
+    except TriageInputError as exc:
+        raise click.UsageError(str(exc)) from None
+    opts, nodes = RunOptions(accept_unknown_hosts=accept_unknown_hosts), {n.name: n for n in inv.nodes}
+    return Evidence(folder, lambda name: make_transport(nodes[name], inv, opts), inv, MetricsHistory(interval),
+                    settings.engine_process, paths)
 
 
 COMMANDS = (watch_cmd,)

@@ -27,8 +27,9 @@ STATE_VERSION = 1
 class Watch:
     """``sources``: node name -> NodeSource; ``states``: node name -> its judge state (JSON)."""
 
-    def __init__(self, sources: dict, settings: Settings, states: dict | None = None, tracker: Tracker | None = None):
-        self.sources, self.settings = sources, settings
+    def __init__(self, sources: dict, settings: Settings, states: dict | None = None, tracker: Tracker | None = None,
+                 history=None):
+        self.sources, self.settings, self.history = sources, settings, history  # history: evidence.MetricsHistory
         self.states = {name: (states or {}).get(name, {}) for name in sources}
         self.tracker = tracker or Tracker()
         self.up = dict.fromkeys(sources, False)
@@ -40,6 +41,8 @@ class Watch:
         samples = dict(zip(self.sources, self._pool.map(lambda src: src.read(), self.sources.values()), strict=True))
         events = []
         for name, sample in samples.items():
+            if self.history is not None:
+                self.history.add(name, sample)
             found = judge_node(name, self.states[name], sample, self.tracker.of(name), self.settings)
             self.up[name] = sample.problem is None
             events += self.tracker.update(name, found, sample.at)

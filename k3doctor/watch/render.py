@@ -134,6 +134,8 @@ class Sink:
 def _actions_said(summary: dict) -> str:
     """The summary's words on silences, drains and the webhook (only those in use)."""
     out = f"; {summary['silenced']} event(s) silenced" if summary.get("silenced") else ""
+    if "bundles" in summary:
+        out += f"; {summary['bundles']} triage bundle(s) of evidence written"
     if "drained" in summary:
         out += f"; {summary['drained']} node(s) drained in Slurm"
     hook = summary.get("webhook")

@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tarfile
 import threading
 import time
 from pathlib import Path
@@ -17,12 +18,13 @@ from pathlib import Path
 import psutil
 import pytest
 import yaml
+from k3rig import server_log
 from k3rig.light import LightRack
 from k3rig.live_faults import append_kernel_line, bump_ras, cut_sshd
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import rig_unavailable
-from tests.e2e.cli import k3
+from tests.e2e.cli import k3, k3json
 from tests.slurm_cluster import NODE as SLURM_NODE
 from tests.slurm_cluster import SlurmCluster, missing
 from tests.webhook_receiver import Receiver
@@ -280,6 +282,60 @@ def test_a_node_whose_sshd_stops_is_unknown_never_healthy_and_healthy_again_when
     assert (rc, err) == (1, ""), err
     families = {f.name: f for f in text_string_to_metric_families(prom.read_text())}
     assert {s.labels["node"]: s.value for s in families["k3doctor_watch_up"].samples} == {first: 1, second: 1}
+
+
+def test_a_stall_is_captured_first_into_a_triage_bundle_that_names_the_rank(rack, tmp_path):
+    """--bundle-dir: rank 2 of an engine with real ModelRunner processes (k3rig.model_runner: py-spy reads them)
+    stalls; the watch captures py-spy stacks of the node's ranks, the server log's last lines and its metrics
+    history into a triage bundle, once for the stall (a second rank stalling beside it takes none), and says
+    the triage verdict - rank 2 stopped in a mori dispatch - as an action event; `k3doctor judge` on the
+    bundle says the same offline."""
+    first = rack.hosts[0][0]
+    control, log = tmp_path / "control.json", tmp_path / "atom.log"
+    control.write_text("{}")
+    lines = server_log.node_logs(n_nodes=1)[0]  # a healthy start of its 4 ranks, as ATOM logs it
+    log.write_text(server_log.stamped(lines))
+    engine = subprocess.Popen([sys.executable, "-m", "k3rig.model_server", "--ranks", "4", "--control", str(control),
+                               "--lifetime", "300", "--runners"], stdout=subprocess.PIPE, text=True)
+    port = int(engine.stdout.readline())
+    bundles, prom = tmp_path / "bundles", tmp_path / "watch.prom"
+    bundles.mkdir()
+    watch = Watching("--nodes", inventory(rack, tmp_path, {first}), "--interval", INTERVAL, "--stall", STALL,
+                     "--format", "jsonl", "--prom-file", prom, "--metrics-port", f"{first}={port}",
+                     "--engine-process", f"k3rig[.]model_server --ranks 4 --control {control}",
+                     "--bundle-dir", bundles, "--log", f"{first}={log}")
+    try:
+        watch.started(prom)
+        control.write_text(json.dumps({"stall": [2]}))
+        watch.wait_for("ENGINE-STALLED", first, "dp_rank 2", within_s=float(STALL) + 5)
+        watch.wait_for("EVIDENCE-CAPTURED", first, "dp_rank 2", within_s=30, kind="action")
+        control.write_text(json.dumps({"stall": [2, 3]}))
+        watch.wait_for("ENGINE-STALLED", first, "dp_rank 3", within_s=float(STALL) + 5)
+        time.sleep(3)
+    finally:
+        control.write_text("{}")
+        rc, events, err = watch.stop()
+        engine.kill()
+        engine.wait()
+    captured = [e for e in events if e["event"] == "action"]
+    assert len(captured) == 1 and events[-1]["bundles"] == 1, captured  # once per stall of the node
+    said = captured[0]["message"]
+    assert f"4 rank stack(s), {len(lines)} log line(s)" in said, said
+    assert "rank 2 (n001-ct1) stopped in mori-dispatch: dispatch <- main" in said, said
+    assert (rc, err) == (1, ""), err
+    path = next(bundles.iterdir())
+    assert said.startswith(f"triage bundle {path} (") and oct(path.stat().st_mode & 0o777) == "0o600"
+    with tarfile.open(path) as tar:
+        members = {m.name: tar.extractfile(m).read().decode() for m in tar}
+    assert set(members) == {"manifest.json", f"logs/{first}", f"stacks/{first}", "report.json"}, set(members)
+    assert lines[-1] in members[f"logs/{first}"]
+    assert members[f"stacks/{first}"].count("ATOM::DP") == 4
+    history = json.loads(members["manifest.json"])["watch"]["metrics_history"]
+    assert len(history) >= float(STALL) and set(history[-1]["ranks"]) == {"0", "1", "2", "3"}, history[-1]
+    rc, offline = k3json("judge", path)
+    bad = [(r["check"], r["node"], r["gpu"], r["status"], r["remediation"]) for r in offline["results"]
+           if r["status"] != "PASS"]
+    assert rc == 1 and bad == [("triage-stacks", first, 2, "FAIL", "TRIAGE-COLLECTIVE-HANG")], offline["results"]
 
 
 def test_watch_names_each_fault_once_on_its_node_and_rank(rack, engines, tmp_path):
