@@ -74,10 +74,16 @@ def metrics_ports(items) -> dict:
 @click.option("--log", "logs", multiple=True, metavar="NODE=PATH",
               help="The server log a --bundle-dir capture reads on NODE (default: docker logs of the inventory's "
                    "container, as triage reads it; repeatable).")
+@click.option("--listen", default=None, metavar="ADDR",
+              help="Serve the Prometheus exposition at http(s)://ADDR/metrics (HOST:PORT, :PORT), refreshed every "
+                   "interval.")
+@click.option("--web-config", default=None, metavar="FILE",
+              help="TLS and basic auth of --listen, in node_exporter's web-config format (tls_server_config "
+                   "cert_file/key_file, basic_auth_users with bcrypt hashes).")
 @accept_unknown_hosts_option()
 def watch_cmd(inventory, ansible_inventory, interval, for_s, stall_s, read_timeout, ports, metrics_path,
               engine_process, fmt, prom_file, once, state_path, webhook, drain, silences, bundle_dir, logs,
-              accept_unknown_hosts):
+              listen, web_config, accept_unknown_hosts):
     """Keep watching a serving cluster: stalled ranks, KV pressure, new kernel-log faults, RAS errors (§31.2)."""
     from k3doctor.watch import loop
     from k3doctor.watch.actions import Actions, Drainer, Silences, parse_silence
@@ -92,6 +98,10 @@ def watch_cmd(inventory, ansible_inventory, interval, for_s, stall_s, read_timeo
     if once and (webhook or drain or silences or bundle_dir):
         raise click.UsageError("--once reports to node-problem-detector: --webhook, --drain, --silence and "
                                "--bundle-dir do not apply")
+    if web_config and not listen:
+        raise click.UsageError("--web-config configures --listen: give --listen too")
+    if once and listen:
+        raise click.UsageError("--once runs one round: --listen does not apply (use --prom-file)")
     if logs and not bundle_dir:
         raise click.UsageError("--log names the server log a --bundle-dir capture reads: give --bundle-dir too")
     if bundle_dir and not os.path.isdir(bundle_dir):
@@ -138,7 +148,7 @@ def watch_cmd(inventory, ansible_inventory, interval, for_s, stall_s, read_timeo
     settings = Settings(stall_s=stall_s, engine_process=engine_process)
     evidence = _evidence(bundle_dir, logs, inv, settings, interval, accept_unknown_hosts) if bundle_dir else None
     watch = loop.Watch(sources, settings, states, tracker, history=evidence.history if evidence else None)
-    sink = Sink(fmt, sys.stdout, prom_file)
+    sink = Sink(fmt, sys.stdout, prom_file, _listener(listen, web_config) if listen else None)
     if once:
         sys.exit(loop.once(watch, sink, state_path))
     if webhook:
@@ -146,7 +156,11 @@ def watch_cmd(inventory, ansible_inventory, interval, for_s, stall_s, read_timeo
 
         hook = Webhook(webhook)
     actions = Actions(silenced, hook, Drainer() if drain else None, evidence)
-    sys.exit(loop.run(watch, sink, interval_s=interval, for_s=for_s, actions=actions))
+    try:
+        sys.exit(loop.run(watch, sink, interval_s=interval, for_s=for_s, actions=actions))
+    finally:
+        if sink.listener:
+            sink.listener.close()
 
 
 def _evidence(folder: str, logs, inv, settings, interval: float, accept_unknown_hosts: bool):
@@ -163,6 +177,16 @@ def _evidence(folder: str, logs, inv, settings, interval: float, accept_unknown_
     opts, nodes = RunOptions(accept_unknown_hosts=accept_unknown_hosts), {n.name: n for n in inv.nodes}
     return Evidence(folder, lambda name: make_transport(nodes[name], inv, opts), inv, MetricsHistory(interval),
                     settings.engine_process, paths)
+
+
+def _listener(address: str, web_config: str | None):
+    """--listen's server, started (serve.py); a file or address that cannot be served is one line, exit 3."""
+    from k3doctor.watch.serve import Listener, WebConfigError, load_web_config
+
+    try:
+        return Listener(address, load_web_config(web_config) if web_config else None)
+    except WebConfigError as exc:
+        raise click.UsageError(str(exc)) from None
 
 
 COMMANDS = (watch_cmd,)

@@ -92,10 +92,11 @@ def npd_message(tracker: Tracker, read: int, total: int) -> str:
 
 
 class Sink:
-    """Where events go as the watch runs, by format; ``prom_file`` is rewritten after every interval."""
+    """Where events go as the watch runs, by format; ``prom_file`` is rewritten and ``listener`` (serve.py:
+    ``--listen``) given the exposition after every interval."""
 
-    def __init__(self, fmt: str, stream=None, prom_file: str | None = None):
-        self.fmt, self.stream, self.prom_file = fmt, stream or sys.stdout, prom_file
+    def __init__(self, fmt: str, stream=None, prom_file: str | None = None, listener=None):
+        self.fmt, self.stream, self.prom_file, self.listener = fmt, stream or sys.stdout, prom_file, listener
         self.color = fmt == "live" and colored(self.stream)
 
     def say(self, text: str) -> None:
@@ -115,8 +116,12 @@ class Sink:
                 self.say(jsonl_line(event))
 
     def interval(self, tracker: Tracker, nodes: dict) -> None:
-        if self.prom_file:
-            write_atomically(self.prom_file, exposition(tracker, nodes))
+        if self.prom_file or self.listener:
+            text = exposition(tracker, nodes)
+            if self.prom_file:
+                write_atomically(self.prom_file, text)
+            if self.listener:
+                self.listener.publish(text)
 
     def ended(self, summary: dict, tracker: Tracker, nodes: dict) -> None:
         if self.fmt == "prom":

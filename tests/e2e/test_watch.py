@@ -4,17 +4,22 @@ lines not replayed, a lost node UNKNOWN, nothing left on the nodes after SIGTERM
 from __future__ import annotations
 
 import base64
+import http.client
 import json
 import queue
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tarfile
 import threading
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
+import bcrypt
 import psutil
 import pytest
 import yaml
@@ -336,6 +341,70 @@ def test_a_stall_is_captured_first_into_a_triage_bundle_that_names_the_rank(rack
     bad = [(r["check"], r["node"], r["gpu"], r["status"], r["remediation"]) for r in offline["results"]
            if r["status"] != "PASS"]
     assert rc == 1 and bad == [("triage-stacks", first, 2, "FAIL", "TRIAGE-COLLECTIVE-HANG")], offline["results"]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_listen_serves_the_exposition_over_https_with_basic_auth_as_node_exporter_does(rack, engines, tmp_path):
+    """--listen with a node_exporter web-config (a self-signed certificate made here, a bcrypt user): a real
+    HTTPS client that trusts that certificate reads /metrics with the right password - prometheus_client parses
+    it, the stall is there as it happens - and gets 401 with a wrong one or none; plain HTTP gets no answer."""
+    first = rack.hosts[0][0]
+    cert, key = tmp_path / "watch.crt", tmp_path / "watch.key"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                    "-days", "1", "-subj", "/CN=k3doctor-watch", "-addext", "subjectAltName=IP:127.0.0.1",
+                    "-keyout", key, "-out", cert], check=True, capture_output=True)
+    config = tmp_path / "web.yml"
+    config.write_text(yaml.safe_dump({"tls_server_config": {"cert_file": cert.name, "key_file": key.name},
+                                      "basic_auth_users": {"prometheus": bcrypt.hashpw(b"s3cret", bcrypt.gensalt(10))
+                                                           .decode()}}))
+    port, prom = free_port(), tmp_path / "watch.prom"
+    url, trusted = f"https://127.0.0.1:{port}/metrics", ssl.create_default_context(cafile=str(cert))
+
+    def scrape(user: str | None, password: str = "") -> tuple:
+        request = urllib.request.Request(url)
+        if user:
+            request.add_header("Authorization", "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode())
+        try:
+            with urllib.request.urlopen(request, context=trusted, timeout=10) as answer:
+                return answer.status, answer.headers["Content-Type"], answer.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.headers.get("WWW-Authenticate"), ""
+
+    watch = Watching("--nodes", inventory(rack, tmp_path, {first}), "--interval", INTERVAL, "--stall", STALL,
+                     "--format", "jsonl", "--prom-file", prom, *ports({first: engines[first]}), "--listen",
+                     f"127.0.0.1:{port}", "--web-config", config)
+    try:
+        watch.started(prom)
+        status, ctype, text = scrape("prometheus", "s3cret")
+        assert (status, ctype) == (200, "text/plain; version=0.0.4; charset=utf-8"), text
+        families = {f.name: f for f in text_string_to_metric_families(text)}
+        assert [(s.labels["node"], s.value) for s in families["k3doctor_watch_health"].samples] == [(first, 1)]
+        engines[first][1].write_text(json.dumps({"stall": [1]}))
+        watch.wait_for("ENGINE-STALLED", first, "dp_rank 1", within_s=float(STALL) + 5)
+        time.sleep(1.5)
+        families = {f.name: f for f in text_string_to_metric_families(scrape("prometheus", "s3cret")[2])}
+        assert {(s.labels["target"], s.labels["reason"], s.value) for s in families["k3doctor_watch_health"].samples
+                } == {("dp_rank 1", "ENGINE-STALLED", 0)}
+        for who in (("prometheus", "wrong"), ("nobody", "s3cret"), (None,)):
+            assert scrape(*who) == (401, 'Basic realm="k3doctor watch"', ""), who
+        with pytest.raises((urllib.error.URLError, ConnectionError, http.client.HTTPException)):
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5)
+        assert scrape("prometheus", "s3cret")[0] == 200  # a bad client cost the server nothing
+        engines[first][1].write_text("{}")
+        watch.wait_for("ENGINE-STALLED", first, "dp_rank 1", within_s=5, kind="clear")
+    finally:
+        engines[first][1].write_text("{}")
+        rc, events, err = watch.stop()
+    assert (rc, err) == (0, ""), err
+    assert [(e["event"], e["code"]) for e in events if e["event"] != "summary"] == [
+        ("start", "ENGINE-STALLED"), ("clear", "ENGINE-STALLED")]
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=2)  # the listener closed with the watch
 
 
 def test_watch_names_each_fault_once_on_its_node_and_rank(rack, engines, tmp_path):
