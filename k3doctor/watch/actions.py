@@ -121,15 +121,17 @@ class Drainer:
     def _drain(self, event: dict) -> dict | None:
         name = event["node"]
         if not NODE_NAME.fullmatch(name):
-            return action_event(event, "SLURM-CALL-FAILED", "unknown", f"{name!r} is not a Slurm node name: not drained")
+            return action_event(event, "SLURM-CALL-FAILED", "unknown",
+                                f"{name!r} is not a Slurm node name: not drained")
         reason = slurm.reason_line(f"{event['where'] or 'node'}: {event['message']}", event["code"])
         try:
             scontrol = self._scontrol()
             node = scontrol.show_node(name)
             other = slurm.others_hold(node)
             if other:
-                return action_event(event, "SLURM-LEFT-AS-IS", "warn", f"{name} left as it is in Slurm: already {other} "
-                                                                f"with another reason; would drain: {reason}")
+                return action_event(event, "SLURM-LEFT-AS-IS", "warn", f"{name} left as it is in Slurm: already "
+                                                                       f"{other} with another reason; would drain: "
+                                                                       f"{reason}")
             if slurm.ours(node):
                 return None  # drained by k3doctor already: its first cause (the root one) stays the reason
             scontrol.drain(name, reason)

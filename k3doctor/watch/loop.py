@@ -19,6 +19,7 @@ from k3doctor.watch.actions import Actions
 from k3doctor.watch.events import Condition, Tracker
 from k3doctor.watch.judge import Settings, judge_node, serving
 from k3doctor.watch.render import Sink, npd_message, write_atomically
+from k3doctor.watch.sources import Sample
 
 EXIT = {None: 0, "warn": 1, "fail": 1, "unknown": 2}
 STATE_VERSION = 1
@@ -38,7 +39,7 @@ class Watch:
 
     def round(self) -> list:
         """Read every node now (in parallel), judge each; the events of this round, in node order."""
-        samples = dict(zip(self.sources, self._pool.map(lambda src: src.read(), self.sources.values()), strict=True))
+        samples = dict(zip(self.sources, self._pool.map(_read, self.sources.values()), strict=True))
         events = []
         for name, sample in samples.items():
             if self.history is not None:
@@ -67,6 +68,16 @@ class Watch:
         self._pool.shutdown(wait=True, cancel_futures=True)
         for src in self.sources.values():
             src.close()
+
+
+def _read(source) -> Sample:
+    """One node's sample; a read that failed in a way its transport did not foresee is that node unread (said
+    with the error's type), never the end of a watch that keeps looking for days."""
+    try:
+        return source.read()
+    except Exception as exc:  # noqa: BLE001 -- one node's surprise must not end the watch of every node
+        source.close()
+        return Sample(source.node, time.time(), f"{type(exc).__name__}: {str(exc) or 'no message'} (connection closed)")
 
 
 def run(watch: Watch, sink: Sink, *, interval_s: float, for_s: float | None, actions: Actions | None = None) -> int:

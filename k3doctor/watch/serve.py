@@ -83,7 +83,8 @@ def load_web_config(path: str) -> WebConfig:
         try:
             import bcrypt  # noqa: F401 -- checked now, not at the first scrape
         except ImportError:
-            raise WebConfigError("--web-config: basic_auth_users needs the bcrypt package (pip install bcrypt)") from None
+            raise WebConfigError("--web-config: basic_auth_users needs the bcrypt package (pip install bcrypt)") \
+                from None
     return config
 
 

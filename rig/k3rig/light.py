@@ -139,7 +139,8 @@ class LightRack(Started):
         deadline = time.monotonic() + START_TIMEOUT_S
         while not _accepts(host, SSH_PORT):
             if time.monotonic() > deadline or self._restarted[-1].poll() is not None:
-                raise RuntimeError(f"light node {name} ({host}): sshd did not start again: see {tray_dir}/sshd-{name}.log")
+                raise RuntimeError(f"light node {name} ({host}): sshd did not start again: "
+                                   f"see {tray_dir}/sshd-{name}.log")
             time.sleep(0.05)
 
     def listener_pids(self) -> list[int]:

@@ -87,3 +87,46 @@ def test_metrics_history_is_bounded_and_skips_what_was_not_read():
     history.add("n1", Sample("n1", 6.0, readings={"metrics": CommandReading("fetch", 7, "", "refused")}))
     kept = history.of("n1")
     assert [h["ranks"]["1"]["generation_tokens_total"] for h in kept] == [6, 7, 8, 9] and history.of("n2") == []
+
+
+class Broken:
+    """A node whose read fails in a way its transport did not foresee (paramiko's bare EOFError once did)."""
+
+    node, closed = "n2", 0
+
+    def read(self):
+        raise EOFError()
+
+    def close(self):
+        self.closed += 1
+
+    def cancel(self):
+        pass
+
+
+class Fine:
+    node = "n1"
+
+    def read(self):
+        return Sample("n1", time.time(), "unreachable")
+
+    def close(self):
+        pass
+
+    def cancel(self):
+        pass
+
+
+def test_one_nodes_surprise_is_that_node_unread_never_the_end_of_the_watch():
+    from k3doctor.watch.judge import Settings
+    from k3doctor.watch.loop import Watch
+
+    broken = Broken()
+    watch = Watch({"n1": Fine(), "n2": broken}, Settings())
+    try:
+        events = watch.round() + watch.round()
+    finally:
+        watch.stop()
+    assert [(e["event"], e["node"], e["code"]) for e in events] == [
+        ("start", "n1", "NODE-UNREAD"), ("start", "n2", "NODE-UNREAD")]
+    assert "not read: EOFError: no message (connection closed)" in events[1]["message"] and broken.closed >= 2
