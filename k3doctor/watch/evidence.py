@@ -143,12 +143,10 @@ class Evidence:
             transport.connect()
             ps = Command(("ps", "-eo", "pid=,ppid=,args="), READ_TIMEOUT_S)
             got = gather(transport, [ps], command_timeout_s=READ_TIMEOUT_S, deadline_s=DEADLINE_S)
-            ranks = rank_pids(got[ps].output(), self.engine_pattern)
+            ranks = rank_pids(got[ps].output("the process table"), self.engine_pattern)
             texts, dumps, problems, clock = self._read(transport, node, ranks)
-        except (TransportError, ParseError, OSError) as exc:
+        except (TransportError, ReadingUnavailable, ParseError, OSError) as exc:
             problems[node] = f"evidence not read: {exc}"
-        except Exception as exc:  # a reading that failed its own way (ReadingUnavailable...): this capture only
-            problems[node] = f"evidence not read: {type(exc).__name__}: {exc}"
         finally:
             with self._lock:
                 self._live.pop(node, None)
@@ -166,10 +164,13 @@ class Evidence:
         texts, dumps, problems = {}, {}, {}
         try:
             texts[node] = _log_text(got[log])
-        except Exception as exc:  # the log alone: the stacks and the metrics are still evidence
+        except ReadingUnavailable as exc:  # the log alone: the stacks and the metrics are still evidence
             problems[node] = f"server log: {exc}"
         if ranks:
-            dumps[node] = got[specs[2]].output()
+            try:
+                dumps[node] = got[specs[2]].output("the py-spy dumps")
+            except ReadingUnavailable as exc:
+                problems[f"{node} stacks"] = str(exc)
         else:
             problems[f"{node} stacks"] = (f"no ATOM::DP<n>TP0 process of the engine (--engine-process "
                                           f"{self.engine_pattern!r}) on the node")
