@@ -22,6 +22,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import psutil
 import yaml
 
 from . import scenario as scenarios
@@ -87,7 +88,8 @@ class LightRack(Started):
             self._namespaces.add(_wait_namespace(leader, deadline))
         for name, host, _ in self.hosts:
             while not _accepts(host, SSH_PORT):
-                if time.monotonic() > deadline or any(p.poll() is not None for p in self._leaders):
+                if time.monotonic() > deadline or any(p.poll() is not None or _exited_child(p.pid)
+                                                      for p in self._leaders):
                     raise RuntimeError(f"light node {name} ({host}) did not start: see {self.workdir}/*/sshd-*.log")
                 time.sleep(0.05)
 
@@ -244,6 +246,14 @@ def _wait_namespace(leader: subprocess.Popen, deadline: float) -> str:
             raise RuntimeError(f"light-node namespace {leader.args} failed (exit {leader.poll()})")
         time.sleep(0.05)
     return _mount_namespace(leader.pid)
+
+
+def _exited_child(pid: int) -> bool:
+    """A leader's sshd that exited (a zombie: the leader, ``sleep``, reaps none): a node that did not start."""
+    try:
+        return any(child.status() == psutil.STATUS_ZOMBIE for child in psutil.Process(pid).children())
+    except psutil.Error:
+        return False
 
 
 def _children(pid: int) -> list[int]:
