@@ -249,9 +249,11 @@ def _wait_namespace(leader: subprocess.Popen, deadline: float) -> str:
 
 
 def _exited_child(pid: int) -> bool:
-    """A leader's sshd that exited (a zombie: the leader, ``sleep``, reaps none): a node that did not start."""
+    """A leader's sshd that exited (a zombie: the leader, once it is ``sleep``, reaps none): a node that did not
+    start. Before that the leader is the shell, whose mounts are its children for a moment too."""
     try:
-        return any(child.status() == psutil.STATUS_ZOMBIE for child in psutil.Process(pid).children())
+        leader = psutil.Process(pid)
+        return leader.name() == "sleep" and any(c.status() == psutil.STATUS_ZOMBIE for c in leader.children())
     except psutil.Error:
         return False
 
