@@ -15,6 +15,8 @@ fi
 # headless Chromium reads the HTML report in the tests (screenshot + DOM); DejaVu so its text has a font
 dpkg -s chromium fonts-dejavu-core >/dev/null 2>&1 || { apt-get update -qq; apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core >/dev/null; }
 # k3doctor with its test tools, and the simulated rack (its own package under rig/: tests and `k3doctor demo`).
+# setup.cfg names bcrypt itself: `watch --web-config` checks basic_auth_users' bcrypt hashes (paramiko brings
+# it too, but k3doctor imports it directly and must not depend on paramiko's choice).
 python3 -m pip install -q --disable-pip-version-check -e '.[test]' -e ./rig
 # The all_reduce probe's ranks run on gloo with the CPU build of torch: in the tests' own python, and
 # in the system python that the simulated nodes see (their namespaces hide /root, and pyenv with it).

@@ -1,6 +1,7 @@
 """``k3doctor watch``: the on-call doctor that keeps looking at a serving cluster (k3doctor/watch/)."""
 from __future__ import annotations
 
+import os
 import re
 import sys
 
@@ -82,10 +83,19 @@ def server_logs(items) -> dict:
 @click.option("--silence", "silences", multiple=True, metavar="CODE[@NODE][:UNTIL]",
               help="Do not emit this finding's events (on NODE; until UNTIL: 2h or an ISO date-time, UTC unless it "
                    "has an offset); still judged and counted (repeatable).")
+@click.option("--bundle-dir", default=None, metavar="DIR",
+              help="On a stall, capture the evidence first - py-spy stacks of the node's ranks, the server log's "
+                   "last lines, the metrics history - into a triage bundle here, and say the triage verdict.")
+@click.option("--listen", default=None, metavar="ADDR",
+              help="Serve the Prometheus exposition at http(s)://ADDR/metrics (HOST:PORT, :PORT), refreshed every "
+                   "interval.")
+@click.option("--web-config", default=None, metavar="FILE",
+              help="TLS and basic auth of --listen, in node_exporter's web-config format (tls_server_config "
+                   "cert_file/key_file, basic_auth_users with bcrypt hashes).")
 @accept_unknown_hosts_option()
 def watch_cmd(inventory, ansible_inventory, interval, for_s, stall_s, read_timeout, cper_every_s, ports, logs,
-              metrics_path, engine_process, fmt, prom_file, once, state_path, webhook, drain, silences,
-              accept_unknown_hosts):
+              metrics_path, engine_process, fmt, prom_file, once, state_path, webhook, drain, silences, bundle_dir,
+              listen, web_config, accept_unknown_hosts):
     """Keep watching a serving cluster: stalled ranks, KV pressure, new kernel-log faults, RAS errors (§31.2)."""
     from k3doctor.watch import loop
     from k3doctor.watch.actions import Actions, Drainer, Silences, parse_silence
@@ -99,8 +109,15 @@ def watch_cmd(inventory, ansible_inventory, interval, for_s, stall_s, read_timeo
         raise click.UsageError("--once runs one round: --for does not apply")
     if once and logs:
         raise click.UsageError("--once keeps no position in a server log between runs: --server-log does not apply")
-    if once and (webhook or drain or silences):
-        raise click.UsageError("--once reports to node-problem-detector: --webhook, --drain and --silence do not apply")
+    if once and (webhook or drain or silences or bundle_dir):
+        raise click.UsageError("--once reports to node-problem-detector: --webhook, --drain, --silence and "
+                               "--bundle-dir do not apply")
+    if web_config and not listen:
+        raise click.UsageError("--web-config configures --listen: give --listen too")
+    if once and listen:
+        raise click.UsageError("--once runs one round: --listen does not apply (use --prom-file)")
+    if bundle_dir and not os.path.isdir(bundle_dir):
+        raise click.UsageError(f"--bundle-dir {bundle_dir}: not a directory")
     try:
         silenced = Silences([parse_silence(text) for text in silences])
     except ValueError as exc:
@@ -143,16 +160,46 @@ def watch_cmd(inventory, ansible_inventory, interval, for_s, stall_s, read_timeo
     sources = sources_for(inv, metrics_ports=ports_by_node, metrics_path=metrics_path,
                           read_timeout_s=min(read_timeout, MAX_SECONDS), accept_unknown_hosts=accept_unknown_hosts,
                           cper_every_s=cper_every_s, server_logs=logs_by_node)
-    watch = loop.Watch(sources, Settings(stall_s=stall_s, engine_process=engine_process), states, tracker)
-    sink = Sink(fmt, sys.stdout, prom_file)
+    settings = Settings(stall_s=stall_s, engine_process=engine_process)
+    evidence = _evidence(bundle_dir, logs_by_node, inv, settings, interval, accept_unknown_hosts) if bundle_dir \
+        else None
+    watch = loop.Watch(sources, settings, states, tracker, history=evidence.history if evidence else None)
+    sink = Sink(fmt, sys.stdout, prom_file, _listener(listen, web_config) if listen else None)
     if once:
         sys.exit(loop.once(watch, sink, state_path))
     if webhook:
         from k3doctor.watch.webhook import Webhook
 
         hook = Webhook(webhook)
-    actions = Actions(silenced, hook, Drainer() if drain else None)
-    sys.exit(loop.run(watch, sink, interval_s=interval, for_s=for_s, actions=actions))
+    actions = Actions(silenced, hook, Drainer() if drain else None, evidence)
+    try:
+        sys.exit(loop.run(watch, sink, interval_s=interval, for_s=for_s, actions=actions))
+    finally:
+        if sink.listener:
+            sink.listener.close()
+
+
+def _evidence(folder: str, logs: dict, inv, settings, interval: float, accept_unknown_hosts: bool):
+    """The --bundle-dir capture (k3doctor/watch/evidence.py): its own connection to a stalled node; the server log
+    it takes the last lines of is --server-log's (else the container's, as triage reads it)."""
+    from k3doctor.judging.connections import make_transport
+    from k3doctor.judging.runner import RunOptions
+    from k3doctor.watch.evidence import Evidence, MetricsHistory
+
+    paths = {n.name: logs.get(n.name, logs.get("*")) for n in inv.nodes if logs.get(n.name, logs.get("*"))}
+    opts, nodes = RunOptions(accept_unknown_hosts=accept_unknown_hosts), {n.name: n for n in inv.nodes}
+    return Evidence(folder, lambda name: make_transport(nodes[name], inv, opts), inv, MetricsHistory(interval),
+                    settings.engine_process, paths)
+
+
+def _listener(address: str, web_config: str | None):
+    """--listen's server, started (serve.py); a file or address that cannot be served is one line, exit 3."""
+    from k3doctor.watch.serve import Listener, WebConfigError, load_web_config
+
+    try:
+        return Listener(address, load_web_config(web_config) if web_config else None)
+    except WebConfigError as exc:
+        raise click.UsageError(str(exc)) from None
 
 
 COMMANDS = (watch_cmd,)

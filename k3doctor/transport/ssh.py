@@ -234,8 +234,9 @@ class SSHTransport(Transport):
         self.connect()
         try:
             return self._client.get_transport().open_session(timeout=self.target.connect_timeout_s)
-        except (paramiko.SSHException, OSError, AttributeError) as exc:
-            raise TransportError(f"SSH session to {self.node} lost: {exc}", "NODE-SESSION-LOST") from None
+        except (paramiko.SSHException, OSError, EOFError, AttributeError) as exc:  # EOFError: see _execute
+            raise TransportError(f"SSH session to {self.node} lost: {str(exc) or 'connection closed'}",
+                                 "NODE-SESSION-LOST") from None
 
     def _announced(self, command: str) -> str:
         """The command as sent: it first names its process group on stderr (for cancel), then becomes
@@ -276,8 +277,11 @@ class SSHTransport(Transport):
                     break
                 select.select([chan], [], [], min(left, 0.2))
             rc = chan.recv_exit_status() if not (timed_out or cancelled) else None
-        except (paramiko.SSHException, OSError) as exc:
-            raise TransportError(f"SSH session to {self.node} broke: {exc}", "NODE-SESSION-LOST") from None
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            # paramiko raises a bare EOFError in the caller's thread when a write to a reset connection fails
+            # (Packetizer.write_all): a lost node, like the others - never the end of a long-running watch
+            raise TransportError(f"SSH session to {self.node} broke: {str(exc) or 'connection closed'}",
+                                 "NODE-SESSION-LOST") from None
         finally:
             self._untrack(chan)
             chan.close()
@@ -380,10 +384,11 @@ class SSHTransport(Transport):
                     break
                 else:
                     time.sleep(0.01)
-        except (paramiko.SSHException, OSError) as exc:
+        except (paramiko.SSHException, OSError, EOFError) as exc:
             self._untrack(chan)
             chan.close()
-            raise TransportError(f"SSH session to {self.node} broke: {exc}", "NODE-SESSION-LOST") from None
+            raise TransportError(f"SSH session to {self.node} broke: {str(exc) or 'connection closed'}",
+                                 "NODE-SESSION-LOST") from None
         if head.group is None:
             self._untrack(chan)
             message = head.text() or "no answer"

@@ -98,7 +98,8 @@ def drains(event: dict) -> bool:
     return event["event"] == "start" and event["severity"] == "fail" and event["code"] in DRAIN_CODES
 
 
-def _said(event: dict, code: str, severity: str, message: str) -> dict:
+def action_event(event: dict, code: str, severity: str, message: str) -> dict:
+    """An ``action`` event: what the watch did about ``event`` (a drain, a bundle of evidence)."""
     return {"time": round(time.time(), 3), "event": "action", "code": code, "node": event["node"],
             "where": event["where"], "severity": severity, "message": message, "section": "§31.2"}
 
@@ -122,23 +123,25 @@ class Drainer:
     def _drain(self, event: dict) -> dict | None:
         name = event["node"]
         if not NODE_NAME.fullmatch(name):
-            return _said(event, "SLURM-CALL-FAILED", "unknown", f"{name!r} is not a Slurm node name: not drained")
+            return action_event(event, "SLURM-CALL-FAILED", "unknown",
+                                f"{name!r} is not a Slurm node name: not drained")
         reason = slurm.reason_line(f"{event['where'] or 'node'}: {event['message']}", event["code"])
         try:
             scontrol = self._scontrol()
             node = scontrol.show_node(name)
             other = slurm.others_hold(node)
             if other:
-                return _said(event, "SLURM-LEFT-AS-IS", "warn", f"{name} left as it is in Slurm: already {other} "
-                                                                f"with another reason; would drain: {reason}")
+                return action_event(event, "SLURM-LEFT-AS-IS", "warn", f"{name} left as it is in Slurm: already "
+                                                                       f"{other} with another reason; would drain: "
+                                                                       f"{reason}")
             if slurm.ours(node):
                 return None  # drained by k3doctor already: its first cause (the root one) stays the reason
             scontrol.drain(name, reason)
         except slurm.SlurmError as exc:
-            return _said(event, "SLURM-CALL-FAILED", "unknown", f"{exc}; Slurm node {name} left as it is")
+            return action_event(event, "SLURM-CALL-FAILED", "unknown", f"{exc}; Slurm node {name} left as it is")
         with self._lock:
             self.count += 1
-        return _said(event, "SLURM-DRAINED", "fail", f"drained {name} in Slurm: {reason}")
+        return action_event(event, "SLURM-DRAINED", "fail", f"drained {name} in Slurm: {reason}")
 
     def done(self, wait_s: float = 0.0) -> list:
         """The action events of the drains finished (waiting up to ``wait_s`` for those in flight)."""
@@ -159,26 +162,34 @@ class Drainer:
 
 
 class Actions:
-    """Silences first (a silenced event goes nowhere), then the webhook and the drain."""
+    """Silences first (a silenced event goes nowhere), then the evidence (``--bundle-dir``, evidence.py: started
+    before the webhook can page anyone who might restart the engine), the webhook and the drain."""
 
-    def __init__(self, silences: Silences | None = None, webhook=None, drainer: Drainer | None = None):
+    def __init__(self, silences: Silences | None = None, webhook=None, drainer: Drainer | None = None,
+                 evidence=None):
         self.silences, self.webhook, self.drainer = silences or Silences(), webhook, drainer
+        self.evidence = evidence
 
     def process(self, events: list) -> list:
         kept = [e for e in events if self.silences.keep(e)]
         for event in kept:
+            if self.evidence:
+                self.evidence.consider(event)
             if self.webhook:
                 self.webhook.send(event)
             if self.drainer:
                 self.drainer.consider(event)
-        return kept + (self.drainer.done() if self.drainer else [])
+        return (kept + (self.drainer.done() if self.drainer else [])
+                + (self.evidence.done() if self.evidence else []))
 
     def close(self) -> tuple:
         """(the last action events, the summary's additions)."""
-        said = self.drainer.close() if self.drainer else []
+        told = (self.drainer.close() if self.drainer else []) + (self.evidence.close() if self.evidence else [])
         summary = {"silenced": self.silences.count}
         if self.drainer:
             summary["drained"] = self.drainer.count
+        if self.evidence:
+            summary["bundles"] = self.evidence.count
         if self.webhook:
             summary["webhook"] = self.webhook.close()
-        return said, summary
+        return told, summary

@@ -19,6 +19,7 @@ from k3doctor.watch.actions import Actions
 from k3doctor.watch.events import Condition, Tracker
 from k3doctor.watch.node_conditions import Settings, judge_node, serving
 from k3doctor.watch.render import Sink, npd_message, write_atomically
+from k3doctor.watch.sources import Sample
 
 EXIT = {None: 0, "warn": 1, "fail": 1, "unknown": 2}
 STATE_VERSION = 1
@@ -27,8 +28,9 @@ STATE_VERSION = 1
 class Watch:
     """``sources``: node name -> NodeSource; ``states``: node name -> its judge state (JSON)."""
 
-    def __init__(self, sources: dict, settings: Settings, states: dict | None = None, tracker: Tracker | None = None):
-        self.sources, self.settings = sources, settings
+    def __init__(self, sources: dict, settings: Settings, states: dict | None = None, tracker: Tracker | None = None,
+                 history=None):
+        self.sources, self.settings, self.history = sources, settings, history  # history: evidence.MetricsHistory
         self.states = {name: (states or {}).get(name, {}) for name in sources}
         self.tracker = tracker or Tracker()
         self.up = dict.fromkeys(sources, False)
@@ -37,9 +39,11 @@ class Watch:
 
     def round(self) -> list:
         """Read every node now (in parallel), judge each; the events of this round, in node order."""
-        samples = dict(zip(self.sources, self._pool.map(lambda src: src.read(), self.sources.values()), strict=True))
+        samples = dict(zip(self.sources, self._pool.map(_read, self.sources.values()), strict=True))
         events = []
         for name, sample in samples.items():
+            if self.history is not None:
+                self.history.add(name, sample)
             found = judge_node(name, self.states[name], sample, self.tracker.of(name), self.settings)
             self.up[name] = sample.problem is None
             events += self.tracker.update(name, found, sample.at)
@@ -64,6 +68,16 @@ class Watch:
         self._pool.shutdown(wait=True, cancel_futures=True)
         for src in self.sources.values():
             src.close()
+
+
+def _read(source) -> Sample:
+    """One node's sample; a read that failed in a way its transport did not foresee is that node unread (said
+    with the error's type), never the end of a watch that keeps looking for days."""
+    try:
+        return source.read()
+    except Exception as exc:  # noqa: BLE001 -- one node's surprise must not end the watch of every node
+        source.close()
+        return Sample(source.node, time.time(), f"{type(exc).__name__}: {str(exc) or 'no message'} (connection closed)")
 
 
 def run(watch: Watch, sink: Sink, *, interval_s: float, for_s: float | None, actions: Actions | None = None) -> int:

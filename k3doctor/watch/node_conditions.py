@@ -69,6 +69,7 @@ def judge_node(node: str, state: dict, sample: Sample, held: list, settings: Set
     live = judge_processes(node, state, got.get("procs"), settings.engine_process)
     live += judge_engine(node, state, got.get("metrics"), sample.at, settings.stall_s)
     live += judge_device(node, state, got)
+    live += held_while_unread(live, held)
     state["baseline"] = True
     state["last_success"] = sample.at
     return [Condition.from_json(doc) for doc in sticky.values()] + live + unknown
@@ -76,3 +77,17 @@ def judge_node(node: str, state: dict, sample: Sample, held: list, settings: Set
 
 def serving(state: dict) -> bool:
     return bool(state.get("serving"))
+
+
+METRICS_UNKNOWN = frozenset({"METRICS-NO-ANSWER", "METRICS-UNREAD"})
+FROM_PROCESSES = frozenset({"ENGINE-PROCESS-GONE"})  # where "engine" too, but judged from the process table
+
+
+def held_while_unread(live: list, held: list) -> list:
+    """The engine's conditions judged from its metrics (a stalled rank, KV pressure, down), kept while this
+    interval's metrics were not read: a page that did not answer in time is UNKNOWN, never the all-clear of a
+    stall (which would then start again, and be captured again, at the next read, §31.2 item 5)."""
+    if not any(c.code in METRICS_UNKNOWN for c in live):
+        return []
+    return [c for c in held if c.severity != "unknown" and c.code not in FROM_PROCESSES
+            and (c.where == "engine" or c.where.startswith("dp_rank "))]

@@ -45,7 +45,8 @@ def exposition(tracker: Tracker, nodes: dict) -> str:
     """The watch's state as Prometheus text. ``nodes``: name -> {"up": bool, "last_success": float | None,
     "serving": bool}. Health is 1 for a node with nothing active (one series, target ``node``), else 0 per
     active condition's target with its code as the reason; an unread node has ``k3doctor_watch_up`` 0 and its
-    last known conditions (UNKNOWN is not unhealthy: alert on ``up == 0`` separately)."""
+    last known conditions, never a health of 1 (UNKNOWN is neither healthy nor unhealthy, §31.2 item 5: alert
+    on ``up == 0`` separately)."""
     health = _Family("watch_health", "1 healthy, 0 a condition active on this node x target (GPU, DP rank, engine); "
                                      "reason: its code")
     up = _Family("watch_up", "1 when the node was read in the last interval, 0 when not (its health is then stale)")
@@ -55,7 +56,7 @@ def exposition(tracker: Tracker, nodes: dict) -> str:
         active = [c for c in tracker.of(node) if c.severity != "unknown"]
         for cond in active:
             health.set(0, node=node, target=cond.where or "node", reason=cond.code)
-        if not active:
+        if not active and info["up"]:
             health.set(1, node=node, target="node", reason="")
         up.set(1 if info["up"] else 0, node=node)
         serving.set(1 if info["serving"] else 0, node=node)
@@ -91,10 +92,11 @@ def npd_message(tracker: Tracker, read: int, total: int) -> str:
 
 
 class Sink:
-    """Where events go as the watch runs, by format; ``prom_file`` is rewritten after every interval."""
+    """Where events go as the watch runs, by format; ``prom_file`` is rewritten and ``listener`` (serve.py:
+    ``--listen``) given the exposition after every interval."""
 
-    def __init__(self, fmt: str, stream=None, prom_file: str | None = None):
-        self.fmt, self.stream, self.prom_file = fmt, stream or sys.stdout, prom_file
+    def __init__(self, fmt: str, stream=None, prom_file: str | None = None, listener=None):
+        self.fmt, self.stream, self.prom_file, self.listener = fmt, stream or sys.stdout, prom_file, listener
         self.color = fmt == "live" and colored(self.stream)
 
     def say(self, text: str) -> None:
@@ -114,8 +116,12 @@ class Sink:
                 self.say(jsonl_line(event))
 
     def interval(self, tracker: Tracker, nodes: dict) -> None:
-        if self.prom_file:
-            write_atomically(self.prom_file, exposition(tracker, nodes))
+        if self.prom_file or self.listener:
+            text = exposition(tracker, nodes)
+            if self.prom_file:
+                write_atomically(self.prom_file, text)
+            if self.listener:
+                self.listener.publish(text)
 
     def ended(self, summary: dict, tracker: Tracker, nodes: dict) -> None:
         if self.fmt == "prom":
@@ -133,6 +139,8 @@ class Sink:
 def _actions_said(summary: dict) -> str:
     """The summary's words on silences, drains and the webhook (only those in use)."""
     out = f"; {summary['silenced']} event(s) silenced" if summary.get("silenced") else ""
+    if "bundles" in summary:
+        out += f"; {summary['bundles']} triage bundle(s) of evidence written"
     if "drained" in summary:
         out += f"; {summary['drained']} node(s) drained in Slurm"
     hook = summary.get("webhook")

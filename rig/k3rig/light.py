@@ -22,6 +22,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import psutil
 import yaml
 
 from . import scenario as scenarios
@@ -50,6 +51,7 @@ class LightRack(Started):
         self._leaders: list[subprocess.Popen] = []  # one per tray: the namespace's first process
         self._namespaces: set[str] = set()
         self._blackholes: list[socket.socket] = []  # listeners and the connections filling their queues
+        self._restarted: list[subprocess.Popen] = []  # sshds started again by start_sshd
 
     def _check(self) -> None:
         """Refuse to start, before anything is made, where the rig cannot run."""
@@ -86,7 +88,8 @@ class LightRack(Started):
             self._namespaces.add(_wait_namespace(leader, deadline))
         for name, host, _ in self.hosts:
             while not _accepts(host, SSH_PORT):
-                if time.monotonic() > deadline or any(p.poll() is not None for p in self._leaders):
+                if time.monotonic() > deadline or any(p.poll() is not None or _exited_child(p.pid)
+                                                      for p in self._leaders):
                     raise RuntimeError(f"light node {name} ({host}) did not start: see {self.workdir}/*/sshd-*.log")
                 time.sleep(0.05)
 
@@ -102,7 +105,12 @@ class LightRack(Started):
             if leader.poll() is None:
                 leader.kill()
             leader.wait()
+        for sshd in self._restarted:
+            if sshd.poll() is None:
+                sshd.kill()
+            sshd.wait()
         self._leaders.clear()
+        self._restarted.clear()
         self._namespaces.clear()
         for sock in self._blackholes:
             sock.close()
@@ -120,8 +128,27 @@ class LightRack(Started):
         config, listeners = f"sshd-{name}.conf", set(self.listener_pids())
         _kill(lambda p: p.pid in listeners and any(arg.endswith(config) for arg in p.cmdline()))
 
+    def start_sshd(self, name: str) -> None:
+        """Start node ``name``'s sshd again (after ``stop_sshd`` or ``live_faults.cut_sshd``): the node coming
+        back, with the same address, host key and tree (its tray's namespace, entered with ``nsenter``)."""
+        host, tray = next((h, t) for n, h, t in self.hosts if n == name)
+        tray_dir = self.workdir / f"tray{tray}"
+        sshd = shutil.which("sshd", path=SBIN_PATH)
+        self._restarted.append(subprocess.Popen(
+            ["nsenter", "-t", str(self.namespace_pid(name)), "-m", "--", sshd, "-D", "-E",
+             str(tray_dir / f"sshd-{name}.log"), "-f", str(tray_dir / f"sshd-{name}.conf")],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not _accepts(host, SSH_PORT):
+            if time.monotonic() > deadline or self._restarted[-1].poll() is not None:
+                raise RuntimeError(f"light node {name} ({host}): sshd did not start again: "
+                                   f"see {tray_dir}/sshd-{name}.log")
+            time.sleep(0.05)
+
     def listener_pids(self) -> list[int]:
-        return [pid for leader in self._leaders for pid in _children(leader.pid)]
+        """The nodes' sshd listeners: the namespaces' first children, and those started again."""
+        return [pid for leader in self._leaders for pid in _children(leader.pid)] + [
+            sshd.pid for sshd in self._restarted if sshd.poll() is None]
 
     def pids(self) -> list[int]:
         """Every process of the light nodes now: the namespaces' members (sshds, sessions, what they run)."""
@@ -185,7 +212,7 @@ class LightRack(Started):
         for name, host in nodes:
             config = self._sshd_config(tray_dir, name, host)
             lines.append(shlex.join([sshd, "-D", "-E", str(tray_dir / f"sshd-{name}.log"), "-f", str(config)]) + " &")
-        lines.append("wait")
+        lines.append("exec sleep infinity")  # the namespace outlives a node's stopped sshd: start_sshd enters it
         with open(tray_dir / "namespace.log", "wb") as log:
             self._leaders.append(subprocess.Popen(
                 ["unshare", "-m", "--propagation", "private", "--", "/bin/sh", "-c", "\n".join(lines)],
@@ -219,6 +246,16 @@ def _wait_namespace(leader: subprocess.Popen, deadline: float) -> str:
             raise RuntimeError(f"light-node namespace {leader.args} failed (exit {leader.poll()})")
         time.sleep(0.05)
     return _mount_namespace(leader.pid)
+
+
+def _exited_child(pid: int) -> bool:
+    """A leader's sshd that exited (a zombie: the leader, once it is ``sleep``, reaps none): a node that did not
+    start. Before that the leader is the shell, whose mounts are its children for a moment too."""
+    try:
+        leader = psutil.Process(pid)
+        return leader.name() == "sleep" and any(c.status() == psutil.STATUS_ZOMBIE for c in leader.children())
+    except psutil.Error:
+        return False
 
 
 def _children(pid: int) -> list[int]:

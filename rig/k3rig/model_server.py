@@ -4,16 +4,20 @@
 ``/v1/chat/completions`` on 127.0.0.1 (port printed on stdout) in the answer patterns of reference
 §1, §21 and §22, and exits by itself after ``--lifetime`` seconds. ``/metrics`` is ATOM's page of
 ``--ranks`` DP ranks (atom_engine.py, steered by ``--control``) and ``/health`` answers ok, whatever the
-engine does, as ATOM's API server does (§31.2).
+engine does, as ATOM's API server does (§31.2). ``--runners``: a ModelRunner process per rank for py-spy
+(model_runner.py), children of the server, stalled by the same control file.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
 import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 from .atom_engine import AtomEngine
 
@@ -172,7 +176,13 @@ def main(argv=None) -> int:
     ap.add_argument("--lifetime", type=float, default=300.0, help="exit after this many seconds")
     ap.add_argument("--ranks", type=int, default=1, help="DP ranks of the /metrics page")
     ap.add_argument("--control", default=None, help="JSON file of injected faults (atom_engine.py)")
+    ap.add_argument("--runners", action="store_true", help="a ModelRunner process per rank (model_runner.py)")
     args = ap.parse_args(argv)
+    if args.runners:
+        runner = str(Path(__file__).with_name("model_runner.py"))
+        for rank in range(args.ranks):
+            subprocess.Popen([sys.executable, runner, str(rank), str(args.control), str(os.getpid())],
+                             stdin=subprocess.DEVNULL)
     server = ThreadingHTTPServer(("127.0.0.1", args.port), handler_for(args.mode, AtomEngine(args.ranks, args.control)))
     server.daemon_threads = True
     print(server.server_address[1], flush=True)

@@ -4,25 +4,32 @@ lines not replayed, a lost node UNKNOWN, nothing left on the nodes after SIGTERM
 from __future__ import annotations
 
 import base64
+import http.client
 import json
 import queue
 import signal
 import socket
+import ssl
 import subprocess
 import sys
+import tarfile
 import threading
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
+import bcrypt
 import psutil
 import pytest
 import yaml
+from k3rig import server_log
 from k3rig.light import LightRack
 from k3rig.live_faults import append_kernel_line, bump_ras, cut_sshd
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import rig_unavailable
-from tests.e2e.cli import k3
+from tests.e2e.cli import k3, k3json
 from tests.slurm_cluster import NODE as SLURM_NODE
 from tests.slurm_cluster import SlurmCluster, missing
 from tests.webhook_receiver import Receiver
@@ -244,6 +251,160 @@ def test_drain_drains_exactly_the_node_with_a_hardware_fail_on_a_real_slurmctld(
     assert acted == [("SLURM-DRAINED", SLURM_NODE)], acted
     assert events[-1]["drained"] == 1
     assert cluster.gone() == []
+
+
+def test_a_node_whose_sshd_stops_is_unknown_never_healthy_and_healthy_again_when_it_returns(own_rack, engines,
+                                                                                              tmp_path):
+    """The second node's sshd (and the watch's session on it) cut mid-watch: UNKNOWN, said once, no health
+    asserted for it meanwhile; its sshd started again: the watch reconnects (its backoff) and clears it, and a
+    kernel-log fault landing after the return is named - the baseline kept across the loss, nothing replayed."""
+    rack = own_rack
+    first, second = (n for n, _, _ in rack.hosts)
+    inv, prom = inventory(rack, tmp_path, {first, second}), tmp_path / "watch.prom"
+    append_kernel_line(tree(rack, second), f"amdgpu {BDF}: amdgpu: MES failed to respond to msg=REMOVE_QUEUE")
+    watch = Watching("--nodes", inv, "--interval", INTERVAL, "--stall", STALL, "--format", "jsonl",
+                     "--prom-file", prom, *ports(engines))
+    try:
+        watch.started(prom)
+        assert cut_sshd(rack.listener_pids(), f"sshd-{second}.conf") >= 2  # the listener and the watch's session
+        watch.wait_for("NODE-UNREAD", second, "node", within_s=6)
+        time.sleep(4)  # a few intervals lost: the reconnects back off (1 s, 2 s, 4 s...)
+        families = {f.name: f for f in text_string_to_metric_families(prom.read_text())}
+        assert {s.labels["node"]: s.value for s in families["k3doctor_watch_up"].samples} == {first: 1, second: 0}
+        healthy = {s.labels["node"] for s in families["k3doctor_watch_health"].samples if s.value == 1}
+        assert healthy == {first}, "a node not read was said healthy"
+        rack.start_sshd(second)
+        back = watch.wait_for("NODE-UNREAD", second, "node", within_s=20, kind="clear")
+        append_kernel_line(tree(rack, second), f"amdgpu {BDF}: amdgpu: ring gfx_0.0.0 timeout, signaled seq=3, "
+                                               "emitted seq=5")
+        watch.wait_for("KERNEL-RING-TIMEOUT", second, f"gpu {BDF}", within_s=6)
+    finally:
+        rc, events, err = watch.stop()
+    assert back <= 16, back  # within the backoff's step after 4-5 s down (1+2+4+8)
+    said = [(e["event"], e["code"], e["node"]) for e in events if e["event"] in ("start", "clear")]
+    assert said == [("start", "NODE-UNREAD", second), ("clear", "NODE-UNREAD", second),
+                    ("start", "KERNEL-RING-TIMEOUT", second)], said
+    assert (rc, err) == (1, ""), err
+    families = {f.name: f for f in text_string_to_metric_families(prom.read_text())}
+    assert {s.labels["node"]: s.value for s in families["k3doctor_watch_up"].samples} == {first: 1, second: 1}
+
+
+def test_a_stall_is_captured_first_into_a_triage_bundle_that_names_the_rank(rack, tmp_path):
+    """--bundle-dir: rank 2 of an engine with real ModelRunner processes (k3rig.model_runner: py-spy reads them)
+    stalls; the watch captures py-spy stacks of the node's ranks, the server log's last lines and its metrics
+    history into a triage bundle, once for the stall (a second rank stalling beside it takes none), and says
+    the triage verdict - rank 2 stopped in a mori dispatch - as an action event; `k3doctor judge` on the
+    bundle says the same offline."""
+    first = rack.hosts[0][0]
+    control, log = tmp_path / "control.json", tmp_path / "atom.log"
+    control.write_text("{}")
+    lines = server_log.node_logs(n_nodes=1)[0]  # a healthy start of its 4 ranks, as ATOM logs it
+    log.write_text(server_log.stamped(lines))
+    engine = subprocess.Popen([sys.executable, "-m", "k3rig.model_server", "--ranks", "4", "--control", str(control),
+                               "--lifetime", "300", "--runners"], stdout=subprocess.PIPE, text=True)
+    port = int(engine.stdout.readline())
+    bundles, prom = tmp_path / "bundles", tmp_path / "watch.prom"
+    bundles.mkdir()
+    watch = Watching("--nodes", inventory(rack, tmp_path, {first}), "--interval", INTERVAL, "--stall", STALL,
+                     "--format", "jsonl", "--prom-file", prom, "--metrics-port", f"{first}={port}",
+                     "--engine-process", f"k3rig[.]model_server --ranks 4 --control {control}",
+                     "--bundle-dir", bundles, "--server-log", f"{first}={log}")
+    try:
+        watch.started(prom)
+        control.write_text(json.dumps({"stall": [2]}))
+        watch.wait_for("ENGINE-STALLED", first, "dp_rank 2", within_s=float(STALL) + 5)
+        watch.wait_for("EVIDENCE-CAPTURED", first, "dp_rank 2", within_s=30, kind="action")
+        control.write_text(json.dumps({"stall": [2, 3]}))
+        watch.wait_for("ENGINE-STALLED", first, "dp_rank 3", within_s=float(STALL) + 5)
+        time.sleep(3)
+    finally:
+        control.write_text("{}")
+        rc, events, err = watch.stop()
+        engine.kill()
+        engine.wait()
+    captured = [e for e in events if e["event"] == "action"]
+    assert len(captured) == 1 and events[-1]["bundles"] == 1, captured  # once per stall of the node
+    said = captured[0]["message"]
+    assert f"4 rank stack(s), {len(lines)} log line(s)" in said, said
+    assert "rank 2 (n001-ct1) stopped in mori-dispatch: dispatch <- main" in said, said
+    assert (rc, err) == (1, ""), err
+    path = next(bundles.iterdir())
+    assert said.startswith(f"triage bundle {path} (") and oct(path.stat().st_mode & 0o777) == "0o600"
+    with tarfile.open(path) as tar:
+        members = {m.name: tar.extractfile(m).read().decode() for m in tar}
+    assert set(members) == {"manifest.json", f"logs/{first}", f"stacks/{first}", "report.json"}, set(members)
+    assert lines[-1] in members[f"logs/{first}"]
+    assert members[f"stacks/{first}"].count("ATOM::DP") == 4
+    history = json.loads(members["manifest.json"])["watch"]["metrics_history"]
+    assert len(history) >= float(STALL) and set(history[-1]["ranks"]) == {"0", "1", "2", "3"}, history[-1]
+    rc, offline = k3json("judge", path)
+    bad = [(r["check"], r["node"], r["gpu"], r["status"], r["remediation"]) for r in offline["results"]
+           if r["status"] != "PASS"]
+    assert rc == 1 and bad == [("triage-stacks", first, 2, "FAIL", "TRIAGE-COLLECTIVE-HANG")], offline["results"]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_listen_serves_the_exposition_over_https_with_basic_auth_as_node_exporter_does(rack, engines, tmp_path):
+    """--listen with a node_exporter web-config (a self-signed certificate made here, a bcrypt user): a real
+    HTTPS client that trusts that certificate reads /metrics with the right password - prometheus_client parses
+    it, the stall is there as it happens - and gets 401 with a wrong one or none; plain HTTP gets no answer."""
+    first = rack.hosts[0][0]
+    cert, key = tmp_path / "watch.crt", tmp_path / "watch.key"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                    "-days", "1", "-subj", "/CN=k3doctor-watch", "-addext", "subjectAltName=IP:127.0.0.1",
+                    "-keyout", key, "-out", cert], check=True, capture_output=True)
+    config = tmp_path / "web.yml"
+    config.write_text(yaml.safe_dump({"tls_server_config": {"cert_file": cert.name, "key_file": key.name},
+                                      "basic_auth_users": {"prometheus": bcrypt.hashpw(b"s3cret", bcrypt.gensalt(10))
+                                                           .decode()}}))
+    port, prom = free_port(), tmp_path / "watch.prom"
+    url, trusted = f"https://127.0.0.1:{port}/metrics", ssl.create_default_context(cafile=str(cert))
+
+    def scrape(user: str | None, password: str = "") -> tuple:
+        request = urllib.request.Request(url)
+        if user:
+            request.add_header("Authorization", "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode())
+        try:
+            with urllib.request.urlopen(request, context=trusted, timeout=10) as answer:
+                return answer.status, answer.headers["Content-Type"], answer.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.headers.get("WWW-Authenticate"), ""
+
+    watch = Watching("--nodes", inventory(rack, tmp_path, {first}), "--interval", INTERVAL, "--stall", STALL,
+                     "--format", "jsonl", "--prom-file", prom, *ports({first: engines[first]}), "--listen",
+                     f"127.0.0.1:{port}", "--web-config", config)
+    try:
+        watch.started(prom)
+        status, ctype, text = scrape("prometheus", "s3cret")
+        assert (status, ctype) == (200, "text/plain; version=0.0.4; charset=utf-8"), text
+        families = {f.name: f for f in text_string_to_metric_families(text)}
+        assert [(s.labels["node"], s.value) for s in families["k3doctor_watch_health"].samples] == [(first, 1)]
+        engines[first][1].write_text(json.dumps({"stall": [1]}))
+        watch.wait_for("ENGINE-STALLED", first, "dp_rank 1", within_s=float(STALL) + 5)
+        time.sleep(1.5)
+        families = {f.name: f for f in text_string_to_metric_families(scrape("prometheus", "s3cret")[2])}
+        assert {(s.labels["target"], s.labels["reason"], s.value) for s in families["k3doctor_watch_health"].samples
+                } == {("dp_rank 1", "ENGINE-STALLED", 0)}
+        for who in (("prometheus", "wrong"), ("nobody", "s3cret"), (None,)):
+            assert scrape(*who) == (401, 'Basic realm="k3doctor watch"', ""), who
+        with pytest.raises((urllib.error.URLError, ConnectionError, http.client.HTTPException)):
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5)
+        assert scrape("prometheus", "s3cret")[0] == 200  # a bad client cost the server nothing
+        engines[first][1].write_text("{}")
+        watch.wait_for("ENGINE-STALLED", first, "dp_rank 1", within_s=5, kind="clear")
+    finally:
+        engines[first][1].write_text("{}")
+        rc, events, err = watch.stop()
+    assert (rc, err) == (0, ""), err
+    assert [(e["event"], e["code"]) for e in events if e["event"] != "summary"] == [
+        ("start", "ENGINE-STALLED"), ("clear", "ENGINE-STALLED")]
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=2)  # the listener closed with the watch
 
 
 def test_watch_names_each_fault_once_on_its_node_and_rank(rack, engines, tmp_path):

@@ -128,7 +128,8 @@ def test_exposition_parses_and_says_each_target_with_its_reason():
     families = {f.name: f for f in text_string_to_metric_families(exposition(tracker, nodes))}
     health = {(s.labels["node"], s.labels["target"], s.labels["reason"]): s.value
               for s in families["k3doctor_watch_health"].samples}
-    assert health == {("n1", "dp_rank 1", "ENGINE-STALLED"): 0, ("n2", "node", ""): 1}
+    assert health == {("n1", "dp_rank 1", "ENGINE-STALLED"): 0}  # n2 not read: never said healthy (§31.2 item 5)
+    assert {s.labels["node"]: s.value for s in families["k3doctor_watch_up"].samples} == {"n1": 1, "n2": 0}
     assert [s.value for s in families["k3doctor_watch_last_success_timestamp_seconds"].samples] == [1700000000.5]
     assert npd_message(tracker, 1, 2).startswith("FAIL n1 dp_rank 1 ENGINE-STALLED: x (+1 more)")
 
@@ -189,3 +190,22 @@ def test_a_read_broken_by_the_stop_leaves_the_connection_to_the_stop():
     assert source.read().problem == "the watch stopped" and BrokenByCancel.closed == 1
     source.close()
     assert BrokenByCancel.closed == 2
+
+
+def test_a_stall_is_held_while_the_metrics_do_not_answer_never_cleared_by_unknown():
+    state, settings = {}, Settings(stall_s=5)
+    base = sample(0, "[    1.000000] boot\n")
+
+    def at(t: float, reading) -> Sample:
+        return Sample("n1", t, readings={**base.readings, "metrics": reading})
+
+    frozen = read(page({"0": (4, 100, 10, 5, 0.3, 0), "1": (4, 100, 10, 5, 0.3, 0)}))
+    held = []
+    for t in (0.0, 3.0, 6.0):
+        held = judge_node("n1", state, at(t, frozen), held, settings)
+    assert codes(held) == [("ENGINE-STALLED", "dp_rank 0"), ("ENGINE-STALLED", "dp_rank 1")]
+    busy = judge_node("n1", state, at(9.0, read("", FETCH_TIMEOUT)), held, settings)
+    assert codes(busy) == [("ENGINE-STALLED", "dp_rank 0"), ("ENGINE-STALLED", "dp_rank 1"),
+                           ("METRICS-NO-ANSWER", "engine")]
+    again = judge_node("n1", state, at(12.0, frozen), busy, settings)
+    assert codes(again) == codes(held) and "for 12s" in again[0].message  # frozen since 0 s: the same stall
