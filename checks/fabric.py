@@ -235,18 +235,25 @@ def _reads(settings) -> dict:
                          container=settings.container)}
 
 
+def node_part(r, ctx) -> tuple:
+    """One node's GPUs with their pod ids, the verdicts about its own sources, and its PHYSICAL_ACC_ID
+    cross-check (WARNs, the PASS line's note): parsed once, as soon as the node is read."""
+    gpus, notes = node_gpus(ctx.node, r)
+    disagree, said = physical_ids(ctx.node, r)
+    return gpus, notes + disagree, said
+
+
 @check("fabric-domain", title="all GPUs of all nodes share one PPOD_ID and one VPOD_ID", scope="cluster",
        reads=_reads, remediation=(MISMATCH, NOT_CONFIGURED, DISAGREE, AMDSMI), needs=("amdgpu-driver",),
-       params={"expected_ppod_id": None, "expected_vpod_id": None})
+       params={"expected_ppod_id": None, "expected_vpod_id": None}, each_node=node_part)
 def fabric_domain(per_node, ctx):
-    """§7: a domain mismatch hangs the rendezvous instead of erroring, so name the odd GPUs up front."""
+    """§7: a domain mismatch hangs the rendezvous instead of erroring, so name the odd GPUs up front
+    (``per_node``: node -> :func:`node_part`)."""
     gpus, verdicts, ids_said = [], [], {}
-    for node, r in per_node.items():
-        mine, notes = node_gpus(node, r)
+    for node, (mine, notes, said) in per_node.items():
         gpus += mine
         verdicts += notes
-        disagree, ids_said[node] = physical_ids(node, r)
-        verdicts += disagree
+        ids_said[node] = said
     expected_ppod = ctx.param("expected_ppod_id")
     expected_vpod = ctx.param("expected_vpod_id")
     problems: dict = {}
