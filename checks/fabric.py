@@ -20,11 +20,10 @@ from k3doctor.api import (
     fail,
     passed,
     remediation,
-    tool,
     tool_script,
     warn,
 )
-from k3doctor.model.gpu import UEVENT_GLOB, card_buses, pci_bus
+from k3doctor.model.gpu import STATIC_LABEL, UEVENT_GLOB, amdsmi_static, card_buses, pci_bus
 from k3doctor.model.peers import majority
 from k3doctor.model.ualink import UALINK_READS, ualink_cards
 from k3doctor.parsers.amdsmi import parse_fabric, parse_physical_acc_ids
@@ -177,7 +176,7 @@ def physical_ids(node: str, r) -> tuple:
     compare. An unusable reading is said in the PASS line, never silently passed."""
     reading = r.get("asic")
     try:
-        ids = parse_physical_acc_ids(reading.output("`amd-smi static --asic --bus --json`")) if reading else {}
+        ids = parse_physical_acc_ids(reading.output(STATIC_LABEL)) if reading else {}
         cards, buses = ualink_cards(r), card_buses(r.get("uevent") or {})
         pairs = [(gpu, bdf, acc, buses.get(pci_bus(bdf or ""))) for gpu, (bdf, acc) in sorted(ids.items())]
         pairs = [(gpu, bdf, acc, card, cards[card].accel_id()) for gpu, bdf, acc, card in pairs
@@ -231,8 +230,7 @@ def _judge_id(gpus: list, name: str, value_of, raw_of, expected) -> dict:
 def _reads(settings) -> dict:
     return {**UALINK_READS, "uevent": UEVENT,
             "fabric": tool_script(settings.tools["amd_smi"], FABRIC_SCRIPT, container=settings.container),
-            "asic": tool(settings.tools["amd_smi"], "static", "--asic", "--bus", "--json",
-                         container=settings.container)}
+            "asic": amdsmi_static(settings)}
 
 
 def node_part(r, ctx) -> tuple:

@@ -96,3 +96,18 @@ def test_a_node_whose_part_does_not_parse_is_an_error_for_that_node_and_check_on
 def test_each_node_is_a_cluster_judges_part_only():
     with testing.temporary_registry(), pytest.raises(Exception, match="each_node= is a cluster judge's part"):
         check("x", title="t", reads={"v": File("/v")}, each_node=lambda r, ctx: 1)(lambda r, ctx: passed("ok"))
+
+
+def test_gpu_inventory_and_fabric_domain_share_one_amd_smi_static_call():
+    """§31.5: each `amd-smi static` costs a real node ~1.5 s and its CPU; on a gfx1250 node gpu-inventory (VRAM)
+    and fabric-domain (ASIC, bus) declare the same call, which the gatherer reads once (specs are deduplicated).
+    gpu-partitions keeps its own: an amd-smi that has no --partition must not take the others' data with it."""
+    from k3doctor import platforms
+    from k3doctor.inventory.types import Settings
+
+    load_checks()
+    fast = [c for c in platforms.applicable(runner.select_checks(REGISTRY), Settings().platform)
+            if c.interaction == "passive"]
+    specs = {s for got in runner.specs_of(fast, Settings()).values() if isinstance(got, dict) for s in got.values()}
+    static = sorted(s.argv[5:] for s in specs if getattr(s, "argv", ())[5:6] == ("static",))
+    assert static == [("static", "--asic", "--bus", "--vram", "--json"), ("static", "--partition", "--json")]
