@@ -111,3 +111,20 @@ def test_gpu_inventory_and_fabric_domain_share_one_amd_smi_static_call():
     specs = {s for got in runner.specs_of(fast, Settings()).values() if isinstance(got, dict) for s in got.values()}
     static = sorted(s.argv[5:] for s in specs if getattr(s, "argv", ())[5:6] == ("static",))
     assert static == [("static", "--asic", "--bus", "--vram", "--json"), ("static", "--partition", "--json")]
+
+
+def test_every_gpu_tool_call_of_a_nodes_fast_tier_starts_at_once_by_default():
+    """§31.5: a node's time is its slowest tool call only if no tool call waits for a slot; a check that adds one
+    beyond the default bound makes a second wave (+0.5-0.8 s a node) and must raise the bound or share a call."""
+    from k3doctor import platforms
+    from k3doctor.deadline import READS_IN_FLIGHT
+    from k3doctor.inventory.types import Settings
+
+    load_checks()
+    fast = [c for c in platforms.applicable(runner.select_checks(REGISTRY), Settings().platform)
+            if c.interaction == "passive"]
+    specs = {s for got in runner.specs_of(fast, Settings()).values() if isinstance(got, dict) for s in got.values()}
+    tools = [s for s in specs if getattr(s, "argv", ())[3:4] == ("k3doctor-tool",)
+             and s.argv[4].rsplit("/", 1)[-1] in ("amd-smi", "rocm-smi")]
+    assert len(tools) == 7, sorted(s.argv[4:] for s in tools)
+    assert len(tools) <= READS_IN_FLIGHT == parse_inventory("nodes:\n  - {name: a, host: a}\n").ssh.reads_in_flight

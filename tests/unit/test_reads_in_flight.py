@@ -214,7 +214,7 @@ def test_a_reader_frozen_through_the_node_deadline_still_stops_every_command_in_
 def test_the_inventory_bounds_reads_in_flight_and_the_run_passes_it_on(monkeypatch):
     inv = parse_inventory("ssh: {reads_in_flight: 2}\nnodes:\n  - {name: a, transport: local}\n", "inv.yaml")
     assert inv.ssh.reads_in_flight == 2
-    assert parse_inventory("nodes:\n  - {name: a, transport: local}\n", "i.yaml").ssh.reads_in_flight == 4
+    assert parse_inventory("nodes:\n  - {name: a, transport: local}\n", "i.yaml").ssh.reads_in_flight == 8
     for bad in ("0", "17", "'4'", "true", "1.5"):
         with pytest.raises(InventoryError, match="reads_in_flight.*positive integer up to 16"):
             parse_inventory(f"ssh: {{reads_in_flight: {bad}}}\nnodes:\n  - {{name: a, transport: local}}\n", "i.yaml")
