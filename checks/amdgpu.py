@@ -18,10 +18,18 @@ from k3doctor.api import (
     passed,
     remediation,
     skip,
-    tool,
     warn,
 )
-from k3doctor.views.gpu import KFD_NODES_GLOB, VENDOR_GLOB, VRAM_GLOB, amd_cards, hbm_gib, kfd_gpus
+from k3doctor.views.gpu import (
+    KFD_NODES_GLOB,
+    STATIC_LABEL,
+    VENDOR_GLOB,
+    VRAM_GLOB,
+    amd_cards,
+    amdsmi_static,
+    hbm_gib,
+    kfd_gpus,
+)
 from k3doctor.views.kernel_log import DMESG, KernelLog, is_amdgpu_load
 from k3doctor.parsers.amdsmi import parse_static_vram
 
@@ -217,8 +225,7 @@ def gpu_count(r) -> tuple:
 
 
 def _inventory_reads(settings) -> dict:
-    return {**INVENTORY_READS, "smi": tool(settings.tools["amd_smi"], "static", "--vram", "--json",
-                                                       container=settings.container)}
+    return {**INVENTORY_READS, "smi": amdsmi_static(settings)}
 
 
 def amdsmi_cross_check(r, cards: list, sizes: dict, tolerance_gib: float, evidence: dict) -> tuple:
@@ -226,7 +233,7 @@ def amdsmi_cross_check(r, cards: list, sizes: dict, tolerance_gib: float, eviden
     amd-smi numbers GPUs in PCI order, as the driver numbers the AMD cards, so they pair by rank.
     amd-smi may be missing on a node: unreadable is a note, never a finding."""
     try:
-        smi = parse_static_vram(r["smi"].output("`amd-smi static --vram --json`"))
+        smi = parse_static_vram(r["smi"].output(STATIC_LABEL))
     except (ReadingUnavailable, ParseError) as exc:
         return [], f"; not cross-checked with amd-smi static --vram (amd-smi may be missing here): {exc}"
     evidence["amd-smi VRAM MiB"] = {f"GPU {g}": mib for g, mib in sorted(smi.items())}

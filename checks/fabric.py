@@ -20,11 +20,10 @@ from k3doctor.api import (
     fail,
     passed,
     remediation,
-    tool,
     tool_script,
     warn,
 )
-from k3doctor.views.gpu import UEVENT_GLOB, card_buses, pci_bus
+from k3doctor.views.gpu import STATIC_LABEL, UEVENT_GLOB, amdsmi_static, card_buses, pci_bus
 from k3doctor.views.peers import majority
 from k3doctor.views.ualink import UALINK_READS, ualink_cards
 from k3doctor.parsers.amdsmi import parse_fabric, parse_physical_acc_ids
@@ -177,7 +176,7 @@ def physical_ids(node: str, r) -> tuple:
     compare. An unusable reading is said in the PASS line, never silently passed."""
     reading = r.get("asic")
     try:
-        ids = parse_physical_acc_ids(reading.output("`amd-smi static --asic --bus --json`")) if reading else {}
+        ids = parse_physical_acc_ids(reading.output(STATIC_LABEL)) if reading else {}
         cards, buses = ualink_cards(r), card_buses(r.get("uevent") or {})
         pairs = [(gpu, bdf, acc, buses.get(pci_bus(bdf or ""))) for gpu, (bdf, acc) in sorted(ids.items())]
         pairs = [(gpu, bdf, acc, card, cards[card].accel_id()) for gpu, bdf, acc, card in pairs
@@ -231,22 +230,28 @@ def _judge_id(gpus: list, name: str, value_of, raw_of, expected) -> dict:
 def _reads(settings) -> dict:
     return {**UALINK_READS, "uevent": UEVENT,
             "fabric": tool_script(settings.tools["amd_smi"], FABRIC_SCRIPT, container=settings.container),
-            "asic": tool(settings.tools["amd_smi"], "static", "--asic", "--bus", "--json",
-                         container=settings.container)}
+            "asic": amdsmi_static(settings)}
+
+
+def node_part(r, ctx) -> tuple:
+    """One node's GPUs with their pod ids, the verdicts about its own sources, and its PHYSICAL_ACC_ID
+    cross-check (WARNs, the PASS line's note): parsed once, as soon as the node is read."""
+    gpus, notes = node_gpus(ctx.node, r)
+    disagree, said = physical_ids(ctx.node, r)
+    return gpus, notes + disagree, said
 
 
 @check("fabric-domain", title="all GPUs of all nodes share one PPOD_ID and one VPOD_ID", scope="cluster",
        reads=_reads, remediation=(MISMATCH, NOT_CONFIGURED, DISAGREE, AMDSMI), needs=("amdgpu-driver",),
-       params={"expected_ppod_id": None, "expected_vpod_id": None})
+       params={"expected_ppod_id": None, "expected_vpod_id": None}, each_node=node_part)
 def fabric_domain(per_node, ctx):
-    """§7: a domain mismatch hangs the rendezvous instead of erroring, so name the odd GPUs up front."""
+    """§7: a domain mismatch hangs the rendezvous instead of erroring, so name the odd GPUs up front
+    (``per_node``: node -> :func:`node_part`)."""
     gpus, verdicts, ids_said = [], [], {}
-    for node, r in per_node.items():
-        mine, notes = node_gpus(node, r)
+    for node, (mine, notes, said) in per_node.items():
         gpus += mine
         verdicts += notes
-        disagree, ids_said[node] = physical_ids(node, r)
-        verdicts += disagree
+        ids_said[node] = said
     expected_ppod = ctx.param("expected_ppod_id")
     expected_vpod = ctx.param("expected_vpod_id")
     problems: dict = {}

@@ -293,16 +293,16 @@ def judge_node(r, param) -> tuple:
 
 @check(CHECK, title="host RAM and swap, the checkpoint identical on every node, free space on Docker root and logs",
        scope="cluster", reads=_reads, params=PARAMS,
-       remediation=(INCOMPLETE, UNEXPECTED, RAM_LOW, NO_SWAP, DISK_FULL, EPCHECK_ROOM))
+       remediation=(INCOMPLETE, UNEXPECTED, RAM_LOW, NO_SWAP, DISK_FULL, EPCHECK_ROOM),
+       each_node=lambda r, ctx: judge_node(r, ctx.settings.param))
 def host_resources(per_node, ctx):
     """§12, checklist item 8: what a node must have besides its GPUs before a launch - ~250 GB of
     RAM plus swap, the full 96-shard checkpoint with the same sizes as every other node, and free
     space on the Docker root and the log directory. Each source is judged on its own, so one that
-    cannot be read (ERROR) never hides what the others found."""
+    cannot be read (ERROR) never hides what the others found. ``per_node``: node -> :func:`judge_node`'s
+    (verdicts, checkpoint), taken as soon as the node is read."""
     verdicts, listings = [], {}
-    for node, r in per_node.items():
-        settings = ctx.node_settings(node)
-        mine, cp = judge_node(r, settings.param)
+    for node, (mine, cp) in per_node.items():
         verdicts += [_on(v, node) for v in mine]
         if cp:
             listings[node] = cp

@@ -218,38 +218,47 @@ def _reads(settings) -> dict:
             "ualink": Glob(UALINK_GLOB)}
 
 
+def node_part(r, ctx) -> tuple:
+    """(the accel ids the node owns, its NodeLog or None, the ERRORs that stand for its log): one node's kernel
+    log parsed and scanned once, as soon as it is read. A node whose log is unreadable still owns its accel ids."""
+    node = ctx.node
+    try:
+        owners = accel_ids(r["ualink"])
+    except ReadingUnavailable:
+        owners = {}
+    try:  # §31.1: a boot id the kernel did not give leaves which boot the log shows unknown
+        boot_id = read_boot_id(r["boot_id"])
+    except (ReadingUnavailable, ParseError) as exc:
+        return owners, None, [error(f"kernel log not judged: the boot id was not read, so whether the log is this "
+                                    f"boot's cannot be told: {exc}", node=node)]
+    try:
+        return owners, _read_node(node, r, ctx.settings, boot_id), []
+    except RuleError as exc:
+        return owners, None, [error(f"kernel-health parameters: {exc}", node=node)]
+    except ReadingUnavailable as exc:
+        return owners, None, [error(f"kernel log not readable, not judged: {exc} (a restricted dmesg needs root: "
+                                    "`sudo: true` in the inventory)", node=node)]
+    except ParseError as exc:
+        return owners, None, [error(f"kernel log not judged: {exc}", node=node)]
+
+
 @check("kernel-health", title="no wedged-GPU, page-fault, reset, RAS, fabric or host-crash signature in the kernel log",
-       scope="cluster", reads=_reads, remediation=REMEDIATIONS,
+       scope="cluster", reads=_reads, remediation=REMEDIATIONS, each_node=node_part,
        params={"window": Param("amdgpu-load", validate=window_problem), "rules": Param({}, validate=rules_problem),
                "silence": [], "benign_bert_msrs": ["0xc00023e1"]})
 def kernel_health(per_node, ctx):
     """§10 (checklist item 3): a node whose kernel log shows a wedged GPU, page faults, resets, RAS errors,
     §8 fabric failures or a fatal BERT record is excluded, even at 0% VRAM and with no container.
 
-    Cluster scope so that an ``AccId`` seen in one node's log is put on the node and card that own it.
+    Cluster scope so that an ``AccId`` seen in one node's log is put on the node and card that own it
+    (``per_node``: node -> :func:`node_part`).
     """
     logs, owners, verdicts = {}, {}, []
-    for node, r in per_node.items():
-        params = ctx.node_settings(node)
-        try:  # a node whose log is unreadable still owns its accel ids
-            owners[node] = accel_ids(r["ualink"])
-        except ReadingUnavailable:
-            owners[node] = {}
-        try:  # §31.1: a boot id the kernel did not give leaves which boot the log shows unknown
-            boot_id = read_boot_id(r["boot_id"])
-        except (ReadingUnavailable, ParseError) as exc:
-            verdicts.append(error(f"kernel log not judged: the boot id was not read, so whether the log is this "
-                                  f"boot's cannot be told: {exc}", node=node))
-            continue
-        try:
-            logs[node] = _read_node(node, r, params, boot_id)
-        except RuleError as exc:
-            verdicts.append(error(f"kernel-health parameters: {exc}", node=node))
-        except ReadingUnavailable as exc:
-            verdicts.append(error(f"kernel log not readable, not judged: {exc} (a restricted dmesg needs root: "
-                                  "`sudo: true` in the inventory)", node=node))
-        except ParseError as exc:
-            verdicts.append(error(f"kernel log not judged: {exc}", node=node))
+    for node, (owned, log, errors) in per_node.items():
+        owners[node] = owned
+        verdicts += errors
+        if log is not None:
+            logs[node] = log
     verdicts += _verdicts(logs, owners, ctx.settings.gpus_per_node)
     faulty = {v.node for v in verdicts}
     for node, seen in logs.items():

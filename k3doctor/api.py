@@ -107,17 +107,22 @@ def judge_safely(fn, *args) -> list:
     try:
         verdicts = _as_list(fn(*args))
         return verdicts or [error("check returned no verdict (bug in the check)")]
-    except NotEvaluated as exc:
-        return [skip(str(exc))]
-    except ReadingUnavailable as exc:
-        return [error(f"could not read: {exc}")]
-    except ParseError as exc:
-        return [error(f"unparseable output: {exc}")]
     except Exception as exc:  # a bug in one check must not hide the others' results
-        # imported here, not above: a check that imports this module does not load paramiko (a probe that
-        # raised TransportError has it loaded already)
-        from k3doctor.transport.base import TransportError
+        return [failure_verdict(exc)]
 
-        if isinstance(exc, TransportError):
-            return [error(str(exc))]
-        return [error(f"internal error in check: {type(exc).__name__}: {exc}")]
+
+def failure_verdict(exc: Exception) -> Verdict:
+    """The verdict for what a judge (or a cluster judge's ``each_node``) raised: SKIP for NotEvaluated, else ERROR."""
+    if isinstance(exc, NotEvaluated):
+        return skip(str(exc))
+    if isinstance(exc, ReadingUnavailable):
+        return error(f"could not read: {exc}")
+    if isinstance(exc, ParseError):
+        return error(f"unparseable output: {exc}")
+    # imported here, not above: a check that imports this module does not load paramiko (a probe that
+    # raised TransportError has it loaded already)
+    from k3doctor.transport.base import TransportError
+
+    if isinstance(exc, TransportError):
+        return error(str(exc))
+    return error(f"internal error in check: {type(exc).__name__}: {exc}")

@@ -15,9 +15,11 @@ MAX_GPUS_PER_NODE = 64  # a node of any vendor holds 8 today (gfx1250 racks: 4);
 MAX_SECONDS = 86400.0  # a day: no run waits longer for anything (a bigger value is a typo or `.inf`)
 MIN_SECONDS = 0.1
 # A node's readings in flight at once (ssh.reads_in_flight): its slow GPU tools overlap (reference §31.5: a
-# node's time is its slowest read, not the sum); 1 takes them one after another. Four: a node's slow tools
-# are amd-smi's few calls and rocm-smi, and each in flight is one more process on a node that may be busy.
-READS_IN_FLIGHT = 4
+# node's time is its slowest read, not the sum); 1 takes them one after another. Eight: every GPU tool call of
+# a gfx1250 node's fast tier (seven: amd-smi five times, rocm-smi twice) starts at once, so the node's time is
+# its slowest call plus what the tools' own lock queues (4 left a second wave: +0.5-0.8 s); the processes a
+# node starts are the same, its CPU +2-4 % (bench/results/fast-tier-table-2026-12-07).
+READS_IN_FLIGHT = 8
 MAX_READS_IN_FLIGHT = 16
 
 

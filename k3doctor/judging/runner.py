@@ -82,6 +82,7 @@ class _Run:
         self.transports, self.readings, self.unreachable, self.records = {}, {}, {}, {}
         self.results_by_node, self.specs_by_node = {}, {}
         self.failed_by_node = {}  # node -> prerequisite check -> its blocking results there
+        self.facts_by_node = {}  # node -> cluster check -> its each_node Facts there (judging/judge.py)
 
     def read_nodes(self) -> None:
         """Phase 1: every node read in a bounded pool, its node and GPU checks judged as soon as it is in."""
@@ -131,7 +132,7 @@ class _Run:
     def judge_node(self, node: Node, transport, got: dict, specs_by_check: dict) -> list:
         """One node's node and GPU checks (prerequisites first), its baseline records; results in check order."""
         judge = NodeJudge(node.name, node.settings, baseline=self.baseline.get(node.name, {}), fix=self.opts.fix)
-        self.failed_by_node[node.name] = judge.failed
+        self.failed_by_node[node.name], self.facts_by_node[node.name] = judge.failed, judge.facts
         judged = {}
         for chk in prerequisites_first(self.passive):
             if isinstance(specs_by_check[chk.name], Result):  # its reads could not be built for this node
@@ -141,6 +142,8 @@ class _Run:
             if self.opts.record and chk.record:
                 self.records.setdefault(node.name, {})[chk.name] = _record_safely(
                     chk.record, Readings(mine), judge.context(chk))
+            if chk.scope == "cluster" and chk.each_node:  # its part on this node now, beside the other nodes' reads
+                judge.take_facts(chk, mine)
             if chk.scope not in ("node", "gpu"):
                 continue
             verdicts = judge.verdicts(chk, mine)
@@ -213,7 +216,7 @@ def run_checks(inv: Inventory, checks: list, opts: RunOptions = None) -> RunRepo
         run.read_nodes()
         results = run.node_results()
         results += judge_cluster(inv, [c for c in run.passive if c.scope == "cluster"], run.readings,
-                                 run.specs_by_node, run.failed_by_node, run.baseline)
+                                 run.specs_by_node, run.failed_by_node, run.baseline, run.facts_by_node)
         results += run.run_probes(results)
     except BaseException:  # Ctrl-C in a probe: whatever it left in flight is stopped on the nodes too
         cancel_all(run.transports)
@@ -232,11 +235,12 @@ def run_checks(inv: Inventory, checks: list, opts: RunOptions = None) -> RunRepo
 
 
 def judge_cluster(inv: Inventory, cluster: list, readings: dict, specs_by_node: dict, failed_by_node: dict,
-                  baseline: dict) -> list:
+                  baseline: dict, facts_by_node: dict | None = None) -> list:
     """Phase 2: each cluster judge over the reachable nodes' readings, leaving out the nodes where a
     prerequisite failed (``failed_by_node``: node -> prerequisite -> its blocking results there).
     ``readings``: node -> {spec: reading}; ``specs_by_node``: node -> check -> {name: spec} (or the
-    Result that says why its reads could not be built there). Shared by ``check`` and ``merge``."""
+    Result that says why its reads could not be built there); ``facts_by_node``: node -> check -> the
+    ``each_node`` part phase 1 took there (what is missing is taken here). Shared by ``check`` and ``merge``."""
     results = []
     for chk in cluster:
         for rack, members in inv.rack_groups():  # each rack on its own (inventory `racks:`)
@@ -245,7 +249,8 @@ def judge_cluster(inv: Inventory, cluster: list, readings: dict, specs_by_node: 
                         for n in built}
             ctx = Context(chk, inv.cluster, nodes={n.name: n for n in built},
                           baseline={n: entry.get(chk.name) for n, entry in baseline.items()})
-            left_out, verdicts = judge_across(chk, per_node, failed_by_node, ctx)
+            facts = {n: got[chk.name] for n, got in (facts_by_node or {}).items() if chk.name in got}
+            left_out, verdicts = judge_across(chk, per_node, failed_by_node, ctx, facts)
             placed = to_results(chk, None, verdicts)
             for r in placed:  # a rack-wide result says which rack
                 if rack is not None and r.node is None:

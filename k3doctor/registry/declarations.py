@@ -51,6 +51,7 @@ class Check:
     record: Callable | None = None  # judges: (readings, ctx) -> this node's entry kept by `k3doctor baseline record`
     record_run: Callable | None = None  # probes: (verdicts, ctx) -> {node: entry}, the entries of the nodes it ran on
     fixer: Callable | None = None  # (transport, verdicts, ctx) -> verdicts; runs only with --fix
+    each_node: Callable | None = None  # cluster judges: (readings, ctx) -> one node's facts (see ``check``)
     doc: str = ""
     param_specs: dict = field(default_factory=dict, init=False)  # name -> Param (``params`` keeps the defaults)
 
@@ -122,6 +123,8 @@ class Registry:
         if (chk.record if chk.probe else chk.record_run) is not None:
             raise RegistryError(f"check {chk.name!r}: a probe keeps its baseline with record_run=(verdicts, ctx), "
                                 "a judge with record=(readings, ctx)")
+        if chk.each_node is not None and (chk.scope != "cluster" or chk.judge is None):
+            raise RegistryError(f"check {chk.name!r}: each_node= is a cluster judge's part per node")
         self.checks[chk.name] = chk
         return chk
 
@@ -168,7 +171,7 @@ REGISTRY = Registry()
 def check(name: str, *, title: str, scope: str = "node", reads=None, tier: str = "fast",
           interaction: str = "passive", after=(), timeout_s=None, remediation=(), params=None,
           needs=(), blocking=(), record=None, record_run=None, fixer=None, exclusive=(),
-          registry: Registry = None):
+          each_node=None, registry: Registry = None):
     """Register the decorated function as a check's judge (passive) or probe (active).
 
     ``needs`` names the checks that must not have failed on a node for this one to be evaluated
@@ -188,6 +191,13 @@ def check(name: str, *, title: str, scope: str = "node", reads=None, tier: str =
     judgement. ``fixer`` (optional)
     repairs exactly what the verdicts' evidence names, and runs only when the user
     passed ``--fix``.
+
+    ``each_node`` (optional, cluster judges): ``each_node(readings, ctx) -> facts``, one node's part - its
+    readings parsed, what can be judged of it alone - run once per node as soon as that node's readings are
+    in (beside the other nodes' reads), with the node's own ``ctx``; the judge then gets ``{node: facts}``
+    instead of ``{node: readings}`` and only compares. Without it every node's raw output would be parsed
+    again after the last node is read, the wait a user sees at the end of a large run (issue 35). Where it
+    raises (ParseError, ReadingUnavailable, a bug), that node gets the ERROR and is left out of the judge.
     """
     def decorate(fn):
         kind = "probe" if interaction != "passive" else "judge"
@@ -198,7 +208,7 @@ def check(name: str, *, title: str, scope: str = "node", reads=None, tier: str =
             needs=dict(needs) if isinstance(needs, dict) else dict.fromkeys(needs),
             blocking=(blocking,) if isinstance(blocking, str) else tuple(blocking),
             remediations=(remediation,) if isinstance(remediation, str) else tuple(remediation),
-            params=dict(params or {}), record=record, record_run=record_run, fixer=fixer,
+            params=dict(params or {}), record=record, record_run=record_run, fixer=fixer, each_node=each_node,
             doc=(fn.__doc__ or "").strip(),
             **{kind: fn}))
         return fn

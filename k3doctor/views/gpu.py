@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 from k3doctor.parsers import ParseError
 from k3doctor.parsers.common import UINT32_MAX
+from k3doctor.readings import Command, tool
 
 DRM = "/sys/class/drm/card*/device"
 VENDOR_GLOB = f"{DRM}/vendor"
@@ -21,6 +22,11 @@ VRAM_GLOB = f"{DRM}/mem_info_vram_total"
 UALINK_DIR = f"{DRM}/ualink"
 UALINK_GLOB = f"{UALINK_DIR}/*"  # every ualink file of every card (accel_id among them)
 AMD_VENDOR = "0x1002"
+# One `amd-smi static` serves every check that reads a static section (gpu-inventory its VRAM, fabric-domain its
+# ASIC and bus): a call costs a real node ~1.5 s and its CPU (reference §31.5), while each parser takes its own
+# sections out of the one JSON by name. Declared alike by both checks, the gatherer reads it once.
+STATIC_SECTIONS = ("--asic", "--bus", "--vram")
+STATIC_LABEL = f"`amd-smi static {' '.join(STATIC_SECTIONS)} --json`"
 KFD_PROC_GLOB = "/sys/class/kfd/kfd/proc/*"  # one directory per process holding a KFD (GPU) context
 KFD_NODES_GLOB = "/sys/class/kfd/kfd/topology/nodes/*/properties"  # one KFD topology node each (CPUs too)
 _KFD_NODE = re.compile(r"/nodes/([0-9]{1,6})/properties$")
@@ -182,3 +188,8 @@ def kfd_gpus(nodes: dict) -> dict | None:
         if int(value):
             out[int(match.group(1))] = KfdGpu(int(value), int(device) if device is not None else None)
     return dict(sorted(out.items()))
+
+
+def amdsmi_static(settings) -> Command:
+    """The node's one ``amd-smi static`` reading (STATIC_SECTIONS), where the inventory says amd-smi runs."""
+    return tool(settings.tools["amd_smi"], "static", *STATIC_SECTIONS, "--json", container=settings.container)

@@ -102,7 +102,7 @@ def _amd_smi_outputs(s: NodeState) -> dict[str, str]:
     if s.platform in mi355x.KINDS:  # XGMI instead of a UALink fabric (§30)
         return {"xgmi": mi355x.xgmi_text(s.xgmi_links, s.xgmi_bit_rates), "bad-pages --json": bad_pages,
                 "static --json": _amd_smi_json(s, static), "static --vram --json": _amd_smi_json(s, static_vram),
-                "static --vram": vram_text}
+                "static --asic --bus --vram --json": _amd_smi_json(s, static), "static --vram": vram_text}
     fabric = [_fabric_entry(s, c) for c in range(s.gpus)]
     # amd-smi 27.1 (ROCm 10.1, reference §29): PHYSICAL_ACC_ID in the ASIC section, the card's accel_id
     asic = [{"gpu": c, "asic": {"market_name": "AMD Instinct MI455X", "oam_id": c,
@@ -115,6 +115,8 @@ def _amd_smi_outputs(s: NodeState) -> dict[str, str]:
         "static --json": _amd_smi_json(s, static),
         "static --vram --json": _amd_smi_json(s, static_vram),
         "static --asic --bus --json": _amd_smi_json(s, asic),
+        # k3doctor's one static call (k3doctor/views/gpu.py): amd-smi prints every section asked, per GPU
+        "static --asic --bus --vram --json": _amd_smi_json(s, [{**a, "vram": vram} for a in asic]),
         "static --vram": vram_text,
     }
 

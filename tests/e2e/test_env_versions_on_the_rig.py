@@ -81,12 +81,12 @@ def test_amd_smi_only_in_the_image_runs_inside_our_container(rack, tmp_path):
     ct14 = rack.nodes[1].state
     outputs = _amd_smi_outputs(ct14)
     script = ("#!/bin/sh\ncase \"$*\" in\n  'fabric --json') cat /app/venv/fabric.json ;;\n"
-              "  'static --asic --bus --json') cat /app/venv/asic.json ;;\n  *) exit 2 ;;\nesac\n")
+              "  'static --asic --bus --vram --json') cat /app/venv/asic.json ;;\n  *) exit 2 ;;\nesac\n")
     scenario = tmp_path / "amd-smi-in-image.yaml"
     scenario.write_text(yaml.safe_dump({"description": "ct14: amd-smi only in the image (pip-wheel ROCm)", "nodes": {
         2: {"delete": ["opt/rocm/bin/amd-smi"], "container_files": {
             "/app/venv/bin/amd-smi": script, "/app/venv/fabric.json": outputs["fabric --json"],
-            "/app/venv/asic.json": outputs["static --asic --bus --json"]}}}}))
+            "/app/venv/asic.json": outputs["static --asic --bus --vram --json"]}}}}))
     rack.apply(scenario)
     rc, doc = k3json("check", "--nodes", rack.inventory_path, "--only", "fabric-domain")
     [bad] = [r for r in doc["results"] if r["status"] != "PASS"]

@@ -140,7 +140,7 @@ def test_inventory_rounds_driver_reserved_bytes_and_matches_amd_smi_mib():
 def test_inventory_amd_smi_agreeing_within_tolerance_passes():
     assert judge(INVENTORY, cards(HEALTHY, smi=static_vram([442368 - 500] * 4)))[0].status == Status.PASS
     smi = amdgpu._inventory_reads(Settings())["smi"]
-    assert smi.argv[4:] == ("/opt/rocm/bin/amd-smi", "static", "--vram", "--json")
+    assert smi.argv[4:] == ("/opt/rocm/bin/amd-smi", "static", "--asic", "--bus", "--vram", "--json")
 
 
 def test_inventory_amd_smi_disagreeing_with_sysfs_warns_naming_the_gpu():

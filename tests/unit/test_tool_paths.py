@@ -56,7 +56,7 @@ def test_every_rocm_tool_reading_goes_through_the_lookup():
     assert all(r.argv[:4] == tool("x").argv[:4] for r in reads)
     assert [r.argv[4:] for r in reads] == [("/opt/rocm/bin/rocm-smi", "--showpids"),
                                            ("/opt/rocm/bin/rocm-smi", "--showmemuse"),
-                                           ("/opt/rocm/bin/amd-smi", "static", "--vram", "--json")]
+                                           ("/opt/rocm/bin/amd-smi", "static", "--asic", "--bus", "--vram", "--json")]
 
 
 def test_a_tool_the_inventory_puts_in_the_container_runs_there():
