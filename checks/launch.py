@@ -12,7 +12,7 @@ Values of variables that no rule names never leave the node: readings keep their
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from k3doctor.api import (
     Command,
@@ -100,7 +100,7 @@ def _wide_ep(settings) -> bool:
 def _reads(settings) -> dict:
     if not _wide_ep(settings):  # the launch is the recipe's alone (§30), read from wherever the server is
         return recipe_launch.reads(settings) if settings.recipe else {}
-    keep = kept_names(settings.param, settings)
+    keep = kept_names(settings.param, settings) | (recipe_launch.kept(settings) if settings.recipe else set())
     return {"container": ContainerInspect(settings.container, keep=tuple(keep),
                                           launch_script=settings.param("launch_script") or None),
             "ranks": rank_envs(settings.container, keep),
@@ -188,22 +188,29 @@ def judge_node(r, node, first: bool, p) -> tuple:
     ranks = parse_rank_envs(r["ranks"].output()) if c.running else None
     sources = env_sources(c, ranks)
     links, routes = network.parse_links(r["links"].output()), network.parse_local_routes(r["routes"].output())
-    rules = launch_rules.all_rules(p, settings)
-    label = selected(p("profile"), settings)[0]
-    for source in sources:
-        found = judge_env(source.env, rules, settings.stepping, label, set(p("ignore")))
-        found += ifnames.judge_ifnames(source.env, links, routes, node.address, IFNAME, set(p("ignore")))
-        for subject, v in found:
-            named.add(subject)
-            v.message = f"{source.label}: {v.message}"
-            v.evidence = {"source": source.label, **v.evidence}
-            verdicts.append(v)
+    label, recipe, point = selected(p("profile"), settings)
+    rules = launch_rules.all_rules(p, settings, per_variable=not settings.recipe)
     launch, where = _launch(c, reading.script)
     if isinstance(launch, Verdict):
         verdicts.append(launch)
         launch = None
+    for n, source in enumerate(sources):
+        found = _recipe_rows(recipe, point, source, (launch, where) if n == 0 else (None, ""), p) \
+            if settings.recipe else []
+        mine = {subject for subject, _ in found}
+        skip_here = set(p("ignore")) | mine
+        found += judge_env(source.env, rules, settings.stepping, label, skip_here)
+        found += ifnames.judge_ifnames(source.env, links, routes, node.address, IFNAME, skip_here)
+        for subject, v in found:
+            named.add(subject)
+            if subject not in mine:  # a recipe row says where it was read itself (the words of `recipe diff`)
+                v.message = f"{source.label}: {v.message}"
+                v.evidence = {"source": source.label, **v.evidence}
+            verdicts.append(v)
     if launch:
         for flag, v in judge_args(launch, settings.gpus_per_node, sources[0].env):
+            if flag in named:
+                continue
             named.add(flag)
             v.message = f"{where}: {v.message}"
             verdicts.append(v)
@@ -218,6 +225,21 @@ def judge_node(r, node, first: bool, p) -> tuple:
     return verdicts, NodeFacts(env=sources[0].env, image_id=c.image_id, launch=launch, named=named,
                                stepping=settings.stepping,
                                nccl_selects=ifnames.prefix_selection(sources[0].env, links, p("ignore")))
+
+
+def _recipe_rows(recipe, point, source: Source, command: tuple, p) -> list:
+    """[(subject, Verdict)]: with cluster.recipe declared, one environment and the node's command judged against
+    the recipe point through the judgement `recipe diff` prints (k3doctor/recipes/judgement.py; issue 30), with the
+    inventory's overrides (``env``, ``ignore``) as the point's own. A subject the recipe names is named once, by
+    its recipe row: the wide-EP rows that say the same thing of the same variable or flag (the per-variable
+    profile rows, a pair, the log level, an interface left unset, --max-model-len, --served-model-name) step
+    aside, so `check` and `recipe diff` use one set of words. The wide-EP rows still speak where the recipe
+    cannot: the node's routes (an interface that does not carry data_ip), its GPU count, its stepping's trio,
+    pairs and deprecated variables the recipe does not name, run options, ports and the other nodes (§16-§18)."""
+    launch, where = command
+    want = launch_rules.expected_env(recipe, point, p("env"), p("ignore"))
+    label = where if where.startswith(source.label) else ", ".join(filter(None, (source.label, where)))
+    return recipe_launch.judge_wide_ep(recipe, replace(point, env=want), label, source.env, launch, p("ignore"))
 
 
 def judge_hostname(r, node) -> list:

@@ -88,7 +88,7 @@ def resolved(recipe, argv: list, env: dict, cache: set, mem_total) -> judgement.
     named = {n for p in recipe.points for n in p.env} | set(recipe.noops)
     # what only the rules read (the HF cache the drafter is looked up in, EVAL_ONLY, ...) is judged by them,
     # never an `extra` of the recipe
-    own = {n for n in env if n.startswith(tuple(families)) and (n in named or n not in RULE_NAMES)}
+    own = {n for n in env if n.startswith(tuple(families)) and (n in named or not judgement.judged_elsewhere(n))}
     launch = rules.Launch(flags=judgement.parse_args(words), env=env, mem_total_bytes=mem_total,
                           hf_cache=cache if any(k.startswith(("HF_HUB_CACHE", "HF_HOME")) for k in env) else None)
     return judgement.Resolved(launch=launch, own_env=own, client_seen=False,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from dataclasses import replace
 
 from k3doctor import recipes
 from k3doctor.parsers import ParseError
@@ -53,10 +54,15 @@ def reads(settings) -> dict:
     """The server reader, our container's configuration and (where the inventory names one) the launch script."""
     recipe = recipes.cached(settings.recipe)
     out = {"server": Command(("sh", "-c", servers.server_script(recipe))),
-           "container": ContainerInspect(settings.container, keep=tuple(servers.kept_names(recipe)))}
+           "container": ContainerInspect(settings.container, keep=tuple(kept(settings)))}
     if settings.launch_script:
         out["script"] = File(settings.launch_script)
     return out
+
+
+def kept(settings) -> set:
+    """The variables whose values the recipe judgement reads (the recipe's, its no-ops', its rules')."""
+    return servers.kept_names(recipes.cached(settings.recipe))
 
 
 def judge(r, settings) -> list:
@@ -80,17 +86,36 @@ def judge(r, settings) -> list:
     out = []
     for where, resolved in launches:
         d = judgement.diff_point(recipe, point, resolved)
-        found = judgement.gate_findings(recipe, d)
-        out += [Verdict(Status.FAIL if f.status == judgement.FAIL else Status.WARN, f"{where}: {f.message}",
-                        remediation=RULE_CODES.get(f.rule, DIFFERENCE),
-                        evidence={"source": where, "rule": f.rule, "subject": f.subject, **f.numbers})
-                for f in found]
+        found = verdicts(where, recipe, d)
+        out += found
         if not found:
             aside = [w for w, items in (("no-ops", d.noops), ("deviations", d.deviations)) if items]
             out.append(passed(f"{where}: {judgement.IDENTICAL} of recipe {recipe.name} at "
                               f"{_point(point)}" + (f" ({' and '.join(aside)} aside)" if aside else "")
                               + "; the recipe's rules hold (§25, §30)"))
     return out
+
+
+def verdicts(where: str, recipe, d: judgement.PointDiff) -> list:
+    """The PointDiff's rows that matter as the gate's findings (judgement.gate_findings: the words `recipe diff`
+    prints), each after where the launch was read; the subject is in the evidence."""
+    return [Verdict(Status.FAIL if f.status == judgement.FAIL else Status.WARN, f"{where}: {f.message}",
+                    remediation=RULE_CODES.get(f.rule, DIFFERENCE),
+                    evidence={"source": where, "rule": f.rule, "subject": f.subject, **f.numbers})
+            for f in judgement.gate_findings(recipe, d)]
+
+
+def judge_wide_ep(recipe, point, where: str, env: dict, argv, ignore=()) -> list:
+    """[(subject, Verdict)] of one wide-EP environment (the container's, or that of ranks sharing one) and, where
+    ``argv`` is given, the node's launch command, against the inventory's recipe point (gfx1250, §16, §17): the
+    rows of `recipe diff`. ``point`` carries the inventory's own overrides (launch-config's ``env``); ``ignore``:
+    names no rule judges here. Without a command (none read, or a second environment of the same node) the
+    flags are not compared: the command is judged once per node, with its first environment."""
+    if not argv:
+        point = replace(point, args={})
+    env = {k: judgement.NOT_READ if v is None else v for k, v in env.items() if k not in set(ignore)}
+    resolved = servers.resolved(recipe, list(argv or ()), env, set(), None)
+    return [(v.evidence["subject"], v) for v in verdicts(where, recipe, judgement.diff_point(recipe, point, resolved))]
 
 
 def _point(point) -> str:

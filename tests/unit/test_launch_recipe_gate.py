@@ -12,13 +12,14 @@ import pytest
 from k3rig import mi355x
 
 from k3doctor import platforms, recipes, testing
-from k3doctor.inventory.types import Settings
+from k3doctor.inventory.types import Node, Settings
 from k3doctor.judging.causes import explained
 from k3doctor.model.container import record_from_inspect
 from k3doctor.readings import ContainerReading
 from k3doctor.recipes import diff as recipe_diff
 from k3doctor.recipes import judgement, sandbox, servers
 from k3doctor.results import Result, Status
+from tests.unit import test_check_launch as wide  # the wide-EP node's real readings (samples/)
 
 RECIPE = recipes.builtin(mi355x.RECIPE)
 MEMTOTAL_KB = 3_221_225_472
@@ -182,13 +183,40 @@ def test_a_sandbox_that_cannot_run_is_an_error_of_the_launch_check_naming_what_i
     assert "bwrap" in result.message and SCRIPT in result.message
 
 
+# "*" flags of the gfx1250 recipes as one healthy node of a one-node job would have them: launch-config judges
+# these against the node (its GPUs, its place, its address, its free ports; §17, §18).
+WIDE_EP_NODE = {"--data-parallel-size": "4", "--data-parallel-size-local": "4", "--data-parallel-rank": "0",
+                "--data-parallel-master-ip": wide.IPS["ct13"], "--data-parallel-master-port": "29500",
+                "--data-parallel-base-port": "29700"}
+
+
 def _point_launch(point, value_of_any="x"):
-    """A launch that is exactly the point: "*" any value, True a bare flag, None absent."""
-    def value(v):
-        return value_of_any if v == recipes.ANY else "eth0" if v == recipes.DATA_IF else v
+    """A launch that is exactly the point: "*" any value, True a bare flag, None absent; the data-plane interface
+    is the rig's (lo, which carries its node addresses)."""
+    def value(v, name=""):
+        return WIDE_EP_NODE.get(name, value_of_any) if v == recipes.ANY else "lo" if v == recipes.DATA_IF else v
     env = {k: value(v) for k, v in point.env.items() if v is not None}
-    flags = {k: value(v) for k, v in point.args.items() if v is not None}
+    flags = {k: value(v, k) for k, v in point.args.items() if v is not None}
     return env, flags
+
+
+def _checked(recipe, concurrency, argv, env) -> list:
+    """`check`'s launch-config on one node whose server runs ``argv`` with ``env``: on MI355X the server reader's
+    own output; on gfx1250 our running container with the server as its command (docker inspect as the rig's)."""
+    if not platforms.get(recipe.platform).wide_ep_launch:
+        keep = servers.kept_names(recipe)
+        text = "\n".join([f"@server 7", *argv, "", "@env", *(f"{k}={v}" if k in keep else k for k, v in env.items()),
+                          "@hfcache", "@end", f"@meminfo {MEMTOTAL_KB}"]) + "\n"
+        return testing.judge("launch-config", {"ct13": {"server": text, "container": ContainerReading(None)}},
+                             settings=Settings(platform=recipe.platform, recipe=recipe.name, concurrency=concurrency))
+    settings = Settings(container="k3ep16", image=wide.IMAGE, stepping="B0", gpus_per_node=4, recipe=recipe.name,
+                        concurrency=concurrency)
+    attrs = wide.attrs()
+    attrs["Config"].update(Env=[f"{k}={v}" for k, v in env.items()], Entrypoint=None, Cmd=argv)
+    keep = set(wide.CHK.readings_for(settings)["container"].keep)
+    readings = {**wide.readings().raw(), "container": ContainerReading(record_from_inspect(attrs, keep), None)}
+    return testing.judge("launch-config", {"ct13": readings}, settings=settings,
+                         nodes={"ct13": Node("ct13", wide.IPS["ct13"], settings, data_ip=wide.IPS["ct13"])})
 
 
 SHIPPED_POINTS = [(r.name, p.concurrency) for r in (recipes.builtin(n) for n in sorted(
@@ -198,8 +226,9 @@ SHIPPED_POINTS = [(r.name, p.concurrency) for r in (recipes.builtin(n) for n in 
 @pytest.mark.parametrize("name, concurrency", SHIPPED_POINTS)
 def test_check_and_recipe_diff_agree_on_every_shipped_recipe_point(name, concurrency):
     """Issue 30: one code path - on every shipped point the healthy launch is identical in both, and a changed
-    value, a missing variable and an extra flag are the same rows with the same words in both; on a platform whose
-    launch is the recipe's alone (MI355X), through `check` itself, from the server reader's own output."""
+    value, a missing variable and an extra flag are the same rows with the same words in both, through `check`
+    itself on every platform: on MI355X from the server reader's own output, on gfx1250 from our container beside
+    the wide-EP rows, which step aside where the recipe row names the same variable or flag (--max-model-len)."""
     recipe = recipes.builtin(name)
     point = recipe.point(concurrency)
     env, flags = _point_launch(point)
@@ -218,15 +247,10 @@ def test_check_and_recipe_diff_agree_on_every_shipped_recipe_point(name, concurr
         for _, message in found:
             for part in message.split("; "):
                 assert part.split(": ", 1)[-1] in table, (part, table)
-        if platforms.get(recipe.platform).wide_ep_launch:
-            continue
-        keep = servers.kept_names(recipe)
-        text = "\n".join([f"@server 7", *argv, "", "@env", *(f"{k}={v}" if k in keep else k for k, v in e.items()),
-                          "@hfcache", "@end", f"@meminfo {MEMTOTAL_KB}"]) + "\n"
-        results = testing.judge("launch-config", {"ct13": {"server": text, "container": ContainerReading(None)}},
-                                settings=Settings(platform=recipe.platform, recipe=name, concurrency=concurrency))
+        where = "container k3ep16 command" if platforms.get(recipe.platform).wide_ep_launch else "server pid 7"
+        results = _checked(recipe, concurrency, argv, e)
         assert [(r.status.value, r.message) for r in results if r.status != Status.PASS] == [
-            (status, f"server pid 7: {message}") for status, message in found]
+            (status, f"{where}: {message}") for status, message in found], table
 
 
 def test_cluster_launch_script_is_an_absolute_path_on_the_nodes():
@@ -240,3 +264,30 @@ def test_cluster_launch_script_is_an_absolute_path_on_the_nodes():
     with pytest.raises(InventoryError) as bad:
         parse_inventory(base % "launch.sh")
     assert "cluster.launch_script" in str(bad.value.problems) and "absolute path" in str(bad.value.problems)
+
+
+def test_the_rigs_healthy_wide_ep_launch_is_config_a_and_quiet_with_the_recipe_declared():
+    """The rig's healthy gfx1250 node launches Config A (§16, §17: its environment and its §17 command): with
+    cluster.recipe gfx1250-config-a declared it is identical to the recipe, flags included, and no row fires -
+    NCCL_MNNVL_ENABLE / NCCL_CUMEM_ENABLE, which it sets and the recipe no longer names, are env-versions' (§29)."""
+    verdicts = wide.judge(recipe="gfx1250-config-a")
+    assert [(v.node, v.status) for v in verdicts] == [(n, Status.PASS) for n in wide.NAMES], wide.findings(verdicts)
+
+
+@pytest.mark.parametrize("env, args, expected, says", [
+    # the recipe row names what a wide-EP row (log level, pair, --max-model-len) also says: named once, by the recipe
+    ({"AITER_LOG_LEVEL": None}, {}, [(Status.WARN, "RECIPE-AITER-LOG-LEVEL")],
+     "missing AITER_LOG_LEVEL: recipe *, launch (unset)"),
+    ({"AITER_CUSTOM_AR_USE_SYMM_MEM": None}, {}, [(Status.FAIL, "RECIPE-DIFFERENCE")],
+     "missing AITER_CUSTOM_AR_USE_SYMM_MEM: recipe 1, launch (unset)"),
+    ({}, {"--max-model-len": 65536}, [(Status.FAIL, "RECIPE-DIFFERENCE")],
+     "extra --max-model-len: recipe (absent), launch 65536 - do not set"),
+    # what only the node knows stays the wide-EP row's: an interface that does not exist there
+    ({"NCCL_SOCKET_IFNAME": "enp1s0f1"}, {}, [(Status.FAIL, "LAUNCH-IFNAME")], "no such interface"),
+])
+def test_a_wide_ep_fault_with_the_recipe_declared_is_named_once_on_its_node(env, args, expected, says):
+    node = {"ct14": wide.readings(wide.attrs(env=env), script=wide.script_for(1, **args), place=1)}
+    verdicts = wide.judge(node, recipe="gfx1250-config-a")
+    assert wide.findings(verdicts) == [("ct14", status, code) for status, code in expected], \
+        [v.message for v in verdicts if v.status != Status.PASS]
+    assert says in wide.only(verdicts).message
