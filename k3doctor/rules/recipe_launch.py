@@ -1,6 +1,8 @@
 """launch-config's judgement of one node's launch against the inventory's recipe point (reference §25, §30,
-§17, §22; issue 30), where the platform's launch is the recipe's alone (MI355X TP8 AgentX): the gate says what
-`recipe diff` says, from one code path (k3doctor/recipes/judgement.py) - the same rows, arithmetic and words.
+§17, §22; issue 30): the gate says what `recipe diff` says, from one code path (k3doctor/recipes/judgement.py) -
+the same rows, arithmetic and words. On gfx1250 (wide EP) checks/launch.py reads the container and ranks itself
+and hands each environment and the node's command to :func:`judge_wide_ep`; where the platform's launch is the
+recipe's alone (MI355X TP8 AgentX), :func:`judge` reads the launch as follows.
 
 What is judged, in this order, is whatever the node has:
 1. the running server: its own argv and environment read from /proc (k3doctor/recipes/servers.py), wherever it
