@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 
 from k3doctor import recipes
 from k3doctor.model import env_rules
-from k3doctor.model.container import parse_flags
+from k3doctor.model.container import hf_cache_dir, host_path, parse_flags
 from k3doctor.recipes import launches, rules, sandbox
 from k3doctor.redaction import REDACTED, redact_text
 
@@ -71,6 +71,9 @@ class Resolved:
     label: str = ""
     dropped: dict = field(default_factory=dict)  # name -> the wrapper that did not pass it
     placeholder_note: str = "any non-empty interface name (no node to check it against)"
+    # the host path of the server's HF cache (its own where no container wrapper runs it, else through the
+    # wrapper's mounts): where `check` reads the drafter on the node before launch; None where no mount holds it
+    cache_host: str | None = None
 
 
 def _launch_env(env: dict) -> dict:
@@ -108,11 +111,14 @@ def resolved_from_script(run: sandbox.ScriptRun) -> list:
         own = {k for k, v in env.items() if run.base_env.get(k) != v and not judged_elsewhere(k)}
         through = f" through {' / '.join(launch.wrappers)}" if launch.wrappers else ""
         label = f"server {n} of {len(servers)}{through}" if len(servers) > 1 else f"server{through}"
+        cache = hf_cache_dir(env)
         out.append(Resolved(rules.Launch(flags=parse_args(launch.words), env=env,
                                          client_flags=parse_args(client.words) if client else None,
                                          client_env=_launch_env(client.env) if client else None),
                             own, client is not None, list(notes), label,
-                            {k: w for k, w in launch.dropped.items() if k in call.env}))
+                            {k: w for k, w in launch.dropped.items() if k in call.env},
+                            cache_host=cache if cache is None or launch.mounts is None else host_path(cache,
+                                                                                                  launch.mounts)))
     return out
 
 

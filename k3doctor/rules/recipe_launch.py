@@ -23,7 +23,7 @@ from dataclasses import replace
 
 from k3doctor import recipes
 from k3doctor.parsers import ParseError
-from k3doctor.readings import Command, ContainerInspect, File, ReadingUnavailable
+from k3doctor.readings import CONTAINER_HF_CACHE, Command, ContainerInspect, File, ReadingUnavailable, sh_with_fact
 from k3doctor.recipes import judgement, rules, sandbox, servers
 from k3doctor.registry import remediation
 from k3doctor.results import Status, Verdict, error, passed
@@ -56,9 +56,11 @@ def reads(settings) -> dict:
     """The server reader, our container's configuration and (where the inventory names one) the launch script."""
     recipe = recipes.cached(settings.recipe)
     out = {"server": Command(("sh", "-c", servers.server_script(recipe))),
-           "container": ContainerInspect(settings.container, keep=tuple(kept(settings)))}
+           "container": ContainerInspect(settings.container, keep=tuple(kept(settings))),
+           "cache": sh_with_fact(servers.mounted_cache_script(), CONTAINER_HF_CACHE, settings.container)}
     if settings.launch_script:
         out["script"] = File(settings.launch_script)
+        out["script_caches"] = Command(("sh", "-c", servers.script_caches_script(settings.launch_script)))
     return out
 
 
@@ -77,7 +79,7 @@ def judge(r, settings) -> list:
         launches, unread = found, unread + why
     if not launches and settings.launch_script:
         try:
-            launches = _from_script(r["script"].text(), settings, mem_total)
+            launches = _from_script(r["script"].text(), settings, mem_total, _caches(r, "script_caches"))
         except (ReadingUnavailable, sandbox.SandboxError, judgement.NotJudged) as exc:
             return [error(f"launch script {settings.launch_script} (cluster.launch_script) not judged: {exc}",
                           remediation=NO_LAUNCH)]
@@ -149,12 +151,25 @@ def _from_container(r, recipe, name: str, mem_total) -> tuple:
         return [], [f"container {name}'s command starts no model server"]
     env = {k: judgement.NOT_READ if v is None else v for k, v in (record.get("env") or {}).items()}
     resolved = servers.resolved(recipe, record["launch"], env, set(), mem_total)
-    resolved.launch.hf_cache = None  # the container's HF cache is not seen before it runs
+    # before it runs, the container's HF cache is seen only through the mount that holds it, read on the node
+    caches = _caches(r, "cache")
+    resolved.launch.hf_cache = next(iter(caches.values())) if len(caches) == 1 else None
     return [(f"container {name} ({record.get('status') or 'created'}) command", resolved)], []
 
 
-def _from_script(text: str, settings, mem_total) -> list:
-    """[(where, Resolved)] of each server the inventory's launch script starts, resolved in the sandbox here."""
+def _caches(r, name: str) -> dict:
+    """{HF cache directory on the node: complete repo ids} of reading ``name``; {} where it was not read (no mount
+    holds the cache, no launch script): the drafter rule then says it was not read (INFO), never a PASS. A garbled
+    listing raises its ParseError: the launch check's ERROR."""
+    try:
+        return servers.parse_caches(r[name].output("the HF cache listing"))
+    except (KeyError, ReadingUnavailable):
+        return {}
+
+
+def _from_script(text: str, settings, mem_total, caches: dict) -> list:
+    """[(where, Resolved)] of each server the inventory's launch script starts, resolved in the sandbox here;
+    ``caches``: the HF caches the script's paths name on the node, where each server's drafter is looked up."""
     with tempfile.TemporaryDirectory(prefix="k3doctor-launch-") as tmp:
         os.chmod(tmp, 0o755)  # as root the sandbox runs as nobody, who must read the copy
         path = os.path.join(tmp, os.path.basename(settings.launch_script))
@@ -165,4 +180,5 @@ def _from_script(text: str, settings, mem_total) -> list:
     found = judgement.resolved_from_script(ran)
     for resolved in found:
         resolved.launch.mem_total_bytes = mem_total
+        resolved.launch.hf_cache = caches.get(resolved.cache_host)
     return [(f"launch script {settings.launch_script}, {resolved.label}", resolved) for resolved in found]

@@ -291,3 +291,83 @@ def test_a_wide_ep_fault_with_the_recipe_declared_is_named_once_on_its_node(env,
     assert wide.findings(verdicts) == [("ct14", status, code) for status, code in expected], \
         [v.message for v in verdicts if v.status != Status.PASS]
     assert says in wide.only(verdicts).message
+
+
+# ----------------------------------------------------------------------------- the drafter before launch (§25, §30)
+
+HOST_CACHE = "/srv/hf-hub-cache"  # the node's directory mounted at the container's HF cache
+
+
+def listing(directory, repos):
+    return f"@dir {directory}\n" + "".join(f"models--{r.replace('/', '--')}\n" for r in repos)
+
+
+@pytest.mark.parametrize("repos, found", [
+    ((mi355x.MODEL,), [("FAIL", "RECIPE-DRAFT-MODEL")]),
+    ((mi355x.MODEL, mi355x.DRAFT_MODEL), []),
+])
+def test_a_created_containers_drafter_is_read_in_the_host_directory_its_cache_mount_names(repos, found):
+    """Before the container runs, its HF cache is the host directory of the mount that holds it (the engine fact
+    readings.CONTAINER_HF_CACHE), read on the node: a drafter missing there is the FAIL of the running state."""
+    argv, env = launch(8)
+    results = check({"server": NO_SERVER, "container": container(argv, env), "cache": listing(HOST_CACHE, repos)})
+    assert [(s, c) for s, c, _ in not_passing(results)] == found, results
+    if found:
+        assert "not complete in the mounted HF cache" in results[0].message
+
+
+def test_a_created_container_whose_cache_no_mount_holds_leaves_the_drafter_to_an_info():
+    """No mount names the cache (a cache in the image's own layer): nothing on the node says where the drafter
+    is, so the rule's INFO (not read here) stands - no FAIL from what was not read."""
+    from k3doctor.readings import Unavailable
+    argv, env = launch(8)
+    results = check({"server": NO_SERVER, "container": container(argv, env),
+                     "cache": Unavailable(f"no mount of container k3ep16 holds its HF cache {mi355x.HF_CACHE}")})
+    assert not_passing(results) == []
+
+
+def test_the_hf_cache_listing_garbled_is_an_error_never_a_verdict_on_the_drafter():
+    argv, env = launch(8)
+    [result] = check({"server": NO_SERVER, "container": container(argv, env), "cache": "Segmentation fault\n"})
+    assert result.status == Status.ERROR and "HF cache listing" in result.message, result
+
+
+def docker_script(repos_mounted=True, wrapper="docker"):
+    """The launch script as a container launch: the HF cache a host directory mounted into the container."""
+    argv, env = launch(8, {"HIP_VISIBLE_DEVICES": None})
+    exports = "".join(f"export {k}={json.dumps(v)}\n" for k, v in env.items())
+    server = " ".join(json.dumps(w) if w.startswith("{") else w for w in argv)
+    if wrapper == "docker":
+        run = (f"docker run --rm --network=host -v {HOST_CACHE}:{mi355x.HF_CACHE}:ro "
+               + " ".join(f"-e {k}" for k in env) + f" {RECIPE.image} ")
+    else:  # Slurm + pyxis/enroot: srun exports everything, the container sees the mounts named
+        run = f"srun --container-image={RECIPE.image} --container-mounts={HOST_CACHE}:{mi355x.HF_CACHE} "
+    return "#!/bin/bash\nset -e\n" + exports + run + server + "\n"
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed here")
+@pytest.mark.parametrize("wrapper", ["docker", "srun"])
+@pytest.mark.parametrize("repos, found", [
+    ((mi355x.MODEL,), [("FAIL", "RECIPE-DRAFT-MODEL")]),
+    ((mi355x.MODEL, mi355x.DRAFT_MODEL), []),
+])
+def test_a_launch_scripts_drafter_is_read_in_the_host_directory_its_mount_names(wrapper, repos, found):
+    """The script's `-v HOST:CONTAINER` (or pyxis' --container-mounts) names the host directory behind the server's
+    HF cache; the node lists the script's directories (servers.script_caches_script) and the drafter is judged
+    there before anything runs."""
+    results = check({"server": NO_SERVER, "container": ContainerReading(None), "script": docker_script(wrapper=wrapper),
+                     "script_caches": listing(HOST_CACHE, repos) + listing("/opt/other", [mi355x.DRAFT_MODEL])},
+                    launch_script=SCRIPT)
+    assert [(s, c) for s, c, _ in not_passing(results)] == found, results
+
+
+def test_the_host_path_behind_a_container_path_is_the_deepest_mount_that_holds_it():
+    from k3doctor.model.container import hf_cache_dir, host_path
+
+    mounts = [("/data", "/app"), ("/srv/hf", "/app/hf-hub-cache"), ("/x", "/app/hf")]
+    assert host_path("/app/hf-hub-cache/hub", mounts) == "/srv/hf/hub"
+    assert host_path("/app/hf-hub-cache", mounts) == "/srv/hf"
+    assert host_path("/app/other", mounts) == "/data/other"
+    assert host_path("/root/.cache", mounts) is None
+    assert hf_cache_dir({"HF_HOME": "/root/.cache/huggingface/"}) == "/root/.cache/huggingface/hub"
+    assert hf_cache_dir({"HF_HUB_CACHE": "/c", "HF_HOME": "/h"}) == "/c" and hf_cache_dir({}) is None
