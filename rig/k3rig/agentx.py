@@ -41,32 +41,55 @@ def _drop_ours(node, engine) -> None:
         c.remove(force=True)
 
 
+def host_cache(node) -> Path:
+    """The node's directory mounted at the container's HF cache (§30 mounts the cache from the host), holding the
+    state's own cache files: a drafter the state removed stays away. A path of the host, which the node's dockerd
+    and its sshd see alike."""
+    root = node.dir / "hf-hub-cache"
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    prefix = mi355x.HF_CACHE.rstrip("/") + "/"
+    for path, text in node.state.container_files.items():
+        if isinstance(text, str) and path.startswith(prefix):
+            target = root / path[len(prefix):]
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text)
+    return root
+
+
 def created(rig, node) -> None:
-    """Our container created with the server as its command and the point's environment, never started: what
-    `docker create` (or compose, before `up`) leaves for a gate to read."""
+    """Our container created with the server as its command, the point's environment and the HF cache mounted from
+    the node, never started: what `docker create` (or compose, before `up`) leaves for a gate to read."""
     with contextlib.closing(_engine(node)) as engine:
         image = engine.containers.get("k3ep16").attrs["Config"]["Image"]
         _drop_ours(node, engine)
         engine.containers.create(image, mi355x.server_argv(node.state.concurrency, node.state.launch_args),
                                  name="k3ep16", environment=container_env(node.state),
-                                 working_dir=mi355x.SERVER_WORKDIR, network_mode="host")
+                                 working_dir=mi355x.SERVER_WORKDIR, network_mode="host",
+                                 volumes={str(host_cache(node)): {"bind": mi355x.HF_CACHE, "mode": "ro"}})
 
 
-def script_text(state) -> str:
-    """The launch script an sbatch job runs (§30: exports, then the server): what `cluster.launch_script` names."""
-    exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in container_env(state).items()
-                      if k != "HIP_VISIBLE_DEVICES")  # the runner copies ROCR_VISIBLE_DEVICES, not the script
+def script_text(state, image: str, cache: Path) -> str:
+    """The launch script a harness runs (§30: exports, then the server in the AgentX image, the HF cache mounted
+    from the node with `-v HOST:CONTAINER`): what `cluster.launch_script` names."""
+    env = {k: v for k, v in container_env(state).items()
+           if k != "HIP_VISIBLE_DEVICES"}  # the runner copies ROCR_VISIBLE_DEVICES, not the script
+    exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
+    run = ["docker", "run", "--rm", "--network=host", "-v", f"{cache}:{mi355x.HF_CACHE}:ro",
+           *(w for k in env for w in ("-e", k)), image]
     argv = mi355x.server_argv(state.concurrency, state.launch_args)
-    return "#!/bin/bash\nset -euo pipefail\n" + exports + " ".join(map(shlex.quote, argv)) + " &\nwait\n"
+    return "#!/bin/bash\nset -euo pipefail\n" + exports + " ".join(map(shlex.quote, run + argv)) + "\n"
 
 
 def script_only(rig, node) -> Path:
-    """Nothing created on the node yet, the launch script at LAUNCH_SCRIPT; returns an inventory naming it."""
+    """Nothing created on the node yet, the launch script at LAUNCH_SCRIPT (the HF cache it mounts on the node);
+    returns an inventory naming it."""
     with contextlib.closing(_engine(node)) as engine:
+        image = engine.containers.get("k3ep16").attrs["Config"]["Image"]
         _drop_ours(node, engine)
     path = node.tree / LAUNCH_SCRIPT.lstrip("/")
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(script_text(node.state))
+    path.write_text(script_text(node.state, image, host_cache(node)))
     return inventory_with(rig, launch_script=LAUNCH_SCRIPT)
 
 
