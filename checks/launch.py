@@ -5,7 +5,9 @@ table; a wrong value fails silently at launch (TCP fallback at ~4.5 GB/s, a Mode
 that dies while HTTP stays up, a rendezvous over the management port), so it is caught here.
 The rows themselves (environment, run options, server arguments) are in
 ``k3doctor/rules/launch.py``; this file reads the node, applies them, and compares the
-nodes with each other.
+nodes with each other. With ``cluster.recipe`` declared, the recipe point is judged through the one
+judgement `recipe diff` prints (k3doctor/rules/recipe_launch.py, issue 30): on gfx1250 beside the
+wide-EP rows (:func:`_recipe_rows` says which names a fault both would name), elsewhere alone.
 
 Values of variables that no rule names never leave the node: readings keep their names only.
 """
