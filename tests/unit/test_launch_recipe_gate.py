@@ -334,10 +334,12 @@ def test_the_hf_cache_listing_garbled_is_an_error_never_a_verdict_on_the_drafter
 
 def docker_script(repos_mounted=True, wrapper="docker"):
     """The launch script as a container launch: the HF cache a host directory mounted into the container."""
-    argv, env = launch(8, {"HIP_VISIBLE_DEVICES": None})
+    argv, env = launch(8, {"HIP_VISIBLE_DEVICES": None, **({"HF_HUB_CACHE": HOST_CACHE} if wrapper == "" else {})})
     exports = "".join(f"export {k}={json.dumps(v)}\n" for k, v in env.items())
     server = " ".join(json.dumps(w) if w.startswith("{") else w for w in argv)
-    if wrapper == "docker":
+    if wrapper == "":  # a bare launch: the server's HF cache is the node's own path
+        run = ""
+    elif wrapper == "docker":
         run = (f"docker run --rm --network=host -v {HOST_CACHE}:{mi355x.HF_CACHE}:ro "
                + " ".join(f"-e {k}" for k in env) + f" {RECIPE.image} ")
     else:  # Slurm + pyxis/enroot: srun exports everything, the container sees the mounts named
@@ -346,7 +348,7 @@ def docker_script(repos_mounted=True, wrapper="docker"):
 
 
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed here")
-@pytest.mark.parametrize("wrapper", ["docker", "srun"])
+@pytest.mark.parametrize("wrapper", ["docker", "srun", ""])
 @pytest.mark.parametrize("repos, found", [
     ((mi355x.MODEL,), [("FAIL", "RECIPE-DRAFT-MODEL")]),
     ((mi355x.MODEL, mi355x.DRAFT_MODEL), []),
