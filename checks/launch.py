@@ -197,7 +197,7 @@ def judge_node(r, node, first: bool, p) -> tuple:
         verdicts.append(launch)
         launch = None
     for n, source in enumerate(sources):
-        found = _recipe_rows(recipe, point, source, (launch, where) if n == 0 else (None, ""), p) \
+        found = _recipe_rows(recipe, point, source, (launch, where) if n == 0 else (None, ""), p, rules) \
             if settings.recipe else []
         mine = {subject for subject, _ in found}
         skip_here = set(p("ignore")) | mine
@@ -229,7 +229,7 @@ def judge_node(r, node, first: bool, p) -> tuple:
                                nccl_selects=ifnames.prefix_selection(sources[0].env, links, p("ignore")))
 
 
-def _recipe_rows(recipe, point, source: Source, command: tuple, p) -> list:
+def _recipe_rows(recipe, point, source: Source, command: tuple, p, rules) -> list:
     """[(subject, Verdict)]: with cluster.recipe declared, one environment and the node's command judged against
     the recipe point through the judgement `recipe diff` prints (k3doctor/recipes/judgement.py; issue 30), with the
     inventory's overrides (``env``, ``ignore``) as the point's own. A subject the recipe names is named once, by
@@ -237,11 +237,15 @@ def _recipe_rows(recipe, point, source: Source, command: tuple, p) -> list:
     profile rows, a pair, the log level, an interface left unset, --max-model-len, --served-model-name) step
     aside, so `check` and `recipe diff` use one set of words. The wide-EP rows still speak where the recipe
     cannot: the node's routes (an interface that does not carry data_ip), its GPU count, its stepping's trio,
-    pairs and deprecated variables the recipe does not name, run options, ports and the other nodes (§16-§18)."""
+    pairs and deprecated variables the recipe does not name, run options, ports and the other nodes (§16-§18);
+    a variable one of ``rules`` (or the MORI heap row) reads is theirs where the recipe does not name it, never
+    the recipe's `extra` (A0's trio is required there, whatever a recipe says)."""
     launch, where = command
     want = launch_rules.expected_env(recipe, point, p("env"), p("ignore"))
     label = where if where.startswith(source.label) else ", ".join(filter(None, (source.label, where)))
-    return recipe_launch.judge_wide_ep(recipe, replace(point, env=want), label, source.env, launch, p("ignore"))
+    elsewhere = {name for rule in rules for name in rule.reads} | {launch_rules.MORI_HEAP}
+    return recipe_launch.judge_wide_ep(recipe, replace(point, env=want), label, source.env, launch, p("ignore"),
+                                       elsewhere)
 
 
 def judge_hostname(r, node) -> list:

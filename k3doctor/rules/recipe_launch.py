@@ -109,16 +109,20 @@ def verdicts(where: str, recipe, d: judgement.PointDiff) -> list:
             for f in judgement.gate_findings(recipe, d)]
 
 
-def judge_wide_ep(recipe, point, where: str, env: dict, argv, ignore=()) -> list:
+def judge_wide_ep(recipe, point, where: str, env: dict, argv, ignore=(), elsewhere=()) -> list:
     """[(subject, Verdict)] of one wide-EP environment (the container's, or that of ranks sharing one) and, where
     ``argv`` is given, the node's launch command, against the inventory's recipe point (gfx1250, §16, §17): the
     rows of `recipe diff`. ``point`` carries the inventory's own overrides (launch-config's ``env``); ``ignore``:
-    names no rule judges here. Without a command (none read, or a second environment of the same node) the
-    flags are not compared: the command is judged once per node, with its first environment."""
+    names no rule judges here; ``elsewhere``: names a wide-EP row judges (the A0 trio, deprecated variables, the
+    MORI heap), never an `extra` here where the recipe does not name them - that row says what is wrong with
+    them, with what the recipe cannot know (the node's stepping). Without a command (none read, or a second
+    environment of the same node) the flags are not compared: the command is judged once per node, with its
+    first environment."""
     if not argv:
         point = replace(point, args={})
     env = {k: judgement.NOT_READ if v is None else v for k, v in env.items() if k not in set(ignore)}
     resolved = servers.resolved(recipe, list(argv or ()), env, set(), None)
+    resolved.own_env -= set(elsewhere)
     return [(v.evidence["subject"], v) for v in verdicts(where, recipe, judgement.diff_point(recipe, point, resolved))]
 
 

@@ -373,3 +373,25 @@ def test_the_host_path_behind_a_container_path_is_the_deepest_mount_that_holds_i
     assert host_path("/root/.cache", mounts) is None
     assert hf_cache_dir({"HF_HOME": "/root/.cache/huggingface/"}) == "/root/.cache/huggingface/hub"
     assert hf_cache_dir({"HF_HUB_CACHE": "/c", "HF_HOME": "/h"}) == "/c" and hf_cache_dir({}) is None
+
+
+@pytest.mark.parametrize("env, expected", [
+    # A0's translation trio is required there and named by no recipe: the trio rows judge it, never "extra"
+    ({"LD_LIBRARY_PATH": "/app/rjprefix/lib", "HSA_HOTSWAP_VERBOSE": "1",
+      "HSA_TOOLS_LIB": "/app/rjprefix/lib/libhsa_hotswap_rocjitsu.so"}, []),
+    ({"LD_LIBRARY_PATH": "/app/rjprefix/lib", "HSA_HOTSWAP_VERBOSE": "1",
+      "HSA_TOOLS_LIB": "/app/rjprefix/lib/librocjitsu_gfx1250_b0_to_a0.so.0"}, [(Status.FAIL, "ROCJITSU-ENV")]),
+    # a deprecated variable: the wide-EP row says why (renamed), not the recipe's bare "extra"
+    ({"LD_LIBRARY_PATH": "/app/rjprefix/lib", "HSA_HOTSWAP_VERBOSE": "1",
+      "HSA_TOOLS_LIB": "/app/rjprefix/lib/libhsa_hotswap_rocjitsu.so", "MEGA_WIRE": "fp4"},
+     [(Status.WARN, "LAUNCH-ENV-INERT")]),
+    # §29's EP32 advice (MORI_SHMEM_HEAP_SIZE=16G) is the heap row's to judge; set on this node alone, it is drift
+    ({"LD_LIBRARY_PATH": "/app/rjprefix/lib", "HSA_HOTSWAP_VERBOSE": "1",
+      "HSA_TOOLS_LIB": "/app/rjprefix/lib/libhsa_hotswap_rocjitsu.so", "MORI_SHMEM_HEAP_SIZE": "16G"},
+     [(Status.WARN, "LAUNCH-DRIFT")]),
+])
+def test_variables_a_wide_ep_row_judges_are_never_a_recipe_extra(env, expected):
+    verdicts = wide.judge({"ct16": wide.readings(wide.attrs(env=env), place=2)}, node_steppings={"ct16": "A0"},
+                          recipe="gfx1250-config-a")
+    assert wide.findings(verdicts) == [("ct16", status, code) for status, code in expected], \
+        [v.message for v in verdicts if v.status != Status.PASS]
