@@ -5,14 +5,16 @@ table; a wrong value fails silently at launch (TCP fallback at ~4.5 GB/s, a Mode
 that dies while HTTP stays up, a rendezvous over the management port), so it is caught here.
 The rows themselves (environment, run options, server arguments) are in
 ``k3doctor/rules/launch.py``; this file reads the node, applies them, and compares the
-nodes with each other.
+nodes with each other. With ``cluster.recipe`` declared, the recipe point is judged through the one
+judgement `recipe diff` prints (k3doctor/rules/recipe_launch.py, issue 30): on gfx1250 beside the
+wide-EP rows (:func:`_recipe_rows` says which names a fault both would name), elsewhere alone.
 
 Values of variables that no rule names never leave the node: readings keep their names only.
 """
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from k3doctor.api import (
     Command,
@@ -100,7 +102,7 @@ def _wide_ep(settings) -> bool:
 def _reads(settings) -> dict:
     if not _wide_ep(settings):  # the launch is the recipe's alone (§30), read from wherever the server is
         return recipe_launch.reads(settings) if settings.recipe else {}
-    keep = kept_names(settings.param, settings)
+    keep = kept_names(settings.param, settings) | (recipe_launch.kept(settings) if settings.recipe else set())
     return {"container": ContainerInspect(settings.container, keep=tuple(keep),
                                           launch_script=settings.param("launch_script") or None),
             "ranks": rank_envs(settings.container, keep),
@@ -188,22 +190,29 @@ def judge_node(r, node, first: bool, p) -> tuple:
     ranks = parse_rank_envs(r["ranks"].output()) if c.running else None
     sources = env_sources(c, ranks)
     links, routes = network.parse_links(r["links"].output()), network.parse_local_routes(r["routes"].output())
-    rules = launch_rules.all_rules(p, settings)
-    label = selected(p("profile"), settings)[0]
-    for source in sources:
-        found = judge_env(source.env, rules, settings.stepping, label, set(p("ignore")))
-        found += ifnames.judge_ifnames(source.env, links, routes, node.address, IFNAME, set(p("ignore")))
-        for subject, v in found:
-            named.add(subject)
-            v.message = f"{source.label}: {v.message}"
-            v.evidence = {"source": source.label, **v.evidence}
-            verdicts.append(v)
+    label, recipe, point = selected(p("profile"), settings)
+    rules = launch_rules.all_rules(p, settings, per_variable=not settings.recipe)
     launch, where = _launch(c, reading.script)
     if isinstance(launch, Verdict):
         verdicts.append(launch)
         launch = None
+    for n, source in enumerate(sources):
+        found = _recipe_rows(recipe, point, source, (launch, where) if n == 0 else (None, ""), p, rules) \
+            if settings.recipe else []
+        mine = {subject for subject, _ in found}
+        skip_here = set(p("ignore")) | mine
+        found += judge_env(source.env, rules, settings.stepping, label, skip_here)
+        found += ifnames.judge_ifnames(source.env, links, routes, node.address, IFNAME, skip_here)
+        for subject, v in found:
+            named.add(subject)
+            if subject not in mine:  # a recipe row says where it was read itself (the words of `recipe diff`)
+                v.message = f"{source.label}: {v.message}"
+                v.evidence = {"source": source.label, **v.evidence}
+            verdicts.append(v)
     if launch:
         for flag, v in judge_args(launch, settings.gpus_per_node, sources[0].env):
+            if flag in named:
+                continue
             named.add(flag)
             v.message = f"{where}: {v.message}"
             verdicts.append(v)
@@ -218,6 +227,25 @@ def judge_node(r, node, first: bool, p) -> tuple:
     return verdicts, NodeFacts(env=sources[0].env, image_id=c.image_id, launch=launch, named=named,
                                stepping=settings.stepping,
                                nccl_selects=ifnames.prefix_selection(sources[0].env, links, p("ignore")))
+
+
+def _recipe_rows(recipe, point, source: Source, command: tuple, p, rules) -> list:
+    """[(subject, Verdict)]: with cluster.recipe declared, one environment and the node's command judged against
+    the recipe point through the judgement `recipe diff` prints (k3doctor/recipes/judgement.py; issue 30), with the
+    inventory's overrides (``env``, ``ignore``) as the point's own. A subject the recipe names is named once, by
+    its recipe row: the wide-EP rows that say the same thing of the same variable or flag (the per-variable
+    profile rows, a pair, the log level, an interface left unset, --max-model-len, --served-model-name) step
+    aside, so `check` and `recipe diff` use one set of words. The wide-EP rows still speak where the recipe
+    cannot: the node's routes (an interface that does not carry data_ip), its GPU count, its stepping's trio,
+    pairs and deprecated variables the recipe does not name, run options, ports and the other nodes (§16-§18);
+    a variable one of ``rules`` (or the MORI heap row) reads is theirs where the recipe does not name it, never
+    the recipe's `extra` (A0's trio is required there, whatever a recipe says)."""
+    launch, where = command
+    want = launch_rules.expected_env(recipe, point, p("env"), p("ignore"))
+    label = where if where.startswith(source.label) else ", ".join(filter(None, (source.label, where)))
+    elsewhere = {name for rule in rules for name in rule.reads} | {launch_rules.MORI_HEAP}
+    return recipe_launch.judge_wide_ep(recipe, replace(point, env=want), label, source.env, launch, p("ignore"),
+                                       elsewhere)
 
 
 def judge_hostname(r, node) -> list:

@@ -123,7 +123,11 @@ def tool(path: str, *args, container: str | None = None) -> Command:
 
 DOCKER_ROOT_DIR = "DockerRootDir"  # the engine's data root (``info()``)
 CONTAINER_PID = "State.Pid"  # a container's main process on the host, 0 when it is not running (its inspect)
-ENGINE_FACTS = (DOCKER_ROOT_DIR, CONTAINER_PID)
+# The host path of the mount that holds a container's HF hub cache ($HF_HUB_CACHE, else $HF_HOME/hub): where a
+# created container's drafter is read on the node before the container runs (its inspect: Env and Mounts).
+CONTAINER_HF_CACHE = "HF cache mount"
+ENGINE_FACTS = (DOCKER_ROOT_DIR, CONTAINER_PID, CONTAINER_HF_CACHE)
+CONTAINER_FACTS = (CONTAINER_PID, CONTAINER_HF_CACHE)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -144,7 +148,7 @@ class EngineFactCommand(Command):
         super().__post_init__()
         if self.fact not in ENGINE_FACTS:
             raise ValueError(f"unknown engine fact {self.fact!r} (known: {', '.join(ENGINE_FACTS)})")
-        if (self.fact == CONTAINER_PID) != bool(self.container):
+        if (self.fact in CONTAINER_FACTS) != bool(self.container):
             raise ValueError(f"engine fact {self.fact} needs a container" if not self.container
                              else f"engine fact {self.fact} is not a container's")
 

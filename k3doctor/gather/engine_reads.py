@@ -15,8 +15,9 @@ import threading
 import time
 
 from k3doctor.deadline import Deadline, seconds
-from k3doctor.views.container import launch_from_script, record_from_inspect
+from k3doctor.views.container import hf_cache_dir, host_path, launch_from_script, record_from_inspect
 from k3doctor.readings import (
+    CONTAINER_HF_CACHE,
     CONTAINER_PID,
     DOCKER_ROOT_DIR,
     CommandReading,
@@ -123,7 +124,26 @@ def _container_pid(api, spec: EngineFactCommand, node: str) -> object:
     return str(pid)
 
 
-_FACTS = {DOCKER_ROOT_DIR: _docker_root_dir, CONTAINER_PID: _container_pid}
+def _hf_cache_source(api, spec: EngineFactCommand, node: str) -> object:
+    """The host path behind the container's HF cache (its Env and Mounts): the drafter is read there on the node
+    before the container runs; a cache no mount holds is Unavailable saying so (its own layer is not read)."""
+    import docker
+
+    try:
+        attrs = api.inspect_container(spec.container)
+    except docker.errors.NotFound as exc:
+        return Unavailable(f"container {spec.container} does not exist on {node} ({_short(exc)})")
+    config = attrs.get("Config") or {}
+    cache = hf_cache_dir(dict(e.split("=", 1) for e in config.get("Env") or () if "=" in e))
+    if cache is None:
+        return Unavailable(f"container {spec.container} names no HF cache (HF_HUB_CACHE / HF_HOME)")
+    host = host_path(cache, [(m.get("Source"), m.get("Destination")) for m in attrs.get("Mounts") or ()])
+    if host is None:
+        return Unavailable(f"no mount of container {spec.container} holds its HF cache {cache}")
+    return host
+
+
+_FACTS = {DOCKER_ROOT_DIR: _docker_root_dir, CONTAINER_PID: _container_pid, CONTAINER_HF_CACHE: _hf_cache_source}
 
 
 def gather_exec(transport, container: str, cmd: list, timeout_s: float, cap_bytes: int,

@@ -16,7 +16,8 @@ import os
 from dataclasses import asdict, dataclass, field
 
 from k3doctor import recipes
-from k3doctor.views.container import parse_flags
+from k3doctor.views import env_rules
+from k3doctor.views.container import hf_cache_dir, host_path, parse_flags
 from k3doctor.recipes import launches, rules, sandbox
 from k3doctor.redaction import REDACTED, redact_text
 from k3doctor.results import Status, counts, status_of
@@ -29,6 +30,19 @@ NOT_READ = "(set; value not read: no rule names it)"  # a running server: the va
 RULE_NAMES = {"EVAL_ONLY", "HF_HUB_OFFLINE", "HF_HUB_CACHE", "HF_HOME", "HSA_OVERRIDE_GFX_VERSION",
               "OFFLOAD_STATE_CPU_SIZE", "LMCACHE_MAX_LOCAL_CPU_SIZE", "OFFLOAD_STATE", "OFFLOAD_GPU_STAGING_CHUNKS",
               "AITER_LOG_LEVEL"}
+
+
+# Variables whose need depends on the node's library versions, which env-versions judges (k3doctor/views/env_rules.py
+# rows "unset" before an edge: NCCL_MNNVL_ENABLE and NCCL_CUMEM_ENABLE are right unset on RCCL with #8444, required
+# before it, §29, §0.2).
+VERSIONED = {name for rule in env_rules.RULES if rule.test == "unset" for name in rule.variables}
+
+
+def judged_elsewhere(name: str) -> bool:
+    """Never an `extra` of a recipe that does not name it: a variable the recipe rules read (RULE_NAMES), or one
+    whose need depends on the node's RCCL (VERSIONED) - a recipe cannot know the RCCL, and env-versions names that
+    fault once."""
+    return name in RULE_NAMES or name in VERSIONED
 
 
 class NotJudged(Exception):
@@ -58,6 +72,9 @@ class Resolved:
     label: str = ""
     dropped: dict = field(default_factory=dict)  # name -> the wrapper that did not pass it
     placeholder_note: str = "any non-empty interface name (no node to check it against)"
+    # the host path of the server's HF cache (its own where no container wrapper runs it, else through the
+    # wrapper's mounts): where `check` reads the drafter on the node before launch; None where no mount holds it
+    cache_host: str | None = None
 
 
 def _launch_env(env: dict) -> dict:
@@ -92,14 +109,17 @@ def resolved_from_script(run: sandbox.ScriptRun) -> list:
     out = []
     for n, (launch, call) in enumerate(servers, 1):
         env = _launch_env(launch.env)
-        own = {k for k, v in env.items() if run.base_env.get(k) != v and k not in RULE_NAMES}
+        own = {k for k, v in env.items() if run.base_env.get(k) != v and not judged_elsewhere(k)}
         through = f" through {' / '.join(launch.wrappers)}" if launch.wrappers else ""
         label = f"server {n} of {len(servers)}{through}" if len(servers) > 1 else f"server{through}"
+        cache = hf_cache_dir(env)
         out.append(Resolved(rules.Launch(flags=parse_args(launch.words), env=env,
                                          client_flags=parse_args(client.words) if client else None,
                                          client_env=_launch_env(client.env) if client else None),
                             own, client is not None, list(notes), label,
-                            {k: w for k, w in launch.dropped.items() if k in call.env}))
+                            {k: w for k, w in launch.dropped.items() if k in call.env},
+                            cache_host=cache if cache is None or launch.mounts is None else host_path(cache,
+                                                                                                  launch.mounts)))
     return out
 
 

@@ -54,6 +54,9 @@ class Launch:
     env: dict
     wrappers: list = field(default_factory=list)
     dropped: dict = field(default_factory=dict)
+    # (host path, container path) of the container it runs in (docker -v / --mount, srun --container-mounts);
+    # None: no container wrapper, its paths are the host's
+    mounts: list | None = None
 
 
 def server_words(argv: list) -> list | None:
@@ -112,9 +115,26 @@ def _env_pairs(items, caller: dict) -> dict:
     return out
 
 
+def _bind(spec: str, separator: str = ":") -> tuple | None:
+    """(host, container) of ``-v HOST:CONTAINER[:opts]`` / ``--container-mounts SRC[:DST[:flags]]``; None for a
+    named volume (no host path)."""
+    parts = spec.split(separator)
+    if not parts[0].startswith("/"):
+        return None
+    return parts[0], parts[1] if len(parts) > 1 and parts[1].startswith("/") else parts[0]
+
+
+def _mount(spec: str) -> tuple | None:
+    """(host, container) of ``--mount type=bind,source=HOST,target=CONTAINER``."""
+    keys = dict(p.partition("=")[::2] for p in spec.split(","))
+    source = keys.get("source") or keys.get("src")
+    target = keys.get("target") or keys.get("destination") or keys.get("dst")
+    return (source, target) if source and source.startswith("/") and target else None
+
+
 def _docker(words, caller, files) -> tuple:
-    """(env the container's process gets from the command line, index of the image)."""
-    env, i, entry = {}, 0, None
+    """(env the container's process gets from the command line, index of the image, --entrypoint, its mounts)."""
+    env, i, entry, mounts = {}, 0, None, []
     while i < len(words) and words[i].startswith("-"):
         w = words[i]
         name, eq, inline = w.partition("=")
@@ -128,8 +148,20 @@ def _docker(words, caller, files) -> tuple:
                                    if ln.strip() and not ln.lstrip().startswith("#")], caller))
         elif name == "--entrypoint":
             entry = value
+        elif name in ("-v", "--volume") or name == "--mount":
+            mounts += [m for m in [(_mount if name == "--mount" else _bind)(value)] if m]
         i += 2 if takes else 1
-    return env, i, entry
+    return env, i, entry, mounts
+
+
+def _srun_mounts(words, mounts):
+    """The mounts of a pyxis container (``--container-image``): ``--container-mounts`` SRC[:DST],...; without
+    one, srun runs on the host (what it had)."""
+    if not any(w.split("=", 1)[0] == "--container-image" for w in words):
+        return mounts
+    specs = [w.split("=", 1)[1] for w in words if w.startswith("--container-mounts=")]
+    specs += [words[i + 1] for i, w in enumerate(words[:-1]) if w == "--container-mounts"]
+    return [m for spec in specs for item in spec.split(",") for m in [_bind(item)] if m]
 
 
 def _srun_env(words, caller) -> dict:
@@ -171,26 +203,29 @@ def _shell_commands(text: str, env: dict) -> list:
     return out
 
 
-def launches(argv: list, env: dict, files: dict, pick, depth: int = 0, wrappers=(), dropped=None) -> list:
+def launches(argv: list, env: dict, files: dict, pick, depth: int = 0, wrappers=(), dropped=None,
+             mounts=None) -> list:
     """Every Launch inside ``argv`` for which ``pick(argv)`` gives words, through its wrappers."""
     dropped = dict(dropped or {})
     if not argv or depth > MAX_DEPTH:
         return []
     words = pick(argv)
     if words is not None:
-        return [Launch(words, env, list(wrappers), dropped)]
+        return [Launch(words, env, list(wrappers), dropped, mounts)]
     prog, rest = os.path.basename(argv[0]), argv[1:]
 
-    def inner(new_argv, new_env, name):
+    def inner(new_argv, new_env, name, new_mounts=mounts):
         lost = {n: dropped.get(n, name) for n in env if n not in new_env}
-        return launches(new_argv, new_env, files, pick, depth + 1, (*wrappers, name), {**dropped, **lost})
+        return launches(new_argv, new_env, files, pick, depth + 1, (*wrappers, name), {**dropped, **lost},
+                        new_mounts)
 
     if prog in ("docker", "podman") and rest[:1] == ["run"]:
-        container_env, i, entry = _docker(rest[1:], env, files)
+        container_env, i, entry, binds = _docker(rest[1:], env, files)
         command = ([entry] if entry else []) + rest[1 + i + 1:]
-        return inner(command, container_env, f"{prog} run")
+        return inner(command, container_env, f"{prog} run", binds)
     if prog == "srun":
-        return inner(rest[_skip(rest, _SRUN):], _srun_env(rest, env), "srun")
+        options = rest[:_skip(rest, _SRUN)]
+        return inner(rest[len(options):], _srun_env(rest, env), "srun", _srun_mounts(options, mounts))
     if prog in ("mpirun", "mpiexec", "orterun"):
         added, i = {}, 0
         while i < len(rest) and rest[i].startswith("-"):

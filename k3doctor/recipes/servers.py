@@ -12,6 +12,8 @@ from __future__ import annotations
 import shlex
 
 from k3doctor.views.container import environ_filter
+from k3doctor.parsers import ParseError
+from k3doctor.shell import quote
 from k3doctor.recipes import judgement, launches, rules
 
 RULE_NAMES = judgement.RULE_NAMES
@@ -39,12 +41,51 @@ def server_script(recipe) -> str:
         "echo '@hfcache'; "
         'c=$(tr "\\000" "\\n" < "$d/environ" | sed -n "s/^HF_HUB_CACHE=//p"); '
         '[ -z "$c" ] && h=$(tr "\\000" "\\n" < "$d/environ" | sed -n "s/^HF_HOME=//p") && [ -n "$h" ] && c="$h/hub"; '
-        '[ -n "$c" ] && for m in "$d/root$c"/models--*; do '
-        '[ -d "$m/snapshots" ] && [ -n "$(ls -A "$m/snapshots" 2>/dev/null)" ] || continue; '
-        'ls "$m/blobs" 2>/dev/null | grep -q "\\.incomplete$" && continue; echo "${m##*/}"; done; '
+        f'[ -n "$c" ] && {complete_repos(chr(34) + "$d/root$c" + chr(34))}; '
         "echo '@end'; done; "
         "echo \"@meminfo $(sed -n 's/^MemTotal: *\\([0-9]*\\) kB/\\1/p' /proc/meminfo)\""
     )
+
+
+def complete_repos(directory: str) -> str:
+    """Shell: the ``models--*`` entries of HF cache ``directory`` (a quoted shell word) complete as `hf download`
+    leaves them - a snapshot with something in it, no ``.incomplete`` blob (§30) - one a line."""
+    return (f'for m in {directory}/models--*; do '
+            '[ -d "$m/snapshots" ] && [ -n "$(ls -A "$m/snapshots" 2>/dev/null)" ] || continue; '
+            'ls "$m/blobs" 2>/dev/null | grep -q "\\.incomplete$" && continue; echo "${m##*/}"; done')
+
+
+MAX_SCRIPT_DIRS = 64  # absolute paths of a launch script looked at as HF caches on the node
+
+
+def mounted_cache_script() -> str:
+    """Shell run on the node with the host path behind a created container's HF cache as $1 (the engine fact
+    readings.CONTAINER_HF_CACHE): its complete repos, after a ``@dir`` line."""
+    return f'echo "@dir $1"; {complete_repos(chr(34) + "$1" + chr(34))}'
+
+
+def script_caches_script(path: str) -> str:
+    """Shell run on the node: each absolute path the launch script at ``path`` names (a ``-v HOST:CONTAINER``
+    source, an exported HF_HUB_CACHE, ...) that is a directory there, and its ``hub``, as an HF cache: a ``@dir``
+    line and its complete repos. The script is resolved where k3doctor runs; which of these directories holds the
+    server's cache is known only then (judgement.Resolved.cache_host), so every candidate is listed here."""
+    return (f"grep -oE '/[A-Za-z0-9._+@%-][A-Za-z0-9._/+@%-]*' {quote(path)} | sort -u | head -{MAX_SCRIPT_DIRS} | "
+            'while read -r p; do p=${p%/}; for c in "$p" "$p/hub"; do [ -d "$c" ] || continue; '
+            f'echo "@dir $c"; {complete_repos(chr(34) + "$c" + chr(34))}; done; done')
+
+
+def parse_caches(text: str) -> dict:
+    """{HF cache directory on the node: repo ids complete there} from :func:`mounted_cache_script` or
+    :func:`script_caches_script`; a line that is neither a ``@dir`` nor a ``models--`` entry is a ParseError."""
+    out, current = {}, None
+    for line in text.splitlines():
+        if line.startswith("@dir /"):
+            current = out.setdefault(line[len("@dir "):].rstrip("/") or "/", set())
+        elif line.startswith("models--") and current is not None:
+            current.add("/".join(line[len("models--"):].split("--", 1)))
+        elif line.strip():
+            raise ParseError(f"HF cache listing: unexpected line {line[:80]!r}")
+    return out
 
 
 def parse(text: str) -> tuple:
@@ -88,7 +129,7 @@ def resolved(recipe, argv: list, env: dict, cache: set, mem_total) -> judgement.
     named = {n for p in recipe.points for n in p.env} | set(recipe.noops)
     # what only the rules read (the HF cache the drafter is looked up in, EVAL_ONLY, ...) is judged by them,
     # never an `extra` of the recipe
-    own = {n for n in env if n.startswith(tuple(families)) and (n in named or n not in RULE_NAMES)}
+    own = {n for n in env if n.startswith(tuple(families)) and (n in named or not judgement.judged_elsewhere(n))}
     launch = rules.Launch(flags=judgement.parse_args(words), env=env, mem_total_bytes=mem_total,
                           hf_cache=cache if any(k.startswith(("HF_HUB_CACHE", "HF_HOME")) for k in env) else None)
     return judgement.Resolved(launch=launch, own_env=own, client_seen=False,

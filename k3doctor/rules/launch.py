@@ -229,11 +229,14 @@ def profile_rules(want: dict, recipe) -> tuple:
     return tuple(rules)
 
 
-def all_rules(p, settings=None) -> tuple:
-    """Every env rule in precedence order: the first rule that names a variable is the one reported."""
+def all_rules(p, settings=None, per_variable: bool = True) -> tuple:
+    """Every env rule in precedence order: the first rule that names a variable is the one reported.
+    ``per_variable=False``: without the recipe point's own rows, which the recipe judgement says instead where the
+    inventory declares cluster.recipe (checks/launch.py)."""
     _, recipe, point = selected(p("profile"), settings)
     want = expected_env(recipe, point, p("env"), p("ignore"))
-    return DEPRECATED + PAIRS + trio_rules(p("rjprefix")) + LOG_RULES + profile_rules(want, recipe)
+    return DEPRECATED + PAIRS + trio_rules(p("rjprefix")) + LOG_RULES + (profile_rules(want, recipe)
+                                                                         if per_variable else ())
 
 
 def kept_names(p, settings=None) -> set:

@@ -284,3 +284,27 @@ def launch_options(argv) -> dict:
     accepts: ``-`` or ``_`` in its name, ``--opt=value`` or ``--opt value``, a quoted JSON value with blanks (kept
     as one word by :func:`launch_from_argv` and :func:`launch_from_script`); the last one given wins."""
     return parse_flags(argv or (), key=option_key)
+
+
+def hf_cache_dir(env: dict) -> str | None:
+    """The HF hub cache a server started with ``env`` looks its models up in (reference §25, §30): $HF_HUB_CACHE,
+    else $HF_HOME/hub; None where neither is set (the default under the user's home is not guessed)."""
+    cache = env.get("HF_HUB_CACHE") or (f"{env['HF_HOME'].rstrip('/')}/hub" if env.get("HF_HOME") else None)
+    return cache.rstrip("/") or "/" if isinstance(cache, str) and cache.startswith("/") else None
+
+
+def host_path(path: str, mounts) -> str | None:
+    """``path`` inside a container as the host path that holds it: through the deepest of ``mounts`` ((host
+    source, container destination) pairs) whose destination is ``path`` or above it; None where none is (a path of
+    the container's own layer, which the host does not show before the container runs)."""
+    best = None
+    for source, destination in mounts:
+        if not source or not destination:
+            continue
+        dest = destination.rstrip("/") or "/"
+        if (path == dest or path.startswith(dest.rstrip("/") + "/")) and (best is None or len(dest) > len(best[1])):
+            best = (source.rstrip("/") or "/", dest)
+    if best is None:
+        return None
+    rest = path[len(best[1]):].lstrip("/")
+    return f"{best[0].rstrip('/')}/{rest}" if rest else best[0]

@@ -98,6 +98,27 @@ def test_a_prefix_selecting_more_nics_on_one_node_is_named_against_its_peers(rac
     assert passed_nodes(doc) == ["ct13", "ct14", "ct16"]
 
 
+def test_a_declared_recipe_keeps_the_healthy_rack_quiet_and_names_a_launch_fault_once_in_its_words(rack, tmp_path):
+    """Issue 30 on gfx1250: with cluster.recipe declared, launch-config judges each node against the recipe point
+    through the judgement `recipe diff` prints. The rig's healthy launch is Config A (§16, §17): the whole gate is
+    quiet. ct16's --max-model-len and dropped --served-model-name are the recipe's rows only - the wide-EP
+    LAUNCH-ARGS rows that say the same step aside."""
+    inv = yaml.safe_load(rack.inventory_path.read_text())
+    inv["cluster"]["recipe"] = "gfx1250-config-a"
+    path = tmp_path / "inventory.yaml"
+    path.write_text(yaml.safe_dump(inv))
+    rack.apply("healthy")
+    rc, doc = k3json("check", "--nodes", path)
+    assert (rc, doc["verdict"]) == (0, "READY TO LAUNCH"), [r for r in doc["results"] if r["status"] != "PASS"]
+    assert [r for r in doc["results"] if r["status"] != "PASS"] == []
+    rc, doc = run(rack, "launch-cmd-per-node", path)
+    assert rc == 1 and findings(doc) == [("ct16", "FAIL", "RECIPE-DIFFERENCE"),
+                                         ("ct16", "WARN", "RECIPE-SERVED-MODEL-NAME")], messages(doc)
+    said = " | ".join(messages(doc))
+    assert "extra --max-model-len: recipe (absent), launch 65536 - do not set" in said, said
+    assert "missing --served-model-name: recipe moonshotai/Kimi-K3, launch (absent)" in said, said
+
+
 def test_live_rank_environment_names_every_rank_and_the_container_is_not_blamed(rack):
     rc, doc = run(rack, "launch-rank-env")
     [message] = messages(doc)

@@ -12,13 +12,14 @@ import pytest
 from k3rig import mi355x
 
 from k3doctor import platforms, recipes, testing
-from k3doctor.inventory.types import Settings
+from k3doctor.inventory.types import Node, Settings
 from k3doctor.judging.causes import explained
 from k3doctor.views.container import record_from_inspect
 from k3doctor.readings import ContainerReading
 from k3doctor.recipes import diff as recipe_diff
 from k3doctor.recipes import judgement, sandbox, servers
 from k3doctor.results import Result, Status
+from tests.unit import test_check_launch as wide  # the wide-EP node's real readings (samples/)
 
 RECIPE = recipes.builtin(mi355x.RECIPE)
 MEMTOTAL_KB = 3_221_225_472
@@ -182,13 +183,40 @@ def test_a_sandbox_that_cannot_run_is_an_error_of_the_launch_check_naming_what_i
     assert "bwrap" in result.message and SCRIPT in result.message
 
 
+# "*" flags of the gfx1250 recipes as one healthy node of a one-node job would have them: launch-config judges
+# these against the node (its GPUs, its place, its address, its free ports; §17, §18).
+WIDE_EP_NODE = {"--data-parallel-size": "4", "--data-parallel-size-local": "4", "--data-parallel-rank": "0",
+                "--data-parallel-master-ip": wide.IPS["ct13"], "--data-parallel-master-port": "29500",
+                "--data-parallel-base-port": "29700"}
+
+
 def _point_launch(point, value_of_any="x"):
-    """A launch that is exactly the point: "*" any value, True a bare flag, None absent."""
-    def value(v):
-        return value_of_any if v == recipes.ANY else "eth0" if v == recipes.DATA_IF else v
+    """A launch that is exactly the point: "*" any value, True a bare flag, None absent; the data-plane interface
+    is the rig's (lo, which carries its node addresses)."""
+    def value(v, name=""):
+        return WIDE_EP_NODE.get(name, value_of_any) if v == recipes.ANY else "lo" if v == recipes.DATA_IF else v
     env = {k: value(v) for k, v in point.env.items() if v is not None}
-    flags = {k: value(v) for k, v in point.args.items() if v is not None}
+    flags = {k: value(v, k) for k, v in point.args.items() if v is not None}
     return env, flags
+
+
+def _checked(recipe, concurrency, argv, env) -> list:
+    """`check`'s launch-config on one node whose server runs ``argv`` with ``env``: on MI355X the server reader's
+    own output; on gfx1250 our running container with the server as its command (docker inspect as the rig's)."""
+    if not platforms.get(recipe.platform).wide_ep_launch:
+        keep = servers.kept_names(recipe)
+        text = "\n".join([f"@server 7", *argv, "", "@env", *(f"{k}={v}" if k in keep else k for k, v in env.items()),
+                          "@hfcache", "@end", f"@meminfo {MEMTOTAL_KB}"]) + "\n"
+        return testing.judge("launch-config", {"ct13": {"server": text, "container": ContainerReading(None)}},
+                             settings=Settings(platform=recipe.platform, recipe=recipe.name, concurrency=concurrency))
+    settings = Settings(container="k3ep16", image=wide.IMAGE, stepping="B0", gpus_per_node=4, recipe=recipe.name,
+                        concurrency=concurrency)
+    attrs = wide.attrs()
+    attrs["Config"].update(Env=[f"{k}={v}" for k, v in env.items()], Entrypoint=None, Cmd=argv)
+    keep = set(wide.CHK.readings_for(settings)["container"].keep)
+    readings = {**wide.readings().raw(), "container": ContainerReading(record_from_inspect(attrs, keep), None)}
+    return testing.judge("launch-config", {"ct13": readings}, settings=settings,
+                         nodes={"ct13": Node("ct13", wide.IPS["ct13"], settings, data_ip=wide.IPS["ct13"])})
 
 
 SHIPPED_POINTS = [(r.name, p.concurrency) for r in (recipes.builtin(n) for n in sorted(
@@ -198,8 +226,9 @@ SHIPPED_POINTS = [(r.name, p.concurrency) for r in (recipes.builtin(n) for n in 
 @pytest.mark.parametrize("name, concurrency", SHIPPED_POINTS)
 def test_check_and_recipe_diff_agree_on_every_shipped_recipe_point(name, concurrency):
     """Issue 30: one code path - on every shipped point the healthy launch is identical in both, and a changed
-    value, a missing variable and an extra flag are the same rows with the same words in both; on a platform whose
-    launch is the recipe's alone (MI355X), through `check` itself, from the server reader's own output."""
+    value, a missing variable and an extra flag are the same rows with the same words in both, through `check`
+    itself on every platform: on MI355X from the server reader's own output, on gfx1250 from our container beside
+    the wide-EP rows, which step aside where the recipe row names the same variable or flag (--max-model-len)."""
     recipe = recipes.builtin(name)
     point = recipe.point(concurrency)
     env, flags = _point_launch(point)
@@ -218,15 +247,10 @@ def test_check_and_recipe_diff_agree_on_every_shipped_recipe_point(name, concurr
         for _, message in found:
             for part in message.split("; "):
                 assert part.split(": ", 1)[-1] in table, (part, table)
-        if platforms.get(recipe.platform).wide_ep_launch:
-            continue
-        keep = servers.kept_names(recipe)
-        text = "\n".join([f"@server 7", *argv, "", "@env", *(f"{k}={v}" if k in keep else k for k, v in e.items()),
-                          "@hfcache", "@end", f"@meminfo {MEMTOTAL_KB}"]) + "\n"
-        results = testing.judge("launch-config", {"ct13": {"server": text, "container": ContainerReading(None)}},
-                                settings=Settings(platform=recipe.platform, recipe=name, concurrency=concurrency))
+        where = "container k3ep16 command" if platforms.get(recipe.platform).wide_ep_launch else "server pid 7"
+        results = _checked(recipe, concurrency, argv, e)
         assert [(r.status.value, r.message) for r in results if r.status != Status.PASS] == [
-            (status, f"server pid 7: {message}") for status, message in found]
+            (status, f"{where}: {message}") for status, message in found], table
 
 
 def test_cluster_launch_script_is_an_absolute_path_on_the_nodes():
@@ -240,3 +264,134 @@ def test_cluster_launch_script_is_an_absolute_path_on_the_nodes():
     with pytest.raises(InventoryError) as bad:
         parse_inventory(base % "launch.sh")
     assert "cluster.launch_script" in str(bad.value.problems) and "absolute path" in str(bad.value.problems)
+
+
+def test_the_rigs_healthy_wide_ep_launch_is_config_a_and_quiet_with_the_recipe_declared():
+    """The rig's healthy gfx1250 node launches Config A (§16, §17: its environment and its §17 command): with
+    cluster.recipe gfx1250-config-a declared it is identical to the recipe, flags included, and no row fires -
+    NCCL_MNNVL_ENABLE / NCCL_CUMEM_ENABLE, which it sets and the recipe no longer names, are env-versions' (§29)."""
+    verdicts = wide.judge(recipe="gfx1250-config-a")
+    assert [(v.node, v.status) for v in verdicts] == [(n, Status.PASS) for n in wide.NAMES], wide.findings(verdicts)
+
+
+@pytest.mark.parametrize("env, args, expected, says", [
+    # the recipe row names what a wide-EP row (log level, pair, --max-model-len) also says: named once, by the recipe
+    ({"AITER_LOG_LEVEL": None}, {}, [(Status.WARN, "RECIPE-AITER-LOG-LEVEL")],
+     "missing AITER_LOG_LEVEL: recipe *, launch (unset)"),
+    ({"AITER_CUSTOM_AR_USE_SYMM_MEM": None}, {}, [(Status.FAIL, "RECIPE-DIFFERENCE")],
+     "missing AITER_CUSTOM_AR_USE_SYMM_MEM: recipe 1, launch (unset)"),
+    ({}, {"--max-model-len": 65536}, [(Status.FAIL, "RECIPE-DIFFERENCE")],
+     "extra --max-model-len: recipe (absent), launch 65536 - do not set"),
+    # what only the node knows stays the wide-EP row's: an interface that does not exist there
+    ({"NCCL_SOCKET_IFNAME": "enp1s0f1"}, {}, [(Status.FAIL, "LAUNCH-IFNAME")], "no such interface"),
+])
+def test_a_wide_ep_fault_with_the_recipe_declared_is_named_once_on_its_node(env, args, expected, says):
+    node = {"ct14": wide.readings(wide.attrs(env=env), script=wide.script_for(1, **args), place=1)}
+    verdicts = wide.judge(node, recipe="gfx1250-config-a")
+    assert wide.findings(verdicts) == [("ct14", status, code) for status, code in expected], \
+        [v.message for v in verdicts if v.status != Status.PASS]
+    assert says in wide.only(verdicts).message
+
+
+# ----------------------------------------------------------------------------- the drafter before launch (§25, §30)
+
+HOST_CACHE = "/srv/hf-hub-cache"  # the node's directory mounted at the container's HF cache
+
+
+def listing(directory, repos):
+    return f"@dir {directory}\n" + "".join(f"models--{r.replace('/', '--')}\n" for r in repos)
+
+
+@pytest.mark.parametrize("repos, found", [
+    ((mi355x.MODEL,), [("FAIL", "RECIPE-DRAFT-MODEL")]),
+    ((mi355x.MODEL, mi355x.DRAFT_MODEL), []),
+])
+def test_a_created_containers_drafter_is_read_in_the_host_directory_its_cache_mount_names(repos, found):
+    """Before the container runs, its HF cache is the host directory of the mount that holds it (the engine fact
+    readings.CONTAINER_HF_CACHE), read on the node: a drafter missing there is the FAIL of the running state."""
+    argv, env = launch(8)
+    results = check({"server": NO_SERVER, "container": container(argv, env), "cache": listing(HOST_CACHE, repos)})
+    assert [(s, c) for s, c, _ in not_passing(results)] == found, results
+    if found:
+        assert "not complete in the mounted HF cache" in results[0].message
+
+
+def test_a_created_container_whose_cache_no_mount_holds_leaves_the_drafter_to_an_info():
+    """No mount names the cache (a cache in the image's own layer): nothing on the node says where the drafter
+    is, so the rule's INFO (not read here) stands - no FAIL from what was not read."""
+    from k3doctor.readings import Unavailable
+    argv, env = launch(8)
+    results = check({"server": NO_SERVER, "container": container(argv, env),
+                     "cache": Unavailable(f"no mount of container k3ep16 holds its HF cache {mi355x.HF_CACHE}")})
+    assert not_passing(results) == []
+
+
+def test_the_hf_cache_listing_garbled_is_an_error_never_a_verdict_on_the_drafter():
+    argv, env = launch(8)
+    [result] = check({"server": NO_SERVER, "container": container(argv, env), "cache": "Segmentation fault\n"})
+    assert result.status == Status.ERROR and "HF cache listing" in result.message, result
+
+
+def docker_script(repos_mounted=True, wrapper="docker"):
+    """The launch script as a container launch: the HF cache a host directory mounted into the container."""
+    argv, env = launch(8, {"HIP_VISIBLE_DEVICES": None, **({"HF_HUB_CACHE": HOST_CACHE} if wrapper == "" else {})})
+    exports = "".join(f"export {k}={json.dumps(v)}\n" for k, v in env.items())
+    server = " ".join(json.dumps(w) if w.startswith("{") else w for w in argv)
+    if wrapper == "":  # a bare launch: the server's HF cache is the node's own path
+        run = ""
+    elif wrapper == "docker":
+        run = (f"docker run --rm --network=host -v {HOST_CACHE}:{mi355x.HF_CACHE}:ro "
+               + " ".join(f"-e {k}" for k in env) + f" {RECIPE.image} ")
+    else:  # Slurm + pyxis/enroot: srun exports everything, the container sees the mounts named
+        run = f"srun --container-image={RECIPE.image} --container-mounts={HOST_CACHE}:{mi355x.HF_CACHE} "
+    return "#!/bin/bash\nset -e\n" + exports + run + server + "\n"
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed here")
+@pytest.mark.parametrize("wrapper", ["docker", "srun", ""])
+@pytest.mark.parametrize("repos, found", [
+    ((mi355x.MODEL,), [("FAIL", "RECIPE-DRAFT-MODEL")]),
+    ((mi355x.MODEL, mi355x.DRAFT_MODEL), []),
+])
+def test_a_launch_scripts_drafter_is_read_in_the_host_directory_its_mount_names(wrapper, repos, found):
+    """The script's `-v HOST:CONTAINER` (or pyxis' --container-mounts) names the host directory behind the server's
+    HF cache; the node lists the script's directories (servers.script_caches_script) and the drafter is judged
+    there before anything runs."""
+    results = check({"server": NO_SERVER, "container": ContainerReading(None), "script": docker_script(wrapper=wrapper),
+                     "script_caches": listing(HOST_CACHE, repos) + listing("/opt/other", [mi355x.DRAFT_MODEL])},
+                    launch_script=SCRIPT)
+    assert [(s, c) for s, c, _ in not_passing(results)] == found, results
+
+
+def test_the_host_path_behind_a_container_path_is_the_deepest_mount_that_holds_it():
+    from k3doctor.views.container import hf_cache_dir, host_path
+
+    mounts = [("/data", "/app"), ("/srv/hf", "/app/hf-hub-cache"), ("/x", "/app/hf")]
+    assert host_path("/app/hf-hub-cache/hub", mounts) == "/srv/hf/hub"
+    assert host_path("/app/hf-hub-cache", mounts) == "/srv/hf"
+    assert host_path("/app/other", mounts) == "/data/other"
+    assert host_path("/root/.cache", mounts) is None
+    assert hf_cache_dir({"HF_HOME": "/root/.cache/huggingface/"}) == "/root/.cache/huggingface/hub"
+    assert hf_cache_dir({"HF_HUB_CACHE": "/c", "HF_HOME": "/h"}) == "/c" and hf_cache_dir({}) is None
+
+
+@pytest.mark.parametrize("env, expected", [
+    # A0's translation trio is required there and named by no recipe: the trio rows judge it, never "extra"
+    ({"LD_LIBRARY_PATH": "/app/rjprefix/lib", "HSA_HOTSWAP_VERBOSE": "1",
+      "HSA_TOOLS_LIB": "/app/rjprefix/lib/libhsa_hotswap_rocjitsu.so"}, []),
+    ({"LD_LIBRARY_PATH": "/app/rjprefix/lib", "HSA_HOTSWAP_VERBOSE": "1",
+      "HSA_TOOLS_LIB": "/app/rjprefix/lib/librocjitsu_gfx1250_b0_to_a0.so.0"}, [(Status.FAIL, "ROCJITSU-ENV")]),
+    # a deprecated variable: the wide-EP row says why (renamed), not the recipe's bare "extra"
+    ({"LD_LIBRARY_PATH": "/app/rjprefix/lib", "HSA_HOTSWAP_VERBOSE": "1",
+      "HSA_TOOLS_LIB": "/app/rjprefix/lib/libhsa_hotswap_rocjitsu.so", "MEGA_WIRE": "fp4"},
+     [(Status.WARN, "LAUNCH-ENV-INERT")]),
+    # §29's EP32 advice (MORI_SHMEM_HEAP_SIZE=16G) is the heap row's to judge; set on this node alone, it is drift
+    ({"LD_LIBRARY_PATH": "/app/rjprefix/lib", "HSA_HOTSWAP_VERBOSE": "1",
+      "HSA_TOOLS_LIB": "/app/rjprefix/lib/libhsa_hotswap_rocjitsu.so", "MORI_SHMEM_HEAP_SIZE": "16G"},
+     [(Status.WARN, "LAUNCH-DRIFT")]),
+])
+def test_variables_a_wide_ep_row_judges_are_never_a_recipe_extra(env, expected):
+    verdicts = wide.judge({"ct16": wide.readings(wide.attrs(env=env), place=2)}, node_steppings={"ct16": "A0"},
+                          recipe="gfx1250-config-a")
+    assert wide.findings(verdicts) == [("ct16", status, code) for status, code in expected], \
+        [v.message for v in verdicts if v.status != Status.PASS]
