@@ -82,7 +82,7 @@ class _Run:
         self.transports, self.readings, self.unreachable, self.records = {}, {}, {}, {}
         self.results_by_node, self.specs_by_node = {}, {}
         self.failed_by_node = {}  # node -> prerequisite check -> its blocking results there
-        self.facts_by_node = {}  # node -> cluster check -> its each_node Facts there (judging/judge.py)
+        self.facts_by_node = {}  # node -> cluster check -> its each_node Facts there (judging/evaluate.py)
 
     def read_nodes(self) -> None:
         """Phase 1: every node read in a bounded pool, its node and GPU checks judged as soon as it is in."""

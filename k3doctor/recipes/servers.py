@@ -49,10 +49,15 @@ def server_script(recipe) -> str:
 
 def complete_repos(directory: str) -> str:
     """Shell: the ``models--*`` entries of HF cache ``directory`` (a quoted shell word) complete as `hf download`
-    leaves them - a snapshot with something in it, no ``.incomplete`` blob (§30) - one a line."""
-    return (f'for m in {directory}/models--*; do '
+    leaves them - a snapshot with something in it, no ``.incomplete`` blob (§30) - one a line. ``@unreadable``
+    where this login cannot tell: a directory it cannot list (mode 0700, a root-squashed share) or one behind a
+    parent it cannot search; its drafter was not read, never "not in the cache". Nothing for a cache that is
+    provably absent (its parent searchable, it not there)."""
+    return (f'if [ -d {directory} ]; then if [ -r {directory} ] && [ -x {directory} ]; then '
+            f'for m in {directory}/models--*; do '
             '[ -d "$m/snapshots" ] && [ -n "$(ls -A "$m/snapshots" 2>/dev/null)" ] || continue; '
-            'ls "$m/blobs" 2>/dev/null | grep -q "\\.incomplete$" && continue; echo "${m##*/}"; done')
+            'ls "$m/blobs" 2>/dev/null | grep -q "\\.incomplete$" && continue; echo "${m##*/}"; done; '
+            f'else echo @unreadable; fi; elif ! [ -x "$(dirname {directory})" ]; then echo @unreadable; fi')
 
 
 MAX_SCRIPT_DIRS = 64  # absolute paths of a launch script looked at as HF caches on the node
@@ -77,15 +82,18 @@ def script_caches_script(path: str) -> str:
 def parse_caches(text: str) -> dict:
     """{HF cache directory on the node: repo ids complete there} from :func:`mounted_cache_script` or
     :func:`script_caches_script`; a line that is neither a ``@dir`` nor a ``models--`` entry is a ParseError."""
-    out, current = {}, None
+    out, current, unread = {}, None, set()
     for line in text.splitlines():
         if line.startswith("@dir /"):
-            current = out.setdefault(line[len("@dir "):].rstrip("/") or "/", set())
+            name = line[len("@dir "):].rstrip("/") or "/"
+            current = out.setdefault(name, set())
+        elif line == "@unreadable" and current is not None:
+            unread.add(name)
         elif line.startswith("models--") and current is not None:
             current.add("/".join(line[len("models--"):].split("--", 1)))
         elif line.strip():
             raise ParseError(f"HF cache listing: unexpected line {line[:80]!r}")
-    return out
+    return {name: repos for name, repos in out.items() if name not in unread}
 
 
 def parse(text: str) -> tuple:
@@ -110,7 +118,10 @@ def parse(text: str) -> tuple:
         elif current is not None and section == "env" and line:
             name, eq, value = line.partition("=")
             current["env"][name] = value.replace(_NEWLINE, "\n") if eq else NOT_READ
-        elif current is not None and section == "cache" and line.startswith("models--"):
+        elif current is not None and section == "cache" and line == "@unreadable":
+            current["cache"] = None  # the server's cache could not be listed: its drafter is not judged from it
+        elif (current is not None and section == "cache" and line.startswith("models--")
+              and current["cache"] is not None):
             current["cache"].add("/".join(line[len("models--"):].split("--", 1)))
     # a process whose argv merely names an entry point (pgrep, watch pgrep -af, pkill -f) is no server
     return [(s["pid"], s["argv"], s["env"], s["cache"]) for s in servers
@@ -131,6 +142,7 @@ def resolved(recipe, argv: list, env: dict, cache: set, mem_total) -> judgement.
     # never an `extra` of the recipe
     own = {n for n in env if n.startswith(tuple(families)) and (n in named or not judgement.judged_elsewhere(n))}
     launch = rules.Launch(flags=judgement.parse_args(words), env=env, mem_total_bytes=mem_total,
-                          hf_cache=cache if any(k.startswith(("HF_HUB_CACHE", "HF_HOME")) for k in env) else None)
+                          hf_cache=cache if cache is not None and any(
+                              k.startswith(("HF_HUB_CACHE", "HF_HOME")) for k in env) else None)
     return judgement.Resolved(launch=launch, own_env=own, client_seen=False,
                                 placeholder_note="any non-empty interface name (the node's routes are not read)")

@@ -14,6 +14,7 @@ import re
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout  # not the builtin TimeoutError before Python 3.11
 from dataclasses import dataclass
 
 from k3doctor.fleet import slurm
@@ -150,7 +151,7 @@ class Drainer:
         for future in self._futures:
             try:
                 out.append(future.result(timeout=max(0.0, deadline - time.monotonic())))
-            except TimeoutError:
+            except FutureTimeout:
                 left.append(future)
         self._futures = left
         return [said for said in out if said is not None]

@@ -20,6 +20,7 @@ import re
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout  # not the builtin TimeoutError before Python 3.11
 
 from k3doctor.gather.node_script import gather
 from k3doctor.parsers import ParseError
@@ -223,7 +224,7 @@ class Evidence:
         for event, future in self._futures:
             try:
                 out.append(future.result(timeout=max(0.0, deadline - time.monotonic())))
-            except TimeoutError:
+            except FutureTimeout:
                 left.append((event, future))
             except Exception as exc:  # noqa: BLE001 -- one capture's bug must not end the watch
                 out.append(action_event(event, "EVIDENCE-NOT-WRITTEN", "unknown",

@@ -22,10 +22,12 @@ import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import bcrypt
 import yaml
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 CONNECTION_TIMEOUT_S = 10.0
+MAX_CONNECTIONS = 32  # served at once; more are closed at accept: a slow client holds a thread, never all of them
 TLS_KEYS = {"cert_file", "key_file", "client_ca_file", "client_auth_type", "min_version"}
 CLIENT_AUTH = {"NoClientCert": ssl.CERT_NONE, "RequestClientCert": ssl.CERT_OPTIONAL,
                "VerifyClientCertIfGiven": ssl.CERT_OPTIONAL, "RequireAndVerifyClientCert": ssl.CERT_REQUIRED}
@@ -62,7 +64,7 @@ def load_web_config(path: str) -> WebConfig:
         raise WebConfigError(f"--web-config {path}: {getattr(exc, 'strerror', None) or exc}") from None
     if not isinstance(doc, dict):
         raise WebConfigError(f"--web-config {path}: expected a mapping")
-    unknown = sorted(set(doc) - {"tls_server_config", "basic_auth_users"})
+    unknown = sorted(map(str, set(doc) - {"tls_server_config", "basic_auth_users"}))
     if unknown:
         raise WebConfigError(f"--web-config {path}: {', '.join(map(str, unknown))} not supported by k3doctor watch "
                              "(tls_server_config and basic_auth_users are)")
@@ -77,20 +79,19 @@ def load_web_config(path: str) -> WebConfig:
         if not isinstance(hashed, str) or not hashed.startswith(("$2a$", "$2b$", "$2y$")) or len(hashed) != 60:
             raise WebConfigError(f"--web-config {path}: basic_auth_users.{user}: not a bcrypt hash "
                                  "(htpasswd -nBC 10 USER makes one)")
+        try:  # bcrypt refuses a malformed salt on every check: said now, not as every scrape dropped
+            bcrypt.checkpw(b"", hashed.encode())
+        except ValueError:
+            raise WebConfigError(f"--web-config {path}: basic_auth_users.{user}: not a bcrypt hash "
+                                 "(htpasswd -nBC 10 USER makes one)") from None
         config.users[str(user)] = hashed.encode()
-    if config.users:
-        try:
-            import bcrypt  # noqa: F401 -- checked now, not at the first scrape
-        except ImportError:
-            raise WebConfigError("--web-config: basic_auth_users needs the bcrypt package (pip install bcrypt)") \
-                from None
     return config
 
 
 def _tls(tls, folder: str, path: str) -> ssl.SSLContext:
     if not isinstance(tls, dict):
         raise WebConfigError(f"--web-config {path}: tls_server_config must be a mapping")
-    unknown = sorted(set(tls) - TLS_KEYS)
+    unknown = sorted(map(str, set(tls) - TLS_KEYS))
     if unknown:
         raise WebConfigError(f"--web-config {path}: tls_server_config.{unknown[0]} not supported by k3doctor watch "
                              f"({', '.join(sorted(TLS_KEYS))} are)")
@@ -101,12 +102,14 @@ def _tls(tls, folder: str, path: str) -> ssl.SSLContext:
         return os.path.join(folder, str(tls[name]))
 
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.minimum_version = MIN_VERSION.get(tls.get("min_version", "TLS12"), None) or _bad(
+    version = tls.get("min_version", "TLS12")
+    context.minimum_version = (MIN_VERSION.get(version) if isinstance(version, str) else None) or _bad(
         path, "min_version", ", ".join(MIN_VERSION))
     try:
-        context.load_cert_chain(where("cert_file"), where("key_file"))
+        # password b"": an encrypted key is an error now, never OpenSSL's pass-phrase prompt blocking the start
+        context.load_cert_chain(where("cert_file"), where("key_file"), password=b"")
         auth = tls.get("client_auth_type", "NoClientCert")
-        context.verify_mode = CLIENT_AUTH.get(auth) if auth in CLIENT_AUTH else _bad(
+        context.verify_mode = CLIENT_AUTH.get(auth) if isinstance(auth, str) and auth in CLIENT_AUTH else _bad(
             path, "client_auth_type", ", ".join(CLIENT_AUTH))
         if tls.get("client_ca_file"):
             context.load_verify_locations(where("client_ca_file"))
@@ -148,8 +151,6 @@ class Listener:
     def allowed(self, header: str | None) -> bool:
         if not self.config.users:
             return True
-        import bcrypt
-
         try:
             kind, _, value = (header or "").partition(" ")
             user, sep, password = base64.b64decode(value, validate=True).decode().partition(":")
@@ -162,7 +163,10 @@ class Listener:
             if key in self._checked:
                 return self._checked[key]
         hashed = self.config.users.get(user)
-        ok = bcrypt.checkpw(password.encode(), hashed or DUMMY_HASH) and hashed is not None
+        try:
+            ok = bcrypt.checkpw(password.encode(), hashed or DUMMY_HASH) and hashed is not None
+        except ValueError:  # bcrypt 5 refuses a password over 72 bytes: a 401, not a dropped connection
+            ok = False
         with self._lock:
             if len(self._checked) > 1024:  # a guesser fills it: forget, and pay bcrypt again
                 self._checked.clear()
@@ -176,6 +180,22 @@ class Listener:
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+
+    def __init__(self, *args, **kwargs):
+        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        super().__init__(*args, **kwargs)
+
+    def process_request(self, request, client_address):
+        if not self._slots.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request, client_address):
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
 
     def handle_error(self, request, client_address):
         """A client that failed its TLS handshake or went silent is its own problem: nothing is printed (the

@@ -11,14 +11,17 @@ The position lives in the node's source, not in ``--once``'s state file: ``--onc
 """
 from __future__ import annotations
 
+from k3doctor.deadline import Deadline
 from k3doctor.parsers import ParseError
 from k3doctor.parsers.atom_log import parse_log
 from k3doctor.readings import Command, CommandReading
+from k3doctor.redaction import RedactionTimeout, redact_text
 from k3doctor.rules.triage import SHAPES
 from k3doctor.triage.rank_logs import LINE_RULES, Layout, RankView
 from k3doctor.watch.events import Condition
 
 MAX_BYTES = 1 << 20
+REDACT_S = 10.0  # redacting one interval's new lines (at most MAX_BYTES) on this machine: linear, so a backstop
 # argv: path, offset (-1: only the size), cap. Prints the next offset on its first line, then whole lines.
 TAIL = """import os,sys
 p,off,cap=sys.argv[1],int(sys.argv[2]),int(sys.argv[3])
@@ -65,8 +68,9 @@ def judge_server_log(node: str, reading) -> tuple:
     try:
         if not head.isdigit():
             raise ParseError(f"no position line: {head[:40]!r}")
-        lines = parse_log(text, SHAPES)
-    except ParseError as exc:
+        # redacted before it is judged: a rule's message quotes its line, and events go to stdout and webhooks
+        lines = parse_log(redact_text(text, Deadline(REDACT_S)), SHAPES)
+    except (ParseError, RedactionTimeout) as exc:
         return [], Condition("SERVER-LOG-UNREAD", node, "server log", "unknown", f"server log unreadable: {exc}",
                              "§31.2")
     by_rank: dict = {}

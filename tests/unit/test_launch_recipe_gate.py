@@ -7,6 +7,7 @@ The readings are what the node would give: the server reader's output as its she
 """
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 from k3rig import mi355x
@@ -324,6 +325,39 @@ def test_a_created_container_whose_cache_no_mount_holds_leaves_the_drafter_to_an
     results = check({"server": NO_SERVER, "container": container(argv, env),
                      "cache": Unavailable(f"no mount of container k3ep16 holds its HF cache {mi355x.HF_CACHE}")})
     assert not_passing(results) == []
+
+
+@pytest.mark.parametrize("locked", ["cache", "parent"])
+def test_an_hf_cache_this_login_cannot_list_is_not_read_never_a_drafter_missing(locked):
+    """The node's own shell (servers.mounted_cache_script) run as an unprivileged login over a cache holding the
+    drafter that is 0700, or behind a 0700 parent: `@unreadable`, so the drafter stays the rule's INFO - never "not
+    complete in the cache"; as root the same cache lists both repos."""
+    import subprocess
+    import tempfile
+
+    top = tempfile.TemporaryDirectory(dir="/tmp")  # /tmp: every login can search its way to it
+    tmp_path = Path(top.name)
+    cache = tmp_path / "hf-hub-cache"
+    for repo in (mi355x.MODEL, mi355x.DRAFT_MODEL):
+        snapshot = cache / f"models--{repo.replace('/', '--')}" / "snapshots" / "abc"
+        snapshot.mkdir(parents=True)
+        (snapshot / "config.json").write_text("{}")
+    tmp_path.chmod(0o700 if locked == "parent" else 0o755)
+    cache.chmod(0o700 if locked == "cache" else 0o755)
+    as_nobody = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "sh", "-c",
+                 servers.mounted_cache_script(), "sh", str(cache)]
+    said = subprocess.run(as_nobody, capture_output=True, text=True, timeout=30)
+    assert said.stdout == f"@dir {cache}\n@unreadable\n", said
+    assert servers.parse_caches(said.stdout) == {}
+    argv, env = launch(8)
+    assert not_passing(check({"server": NO_SERVER, "container": container(argv, env), "cache": said.stdout})) == []
+    as_root = subprocess.run(as_nobody[4:], capture_output=True, text=True, timeout=30)  # the same cache, readable
+    assert servers.parse_caches(as_root.stdout) == {str(cache): {mi355x.MODEL, mi355x.DRAFT_MODEL}}
+    tmp_path.chmod(0o755)
+    shutil.rmtree(cache)  # provably absent (its parent searchable): nothing there, the drafter's FAIL stands
+    gone = subprocess.run(as_nobody, capture_output=True, text=True, timeout=30)
+    assert servers.parse_caches(gone.stdout) == {str(cache): set()}
+    top.cleanup()
 
 
 def test_the_hf_cache_listing_garbled_is_an_error_never_a_verdict_on_the_drafter():

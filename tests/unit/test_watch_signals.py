@@ -1,6 +1,8 @@
 """The watch's live signals of §31.2 signals 2-4 without a node: LMCache and preemption pressure per rank, bad pages
 and fatal CPER records newer than the watch's start (a stale one is not news), a busy GPU at low clocks or at idle
 power (an idle GPU at low clocks is healthy); each condition once, on its node and GPU/rank, cleared when it goes."""
+import json
+
 import pytest
 
 from k3doctor.parsers import ParseError
@@ -306,6 +308,18 @@ def test_new_server_log_lines_are_judged_by_triages_rows_on_their_rank():
     from k3doctor.watch.webhook import fix_for
 
     assert fix_for({**died.to_json(), "event": "start"}) == "k3doctor explain TRIAGE-RUNNER-DIED (reference §10, §16)"
+
+
+def test_a_secret_in_a_judged_server_log_line_never_reaches_the_event():
+    """A rule's message quotes its line, and events go to stdout and webhooks: the tail is redacted first."""
+    from k3doctor.watch.server_log import judge_server_log
+
+    text = ("(EngineCore_DP3 pid=41) ERROR ModelRunner exited with exitcode=-6 "
+            "HF_TOKEN=hf_abcdefghijklmnopqrstuvwxyz012345 https://user:s3cretpw@hub.example/models\n")
+    found, unknown = judge_server_log("n1", tail_reading(8192, text))
+    assert unknown is None and codes(found) == [("TRIAGE-RUNNER-DIED", "rank 3")]
+    event = json.dumps(found[0].to_json())
+    assert "hf_abcdefghijklmnopqrstuvwxyz012345" not in event and "s3cretpw" not in event
 
 
 def test_an_unreadable_server_log_is_unknown_and_the_reader_resumes_where_it_stopped():
