@@ -182,7 +182,7 @@ LIVE_LOG_BYTES = OUTPUT_CAP_BYTES - (64 << 10)  # the newest part of a live log,
 LOG_RC = "K3DOCTOR-LOG-RC="
 
 
-def _log_command(node, tail: int, path: str | None) -> Command:
+def log_command(node, tail: int, path: str | None) -> Command:
     """The newest LIVE_LOG_BYTES of the server log (the container's stdout and stderr, or a file), then how
     reading it ended: a busy server's log is larger than one reading may be, and its end is what matters."""
     read = join(("tail", "-c", str(LIVE_LOG_BYTES), "--", path)) if path else join(
@@ -190,8 +190,8 @@ def _log_command(node, tail: int, path: str | None) -> Command:
     return sh(f"{{ {read} 2>&1; rc=$?; echo; echo {LOG_RC}$rc; }} | tail -c {LIVE_LOG_BYTES}")
 
 
-def _log_text(reading) -> str:
-    """The log of a ``_log_command`` reading; ReadingUnavailable when docker/tail failed (with what it said)."""
+def log_text(reading) -> str:
+    """The log of a ``log_command`` reading; ReadingUnavailable when docker/tail failed (with what it said)."""
     text = reading.output()
     body, _, rc = text.rstrip("\n").rpartition("\n" + LOG_RC)
     if not rc.isdigit():
@@ -226,12 +226,12 @@ def read_node_logs(inv, make_transport, *, tail: int, paths: dict, deadline_s: f
         transport = transports[node.name] = make_transport(node)
         try:
             transport.connect()
-            spec = _log_command(node, tail, paths.get(node.name))
+            spec = log_command(node, tail, paths.get(node.name))
             dumps = _stacks_command(node, py_spy, timeout_s) if py_spy else None
             wanted = [spec, clock] + ([dumps] if dumps else [])
             got = gather(transport, wanted, command_timeout_s=timeout_s, deadline_s=deadline_s)
             stack_text = got[dumps].output() if dumps else None
-            text = _log_text(got[spec])
+            text = log_text(got[spec])
             now = float(got[clock].output().strip())
             if not plausible_clock(now):
                 raise ParseError(f"the node's clock reads {now!r}: not a time to measure its log's age against")

@@ -154,16 +154,16 @@ class Evidence:
         return self._bundle(event, texts, dumps, problems, clock, time.monotonic() - started)
 
     def _read(self, transport, node: str, ranks: dict) -> tuple:
-        from k3doctor.triage import _log_command, _log_text, redacted
+        from k3doctor.triage import log_command, log_text, redacted
 
         node_inv = next(n for n in self.inv.nodes if n.name == node)
-        log = _log_command(node_inv, LOG_TAIL, self.log_paths.get(node))
+        log = log_command(node_inv, LOG_TAIL, self.log_paths.get(node))
         clock = Command(("date", "+%s"))
         specs = [log, clock] + ([_stacks_command(sorted(ranks.values()), self.py_spy)] if ranks else [])
         got = gather(transport, specs, command_timeout_s=READ_TIMEOUT_S, deadline_s=DEADLINE_S)
         texts, dumps, problems = {}, {}, {}
         try:
-            texts[node] = _log_text(got[log])
+            texts[node] = log_text(got[log])
         except ReadingUnavailable as exc:  # the log alone: the stacks and the metrics are still evidence
             problems[node] = f"server log: {exc}"
         if ranks:
