@@ -21,21 +21,16 @@ import tempfile
 import time
 from pathlib import Path
 
-import psutil
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from node_processes import cpu_seconds  # noqa: E402
 
 
 def node_cpu(rack) -> float:
-    total = 0.0
-    for pid in rack.pids():
-        try:
-            t = psutil.Process(pid).cpu_times()
-            total += t.user + t.system + t.children_user + t.children_system
-        except psutil.Error:
-            continue
-    return total
+    return cpu_seconds(rack.pids())
 
 
 def openssh(rack, hosts: list, kex: str | None) -> float:

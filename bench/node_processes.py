@@ -1,4 +1,5 @@
-"""Processes the nodes start during a run, counted as the kernel reports them (the proc connector).
+"""Processes the nodes start during a run, counted as the kernel reports them (the proc connector), and the CPU
+the nodes' processes have used (``cpu_seconds``).
 
 Every fork and exec on this machine is announced on a netlink socket (root only). A node's processes are
 its rig processes at the start (sshd, dockerd, containerd and the shims: what ``seeds`` gives) and every
@@ -81,3 +82,18 @@ def available() -> bool:
             return True
     except OSError:
         return False
+
+
+def cpu_seconds(pids) -> float:
+    """CPU seconds so far of processes ``pids`` and of the children they reaped (the kernel's counters); a
+    process gone meanwhile counts nothing."""
+    import psutil
+
+    total = 0.0
+    for pid in pids:
+        try:
+            t = psutil.Process(pid).cpu_times()
+            total += t.user + t.system + t.children_user + t.children_system
+        except psutil.Error:
+            continue
+    return total

@@ -52,7 +52,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import psutil
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
@@ -60,7 +59,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
 from fair_floor import fair_script, plain_per_reading, saved_specs  # noqa: E402
-from node_processes import NodeProcesses  # noqa: E402
+from node_processes import NodeProcesses, cpu_seconds  # noqa: E402
 
 from k3doctor.readings import Command  # noqa: E402
 from k3doctor.shell import join  # noqa: E402
@@ -112,14 +111,7 @@ class Setup:
 
     def node_cpu_s(self) -> float:
         """CPU seconds so far of the nodes' own processes and what they reaped."""
-        total = 0.0
-        for pid in self.node_pids():
-            try:
-                t = psutil.Process(pid).cpu_times()
-                total += t.user + t.system + t.children_user + t.children_system
-            except psutil.Error:
-                continue
-        return total
+        return cpu_seconds(self.node_pids())
 
     def __exit__(self, *exc):
         self.rack.stop()
