@@ -210,9 +210,7 @@ def test_one_far_future_stamp_is_that_sources_error_not_everyone_elses_stall():
 ])
 def test_agentx_log_signatures_of_the_reference(line, step, status, code):
     """§25, §29, §30: each literal line is named once, on the rank that printed it."""
-    results = run(L.node_logs(extra={5: [line]}))
-    assert {(r.check, r.node, r.gpu, r.remediation) for r in results if r.status == status} == {
-        (step, "ct14", 1, code)}
+    assert_named_once_on_its_rank(line, step, status, code)
 
 
 @pytest.mark.parametrize("line, step, status, code", [
@@ -245,6 +243,11 @@ def test_agentx_log_signatures_of_the_reference(line, step, status, code):
 ])
 def test_field_log_signatures_of_reference_29(line, step, status, code):
     """§29: each literal line of the field sources is named once, on the rank that printed it."""
+    assert_named_once_on_its_rank(line, step, status, code)
+
+
+def assert_named_once_on_its_rank(line: str, step: str, status, code: str) -> None:
+    """``line`` printed by rank 5 (node ct14, GPU 1) is one finding of ``status`` there, and nowhere else."""
     results = run(L.node_logs(extra={5: [line]}))
     assert {(r.check, r.node, r.gpu, r.remediation) for r in results if r.status == status} == {
         (step, "ct14", 1, code)}
