@@ -83,9 +83,10 @@ def fair_script(specs: list) -> str:
     for container, script in dict.fromkeys((s.container, s.launch_script) for s in specs
                                            if isinstance(s, ContainerInspect) and s.launch_script and s not in in_exec):
         lines.append(f"docker cp {quote(container + ':' + script)} - 2>&1")
-    for spec in facts:
+    for spec in facts:  # as k3doctor runs them: only where the engine gave the fact (a root path, a PID)
         fact = '"$root"' if spec.fact == DOCKER_ROOT_DIR else f'"${_pid_var(spec.container)}"'
-        lines.append(f"{join(spec.argv)} {fact} 2>&1")
+        given = "/*" if spec.fact == DOCKER_ROOT_DIR else "[0-9]*"
+        lines.append(f"case {fact} in {given}) {join(spec.argv)} {fact} 2>&1 ;; esac")
     inside: dict = {}
     for spec in [*specs, *dict.fromkeys(in_exec.values())]:
         if isinstance(spec, InContainer):

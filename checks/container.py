@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import re
 
-from k3doctor.api import Param, check, fail, in_container, passed, quote, remediation, sh, skip, warn
+from k3doctor.api import Param, check, fail, in_container, passed, quote, remediation, skip, warn
 from k3doctor.views.container import ROCJITSU_HOOK as HOOK
-from k3doctor.views.container import ROCJITSU_PREFIX, parse_env
+from k3doctor.views.container import LOG_RC, ROCJITSU_PREFIX, log_through_awk, parse_env
 from k3doctor.parsers.fsinfo import STAT_SIZE_FORMAT, parse_count, parse_stat
 
 ROCJITSU, PATCH = "rocjitsu-store", "patch-integrity"
@@ -21,7 +21,6 @@ ROCJITSU_PARAMS = {  # §2 table: required prefix, and the image's own (known-ba
     "log_tail_lines": 200000,  # B0: how much of the container's log to search for translations (§1, §2)
 }
 TRANSLATED = "outcome=translated"  # the hook's line for each translated code object (§2 runtime proof)
-LOG_RC = "K3DOCTOR-RC="
 # Counted on the node: the log itself (startup arguments can hold tokens) never leaves it; prints "N RC".
 COUNT_TRANSLATED = f"/{TRANSLATED}/{{n++}} /^{LOG_RC}/{{rc=substr($0,{len(LOG_RC) + 1})}} END{{print n+0, rc}}"
 ATOM = "/app/ATOM/atom"
@@ -140,8 +139,7 @@ def _rocjitsu_reads(settings) -> dict:
              # only the translation trio leaves the container: its environment holds tokens
              "env": in_container(c, "sh", "-c", f"env | grep -E '^({'|'.join(TRIO)})=' || true")}
     if settings.stepping == "B0":  # the only evidence that would make an active prefix on B0 worth a WARN
-        reads["log"] = sh(f"{{ docker logs --tail {int(settings.param('log_tail_lines'))} -- {quote(c)} 2>&1; "
-                          f"echo {LOG_RC}$?; }} | awk {quote(COUNT_TRANSLATED)}")
+        reads["log"] = log_through_awk(c, settings.param("log_tail_lines"), COUNT_TRANSLATED)
     return reads
 
 

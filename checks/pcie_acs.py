@@ -3,11 +3,16 @@
 With ACS on (`lspci -vvv`: `ACSCtl: SrcValid+`) a switch port sends peer-to-peer traffic up to the root complex
 instead of across: GPU P2P and GPUDirect RDMA hang or crawl, and BIOSes turn it back on at every boot, so it has
 to be undone after each reboot. Read without lspci (often not installed, and it reads the same file): each
-bridge's PCI config space in ``/sys/bus/pci/devices/<bdf>/config``, the bus range in its header (secondary
-0x19, subordinate 0x1a) says whether a GPU or NIC lies below it, and the ACS extended capability (id 0x000d;
-control register at +6, bit 0 = Source Validation) says whether it is on. The kernel returns only the first 64
-bytes of config space to a reader without CAP_SYS_ADMIN, as it does to lspci, so without root ACS is not
-judged (SKIP, said), never passed.
+bridge's bus range (the kernel's ``secondary_bus_number`` / ``subordinate_bus_number``, else its header's
+bytes 0x19 and 0x1a in ``/sys/bus/pci/devices/<bdf>/config``) says whether a GPU or NIC lies below it, and the
+ACS extended capability in its config space (id 0x000d; control register at +6, bit 0 = Source Validation) says
+whether it is on. The kernel returns only the first 64 bytes of config space to a reader without CAP_SYS_ADMIN,
+as it does to lspci, so without root ACS is not judged (SKIP, said), never passed.
+
+A node holds dozens of bridges and each capability list several entries: the listing reads a bridge's whole
+extended config space with one ``od`` and walks the list in shell arithmetic (no program per capability), and
+takes the bus range from the attributes (no program at all), so the check costs a node a program per bridge
+above a GPU or NIC, not five per capability of every bridge.
 """
 from __future__ import annotations
 
@@ -35,24 +40,27 @@ for d in /sys/bus/pci/devices/*; do
   read -r c 2>/dev/null < "$d/class" || continue
   case $c in 0x0604*) ;; *) continue ;; esac
   b=${d##*/} dom=${d##*/}; dom=${dom%%:*}
-  set -- $(od -An -tu1 -j25 -N2 "$d/config" 2>/dev/null)
-  [ $# -eq 2 ] || { echo "@bridge $b - - unread"; continue; }
-  sec=$1 sub=$2 below=0
+  if ! { read -r sec 2>/dev/null < "$d/secondary_bus_number" && read -r sub 2>/dev/null < "$d/subordinate_bus_number" &&
+         [ "$sec" -ge 0 ] 2>/dev/null && [ "$sub" -ge 0 ] 2>/dev/null; }; then
+    set -- $(od -An -tu1 -j25 -N2 "$d/config" 2>/dev/null)
+    [ $# -eq 2 ] || { echo "@bridge $b - - unread"; continue; }
+    sec=$1 sub=$2
+  fi
+  below=0
   for e in $eps; do
     [ "${e%%:*}" = "$dom" ] || continue
     bus=$((0x${e#*:})); [ "$bus" -ge "$sec" ] && [ "$bus" -le "$sub" ] && below=1
   done
   [ "$below" = 1 ] || continue
-  off=256 acs=none n=0
+  set -- $(od -An -v -tu4 -j256 -N3840 "$d/config" 2>/dev/null)
+  [ $# -eq 960 ] || { echo "@bridge $b $sec $sub unread"; continue; }
+  off=256 n=0 acs=none
   while [ "$off" -ge 256 ] && [ "$n" -lt 64 ]; do
-    w=$(od -An -tx4 -j"$off" -N4 "$d/config" 2>/dev/null | tr -d ' ')
-    [ -n "$w" ] || { acs=unread; break; }
-    if [ $((0x$w & 0xffff)) -eq 13 ]; then
-      acs=$(od -An -tx2 -j$((off + 6)) -N2 "$d/config" 2>/dev/null | tr -d ' '); acs=${acs:-unread}; break
-    fi
-    off=$(((0x$w >> 20) & 0xffc)) n=$((n + 1))
+    eval "w=\${$(((off - 256) / 4 + 1))}"
+    if [ $((w & 0xffff)) -eq 13 ]; then eval "acs=\${$(((off - 256) / 4 + 2))}"; break; fi
+    off=$(((w >> 20) & 0xffc)) n=$((n + 1))
   done
-  echo "@bridge $b $sec $sub $acs"
+  if [ "$acs" = none ]; then echo "@bridge $b $sec $sub none"; else printf '@bridge %s %s %s %04x\n' "$b" "$sec" "$sub" $(((acs >> 16) & 0xffff)); fi
 done"""
 
 

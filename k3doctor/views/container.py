@@ -201,6 +201,20 @@ def environ_filter(keep, source: str) -> str:
             "if (index(keep, \" \" n \" \")) print; else print n }'")
 
 
+LOG_RC = "K3DOCTOR-RC="  # the last line of a log_through_awk log: the docker CLI's exit status
+
+
+def log_through_awk(container: str, tail_lines: int, program: str) -> EngineFactCommand:
+    """The last ``tail_lines`` lines of ``container``'s log (``docker logs``, stdout and stderr) through ``awk
+    program`` on the node, so that only what the program prints leaves it; the CLI's exit status follows the log
+    as a last line ``K3DOCTOR-RC=<status>`` for the program to pass on. Run only where the engine knows the
+    container (its ``State.Pid``, from the inspect the gatherer reads anyway, running or not): a node without
+    it - before a launch, or one with no Docker at all - starts no ``docker`` CLI (a 42 MB Go binary, the
+    largest part of a light node's reads) and the reading is Unavailable, saying why."""
+    return sh_with_fact(f"{{ docker logs --tail {int(tail_lines)} -- {quote(container)} 2>&1; echo {LOG_RC}$?; }} "
+                        f"| awk {quote(program)}", CONTAINER_PID, container)
+
+
 def rank_envs(container: str, keep) -> EngineFactCommand:
     """Every ATOM rank process in ``container``'s mount namespace (``--pid=host`` makes them visible
     from the host, §16) with its environment: ``NAME=VALUE`` for ``keep`` names, ``NAME`` alone for

@@ -70,13 +70,16 @@ def bridge_config(bus: int, acs_ctrl: int) -> bytes:
 
 
 def _write_pci(tree: Path, state: Any, write_file: Callable[..., None]) -> None:
-    """Each GPU (class 0x120000, vendor 0x1002) and the root port above it (``<domain>:00:<card+1>.1``)."""
+    """Each GPU (class 0x120000, vendor 0x1002) and the root port above it (``<domain>:00:<card+1>.1``), with the
+    bus-number attributes a bridge has in sysfs (decimal, as pci-sysfs.c prints them) beside its config space."""
     for card in range(state.gpus):
         gpu = state.bdf(card)
         domain, bus = gpu.split(":")[0], int(gpu.split(":")[1], 16)
         port = f"{PCI_DEVICES}/{domain}:00:{card + 1:02x}.1"
         for rel, content in ((f"{PCI_DEVICES}/{gpu}/class", "0x120000\n"), (f"{PCI_DEVICES}/{gpu}/vendor", "0x1002\n"),
                              (f"{port}/class", "0x060400\n"), (f"{port}/vendor", "0x1022\n"),
+                             (f"{port}/secondary_bus_number", f"{bus}\n"),
+                             (f"{port}/subordinate_bus_number", f"{bus}\n"),
                              (f"{port}/config", bridge_config(bus, state.card(card).get("acs_ctrl", 0)))):
             write_file(tree, rel, content)
 

@@ -6,7 +6,7 @@ from k3doctor.checks.container import COUNT_TRANSLATED, LOG_RC
 
 from k3doctor.api import Context, judge_safely
 from k3doctor.inventory.types import Settings
-from k3doctor.readings import CommandReading, Readings
+from k3doctor.readings import CONTAINER_PID, CommandReading, EngineFactCommand, Readings
 from k3doctor.registry import REGISTRY
 from k3doctor.results import Status
 
@@ -132,6 +132,8 @@ def test_b0_warns_only_when_translations_actually_happened():
 def test_b0_reads_the_container_log_a0_does_not():
     b0 = ROCJITSU.readings_for(Settings(container="k3ep16", stepping="B0"))
     assert b0["log"].argv[:2] == ("sh", "-c") and "docker logs --tail 200000 -- k3ep16 2>&1" in b0["log"].argv[2]
+    # only where the engine knows the container: no docker CLI on a node without it
+    assert (type(b0["log"]), b0["log"].fact, b0["log"].container) == (EngineFactCommand, CONTAINER_PID, "k3ep16")
     assert "log" not in ROCJITSU.readings_for(Settings(container="k3ep16", stepping="A0"))
 
 
