@@ -7,6 +7,7 @@ import threading
 import paramiko
 import pytest
 
+from k3doctor.transport import hostkeys
 from k3doctor.transport.base import TransportError
 from k3doctor.transport.ssh import SSHTransport
 from k3doctor.transport.targets import resolve_ssh_target
@@ -94,3 +95,31 @@ def test_a_changed_host_key_is_refused_even_when_unknown_keys_are_accepted(tmp_p
     with pytest.raises(TransportError, match="does NOT match known_hosts"):
         connect(tmp_path, port, other, accept_unknown=True)
     assert (tmp_path / "known_hosts").read_text() == other
+
+
+def test_a_hashed_known_hosts_line_connects(tmp_path, server):
+    """HashKnownHosts (Debian's default for ~/.ssh/known_hosts) writes ``|1|salt|hmac`` names."""
+    port, key = server
+    hashed = f"{paramiko.HostKeys.hash_host(f'[127.0.0.1]:{port}')} {key.get_name()} {key.get_base64()}\n"
+    assert connect(tmp_path, port, hashed) == hashed
+
+
+def test_a_hashed_line_for_another_host_is_not_trusted(tmp_path, server):
+    port, key = server
+    elsewhere = f"{paramiko.HostKeys.hash_host(f'[127.0.0.1]:{port + 1}')} {key.get_name()} {key.get_base64()}\n"
+    with pytest.raises(TransportError, match=r"host key of 127\.0\.0\.1:\d+ is unknown"):
+        connect(tmp_path, port, elsewhere)
+
+
+def test_a_known_hosts_file_is_read_once_until_it_changes(tmp_path):
+    """Every node's connection looks its keys up in the same files: each is parsed once per version of it."""
+    old, new = paramiko.ECDSAKey.generate(), paramiko.ECDSAKey.generate()
+    path = tmp_path / "known_hosts"
+    path.write_text(f"a.example {old.get_name()} {old.get_base64()}\n")
+    first = hostkeys.known_hosts_file(str(path))
+    assert hostkeys.known_hosts_file(str(path)) is first and first.keys_for("a.example") == {old.get_name(): old}
+    # the same name and type again, later in the file: the later line wins, as paramiko's HostKeys.add has it
+    path.write_text(f"a.example {old.get_name()} {old.get_base64()}\na.example {new.get_name()} {new.get_base64()}\n")
+    again = hostkeys.known_hosts_file(str(path))
+    assert again is not first and again.keys_for("a.example") == {new.get_name(): new}
+    assert again.keys_for("b.example") == {}
