@@ -102,8 +102,8 @@ def tool_script(path: str, script: str, *args, container: str | None = None) -> 
     if path.startswith(IN_CONTAINER):
         if not container:
             raise ValueError(f"tool {path!r} runs in the engine's container, but no container is configured")
-        return in_container(container, "sh", "-c", script, "k3doctor-tool", path[len(IN_CONTAINER):], *args)
-    return Command(("sh", "-c", script, "k3doctor-tool", path, *args))
+        return in_container(container, "sh", "-c", script, TOOL_NAME, path[len(IN_CONTAINER):], *args)
+    return Command(("sh", "-c", script, TOOL_NAME, path, *args))
 
 
 def beside_tool(path: str, *argv: str, container: str | None = None) -> Command:
@@ -116,9 +116,21 @@ def beside_tool(path: str, *argv: str, container: str | None = None) -> Command:
     return Command(tuple(argv))
 
 
+TOOL_EXEC = FIND_TOOL + 'exec "$t" "$@"'  # the tool found, then run in the shell's place
+TOOL_NAME = "k3doctor-tool"  # the script's $0
+
+
 def tool(path: str, *args, container: str | None = None) -> Command:
     """Run the ROCm tool configured as ``path`` (inventory ``tools``) with ``args``, found as FIND_TOOL says."""
-    return tool_script(path, FIND_TOOL + 'exec "$t" "$@"', *args, container=container)
+    return tool_script(path, TOOL_EXEC, *args, container=container)
+
+
+def tool_call(argv: tuple) -> tuple | None:
+    """(path, args) of a host command made by :func:`tool`, else None: the node's reader finds such a tool itself
+    as FIND_TOOL does (k3doctor/remote/node_reader.py ``find_tool``), without a shell in between."""
+    if len(argv) >= 5 and argv[:4] == ("sh", "-c", TOOL_EXEC, TOOL_NAME):
+        return argv[4], argv[5:]
+    return None
 
 
 DOCKER_ROOT_DIR = "DockerRootDir"  # the engine's data root (``info()``)

@@ -30,6 +30,7 @@ from k3doctor.readings import (
     InContainer,
     Unavailable,
     in_container,
+    tool_call,
 )
 from k3doctor.shell import join, quote
 from k3doctor.transport.base import TransportError
@@ -192,6 +193,10 @@ def _shell_step(index: int, spec) -> str:
 def _reader_words(index: int, spec) -> list:
     """One step as k3doctor/remote/node_reader.py takes it (its RECORD words)."""
     if isinstance(spec, Command):
+        found = tool_call(spec.argv)
+        if found:  # the reader finds the tool as FIND_TOOL does: one shell less a GPU tool call
+            path, args = found
+            return [str(index), "T", f"{spec.timeout_s:g}", str(1 + len(args)), path, *args]
         return [str(index), "C", f"{spec.timeout_s:g}", str(len(spec.argv)), *spec.argv]
     kind = {File: "F", Glob: "G", Exists: "E"}[type(spec)]
     return [str(index), kind, spec.pattern if isinstance(spec, Glob) else spec.path]

@@ -17,8 +17,9 @@ files and globs one after another, the commands beside them, the frames in the r
 
 Run as ``python3 -c SOURCE NONCE CAP READ_TIMEOUT KILL_AFTER [-jIN_FLIGHT] RECORD...`` (in a container ``-c``
 reads SOURCE from stdin; no ``-j``: 1, one reading after another), a RECORD being ``INDEX F PATH``
-(a file), ``INDEX G PATTERN`` (a glob), ``INDEX E PATH`` (exists) or ``INDEX C TIMEOUT N ARG1..ARGN`` (a
-command). Written for any python3 a node may have (3.6 on): standard library only, and what came after
+(a file), ``INDEX G PATTERN`` (a glob), ``INDEX E PATH`` (exists), ``INDEX C TIMEOUT N ARG1..ARGN`` (a
+command) or ``INDEX T TIMEOUT N PATH ARG2..ARGN`` (a GPU tool: found here as the shell's FIND_TOOL finds it,
+which spared a ``sh`` per tool call). Written for any python3 a node may have (3.6 on): standard library only, and what came after
 3.6 (posix_spawn, set_wakeup_fd's warn_on_full_buffer) only with a fallback.
 """
 import _signal  # not `signal`: that imports enum; this file starts on every node at every run
@@ -290,10 +291,12 @@ class _Job:
 
     __slots__ = ("argv", "timeout", "out", "err", "pid", "due", "termed", "status", "failure")
 
-    def __init__(self, argv, timeout):
-        self.argv, self.timeout = argv, timeout
-        self.out = self.err = self.pid = self.due = self.status = self.failure = None
-        self.termed = False
+    def __init__(self, timeout, argv, failure=None):
+        self.timeout, self.argv = timeout, argv
+        self.out = self.err = self.pid = self.due = self.status = None
+        self.failure, self.termed = failure, False
+        if failure is not None:  # a tool not found: never started, exit 127 as FIND_TOOL's
+            self.status = 127
 
 
 class Commands:
@@ -337,10 +340,13 @@ class Commands:
             result = job.status, 0, b"", job.failure
         else:
             result = job.status, os.fstat(job.out).st_size, self._head(job.out), self._head(job.err)
-        self.spare.append((job.out, job.err))
+        if job.out is not None:
+            self.spare.append((job.out, job.err))
         return result
 
     def _start(self, job):
+        if job.status is not None:  # ended before it started (a tool not found)
+            return
         job.out, job.err = self.spare.pop() if self.spare else (_scratch(), _scratch())
         for fd in (job.out, job.err):
             os.ftruncate(fd, 0)
@@ -400,14 +406,33 @@ class Commands:
         return read_fd(fd, self.cap)
 
 
+def find_tool(path):
+    """(argv[0], None) for the tool configured as ``path``, as k3doctor/readings.py FIND_TOOL finds it in the
+    shell: there if executable, else its name on PATH (a regular file, as ``command -v`` has it); else (None, the
+    message FIND_TOOL prints) - exit 127, the tool not run."""
+    if os.access(path, os.X_OK):
+        return path, None
+    name = path.rsplit("/", 1)[-1]
+    for folder in os.environ.get("PATH", "").split(":"):
+        candidate = (folder or ".") + "/" + name
+        if os.path.isfile(candidate):
+            return candidate, None
+    return None, f"k3doctor: {name} is neither at {path} nor on PATH ({os.environ.get('PATH', '')})\n".encode()
+
+
 def _records(words):
-    """(index, kind, what) from the RECORD words; ``what`` is a path, or (timeout, argv) for a command."""
+    """(index, kind, what) from the RECORD words; ``what`` is a path, or (timeout, argv, failure) for a command
+    (``T``: a tool found by :func:`find_tool`, ``C`` after it: ``failure`` the message of one not found)."""
     at = 0
     while at < len(words):
         index, kind = words[at], words[at + 1]
-        if kind == "C":
+        if kind in ("C", "T"):
             count = int(words[at + 3])
-            yield index, kind, (float(words[at + 2]), words[at + 4:at + 4 + count])
+            argv, failure = words[at + 4:at + 4 + count], None
+            if kind == "T":
+                found, failure = find_tool(argv[0])
+                argv = [found or argv[0]] + argv[1:]
+            yield index, "C", (float(words[at + 2]), argv, failure)
             at += 4 + count
         else:
             yield index, kind, words[at + 2]
@@ -419,8 +444,8 @@ def main(argv):
     in_flight, words = (int(argv[4][2:]), argv[5:]) if argv[4:5] and argv[4].startswith("-j") else (1, argv[4:])
     records = list(_records(words))
     try:
-        commands = Commands(cap, kill_after, in_flight, [(at, _Job(what[1], what[0]))
-                                                         for at, (_, kind, what) in enumerate(records) if kind == "C"])
+        commands = Commands(cap, kill_after, in_flight, [(at, _Job(*what)) for at, (_, kind, what)
+                                                         in enumerate(records) if kind == "C"])
     except OSError:  # as the shell's scratch directory says it (k3doctor/gather/node_script.py)
         sys.stderr.write("k3doctor: no writable temporary directory (read-only root file system?)\n")
         sys.exit(97)

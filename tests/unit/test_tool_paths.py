@@ -2,13 +2,16 @@
 /opt/rocm; its amd-smi/rocm-smi live in a venv's bin). The wrapper runs for real in a local shell."""
 import os
 import subprocess
+import sys
 
 import pytest
 from k3doctor.checks import fabric
 
+from k3doctor.gather.node_script import _reader_words, build_script, parse_frames
 from k3doctor.inventory.types import DEFAULT_TOOLS, Settings
-from k3doctor.readings import InContainer, tool
+from k3doctor.readings import Command, InContainer, tool
 from k3doctor.registry import REGISTRY, load_checks
+from k3doctor.transport.local import LocalTransport
 
 load_checks()  # every built-in check registered, whichever test module ran first
 
@@ -81,3 +84,24 @@ def test_rack_free_asks_who_read_the_process_list_where_rocm_smi_ran():
     assert isinstance(inside["pids"], InContainer) and isinstance(inside["uid"], InContainer)
     assert (inside["uid"].container, inside["uid"].inner) == ("k3ep16", ("id", "-u"))
     assert (inside["pidns"].container, inside["pidns"].inner) == ("k3ep16", ("readlink", "/proc/self/ns/pid"))
+
+
+@pytest.mark.parametrize("where", ["configured", "on PATH", "nowhere"])
+def test_the_node_reader_finds_a_tool_as_the_shell_does(tmp_path, monkeypatch, where):
+    """The reader takes a tool() reading itself (a ``T`` record: no ``sh`` per GPU tool call); what it gives
+    is what the wrapper gives in a shell: the same program, arguments, output, exit and message."""
+    configured, venv = tmp_path / "opt/rocm/bin/amd-smi", tmp_path / "venv/bin/amd-smi"
+    if where == "configured":
+        fake(configured.parent)
+    if where != "nowhere":
+        fake(venv.parent)
+    path = f"{venv.parent}:/usr/bin:/bin"
+    spec = tool(str(configured), "static", "--json")
+    assert _reader_words(0, Command(spec.argv, 30.0))[:6] == ["0", "T", "30", "3", str(configured), "static"]
+    monkeypatch.setenv("PATH", path)
+    script = build_script([spec], "n0nce", 30, 1 << 20, python=sys.executable)
+    got = LocalTransport("here").run_bytes("sh -s", timeout_s=30, stdin=script.encode())
+    [(rc, _, out, err, _)] = parse_frames(got.stdout, "n0nce")[0]
+    shell = run(spec.argv, path)
+    assert (int(rc), out, err) == (shell.returncode, shell.stdout, shell.stderr)
+    assert int(rc) == (127 if where == "nowhere" else 0)
