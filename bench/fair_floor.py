@@ -85,8 +85,9 @@ def fair_script(specs: list) -> str:
         lines.append(f"docker cp {quote(container + ':' + script)} - 2>&1")
     for spec in facts:  # as k3doctor runs them: only where the engine gave the fact (a root path, a PID)
         fact = '"$root"' if spec.fact == DOCKER_ROOT_DIR else f'"${_pid_var(spec.container)}"'
-        given = "/*" if spec.fact == DOCKER_ROOT_DIR else "[0-9]*"
-        lines.append(f"case {fact} in {given}) {join(spec.argv)} {fact} 2>&1 ;; esac")
+        given = {DOCKER_ROOT_DIR: "/*", CONTAINER_PID: "[0-9]*"}.get(spec.fact)
+        lines.append(f"case {fact} in {given}) {join(spec.argv)} {fact} 2>&1 ;; esac" if given
+                     else f"{join(spec.argv)} {fact} 2>&1")  # the HF cache's mount: run, as before
     inside: dict = {}
     for spec in [*specs, *dict.fromkeys(in_exec.values())]:
         if isinstance(spec, InContainer):

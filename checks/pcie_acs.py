@@ -29,6 +29,9 @@ reboot.
 
 # First every GPU (AMD, display or processing-accelerator class) and NIC (network class) as "@endpoint <bdf>"; then
 # each bridge whose bus range holds one: "@bridge <bdf> <secondary> <subordinate> <ACS control hex|none|unread>".
+# "none": the capability list ended without ACS. "unread": config space past 64 bytes not readable (not root), a
+# header of all ones (the device gone), a capability whose control register would lie past the 4 KiB, or a list
+# that does not end within 64 entries (a loop): never read as "off".
 _LIST = r"""eps=
 for d in /sys/bus/pci/devices/*; do
   read -r c 2>/dev/null < "$d/class" || continue; read -r v 2>/dev/null < "$d/vendor" || v=
@@ -54,13 +57,17 @@ for d in /sys/bus/pci/devices/*; do
   [ "$below" = 1 ] || continue
   set -- $(od -An -v -tu4 -j256 -N3840 "$d/config" 2>/dev/null)
   [ $# -eq 960 ] || { echo "@bridge $b $sec $sub unread"; continue; }
-  off=256 n=0 acs=none
-  while [ "$off" -ge 256 ] && [ "$n" -lt 64 ]; do
+  off=256 n=0 acs=unread
+  while :; do
+    [ "$off" -ge 256 ] || { acs=none; break; }
+    [ "$off" -le 4088 ] && [ "$n" -lt 64 ] || break
     eval "w=\${$(((off - 256) / 4 + 1))}"
+    [ "$w" != 4294967295 ] || break
     if [ $((w & 0xffff)) -eq 13 ]; then eval "acs=\${$(((off - 256) / 4 + 2))}"; break; fi
     off=$(((w >> 20) & 0xffc)) n=$((n + 1))
   done
-  if [ "$acs" = none ]; then echo "@bridge $b $sec $sub none"; else printf '@bridge %s %s %s %04x\n' "$b" "$sec" "$sub" $(((acs >> 16) & 0xffff)); fi
+  case $acs in none|unread) echo "@bridge $b $sec $sub $acs" ;;
+    *) printf '@bridge %s %s %s %04x\n' "$b" "$sec" "$sub" $(((acs >> 16) & 0xffff)) ;; esac
 done"""
 
 

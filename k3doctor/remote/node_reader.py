@@ -36,7 +36,7 @@ STOPS = (_signal.SIGTERM, _signal.SIGHUP, _signal.SIGINT)
 RESTORED = (_signal.SIGPIPE, _signal.SIGXFSZ)
 DEFAULTED = STOPS + RESTORED + (_signal.SIGALRM,)  # in a command, whatever this process set them to
 STAR, ANY = ord("*"), ord("?")
-# One read's size, what `cat` asks for (reference §31.1): far below the 4 MiB at which /proc/sys refuses a
+# One read's size, what `cat` asks for (reference 31.1): far below the 4 MiB at which /proc/sys refuses a
 # read, and 65 reads at most for the 4 MiB cap
 CHUNK = 64 * 1024
 
@@ -138,7 +138,7 @@ def _read_up_to(path, limit):
 
 
 def read_fd(fd, limit):
-    """Up to ``limit`` bytes from ``fd``, in reads of at most CHUNK (reference §31.1): /proc/sys answers a
+    """Up to ``limit`` bytes from ``fd``, in reads of at most CHUNK (reference 31.1): /proc/sys answers a
     read of KMALLOC_MAX_SIZE (4 MiB) or more with ENOMEM, whatever the file holds, so one read of the whole
     cap + 1 failed on every real kernel (the shell's path reads with ``cat``, in such chunks already).
     Used for the commands' scratch files too, so no read of any kind asks the kernel for the whole cap."""
@@ -301,7 +301,7 @@ class _Job:
 
 class Commands:
     """Runs a node's commands, up to ``in_flight`` readings at once (k3doctor/gather/node_script.py's
-    ``reads_in_flight``, reference §31.5: a node's time is otherwise the *sum* of its slow GPU tools). The
+    ``reads_in_flight``, reference 31.5: a node's time is otherwise the *sum* of its slow GPU tools). The
     frames still go out in the records' order, so commands only start *ahead* of their turn: while the reader
     reads a file (itself one reading in flight) up to ``in_flight - 1`` of the next commands run, while it
     waits for a command up to ``in_flight``; 1 is the old order, one reading after another. A command ahead
@@ -406,18 +406,24 @@ class Commands:
         return read_fd(fd, self.cap)
 
 
+# dash's search path where PATH is unset (its `command -v` searches it; the message still shows PATH empty)
+SHELL_DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
 def find_tool(path):
     """(argv[0], None) for the tool configured as ``path``, as k3doctor/readings.py FIND_TOOL finds it in the
-    shell: there if executable, else its name on PATH (a regular file, as ``command -v`` has it); else (None, the
-    message FIND_TOOL prints) - exit 127, the tool not run."""
+    shell (dash, the ``sh`` of Debian and Ubuntu): there if executable, else the first executable regular file of
+    its name on PATH (dash's ``command -v`` passes over one that is not executable); else (None, the message
+    FIND_TOOL prints, its bytes as the shell has them) - exit 127, the tool not run."""
     if os.access(path, os.X_OK):
         return path, None
     name = path.rsplit("/", 1)[-1]
-    for folder in os.environ.get("PATH", "").split(":"):
+    for folder in os.environ.get("PATH", SHELL_DEFAULT_PATH).split(":"):
         candidate = (folder or ".") + "/" + name
-        if os.path.isfile(candidate):
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
             return candidate, None
-    return None, f"k3doctor: {name} is neither at {path} nor on PATH ({os.environ.get('PATH', '')})\n".encode()
+    said = "k3doctor: %s is neither at %s nor on PATH (%s)\n" % (name, path, os.environ.get("PATH", ""))
+    return None, said.encode("utf-8", "surrogateescape")
 
 
 def _records(words):

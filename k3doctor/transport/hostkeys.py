@@ -76,65 +76,71 @@ def read_known_hosts(path: str) -> tuple:
 
 
 class KnownHostsFile:
-    """One known_hosts file as read once: its keys by host name (plain names in a dict, hashed ``|1|salt|hash``
-    names checked one by one with the C HMAC) and its revoked keys. paramiko's ``HostKeys`` parses every line
-    into a key object and looks a name up by walking every entry (a hashed one with a pure-Python compare): read
-    again for each node, a 256-node run spent ~1 s of client CPU re-parsing one 256-line file 256 times."""
+    """One known_hosts file as read once: its lines that trust a key, each by its host name (plain, or hashed
+    ``|1|salt|hash``, checked with the C HMAC), in file order, and its revoked keys. paramiko's ``HostKeys``
+    parses every line into a key object: read again for each node, a 256-node run spent ~1 s of client CPU
+    re-parsing one 256-line file 256 times."""
 
     def __init__(self, path: str):
         entries, self.revoked = read_known_hosts(path)
-        self._plain: dict = {}  # name -> {key type: key}, the file's last line winning, as HostKeys.add does
-        self._hashed: list = []  # (salt, digest, key type, key)
+        self._lines: list = []  # (plain name, or None; (salt, digest) of a hashed one, or None; key type; key)
         for entry in entries:
             for name in entry.hostnames:
-                if name.startswith("|1|"):
-                    salt, _, digest = name[3:].partition("|")
-                    try:
-                        self._hashed.append((b64decode(salt), b64decode(digest), entry.key.get_name(), entry.key))
-                    except ValueError:  # not base64: a name no host has (paramiko would never match it either)
-                        continue
-                else:
-                    self._plain.setdefault(name, {})[entry.key.get_name()] = entry.key
+                if not name.startswith("|1|"):
+                    self._lines.append((name, None, entry.key.get_name(), entry.key))
+                    continue
+                salt, _, digest = name[3:].partition("|")
+                try:
+                    self._lines.append((None, (b64decode(salt), b64decode(digest)), entry.key.get_name(), entry.key))
+                except ValueError:  # not base64: a name no host has (paramiko would never match it either)
+                    continue
 
-    def keys_for(self, name: str) -> dict:
-        """{key type: key} known for ``name``."""
-        found = dict(self._plain.get(name, {}))
-        for salt, digest, key_type, key in self._hashed:
-            if hmac.compare_digest(hmac.new(salt, name.encode(), hashlib.sha1).digest(), digest):
-                found.setdefault(key_type, key)
+    def matches(self, name: str) -> list:
+        """[(from a plain line, key type, key)] of the lines that name ``name``, in file order."""
+        encoded, found = name.encode(), []
+        for plain, hashed, key_type, key in self._lines:
+            if plain == name or (hashed and hmac.compare_digest(
+                    hmac.new(hashed[0], encoded, hashlib.sha1).digest(), hashed[1])):
+                found.append((plain is not None, key_type, key))
         return found
 
 
 _FILES: dict = {}  # path -> ((device, inode, mtime, size), KnownHostsFile): read again only once it changed
-_FILES_LOCK = threading.Lock()
+_FILES_LOCK = threading.Lock()  # held while a file is read: the nodes connecting at once share the first read
 
 
 def known_hosts_file(path: str) -> KnownHostsFile:
     """``path`` as read once per version of it (a long ``watch`` sees an edit at its next connection)."""
-    st = os.stat(path)
-    version = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
     with _FILES_LOCK:
+        st = os.stat(path)
+        version = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
         cached = _FILES.get(path)
-    if cached and cached[0] == version:
+        if not cached or cached[0] != version:
+            cached = _FILES[path] = (version, KnownHostsFile(path))
         return cached[1]
-    read = KnownHostsFile(path)
-    with _FILES_LOCK:
-        _FILES[path] = (version, read)
-    return read
 
 
 def trust_known_hosts(trusted: paramiko.HostKeys, t) -> set:
     """Put the keys known for ``t`` (an SSHTarget) into ``trusted`` under the name paramiko checks
     ([host]:port), looked up under HostKeyAlias where one is set; returns the revoked keys of every file
-    read (never written back). A later file's key of a type replaces an earlier file's, as before."""
-    revoked = set()
+    read (never written back). The first line naming the host, file by file, gives the key of its type, and a
+    later plain line of the very name replaces an earlier plain one (paramiko's ``HostKeys``, which read the
+    files before); a key ``@revoked`` in any of the files is trusted from none of them, as OpenSSH has it."""
     checked = t.host if t.port == 22 else f"[{t.host}]:{t.port}"
+    files = []
     for path in (f for f in t.known_hosts_files if os.path.exists(f)):
         try:
-            read = known_hosts_file(path)
+            files.append(known_hosts_file(path))
         except (OSError, paramiko.hostkeys.InvalidHostKey) as exc:
             raise KnownHostsError(f"cannot use known_hosts file {path}: {exc}") from None
-        revoked |= read.revoked
-        for key_type, key in read.keys_for(t.host_key_alias or checked).items():
-            trusted.add(checked, key_type, key)
+    revoked = set().union(*(read.revoked for read in files))
+    chosen: dict = {}  # key type -> (key, from a plain line)
+    for read in files:
+        for plain, key_type, key in read.matches(t.host_key_alias or checked):
+            if (key_type, key.get_base64()) in revoked:
+                continue
+            if key_type not in chosen or (plain and chosen[key_type][1]):
+                chosen[key_type] = (key, plain)
+    for key_type, (key, _) in chosen.items():
+        trusted.add(checked, key_type, key)
     return revoked

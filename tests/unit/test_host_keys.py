@@ -3,6 +3,8 @@ a changed key always is, and known_hosts is never written. A real SSH handshake 
 paramiko server on 127.0.0.1 (its host key generated here), so the unit suite catches a weakened policy."""
 import socket
 import threading
+import time
+from types import SimpleNamespace
 
 import paramiko
 import pytest
@@ -111,15 +113,53 @@ def test_a_hashed_line_for_another_host_is_not_trusted(tmp_path, server):
         connect(tmp_path, port, elsewhere)
 
 
-def test_a_known_hosts_file_is_read_once_until_it_changes(tmp_path):
-    """Every node's connection looks its keys up in the same files: each is parsed once per version of it."""
+def trusted_for(name, *files):
+    """The keys trust_known_hosts gives a node called ``name`` (port 22) from ``files``."""
+    trusted = paramiko.HostKeys()
+    hostkeys.trust_known_hosts(trusted, SimpleNamespace(host=name, port=22, host_key_alias=None,
+                                                       known_hosts_files=tuple(str(f) for f in files)))
+    return dict(trusted.lookup(name) or {})
+
+
+def line(name, key, marker=""):
+    return f"{marker}{name} {key.get_name()} {key.get_base64()}\n"
+
+
+def test_a_known_hosts_file_is_read_once_until_it_changes(tmp_path, monkeypatch):
+    """Every node's connection looks its keys up in the same files: each is parsed once per version of it,
+    also when all the nodes connect at once."""
     old, new = paramiko.ECDSAKey.generate(), paramiko.ECDSAKey.generate()
     path = tmp_path / "known_hosts"
-    path.write_text(f"a.example {old.get_name()} {old.get_base64()}\n")
-    first = hostkeys.known_hosts_file(str(path))
-    assert hostkeys.known_hosts_file(str(path)) is first and first.keys_for("a.example") == {old.get_name(): old}
+    path.write_text(line("a.example", old))
+    reads = []
+    slowly = hostkeys.read_known_hosts  # a file on a slow disk: the threads arrive while the first one reads
+
+    monkeypatch.setattr(hostkeys, "read_known_hosts", lambda p: reads.append(p) or time.sleep(0.05) or slowly(p))
+    threads = [threading.Thread(target=hostkeys.known_hosts_file, args=(str(path),)) for _ in range(32)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(reads) == 1 and trusted_for("a.example", path) == {old.get_name(): old}
     # the same name and type again, later in the file: the later line wins, as paramiko's HostKeys.add has it
-    path.write_text(f"a.example {old.get_name()} {old.get_base64()}\na.example {new.get_name()} {new.get_base64()}\n")
-    again = hostkeys.known_hosts_file(str(path))
-    assert again is not first and again.keys_for("a.example") == {new.get_name(): new}
-    assert again.keys_for("b.example") == {}
+    path.write_text(line("a.example", old) + line("a.example", new))
+    assert trusted_for("a.example", path) == {new.get_name(): new} and len(reads) == 2
+    assert trusted_for("b.example", path) == {}
+
+
+def test_the_first_line_naming_a_host_wins_whether_hashed_or_plain(tmp_path):
+    first, second = paramiko.ECDSAKey.generate(), paramiko.ECDSAKey.generate()
+    path = tmp_path / "known_hosts"
+    path.write_text(line(paramiko.HostKeys.hash_host("n1"), first) + line("n1", second))
+    assert trusted_for("n1", path) == {first.get_name(): first}
+
+
+def test_a_key_revoked_in_one_file_is_trusted_from_none(tmp_path):
+    """OpenSSH applies @revoked across every known_hosts file it reads; paramiko would accept a revoked key
+    that another file lists for the host without asking any policy."""
+    key, spare = paramiko.ECDSAKey.generate(), paramiko.RSAKey.generate(1024)
+    system, user = tmp_path / "ssh_known_hosts", tmp_path / "known_hosts"
+    system.write_text(line("*", key, "@revoked "))
+    user.write_text(line("n1", key) + line("n1", spare))
+    assert trusted_for("n1", user, system) == {spare.get_name(): spare}
+    assert trusted_for("n1", user) == {key.get_name(): key, spare.get_name(): spare}

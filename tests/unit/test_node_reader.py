@@ -1,13 +1,15 @@
 """Every reading of a node in one reader process: the same frames as the shell's one-by-one readings
 (which stay for nodes without python3), through a real sh and the real python3."""
+import glob
 import os
 import shlex
+import shutil
 import sys
 
 import psutil
 import pytest
 
-from k3doctor.gather.node_script import build_script, parse_frames
+from k3doctor.gather.node_script import NODE_READER, build_script, parse_frames
 from k3doctor.transport.local import LocalTransport
 
 
@@ -77,6 +79,25 @@ def test_one_reader_gives_the_frames_the_shell_gives(tree, python):
     assert fast[11] == [("138", "", "", "", False)]  # 128 + SIGUSR1, as a shell reports it
     assert [(rc, out, err) for rc, _, out, err, _ in fast[13]] == [("153", "", "\0" * 1000)]  # stderr capped too
     assert script.count("then batch timeout") == 1  # one reader for every reading
+
+
+def test_the_readers_source_is_ascii():
+    """The script exports LC_ALL=C and passes the reader's source in ``-c``: python 3.6 (RHEL 8's python3)
+    decodes a C-locale command line as ASCII and refuses one non-ASCII byte ("Unable to decode the command from
+    the command line"), and every reading of the node would be lost. 3.7 on reads it as UTF-8 (PEP 540)."""
+    assert NODE_READER.isascii(), [line for line in NODE_READER.splitlines() if not line.isascii()][:3]
+
+
+OLDEST = sorted(glob.glob("/root/.pyenv/versions/3.6*/bin/python3.6")) or [shutil.which("python3.6")]
+
+
+@pytest.mark.skipif(not OLDEST[0], reason="no python 3.6 on this machine")
+def test_the_oldest_python3_a_node_may_have_gives_the_same_frames(tree):
+    """Under python 3.6 and the script's C locale the reader frames every reading as the current python does."""
+    oldest, _ = frames(specs_of(tree), OLDEST[0], cap=1000)
+    current, _ = frames(specs_of(tree), sys.executable, cap=1000)
+    assert oldest.pop(12)[0][0] == current.pop(12)[0][0] == "127"  # the runner's own message differs
+    assert oldest == current and len(oldest) == 13
 
 
 def test_a_command_stopped_by_a_signal_ends_at_its_timeout_as_under_timeout(python):

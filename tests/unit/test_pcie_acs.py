@@ -96,6 +96,16 @@ def test_the_listing_walks_each_bridges_capabilities_from_one_read(tmp_path):
     _device(root, "0000:00:03.1", "0x060400", config=_config(5, [(0x100, 0x000d, 0)]), bus_attrs=("x", "5"))
     _device(root, "0000:00:04.1", "0x060400", config=_config(5, [], size=64), bus_attrs=("5", "6"))
     _device(root, "0000:00:05.1", "0x060400", config=_config(9, [(0x100, 0x000d, 1 << 16)]), bus_attrs=("9", "9"))
+    # never "off" from what was not read: ACS whose control register would lie past the 4 KiB, a list that loops,
+    # a config space of all ones (the device gone)
+    past_end = bytearray(_config(None, [(0x100, 0x0001, 0)]))
+    past_end[0x100:0x104] = (0x0001 | 1 << 16 | 0xffc << 20).to_bytes(4, "little")
+    past_end[0xffc:0x1000] = (0x000d | 1 << 16).to_bytes(4, "little")
+    looping = bytearray(_config(None, []))
+    looping[0x100:0x104] = (0x0001 | 1 << 16 | 0x100 << 20).to_bytes(4, "little")
+    for bdf, config in (("0000:00:06.1", past_end), ("0000:00:07.1", looping),
+                        ("0000:00:08.1", bytes(256) + b"\xff" * 3840)):
+        _device(root, bdf, "0x060400", config=bytes(config), bus_attrs=("5", "5"))
     run = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
                           'mount --bind "$1" /sys/bus/pci/devices && exec sh -c "$2"', "sh", str(root),
                           pcie_acs._LIST], capture_output=True, text=True, timeout=60)
@@ -103,6 +113,7 @@ def test_the_listing_walks_each_bridges_capabilities_from_one_read(tmp_path):
     assert run.stdout.splitlines() == [
         "@endpoint 0000:05:00.0", "@endpoint 0000:06:00.0",
         "@bridge 0000:00:01.1 5 5 001d", "@bridge 0000:00:02.1 6 6 none", "@bridge 0000:00:03.1 5 5 0000",
-        "@bridge 0000:00:04.1 5 6 unread"]
+        "@bridge 0000:00:04.1 5 6 unread", "@bridge 0000:00:06.1 5 5 unread", "@bridge 0000:00:07.1 5 5 unread",
+        "@bridge 0000:00:08.1 5 5 unread"]
     [verdict] = judge(run.stdout)
     assert verdict.status == Status.WARN and verdict.evidence == {"bridge": "0000:00:01.1"}

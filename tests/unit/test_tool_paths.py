@@ -86,22 +86,32 @@ def test_rack_free_asks_who_read_the_process_list_where_rocm_smi_ran():
     assert (inside["pidns"].container, inside["pidns"].inner) == ("k3ep16", ("readlink", "/proc/self/ns/pid"))
 
 
-@pytest.mark.parametrize("where", ["configured", "on PATH", "nowhere"])
+@pytest.mark.parametrize("where", ["configured", "on PATH", "nowhere", "not executable first", "undecodable PATH"])
 def test_the_node_reader_finds_a_tool_as_the_shell_does(tmp_path, monkeypatch, where):
     """The reader takes a tool() reading itself (a ``T`` record: no ``sh`` per GPU tool call); what it gives
-    is what the wrapper gives in a shell: the same program, arguments, output, exit and message."""
-    configured, venv = tmp_path / "opt/rocm/bin/amd-smi", tmp_path / "venv/bin/amd-smi"
+    is what the wrapper gives in a shell (dash, Debian's sh): the same program, arguments, output, exit and
+    message - also past a file of the tool's name that is not executable (``command -v`` passes over it) and
+    with a PATH that is not UTF-8 (the message's bytes as they are, the reader's other readings still framed)."""
+    configured, venv, plain = tmp_path / "opt/rocm/bin/amd-smi", tmp_path / "venv/bin/amd-smi", tmp_path / "a"
     if where == "configured":
         fake(configured.parent)
-    if where != "nowhere":
+    if where in ("on PATH", "not executable first"):
         fake(venv.parent)
-    path = f"{venv.parent}:/usr/bin:/bin"
+    if where == "not executable first":
+        fake(plain).chmod(0o644)
+    path = {"not executable first": f"{plain}:{venv.parent}:/usr/bin:/bin".encode(),
+            "undecodable PATH": f"{tmp_path}/".encode() + b"\xff:/usr/bin:/bin"}.get(
+                where, f"{venv.parent}:/usr/bin:/bin".encode())
     spec = tool(str(configured), "static", "--json")
     assert _reader_words(0, Command(spec.argv, 30.0))[:6] == ["0", "T", "30", "3", str(configured), "static"]
-    monkeypatch.setenv("PATH", path)
-    script = build_script([spec], "n0nce", 30, 1 << 20, python=sys.executable)
+    monkeypatch.setitem(os.environb, b"PATH", path)
+    script = build_script([spec, Command(("echo", "after"))], "n0nce", 30, 1 << 20, python=sys.executable)
     got = LocalTransport("here").run_bytes("sh -s", timeout_s=30, stdin=script.encode())
-    [(rc, _, out, err, _)] = parse_frames(got.stdout, "n0nce")[0]
-    shell = run(spec.argv, path)
-    assert (int(rc), out, err) == (shell.returncode, shell.stdout, shell.stderr)
-    assert int(rc) == (127 if where == "nowhere" else 0)
+    frames = parse_frames(got.stdout, "n0nce")
+    [(rc, _, out, err, _)] = frames[0]
+    shell = subprocess.run(["sh", "-c", 'exec "$@"', "sh", *spec.argv], capture_output=True, timeout=10,
+                           env={**os.environb, b"PATH": path})
+    assert (int(rc), out, err) == (shell.returncode, shell.stdout.decode("utf-8", "replace"),
+                                   shell.stderr.decode("utf-8", "replace"))
+    assert int(rc) == (127 if where in ("nowhere", "undecodable PATH") else 0)
+    assert frames[1][0][2] == "after\n"
