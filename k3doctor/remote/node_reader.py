@@ -406,7 +406,7 @@ class Commands:
         return read_fd(fd, self.cap)
 
 
-# dash's search path where PATH is unset (its `command -v` searches it; the message still shows PATH empty)
+# dash's PATH where the environment has none (it searches it, and its $PATH says it)
 SHELL_DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -417,12 +417,12 @@ def find_tool(path):
     FIND_TOOL prints, its bytes as the shell has them) - exit 127, the tool not run."""
     if os.access(path, os.X_OK):
         return path, None
-    name = path.rsplit("/", 1)[-1]
-    for folder in os.environ.get("PATH", SHELL_DEFAULT_PATH).split(":"):
+    name, search = path.rsplit("/", 1)[-1], os.environ.get("PATH", SHELL_DEFAULT_PATH)
+    for folder in search.split(":"):
         candidate = (folder or ".") + "/" + name
         if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
             return candidate, None
-    said = "k3doctor: %s is neither at %s nor on PATH (%s)\n" % (name, path, os.environ.get("PATH", ""))
+    said = "k3doctor: %s is neither at %s nor on PATH (%s)\n" % (name, path, search)
     return None, said.encode("utf-8", "surrogateescape")
 
 

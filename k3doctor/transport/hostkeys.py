@@ -65,7 +65,12 @@ def read_known_hosts(path: str) -> tuple:
             continue
         if marker not in ("", "@revoked"):
             raise paramiko.hostkeys.InvalidHostKey(line, ValueError(f"line {number}: unknown marker {marker}"))
-        entry = paramiko.hostkeys.HostKeyEntry.from_line(rest.strip(), number)
+        try:
+            entry = paramiko.hostkeys.HostKeyEntry.from_line(rest.strip(), number)
+        except paramiko.hostkeys.InvalidHostKey:
+            raise
+        except (paramiko.SSHException, ValueError) as exc:  # base64 of something that is no key of its type
+            raise paramiko.hostkeys.InvalidHostKey(line, ValueError(f"line {number}: {exc}")) from None
         if entry is None:  # a key type paramiko does not know: OpenSSH would not use it either
             continue
         if marker:

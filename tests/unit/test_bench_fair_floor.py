@@ -108,3 +108,14 @@ def test_the_floor_of_a_real_saved_file_names_every_reading(tmp_path):
     for needed in ("/proc/meminfo", "/sys/class/drm/card*/device/vendor", "/dev/kfd", "dmesg 2>&1",
                    "docker exec k3ep16 sh -c"):
         assert needed in script, (needed, script)
+
+
+def test_a_fact_without_a_plain_shell_line_is_left_out_of_both_floors():
+    """A created container's HF cache mount (its host path out of Env and Mounts) has no plain shell line: the
+    floors leave that read out (cheaper than k3doctor, never dearer) rather than run it with a wrong argument."""
+    from k3doctor.readings import CONTAINER_HF_CACHE, sh_with_fact
+
+    cache = sh_with_fact('ls -d "$1"', CONTAINER_HF_CACHE, "vllm0")
+    pid = sh_with_fact('echo "$1"', CONTAINER_PID, "vllm0")
+    for script in (fair_floor.fair_script([cache, pid]), fair_floor.plain_per_reading([cache, pid])):
+        assert "ls -d" not in script and 'echo "$1"' in script

@@ -163,3 +163,20 @@ def test_a_key_revoked_in_one_file_is_trusted_from_none(tmp_path):
     user.write_text(line("n1", key) + line("n1", spare))
     assert trusted_for("n1", user, system) == {spare.get_name(): spare}
     assert trusted_for("n1", user) == {key.get_name(): key, spare.get_name(): spare}
+
+
+@pytest.mark.parametrize("blob", [b"garbage", None])
+def test_a_line_whose_key_is_no_key_is_one_clear_error_naming_file_and_line(tmp_path, blob):
+    """Base64 that decodes, but to no key of the named type (a damaged line, an RSA key with n < 3): one
+    KnownHostsError naming the file and the line, as for bad base64 - not an internal error."""
+    import base64
+
+    rsa = paramiko.Message()
+    rsa.add_string("ssh-rsa")
+    rsa.add_mpint(65537)
+    rsa.add_mpint(1)
+    text = base64.b64encode(blob or rsa.asbytes()).decode()
+    path = tmp_path / "known_hosts"
+    path.write_text(f"# a comment\nn1 {'ssh-ed25519' if blob else 'ssh-rsa'} {text}\n")
+    with pytest.raises(hostkeys.KnownHostsError, match=rf"cannot use known_hosts file {path}: .*line 2"):
+        trusted_for("n1", path)

@@ -86,7 +86,8 @@ def test_rack_free_asks_who_read_the_process_list_where_rocm_smi_ran():
     assert (inside["pidns"].container, inside["pidns"].inner) == ("k3ep16", ("readlink", "/proc/self/ns/pid"))
 
 
-@pytest.mark.parametrize("where", ["configured", "on PATH", "nowhere", "not executable first", "undecodable PATH"])
+@pytest.mark.parametrize("where", ["configured", "on PATH", "nowhere", "not executable first", "undecodable PATH",
+                                   "PATH unset"])
 def test_the_node_reader_finds_a_tool_as_the_shell_does(tmp_path, monkeypatch, where):
     """The reader takes a tool() reading itself (a ``T`` record: no ``sh`` per GPU tool call); what it gives
     is what the wrapper gives in a shell (dash, Debian's sh): the same program, arguments, output, exit and
@@ -104,14 +105,17 @@ def test_the_node_reader_finds_a_tool_as_the_shell_does(tmp_path, monkeypatch, w
                 where, f"{venv.parent}:/usr/bin:/bin".encode())
     spec = tool(str(configured), "static", "--json")
     assert _reader_words(0, Command(spec.argv, 30.0))[:6] == ["0", "T", "30", "3", str(configured), "static"]
-    monkeypatch.setitem(os.environb, b"PATH", path)
+    if where == "PATH unset":  # dash searches its default path then, and its message says which
+        monkeypatch.delitem(os.environb, b"PATH")
+    else:
+        monkeypatch.setitem(os.environb, b"PATH", path)
     script = build_script([spec, Command(("echo", "after"))], "n0nce", 30, 1 << 20, python=sys.executable)
     got = LocalTransport("here").run_bytes("sh -s", timeout_s=30, stdin=script.encode())
     frames = parse_frames(got.stdout, "n0nce")
     [(rc, _, out, err, _)] = frames[0]
     shell = subprocess.run(["sh", "-c", 'exec "$@"', "sh", *spec.argv], capture_output=True, timeout=10,
-                           env={**os.environb, b"PATH": path})
+                           env=dict(os.environb))
     assert (int(rc), out, err) == (shell.returncode, shell.stdout.decode("utf-8", "replace"),
                                    shell.stderr.decode("utf-8", "replace"))
-    assert int(rc) == (127 if where in ("nowhere", "undecodable PATH") else 0)
+    assert int(rc) == (127 if where in ("nowhere", "undecodable PATH", "PATH unset") else 0)
     assert frames[1][0][2] == "after\n"
