@@ -94,6 +94,8 @@ def sh(script: str, timeout_s: float | None = None) -> Command:
 FIND_TOOL = ('p=$1; shift; t=$p; [ -x "$t" ] || t=$(command -v "${p##*/}") || { echo "k3doctor: ${p##*/} is neither '
              'at $p nor on PATH ($PATH)" >&2; exit 127; }; ')
 IN_CONTAINER = "container:"  # inventory `tools: {amd_smi: "container:amd-smi"}`: only the engine's image has it
+TOOL_EXEC = FIND_TOOL + 'exec "$t" "$@"'  # the tool found, then run in the shell's place
+TOOL_NAME = "k3doctor-tool"  # the script's $0
 
 
 def tool_script(path: str, script: str, *args, container: str | None = None) -> Command:
@@ -114,10 +116,6 @@ def beside_tool(path: str, *argv: str, container: str | None = None) -> Command:
             raise ValueError(f"tool {path!r} runs in the engine's container, but no container is configured")
         return in_container(container, *argv)
     return Command(tuple(argv))
-
-
-TOOL_EXEC = FIND_TOOL + 'exec "$t" "$@"'  # the tool found, then run in the shell's place
-TOOL_NAME = "k3doctor-tool"  # the script's $0
 
 
 def tool(path: str, *args, container: str | None = None) -> Command:

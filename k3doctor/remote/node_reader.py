@@ -19,8 +19,9 @@ Run as ``python3 -c SOURCE NONCE CAP READ_TIMEOUT KILL_AFTER [-jIN_FLIGHT] RECOR
 reads SOURCE from stdin; no ``-j``: 1, one reading after another), a RECORD being ``INDEX F PATH``
 (a file), ``INDEX G PATTERN`` (a glob), ``INDEX E PATH`` (exists), ``INDEX C TIMEOUT N ARG1..ARGN`` (a
 command) or ``INDEX T TIMEOUT N PATH ARG2..ARGN`` (a GPU tool: found here as the shell's FIND_TOOL finds it,
-which spared a ``sh`` per tool call). Written for any python3 a node may have (3.6 on): standard library only, and what came after
-3.6 (posix_spawn, set_wakeup_fd's warn_on_full_buffer) only with a fallback.
+which spares a ``sh`` per tool call). Written for any python3 a node may have (3.6 on; its source ASCII, as 3.6
+decodes a C-locale command line): standard library only, and what came after 3.6 (posix_spawn,
+set_wakeup_fd's warn_on_full_buffer) only with a fallback.
 """
 import _signal  # not `signal`: that imports enum; this file starts on every node at every run
 import errno

@@ -49,8 +49,8 @@ class RefuseRevoked(paramiko.MissingHostKeyPolicy):
 
 
 def read_known_hosts(path: str) -> tuple:
-    """A known_hosts file's trusted entries (paramiko ``HostKeyEntry``, in file order) and its revoked keys as
-    (type, base64).
+    """A known_hosts file's host entries (paramiko ``HostKeyEntry``, in file order) and its revoked keys as
+    (type, base64); trust_known_hosts leaves out every key revoked in any of the files it reads.
 
     OpenSSH markers: a ``@revoked`` key is refused for every host (its host pattern is usually
     ``*``, which paramiko cannot match), and is never trusted even if another line lists it;
@@ -67,8 +67,6 @@ def read_known_hosts(path: str) -> tuple:
             raise paramiko.hostkeys.InvalidHostKey(line, ValueError(f"line {number}: unknown marker {marker}"))
         try:
             entry = paramiko.hostkeys.HostKeyEntry.from_line(rest.strip(), number)
-        except paramiko.hostkeys.InvalidHostKey:
-            raise
         except (paramiko.SSHException, ValueError) as exc:  # base64 of something that is no key of its type
             raise paramiko.hostkeys.InvalidHostKey(line, ValueError(f"line {number}: {exc}")) from None
         if entry is None:  # a key type paramiko does not know: OpenSSH would not use it either
@@ -77,7 +75,7 @@ def read_known_hosts(path: str) -> tuple:
             revoked.add((entry.key.get_name(), entry.key.get_base64()))
         else:
             entries.append(entry)
-    return [e for e in entries if (e.key.get_name(), e.key.get_base64()) not in revoked], revoked
+    return entries, revoked
 
 
 class KnownHostsFile:
